@@ -1,0 +1,183 @@
+//! Qwen2 / Qwen2.5 (`general.architecture = qwen2`), as llama.cpp's qwen2 loader reads it:
+//! QKV biases, grouped-query attention, NeoX RoPE, RMSNorm, SwiGLU FFN, tied or separate
+//! output projection.
+
+use super::{expect_tensor, Model, ModelConfig, ModelError};
+use crate::gguf::GgufFile;
+use crate::graph::{GraphBuilder, Op};
+
+pub(super) fn load(file: &GgufFile) -> Result<Model, ModelError> {
+    let config = read_config(file)?;
+    check_tensors(file, &config)?;
+    let graph = build_graph(&config);
+    Ok(Model { config, graph })
+}
+
+fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
+    let path = file.path().display().to_string();
+    let invalid = |detail: String| ModelError::Invalid {
+        path: path.clone(),
+        detail,
+    };
+    let n = |key: &str| -> Result<usize, ModelError> {
+        let v = file.get_u64(&format!("qwen2.{key}"))?;
+        if v == 0 || v > 1 << 24 {
+            return Err(invalid(format!("qwen2.{key} = {v} is out of range")));
+        }
+        Ok(v as usize)
+    };
+    let n_embd = n("embedding_length")?;
+    let n_head = n("attention.head_count")?;
+    let n_head_kv = match file.get("qwen2.attention.head_count_kv") {
+        Some(_) => n("attention.head_count_kv")?,
+        None => n_head,
+    };
+    let head_dim = match file.get("qwen2.attention.key_length") {
+        Some(_) => n("attention.key_length")?,
+        None => n_embd / n_head,
+    };
+    if n_head % n_head_kv != 0 {
+        return Err(invalid(format!(
+            "{n_head} attention heads are not a multiple of {n_head_kv} KV heads"
+        )));
+    }
+    if head_dim % 2 != 0 {
+        return Err(invalid(format!("head dimension {head_dim} is odd: RoPE needs pairs")));
+    }
+    let token_embd = file.tensor("token_embd.weight").ok_or_else(|| {
+        invalid("tensor token_embd.weight is missing".to_string())
+    })?;
+    let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
+    let rope_theta = file
+        .get("qwen2.rope.freq_base")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(10000.0) as f32;
+    let rms_eps = file.get_f64("qwen2.attention.layer_norm_rms_epsilon")? as f32;
+    if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
+        return Err(invalid(format!(
+            "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
+        )));
+    }
+    Ok(ModelConfig {
+        architecture: "qwen2".into(),
+        n_embd,
+        n_layer: n("block_count")?,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ff: n("feed_forward_length")?,
+        n_vocab,
+        n_ctx_train: file.get_u64("qwen2.context_length").unwrap_or(0) as usize,
+        rope_theta,
+        rms_eps,
+        tied_output: file.tensor("output.weight").is_none(),
+    })
+}
+
+fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
+    let (e, q, kv, f) = (c.n_embd, c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_ff);
+    expect_tensor(file, "token_embd.weight", &[e, c.n_vocab])?;
+    expect_tensor(file, "output_norm.weight", &[e])?;
+    if !c.tied_output {
+        expect_tensor(file, "output.weight", &[e, c.n_vocab])?;
+    }
+    for l in 0..c.n_layer {
+        let t = |s: &str| format!("blk.{l}.{s}");
+        expect_tensor(file, &t("attn_norm.weight"), &[e])?;
+        expect_tensor(file, &t("attn_q.weight"), &[e, q])?;
+        expect_tensor(file, &t("attn_q.bias"), &[q])?;
+        expect_tensor(file, &t("attn_k.weight"), &[e, kv])?;
+        expect_tensor(file, &t("attn_k.bias"), &[kv])?;
+        expect_tensor(file, &t("attn_v.weight"), &[e, kv])?;
+        expect_tensor(file, &t("attn_v.bias"), &[kv])?;
+        expect_tensor(file, &t("attn_output.weight"), &[q, e])?;
+        expect_tensor(file, &t("ffn_norm.weight"), &[e])?;
+        expect_tensor(file, &t("ffn_gate.weight"), &[e, f])?;
+        expect_tensor(file, &t("ffn_up.weight"), &[e, f])?;
+        expect_tensor(file, &t("ffn_down.weight"), &[f, e])?;
+    }
+    Ok(())
+}
+
+fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
+    let (e, q_w, kv_w, f) = (c.n_embd, c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_ff);
+    let (mut g, tokens) = GraphBuilder::new();
+    let linear = |w: String, bias: bool, in_features, out_features| Op::Linear {
+        bias: bias.then(|| w.replace(".weight", ".bias")),
+        weight: w,
+        in_features,
+        out_features,
+    };
+    let mut x = g.push(
+        "token_embd",
+        Op::Embedding {
+            table: "token_embd.weight".into(),
+            width: e,
+        },
+        &[tokens],
+    );
+    for l in 0..c.n_layer {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        let h = g.push(
+            p("attn_norm"),
+            Op::RmsNorm {
+                weight: p("attn_norm.weight"),
+                eps: c.rms_eps,
+                width: e,
+            },
+            &[x],
+        );
+        let q = g.push(p("attn_q"), linear(p("attn_q.weight"), true, e, q_w), &[h]);
+        let k = g.push(p("attn_k"), linear(p("attn_k.weight"), true, e, kv_w), &[h]);
+        let v = g.push(p("attn_v"), linear(p("attn_v.weight"), true, e, kv_w), &[h]);
+        let rope = |n_heads| Op::RopeNeox {
+            n_heads,
+            head_dim: c.head_dim,
+            theta: c.rope_theta,
+        };
+        let q = g.push(p("rope_q"), rope(c.n_head), &[q]);
+        let k = g.push(p("rope_k"), rope(c.n_head_kv), &[k]);
+        let attn = g.push(
+            p("attn"),
+            Op::Attention {
+                layer: l,
+                n_heads: c.n_head,
+                n_kv_heads: c.n_head_kv,
+                head_dim: c.head_dim,
+            },
+            &[q, k, v],
+        );
+        let o = g.push(p("attn_output"), linear(p("attn_output.weight"), false, q_w, e), &[attn]);
+        x = g.push(p("attn_residual"), Op::Add { width: e }, &[x, o]);
+        let h = g.push(
+            p("ffn_norm"),
+            Op::RmsNorm {
+                weight: p("ffn_norm.weight"),
+                eps: c.rms_eps,
+                width: e,
+            },
+            &[x],
+        );
+        let gate = g.push(p("ffn_gate"), linear(p("ffn_gate.weight"), false, e, f), &[h]);
+        let up = g.push(p("ffn_up"), linear(p("ffn_up.weight"), false, e, f), &[h]);
+        let act = g.push(p("ffn_swiglu"), Op::SwiGlu { width: f }, &[gate, up]);
+        let down = g.push(p("ffn_down"), linear(p("ffn_down.weight"), false, f, e), &[act]);
+        x = g.push(p("ffn_residual"), Op::Add { width: e }, &[x, down]);
+    }
+    let last = g.push("last_row", Op::LastRow { width: e }, &[x]);
+    let h = g.push(
+        "output_norm",
+        Op::RmsNorm {
+            weight: "output_norm.weight".into(),
+            eps: c.rms_eps,
+            width: e,
+        },
+        &[last],
+    );
+    let logits = g.push(
+        "output",
+        linear(c.output_tensor().to_string(), false, e, c.n_vocab),
+        &[h],
+    );
+    g.finish(tokens, logits)
+}

@@ -1,0 +1,103 @@
+//! The op graph of a model's prefill: what every backend (the CPU reference, the GPU executor)
+//! runs. Architectures build it from GGUF metadata; backends interpret it.
+//!
+//! Values are activations of shape `[n_tokens, width]` (row-major, one row per position of the
+//! ubatch), except after `LastRow`, where there is one row. Weights are named GGUF tensors.
+
+use serde::Serialize;
+
+/// Index of an activation value in the graph.
+pub type ValueId = usize;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Op {
+    /// Gather rows of an embedding table by token id (input: the token ids).
+    Embedding { table: String, width: usize },
+    /// y = x / sqrt(mean(x²) + eps) * weight, per row.
+    RmsNorm { weight: String, eps: f32, width: usize },
+    /// y = x · Wᵀ (+ bias); W is `out_features × in_features` in its GGUF block format.
+    Linear {
+        weight: String,
+        bias: Option<String>,
+        in_features: usize,
+        out_features: usize,
+    },
+    /// Rotary position embedding, NeoX style (pairs `i` and `i + head_dim/2`), in place per head.
+    RopeNeox {
+        n_heads: usize,
+        head_dim: usize,
+        theta: f32,
+    },
+    /// Causal grouped-query attention over the KV cache of `layer`; inputs q, k, v. The new
+    /// k and v rows are appended to the cache at the ubatch's positions first.
+    Attention {
+        layer: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    },
+    /// silu(gate) * up; inputs gate, up.
+    SwiGlu { width: usize },
+    /// Elementwise sum (the residual connection); inputs a, b.
+    Add { width: usize },
+    /// Keeps only the last row (the last position): the logits are needed there only.
+    LastRow { width: usize },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<ValueId>,
+    pub output: ValueId,
+    /// Where the node comes from, e.g. "blk.3.attn_q", for profiles and errors.
+    pub label: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+    /// The value holding the input token ids.
+    pub tokens: ValueId,
+    /// The value holding the logits of the last position.
+    pub logits: ValueId,
+    pub n_values: usize,
+}
+
+/// Incremental construction of a graph with fresh value ids.
+pub struct GraphBuilder {
+    nodes: Vec<Node>,
+    n_values: usize,
+}
+
+impl GraphBuilder {
+    pub fn new() -> (GraphBuilder, ValueId) {
+        (
+            GraphBuilder {
+                nodes: Vec::new(),
+                n_values: 1,
+            },
+            0,
+        )
+    }
+
+    pub fn push(&mut self, label: impl Into<String>, op: Op, inputs: &[ValueId]) -> ValueId {
+        let output = self.n_values;
+        self.n_values += 1;
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            output,
+            label: label.into(),
+        });
+        output
+    }
+
+    pub fn finish(self, tokens: ValueId, logits: ValueId) -> Graph {
+        Graph {
+            nodes: self.nodes,
+            tokens,
+            logits,
+            n_values: self.n_values,
+        }
+    }
+}

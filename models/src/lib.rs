@@ -1,0 +1,8 @@
+//! rocky's model layer: GGUF files, GGML block formats, tokenizers, architectures as op graphs,
+//! and the CPU reference forward pass that every GPU kernel is checked against.
+
+pub mod arch;
+pub mod formats;
+pub mod gguf;
+pub mod graph;
+// pub mod reference; (enabled once formats::dequantize lands)

@@ -1,0 +1,371 @@
+//! The CPU reference forward pass: a plain interpreter of the op graph in f32, parallel over
+//! output rows with rayon. It is the oracle for every GPU kernel and prefill, so it favours
+//! being obviously right over being fast: weights are dequantized row by row with the canonical
+//! block decoders, sums of squares and softmax denominators are taken in f64.
+
+use crate::arch::{Model, ModelConfig, ModelError};
+use crate::formats;
+use crate::gguf::GgufFile;
+use crate::graph::{Graph, Op};
+use rayon::prelude::*;
+
+/// Options that make the reference imitate a backend's storage choices.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReferenceOptions {
+    /// Round K and V to f16 when they enter the cache (as llama.cpp's default cache and rocky's
+    /// GPU cache do).
+    pub kv_f16: bool,
+}
+
+/// A prefill session: the KV cache of every layer and the number of positions filled.
+pub struct CpuSession<'a> {
+    file: &'a GgufFile,
+    model: &'a Model,
+    options: ReferenceOptions,
+    /// Per layer: (K, V), each `n_past × n_kv_heads*head_dim`.
+    kv: Vec<(Vec<f32>, Vec<f32>)>,
+    n_past: usize,
+}
+
+impl<'a> CpuSession<'a> {
+    pub fn new(file: &'a GgufFile, model: &'a Model, options: ReferenceOptions) -> Self {
+        CpuSession {
+            file,
+            model,
+            options,
+            kv: vec![(Vec::new(), Vec::new()); model.config.n_layer],
+            n_past: 0,
+        }
+    }
+
+    /// Positions already in the cache.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Runs the graph over `tokens` (the next positions after those already cached) and
+    /// returns the logits of the last one.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let cfg = &self.model.config;
+        if tokens.is_empty() {
+            return Err(self.invalid("the prompt is empty: give at least one token".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.n_vocab) {
+            return Err(self.invalid(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                cfg.n_vocab
+            )));
+        }
+        let graph: &Graph = &self.model.graph;
+        let mut values: Vec<Option<Vec<f32>>> = vec![None; graph.n_values];
+        let n = tokens.len();
+        for node in &graph.nodes {
+            let input = |i: usize| -> &[f32] {
+                values[node.inputs[i]]
+                    .as_deref()
+                    .expect("graph inputs are produced before use")
+            };
+            let out = match &node.op {
+                Op::Embedding { table, width } => self.embedding(table, *width, tokens)?,
+                Op::RmsNorm { weight, eps, width } => {
+                    let w = self.dense(weight)?;
+                    rms_norm(input(0), &w, *eps, *width)
+                }
+                Op::Linear {
+                    weight,
+                    bias,
+                    in_features,
+                    out_features,
+                } => {
+                    let mut y = self.linear(input(0), weight, *in_features, *out_features)?;
+                    if let Some(b) = bias {
+                        let b = self.dense(b)?;
+                        y.par_chunks_mut(*out_features)
+                            .for_each(|row| row.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+                    }
+                    y
+                }
+                Op::RopeNeox {
+                    n_heads,
+                    head_dim,
+                    theta,
+                } => {
+                    let mut x = input(0).to_vec();
+                    rope_neox(&mut x, self.n_past, *n_heads, *head_dim, *theta);
+                    x
+                }
+                Op::Attention {
+                    layer,
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                } => {
+                    let (q, k, v) = (input(0).to_vec(), input(1).to_vec(), input(2).to_vec());
+                    self.attention(&q, k, v, *layer, *n_heads, *n_kv_heads, *head_dim)
+                }
+                Op::SwiGlu { .. } => input(0)
+                    .iter()
+                    .zip(input(1))
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                    .collect(),
+                Op::Add { .. } => input(0).iter().zip(input(1)).map(|(a, b)| a + b).collect(),
+                Op::LastRow { width } => input(0)[(n - 1) * width..].to_vec(),
+            };
+            values[node.output] = Some(out);
+        }
+        self.n_past += n;
+        Ok(values[graph.logits].take().expect("graph produces logits"))
+    }
+
+    fn invalid(&self, detail: String) -> ModelError {
+        ModelError::Invalid {
+            path: self.file.path().display().to_string(),
+            detail,
+        }
+    }
+
+    /// A whole tensor dequantized to f32 (norm weights and biases: small).
+    fn dense(&self, name: &str) -> Result<Vec<f32>, ModelError> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| self.invalid(format!("tensor {name} is missing")))?;
+        let mut out = vec![0f32; t.n_elements() as usize];
+        formats::dequantize(t.ggml_type, self.file.tensor_data(t), &mut out)
+            .map_err(|e| self.invalid(format!("tensor {name}: {e}")))?;
+        Ok(out)
+    }
+
+    fn embedding(&self, table: &str, width: usize, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let t = self
+            .file
+            .tensor(table)
+            .ok_or_else(|| self.invalid(format!("tensor {table} is missing")))?;
+        let row_bytes = t.ggml_type.row_bytes(width as u64).unwrap() as usize;
+        let data = self.file.tensor_data(t);
+        let mut out = vec![0f32; tokens.len() * width];
+        for (row, &tok) in out.chunks_mut(width).zip(tokens) {
+            let start = tok as usize * row_bytes;
+            formats::dequantize(t.ggml_type, &data[start..start + row_bytes], row)
+                .map_err(|e| self.invalid(format!("tensor {table}: {e}")))?;
+        }
+        Ok(out)
+    }
+
+    /// y[m, o] = Σ_k x[m, k] · W[o, k]. Weight rows are dequantized in groups of `GROUP` so
+    /// each activation row is reused across several outputs while it is in cache.
+    fn linear(&self, x: &[f32], weight: &str, k: usize, n_out: usize) -> Result<Vec<f32>, ModelError> {
+        const GROUP: usize = 16;
+        let t = self
+            .file
+            .tensor(weight)
+            .ok_or_else(|| self.invalid(format!("tensor {weight} is missing")))?;
+        let row_bytes = t.ggml_type.row_bytes(k as u64).unwrap() as usize;
+        let data = self.file.tensor_data(t);
+        let m = x.len() / k;
+        let n_groups = n_out.div_ceil(GROUP);
+        // Computed group-major ([group][m][GROUP]) then transposed into [m][n_out].
+        let blocks: Vec<Vec<f32>> = (0..n_groups)
+            .into_par_iter()
+            .map(|g| -> Result<Vec<f32>, ModelError> {
+                let rows = GROUP.min(n_out - g * GROUP);
+                let mut w = vec![0f32; rows * k];
+                for (r, wrow) in w.chunks_mut(k).enumerate() {
+                    let start = (g * GROUP + r) * row_bytes;
+                    formats::dequantize(t.ggml_type, &data[start..start + row_bytes], wrow)
+                        .map_err(|e| self.invalid(format!("tensor {weight}: {e}")))?;
+                }
+                let mut out = vec![0f32; m * rows];
+                for (mi, xrow) in x.chunks(k).enumerate() {
+                    for (r, wrow) in w.chunks(k).enumerate() {
+                        out[mi * rows + r] = dot(xrow, wrow);
+                    }
+                }
+                Ok(out)
+            })
+            .collect::<Result<_, _>>()?;
+        let mut y = vec![0f32; m * n_out];
+        for (g, block) in blocks.iter().enumerate() {
+            let rows = GROUP.min(n_out - g * GROUP);
+            for mi in 0..m {
+                y[mi * n_out + g * GROUP..][..rows].copy_from_slice(&block[mi * rows..][..rows]);
+            }
+        }
+        Ok(y)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        q: &[f32],
+        mut k: Vec<f32>,
+        mut v: Vec<f32>,
+        layer: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Vec<f32> {
+        if self.options.kv_f16 {
+            for x in k.iter_mut().chain(v.iter_mut()) {
+                *x = half::f16::from_f32(*x).to_f32();
+            }
+        }
+        let (kc, vc) = &mut self.kv[layer];
+        kc.extend_from_slice(&k);
+        vc.extend_from_slice(&v);
+        let (kc, vc) = (&*kc, &*vc);
+        let q_w = n_heads * head_dim;
+        let kv_w = n_kv_heads * head_dim;
+        let n_new = q.len() / q_w;
+        let n_past = self.n_past;
+        let group = n_heads / n_kv_heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let mut out = vec![0f32; n_new * q_w];
+        out.par_chunks_mut(head_dim)
+            .enumerate()
+            .for_each(|(idx, o)| {
+                let (i, h) = (idx / n_heads, idx % n_heads);
+                let kvh = h / group;
+                let qv = &q[i * q_w + h * head_dim..][..head_dim];
+                // Causal: position n_past + i sees positions 0..=n_past + i.
+                let n_keys = n_past + i + 1;
+                let scores: Vec<f32> = (0..n_keys)
+                    .map(|j| dot(qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale)
+                    .collect();
+                let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = weights.iter().map(|&w| w as f64).sum();
+                let inv = (1.0 / sum) as f32;
+                for (j, w) in weights.iter().enumerate() {
+                    let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
+                    for (o, vv) in o.iter_mut().zip(vrow) {
+                        *o += w * inv * vv;
+                    }
+                }
+            });
+        out
+    }
+}
+
+/// Runs a whole prompt from an empty cache and returns the last position's logits.
+pub fn forward(
+    file: &GgufFile,
+    model: &Model,
+    tokens: &[u32],
+    options: ReferenceOptions,
+) -> Result<Vec<f32>, ModelError> {
+    CpuSession::new(file, model, options).eval(tokens)
+}
+
+/// Dot product with 8 independent partial sums: vectorizes, and rounds less than one chain.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// RMSNorm per row, the sum of squares in f64 (as ggml does).
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, width: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(width)
+        .zip(x.par_chunks(width))
+        .for_each(|(o, row)| {
+            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+            let scale = 1.0 / ((ss / width as f64) as f32 + eps).sqrt();
+            for ((o, &v), &w) in o.iter_mut().zip(row).zip(weight) {
+                *o = v * scale * w;
+            }
+        });
+    out
+}
+
+/// NeoX RoPE in place over rows of `n_heads × head_dim`, row r at position `pos0 + r`. The
+/// angles follow ggml's rope cache: θ_i = pos · base^(-2i/d), built by repeated
+/// multiplication in f32 exactly as ggml does, so positions far into the context match.
+pub fn rope_neox(x: &mut [f32], pos0: usize, n_heads: usize, head_dim: usize, base: f32) {
+    let half = head_dim / 2;
+    let theta_scale = base.powf(-2.0 / head_dim as f32);
+    x.par_chunks_mut(n_heads * head_dim)
+        .enumerate()
+        .for_each(|(r, row)| {
+            let mut theta = (pos0 + r) as f32;
+            let mut cs = vec![(0f32, 0f32); half];
+            for c in cs.iter_mut() {
+                *c = (theta.cos(), theta.sin());
+                theta *= theta_scale;
+            }
+            for head in row.chunks_mut(head_dim) {
+                for (i, &(cos, sin)) in cs.iter().enumerate() {
+                    let (a, b) = (head[i], head[i + half]);
+                    head[i] = a * cos - b * sin;
+                    head[i + half] = a * sin + b * cos;
+                }
+            }
+        });
+}
+
+/// Statistics comparing two logit vectors, used by tests and `rocky prefill --compare`.
+#[derive(Clone, Copy, Debug)]
+pub struct LogitComparison {
+    pub max_abs_diff: f32,
+    pub correlation: f64,
+    pub top1_a: usize,
+    pub top1_b: usize,
+    /// Gap between the top-1 and top-2 logits of `a`.
+    pub gap_a: f32,
+}
+
+pub fn compare_logits(a: &[f32], b: &[f32]) -> LogitComparison {
+    let max_abs_diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let n = a.len() as f64;
+    let (ma, mb) = (
+        a.iter().map(|&x| x as f64).sum::<f64>() / n,
+        b.iter().map(|&x| x as f64).sum::<f64>() / n,
+    );
+    let (mut sab, mut saa, mut sbb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (dx, dy) = (x as f64 - ma, y as f64 - mb);
+        sab += dx * dy;
+        saa += dx * dx;
+        sbb += dy * dy;
+    }
+    let top = top_k(a, 2);
+    LogitComparison {
+        max_abs_diff,
+        correlation: sab / (saa.sqrt() * sbb.sqrt()),
+        top1_a: top[0].0,
+        top1_b: top_k(b, 1)[0].0,
+        gap_a: top[0].1 - top.get(1).map_or(f32::NEG_INFINITY, |t| t.1),
+    }
+}
+
+/// The k largest logits as (index, value), largest first.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut idx: Vec<(usize, f32)> = logits.iter().cloned().enumerate().collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return idx;
+    }
+    idx.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+    idx.truncate(k);
+    idx.sort_by(|a, b| b.1.total_cmp(&a.1));
+    idx
+}
+
+impl ModelConfig {
+    /// Bytes of an f32 KV cache for `n_ctx` positions (for messages and planning).
+    pub fn kv_cache_bytes_f32(&self, n_ctx: usize) -> u64 {
+        (2 * self.n_layer * n_ctx * self.n_head_kv * self.head_dim * 4) as u64
+    }
+}

@@ -1,0 +1,40 @@
+//! rocky's Vulkan runtime (ash): device discovery and selection, UMA-aware buffers, compute
+//! pipelines with an on-disk pipeline cache, dispatch recording with automatic barriers, and
+//! GPU timestamps.
+//!
+//! Every Vulkan object holds its device alive (an `Arc` inside `Context`), so objects may be
+//! dropped in any order; a `Recorder` borrows what it records so nothing it uses can be dropped
+//! while the GPU may still run it.
+
+mod buffer;
+mod commands;
+mod descriptors;
+mod device;
+mod error;
+mod hazards;
+mod info;
+mod instance;
+mod memory;
+mod pipeline;
+mod pipeline_cache;
+mod select;
+mod submit;
+mod timing;
+mod transfer;
+
+pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
+pub use commands::Recorder;
+pub use device::{probe_devices, Context, RuntimeCaps};
+pub use error::{format_bytes, OomKind, Result, RuntimeError, SubmitStage};
+pub use info::{
+    DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo, MemoryHeap, MemoryInfo,
+    MemoryType, QueueInfo, SubgroupInfo, SubgroupSizeControl,
+};
+pub use memory::MemoryUse;
+pub use pipeline::ComputePipeline;
+pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
+pub use select::{list_devices, select_device, DeviceSelector};
+pub use timing::{time_dispatches, TickScale, TimestampQueries};
+
+/// The compiler's kernel contract, re-exported so users need not depend on both crates.
+pub use rocky_compiler::kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};

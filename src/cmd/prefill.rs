@@ -1,0 +1,8 @@
+use crate::error::{CliError, CmdResult};
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> CmdResult {
+    Err(CliError::internal("`rocky prefill` is not built yet"))
+}

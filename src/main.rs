@@ -1,0 +1,55 @@
+//! The `rocky` command line: one module per subcommand under `cmd/`.
+
+mod cmd;
+mod error;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rocky",
+    version,
+    about = "Auto-tuned LLM prefill on GPUs without matrix cores (Vulkan)",
+    long_about = "rocky compiles, tunes and runs the prefill of GGUF language models on any \
+                  Vulkan 1.2+ GPU; it is built for the Mali-G610 of RK3588 boards."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a GGUF model: architecture, shapes, parameters, tensor types, tokenizer.
+    Info(cmd::info::Args),
+    /// Turn text into token ids with a model's (or vocabulary file's) tokenizer.
+    Tokenize(cmd::tokenize::Args),
+    /// Run the prefill of a prompt and print the next-token candidates.
+    Prefill(cmd::prefill::Args),
+    /// Write a random-weight Qwen2.5-shaped GGUF model (for benchmarks and demos).
+    Synth(cmd::synth::Args),
+    /// List Vulkan devices with the limits and features rocky uses.
+    Devices(cmd::devices::Args),
+    /// Build one kernel for a workload and schedule: dump, run, check and time it.
+    Kernel(cmd::kernel::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => cmd::info::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Prefill(a) => cmd::prefill::run(a),
+        Command::Synth(a) => cmd::synth::run(a),
+        Command::Devices(a) => cmd::devices::run(a),
+        Command::Kernel(a) => cmd::kernel::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}

