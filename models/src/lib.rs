@@ -5,4 +5,6 @@ pub mod arch;
 pub mod formats;
 pub mod gguf;
 pub mod graph;
-// pub mod reference; (enabled once formats::dequantize lands)
+pub mod reference;
+pub mod synth;
+pub mod tokenizer;

@@ -17,6 +17,13 @@ pub struct ReferenceOptions {
     pub kv_f16: bool,
 }
 
+impl ReferenceOptions {
+    /// What llama.cpp does by default (an f16 KV cache): the setting for golden comparisons.
+    pub fn llama_cpp() -> Self {
+        ReferenceOptions { kv_f16: true }
+    }
+}
+
 /// A prefill session: the KV cache of every layer and the number of positions filled.
 pub struct CpuSession<'a> {
     file: &'a GgufFile,
