@@ -4,6 +4,7 @@ pub mod devices;
 pub mod info;
 pub mod kernel;
 pub mod prefill;
+pub mod prompt;
 pub mod synth;
 pub mod tokenize;
 

@@ -1,8 +1,86 @@
+//! `rocky prefill`: run a prompt through the model and show the next-token candidates.
+
+use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
+use rocky_models::arch;
+use rocky_models::reference::{self, ReferenceOptions};
+use rocky_models::tokenizer::Tokenizer;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The CPU reference (f32, all cores): slow, the oracle for the GPU.
+    Cpu,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:\n  rocky prefill model.gguf --prompt 'The capital of France is'\n  \
+rocky prefill model.gguf --backend cpu --token-ids 785,6722,315 --logits-out logits.f32 --json")]
+pub struct Args {
+    /// The GGUF model.
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Where to compute.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: Backend,
+    /// Write the last position's logits here (little-endian f32, one per vocabulary entry).
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    Err(CliError::internal("`rocky prefill` is not built yet"))
+pub fn run(args: Args) -> CmdResult {
+    let file = super::open_gguf(&args.model)?;
+    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
+    let ids = prompt::token_ids(&args.prompt, &file)?;
+    let start = Instant::now();
+    let logits = match args.backend {
+        Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
+            .map_err(|e| CliError::input(e.to_string()))?,
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(path) = &args.logits_out {
+        let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(path, bytes).map_err(|e| {
+            CliError::output(format!("cannot write the logits to {}: {e}", path.display()))
+        })?;
+    }
+    let tokenizer = Tokenizer::from_gguf(&file).ok();
+    let piece = |id: usize| {
+        tokenizer
+            .as_ref()
+            .map(|t| t.token_piece(id as u32))
+            .unwrap_or_default()
+    };
+    let top = reference::top_k(&logits, 5);
+    let tok_s = ids.len() as f64 / seconds;
+    if args.json {
+        let out = json!({
+            "model": args.model,
+            "backend": format!("{:?}", args.backend).to_lowercase(),
+            "n_tokens": ids.len(),
+            "seconds": seconds,
+            "tokens_per_second": tok_s,
+            "top5": top.iter().map(|&(id, l)| json!({"id": id, "text": piece(id), "logit": l})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    } else {
+        println!(
+            "prompt {} tokens, {:.3} s, {:.1} tok/s ({:?} backend)",
+            ids.len(),
+            seconds,
+            tok_s,
+            args.backend
+        );
+        println!("next-token candidates:");
+        for (id, l) in top {
+            println!("  {id:>7}  {:>9.4}  {:?}", l, piece(id));
+        }
+    }
+    Ok(())
 }

