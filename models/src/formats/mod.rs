@@ -244,12 +244,22 @@ struct Codec {
 enum QuantizeFn {
     /// Converts any number of elements at once (F32, F16, BF16).
     Elementwise(fn(&[f32], &mut [u8])),
-    /// Converts one block; fails when a scale does not fit its f16 field.
-    Block(fn(&[f32], &mut [u8]) -> Result<(), half_floats::ScaleOverflow>),
+    /// Converts one block; fails when a scale does not fit its f16 field. `max_abs` is the
+    /// largest magnitude the format can decode to (all scales at their f16 maximum): larger
+    /// inputs are rejected up front, which also keeps ggml's f32 sums (up to x³·levels) finite.
+    Block {
+        quantize_block: fn(&[f32], &mut [u8]) -> Result<(), half_floats::ScaleOverflow>,
+        max_abs: f32,
+    },
 }
 
 fn codec(ty: GgmlType) -> Option<Codec> {
-    use QuantizeFn::{Block, Elementwise};
+    use QuantizeFn::Elementwise;
+    const F16_MAX: f32 = 65504.0;
+    let block = |quantize_block, max_abs| QuantizeFn::Block {
+        quantize_block,
+        max_abs,
+    };
     let c = |elems, bytes, dequantize, quantize| {
         Some(Codec {
             elems,
@@ -281,37 +291,37 @@ fn codec(ty: GgmlType) -> Option<Codec> {
             q8_0::BLOCK_ELEMS,
             q8_0::BLOCK_BYTES,
             q8_0::dequantize_block,
-            Block(q8_0::quantize_block),
+            block(q8_0::quantize_block, F16_MAX * 127.0),
         ),
         GgmlType::Q4_0 => c(
             q4_0::BLOCK_ELEMS,
             q4_0::BLOCK_BYTES,
             q4_0::dequantize_block,
-            Block(q4_0::quantize_block),
+            block(q4_0::quantize_block, F16_MAX * 8.0),
         ),
         GgmlType::Q5_0 => c(
             q5_0::BLOCK_ELEMS,
             q5_0::BLOCK_BYTES,
             q5_0::dequantize_block,
-            Block(q5_0::quantize_block),
+            block(q5_0::quantize_block, F16_MAX * 16.0),
         ),
         GgmlType::Q4K => c(
             q4_k::BLOCK_ELEMS,
             q4_k::BLOCK_BYTES,
             q4_k::dequantize_block,
-            Block(q4_k::quantize_block),
+            block(q4_k::quantize_block, F16_MAX * 63.0 * 15.0),
         ),
         GgmlType::Q5K => c(
             q5_k::BLOCK_ELEMS,
             q5_k::BLOCK_BYTES,
             q5_k::dequantize_block,
-            Block(q5_k::quantize_block),
+            block(q5_k::quantize_block, F16_MAX * 63.0 * 31.0),
         ),
         GgmlType::Q6K => c(
             q6_k::BLOCK_ELEMS,
             q6_k::BLOCK_BYTES,
             q6_k::dequantize_block,
-            Block(q6_k::quantize_block),
+            block(q6_k::quantize_block, F16_MAX * 128.0 * 32.0),
         ),
         _ => None,
     }
@@ -379,7 +389,10 @@ fn dequantize_unchecked(c: &Codec, data: &[u8], out: &mut [f32]) {
     if c.elems == 1 {
         (c.dequantize)(data, out);
     } else {
-        for (b, y) in data.chunks_exact(c.bytes).zip(out.chunks_exact_mut(c.elems)) {
+        for (b, y) in data
+            .chunks_exact(c.bytes)
+            .zip(out.chunks_exact_mut(c.elems))
+        {
             (c.dequantize)(b, y);
         }
     }
@@ -443,7 +456,8 @@ pub fn dequantize_rows(
 
 /// Encodes `src` as `ty`, following ggml's reference quantizers (`quantize_row_*_ref`, what
 /// llama-quantize uses without an importance matrix) bit for bit. `src.len()` must be a whole
-/// number of blocks; block formats need finite values whose block scales fit in f16.
+/// number of blocks; block formats need finite values within the range their f16 scales
+/// allow (see `FormatError::OutOfRange` and `ScaleOverflow`).
 ///
 /// Single-threaded and allocation-free apart from the result: parallelize over rows at the
 /// call site (or use `quantize_into` to write into one preallocated buffer).
@@ -466,12 +480,21 @@ pub fn quantize_into(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<(), Fo
     check_byte_length(ty, src.len() as u64, out.len())?;
     match c.quantize {
         QuantizeFn::Elementwise(f) => f(src, out),
-        QuantizeFn::Block(f) => {
-            if let Some(index) = src.iter().position(|v| !v.is_finite()) {
-                return Err(FormatError::NonFinite {
-                    ty,
-                    index,
-                    value: src[index],
+        QuantizeFn::Block {
+            quantize_block: f,
+            max_abs,
+        } => {
+            if let Some(index) = src.iter().position(|v| v.is_nan() || v.abs() > max_abs) {
+                let value = src[index];
+                return Err(if value.is_finite() {
+                    FormatError::OutOfRange {
+                        ty,
+                        index,
+                        value,
+                        max_abs,
+                    }
+                } else {
+                    FormatError::NonFinite { ty, index, value }
                 });
             }
             let blocks = src.chunks_exact(c.elems).zip(out.chunks_exact_mut(c.bytes));
