@@ -36,7 +36,7 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
         _ => unreachable!("clap requires one prompt source"),
     };
     let tokenizer = Tokenizer::from_gguf(file)
-        .map_err(|e| CliError::input(format!("{}: {e}", file.path().display())))?;
+        .map_err(|e| CliError::input(e.to_string()))?;
     let ids = tokenizer
         .encode(&text, true, true)
         .map_err(|e| CliError::input(format!("cannot tokenize the prompt: {e}")))?;

@@ -1,0 +1,161 @@
+//! The tokenizer of a GGUF byte-level BPE vocabulary, tokenizing as llama.cpp does: special
+//! tokens are cut out of the text first (`special_split`), every remaining fragment goes through
+//! a Hugging Face `tokenizers` pipeline holding only the pre-tokenizer and the BPE model (no
+//! normalizer, no added tokens: those steps are llama.cpp's, done here).
+
+use super::gguf_vocab::GgufVocab;
+use super::special_split::{partition, Fragment};
+use super::{byte_level, TokenKind, TokenizerError};
+use crate::gguf::GgufFile;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::AddedToken;
+
+pub(crate) struct GgufBpe {
+    bpe: tokenizers::Tokenizer,
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    /// Control, user-defined and unknown tokens in llama.cpp's matching order: longest text
+    /// first (ties by id, where llama.cpp's unstable sort leaves the order unspecified).
+    specials: Vec<u32>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+}
+
+impl GgufBpe {
+    pub fn from_gguf(file: &GgufFile) -> Result<GgufBpe, TokenizerError> {
+        let vocab = GgufVocab::read(file)?;
+        let build_err = |detail: String| TokenizerError::Build {
+            path: file.path().to_path_buf(),
+            detail,
+        };
+        let ids: Vocab = vocab
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let model = BPE::builder()
+            .vocab_and_merges(ids, vocab.merges)
+            .build()
+            .map_err(|e| build_err(e.to_string()))?;
+        let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
+        let mut bpe = tokenizers::Tokenizer::new(model);
+        bpe.with_pre_tokenizer(Some(pre_tokenizer));
+
+        let mut specials: Vec<u32> = (0..vocab.tokens.len() as u32)
+            .filter(|&id| vocab.kinds[id as usize].is_matched_in_text())
+            .collect();
+        specials.sort_by_key(|&id| (std::cmp::Reverse(vocab.tokens[id as usize].len()), id));
+
+        Ok(GgufBpe {
+            bpe,
+            tokens: vocab.tokens,
+            kinds: vocab.kinds,
+            specials,
+            bos: vocab.bos,
+            eos: vocab.eos,
+            add_bos: vocab.add_bos,
+            add_eos: vocab.add_eos,
+        })
+    }
+
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            ids.extend(self.bos);
+        }
+        // With parse_special off llama.cpp still cuts user-defined tokens out first (as
+        // Hugging Face does with non-special added tokens); control and unknown ones stay text.
+        let specials = self
+            .specials
+            .iter()
+            .filter(|&&id| parse_special || self.kinds[id as usize] == TokenKind::UserDefined)
+            .map(|&id| (id, self.tokens[id as usize].as_str()));
+        for fragment in partition(text, specials) {
+            match fragment {
+                Fragment::Token(id) => ids.push(id),
+                Fragment::Text(t) => {
+                    let encoding = self
+                        .bpe
+                        .encode(t, false)
+                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                    ids.extend_from_slice(encoding.get_ids());
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            ids.extend(self.eos);
+        }
+        Ok(ids)
+    }
+
+    /// The bytes token `id` stands for, as llama.cpp's `token_to_piece(special = true)`:
+    /// ordinary tokens through the byte-level alphabet, control and user-defined tokens as
+    /// their literal text, unused/byte/undefined tokens as nothing.
+    pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) -> bool {
+        let Some(text) = self.tokens.get(id as usize) else {
+            return false;
+        };
+        match self.kinds[id as usize] {
+            TokenKind::Normal => byte_level::decode_into(text, out),
+            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => {
+                out.extend_from_slice(text.as_bytes())
+            }
+            TokenKind::Unused | TokenKind::Byte | TokenKind::Undefined => {}
+        }
+        true
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.bpe.token_to_id(text)
+    }
+
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        self.kinds.get(id as usize).copied()
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The same tokenizer as a Hugging Face tokenizer.json: control/unknown tokens become
+    /// special added tokens, user-defined ones non-special added tokens.
+    pub fn to_tokenizer_json(&self) -> Result<String, TokenizerError> {
+        let mut hf = self.bpe.clone();
+        let added: Vec<AddedToken> = self
+            .specials
+            .iter()
+            .map(|&id| {
+                let special = self.kinds[id as usize] != TokenKind::UserDefined;
+                AddedToken::from(self.tokens[id as usize].clone(), special).normalized(false)
+            })
+            .collect();
+        hf.add_tokens(&added);
+        hf.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
+        hf.to_string(true)
+            .map_err(|e| TokenizerError::Export(e.to_string()))
+    }
+}

@@ -1,0 +1,404 @@
+//! Reads `tokenizer.ggml.*` metadata into a validated vocabulary, applying llama.cpp's rules
+//! for token kinds and special-token flags. Anything missing or inconsistent is an error that
+//! names the key: a tokenizer that guesses produces plausible but wrong ids.
+
+use super::pre_tokenizer::PreTokenizer;
+use super::{TokenKind, TokenizerError};
+use crate::gguf::{GgufFile, MetaValue};
+use std::collections::{HashMap, HashSet};
+
+const KEY_MODEL: &str = "tokenizer.ggml.model";
+const KEY_PRE: &str = "tokenizer.ggml.pre";
+const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+const KEY_MERGES: &str = "tokenizer.ggml.merges";
+const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
+const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
+const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+
+/// A byte-level BPE vocabulary as llama.cpp would load it.
+pub(crate) struct GgufVocab {
+    pub tokens: Vec<String>,
+    pub kinds: Vec<TokenKind>,
+    /// In rank order, duplicates removed (the first occurrence keeps its rank, as in llama.cpp).
+    pub merges: Vec<(String, String)>,
+    pub pre: PreTokenizer,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+}
+
+impl GgufVocab {
+    pub fn read(file: &GgufFile) -> Result<GgufVocab, TokenizerError> {
+        let err = |key: &str, detail: String| TokenizerError::Metadata {
+            path: file.path().to_path_buf(),
+            key: key.to_string(),
+            detail,
+        };
+
+        let model = match file.get(KEY_MODEL) {
+            None => {
+                return Err(err(
+                    KEY_MODEL,
+                    "is missing: the file carries no tokenizer (use the GGUF converted with its vocabulary, or a tokenizer.json)".into(),
+                ))
+            }
+            Some(v) => v
+                .as_str()
+                .ok_or_else(|| err(KEY_MODEL, format!("is {v}, expected a string")))?,
+        };
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel {
+                path: file.path().to_path_buf(),
+                model: model.to_string(),
+            });
+        }
+        let pre_name = match file.get(KEY_PRE) {
+            None => None,
+            Some(v) => Some(
+                v.as_str()
+                    .ok_or_else(|| err(KEY_PRE, format!("is {v}, expected a string")))?,
+            ),
+        };
+        let pre = pre_name
+            .and_then(PreTokenizer::from_gguf_name)
+            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer {
+                path: file.path().to_path_buf(),
+                pre: pre_name.map(str::to_string),
+            })?;
+
+        let tokens = read_tokens(file, &err)?;
+        let n = tokens.len();
+        let mut kinds = read_kinds(file, n, &err)?;
+        let token_ids = index_tokens(&tokens, &err)?;
+        let merges = read_merges(file, &token_ids, &err)?;
+        check_byte_alphabet(&token_ids, &err)?;
+
+        let bos = read_token_id(file, KEY_BOS, n, &err)?;
+        let eos = read_token_id(file, KEY_EOS, n, &err)?;
+        let add_bos = read_flag(file, KEY_ADD_BOS, pre.default_add_bos(), &err)?;
+        let add_eos = read_flag(file, KEY_ADD_EOS, false, &err)?;
+        if add_bos && bos.is_none() {
+            return Err(err(
+                KEY_BOS,
+                format!("is missing but {KEY_ADD_BOS} asks for a BOS token"),
+            ));
+        }
+        if add_eos && eos.is_none() {
+            return Err(err(
+                KEY_EOS,
+                format!("is missing but {KEY_ADD_EOS} asks for an EOS token"),
+            ));
+        }
+
+        force_control_looking_tokens(file, &token_ids, &mut kinds);
+
+        Ok(GgufVocab {
+            tokens,
+            kinds,
+            merges,
+            pre,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+        })
+    }
+}
+
+type ErrFn<'a> = dyn Fn(&str, String) -> TokenizerError + 'a;
+
+fn read_tokens(file: &GgufFile, err: &ErrFn) -> Result<Vec<String>, TokenizerError> {
+    let values = file
+        .get(KEY_TOKENS)
+        .ok_or_else(|| err(KEY_TOKENS, "is missing: the file has no vocabulary".into()))?;
+    let list = values.as_array().ok_or_else(|| {
+        err(
+            KEY_TOKENS,
+            format!("is {values}, expected an array of strings"),
+        )
+    })?;
+    if list.is_empty() {
+        return Err(err(KEY_TOKENS, "is empty".into()));
+    }
+    if list.len() > u32::MAX as usize {
+        return Err(err(
+            KEY_TOKENS,
+            format!(
+                "has {} entries, more than token ids can address",
+                list.len()
+            ),
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            // llama.cpp renames empty tokens so that every token text is unique and matchable.
+            Some("") => Ok(format!("[EMPTY_{i}]")),
+            Some(s) => Ok(s.to_string()),
+            None => Err(err(
+                KEY_TOKENS,
+                format!("entry {i} is {v}, expected a string"),
+            )),
+        })
+        .collect()
+}
+
+fn read_kinds(file: &GgufFile, n: usize, err: &ErrFn) -> Result<Vec<TokenKind>, TokenizerError> {
+    let values = file.get(KEY_TOKEN_TYPE).ok_or_else(|| {
+        err(
+            KEY_TOKEN_TYPE,
+            "is missing: without token types the control tokens cannot be told apart (convert the model again)".into(),
+        )
+    })?;
+    let list = values.as_array().ok_or_else(|| {
+        err(
+            KEY_TOKEN_TYPE,
+            format!("is {values}, expected an array of integers"),
+        )
+    })?;
+    if list.len() != n {
+        return Err(err(
+            KEY_TOKEN_TYPE,
+            format!(
+                "has {} entries but {KEY_TOKENS} has {n}: the vocabulary is inconsistent",
+                list.len()
+            ),
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_i64().map(TokenKind::from_gguf).ok_or_else(|| {
+                err(
+                    KEY_TOKEN_TYPE,
+                    format!("entry {i} is {v}, expected an integer"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn index_tokens<'v>(
+    tokens: &'v [String],
+    err: &ErrFn,
+) -> Result<HashMap<&'v str, u32>, TokenizerError> {
+    let mut ids = HashMap::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        if let Some(first) = ids.insert(t.as_str(), i as u32) {
+            return Err(err(
+                KEY_TOKENS,
+                format!("holds {t:?} twice (ids {first} and {i}): the vocabulary is inconsistent"),
+            ));
+        }
+    }
+    Ok(ids)
+}
+
+fn read_merges(
+    file: &GgufFile,
+    ids: &HashMap<&str, u32>,
+    err: &ErrFn,
+) -> Result<Vec<(String, String)>, TokenizerError> {
+    let values = file.get(KEY_MERGES).ok_or_else(|| {
+        err(
+            KEY_MERGES,
+            "is missing: a gpt2 (BPE) vocabulary needs its merge list".into(),
+        )
+    })?;
+    let list = values.as_array().ok_or_else(|| {
+        err(
+            KEY_MERGES,
+            format!("is {values}, expected an array of strings"),
+        )
+    })?;
+    let mut seen = HashSet::with_capacity(list.len());
+    let mut merges = Vec::with_capacity(list.len());
+    let mut joined = String::new();
+    for (i, v) in list.iter().enumerate() {
+        let text = v
+            .as_str()
+            .ok_or_else(|| err(KEY_MERGES, format!("entry {i} is {v}, expected a string")))?;
+        // llama.cpp splits at the first space after the first byte; byte-level tokens never
+        // contain a space, so this is the only split.
+        let split = text
+            .bytes()
+            .skip(1)
+            .position(|b| b == b' ')
+            .map(|p| p + 1)
+            .ok_or_else(|| {
+                err(
+                    KEY_MERGES,
+                    format!("entry {i} {text:?} is not two tokens separated by a space"),
+                )
+            })?;
+        let (left, right) = (&text[..split], &text[split + 1..]);
+        joined.clear();
+        joined.push_str(left);
+        joined.push_str(right);
+        for part in [left, right, joined.as_str()] {
+            if !ids.contains_key(part) {
+                return Err(err(
+                    KEY_MERGES,
+                    format!("entry {i} {text:?} needs token {part:?}, which is not in {KEY_TOKENS}: the vocabulary is inconsistent"),
+                ));
+            }
+        }
+        if seen.insert((left, right)) {
+            merges.push((left.to_string(), right.to_string()));
+        }
+    }
+    Ok(merges)
+}
+
+/// Every byte must have its single-character token, or some text could not be encoded.
+fn check_byte_alphabet(ids: &HashMap<&str, u32>, err: &ErrFn) -> Result<(), TokenizerError> {
+    for b in 0..=255u8 {
+        let c = super::byte_level::byte_to_char(b).to_string();
+        if !ids.contains_key(c.as_str()) {
+            return Err(err(
+                KEY_TOKENS,
+                format!("lacks the byte-level token {c:?} for byte 0x{b:02x}: not a byte-level BPE vocabulary"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn read_token_id(
+    file: &GgufFile,
+    key: &str,
+    n: usize,
+    err: &ErrFn,
+) -> Result<Option<u32>, TokenizerError> {
+    let Some(v) = file.get(key) else {
+        return Ok(None);
+    };
+    match v.as_u64() {
+        Some(id) if (id as usize) < n => Ok(Some(id as u32)),
+        Some(id) => Err(err(
+            key,
+            format!("is {id}, outside the {n}-token vocabulary"),
+        )),
+        None => Err(err(key, format!("is {v}, expected a token id"))),
+    }
+}
+
+fn read_flag(
+    file: &GgufFile,
+    key: &str,
+    default: bool,
+    err: &ErrFn,
+) -> Result<bool, TokenizerError> {
+    match file.get(key) {
+        None => Ok(default),
+        Some(MetaValue::Bool(b)) => Ok(*b),
+        Some(v) => Err(err(key, format!("is {v}, expected true or false"))),
+    }
+}
+
+/// llama.cpp's load-time fix-up: tokens whose text marks end-of-generation or fill-in-the-middle
+/// are made control tokens even when the converter typed them otherwise (Qwen2.5's
+/// `<|fim_prefix|>`… are user-defined in its tokenizer.json). This changes whether they are
+/// matched in text with `parse_special` off, so it must be mirrored.
+///
+/// llama.cpp forces every end-of-generation text, and for each FIM role whose id is not in the
+/// metadata the first matching text it meets; rocky forces all matching texts of such a role
+/// (the same result unless a vocabulary holds two spellings of one role).
+fn force_control_looking_tokens(
+    file: &GgufFile,
+    ids: &HashMap<&str, u32>,
+    kinds: &mut [TokenKind],
+) {
+    const END_OF_GENERATION: &[&str] = &[
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+    ];
+    // (metadata keys that name the role's token, texts llama.cpp recognizes for it)
+    const ROLES: &[(&[&str], &[&str])] = &[
+        (&["tokenizer.ggml.eot_token_id"], &["<｜end▁of▁sentence｜>"]),
+        (
+            &[
+                "tokenizer.ggml.fim_pre_token_id",
+                "tokenizer.ggml.prefix_token_id",
+            ],
+            &[
+                "<|fim_prefix|>",
+                "<fim-prefix>",
+                "<fim_prefix>",
+                "<｜fim▁begin｜>",
+                "<PRE>",
+                "▁<PRE>",
+                "<|code_prefix|>",
+            ],
+        ),
+        (
+            &[
+                "tokenizer.ggml.fim_suf_token_id",
+                "tokenizer.ggml.suffix_token_id",
+            ],
+            &[
+                "<|fim_suffix|>",
+                "<fim-suffix>",
+                "<fim_suffix>",
+                "<｜fim▁hole｜>",
+                "<SUF>",
+                "▁<SUF>",
+                "<|code_suffix|>",
+            ],
+        ),
+        (
+            &[
+                "tokenizer.ggml.fim_mid_token_id",
+                "tokenizer.ggml.middle_token_id",
+            ],
+            &[
+                "<|fim_middle|>",
+                "<fim-middle>",
+                "<fim_middle>",
+                "<｜fim▁end｜>",
+                "<MID>",
+                "▁<MID>",
+                "<|code_middle|>",
+            ],
+        ),
+        (
+            &["tokenizer.ggml.fim_pad_token_id"],
+            &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"],
+        ),
+        (
+            &["tokenizer.ggml.fim_rep_token_id"],
+            &[
+                "<|fim_repo|>",
+                "<|repo_name|>",
+                "<fim-repo>",
+                "<REPO>",
+                "<reponame>",
+            ],
+        ),
+        (&["tokenizer.ggml.fim_sep_token_id"], &["<|file_sep|>"]),
+    ];
+    let mut force = |text: &str| {
+        if let Some(&id) = ids.get(text) {
+            kinds[id as usize] = TokenKind::Control;
+        }
+    };
+    END_OF_GENERATION.iter().for_each(|t| force(t));
+    for (keys, texts) in ROLES {
+        if keys.iter().all(|k| file.get(k).is_none()) {
+            texts.iter().for_each(|t| force(t));
+        }
+    }
+}

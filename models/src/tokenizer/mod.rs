@@ -1,0 +1,322 @@
+//! Text ↔ token ids, producing exactly the ids llama.cpp produces for the same GGUF.
+//!
+//! Supported: GGUF `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with the Qwen2
+//! pre-tokenizer (`tokenizer.ggml.pre` = qwen2 and the names llama.cpp treats identically).
+//! Anything else is refused with an error naming the value, never tokenized by a guess. A
+//! Hugging Face tokenizer.json can be loaded instead ([`Tokenizer::from_tokenizer_json`]);
+//! it then tokenizes with Hugging Face's semantics.
+
+mod byte_level;
+mod gguf_bpe;
+mod gguf_vocab;
+mod hf_json;
+mod pre_tokenizer;
+mod special_split;
+
+pub use pre_tokenizer::PreTokenizer;
+
+use crate::gguf::GgufFile;
+use gguf_bpe::GgufBpe;
+use hf_json::HfJson;
+use std::path::{Path, PathBuf};
+
+/// A token's kind, from GGUF `tokenizer.ggml.token_type` (after llama.cpp's fix-ups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    /// An ordinary BPE token (type 1).
+    Normal,
+    /// Type 2.
+    Unknown,
+    /// Type 3: chat/EOS markers such as `<|im_start|>`; matched in text only with
+    /// `parse_special`.
+    Control,
+    /// Type 4: added tokens, always matched in text before BPE.
+    UserDefined,
+    /// Type 5.
+    Unused,
+    /// Type 6 (SentencePiece byte tokens).
+    Byte,
+    /// Type 0 or an unknown type number.
+    Undefined,
+}
+
+impl TokenKind {
+    fn from_gguf(token_type: i64) -> TokenKind {
+        match token_type {
+            1 => TokenKind::Normal,
+            2 => TokenKind::Unknown,
+            3 => TokenKind::Control,
+            4 => TokenKind::UserDefined,
+            5 => TokenKind::Unused,
+            6 => TokenKind::Byte,
+            _ => TokenKind::Undefined,
+        }
+    }
+
+    /// Whether the token's text is looked for in raw text before BPE (llama.cpp's special
+    /// token cache).
+    fn is_matched_in_text(self) -> bool {
+        matches!(
+            self,
+            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(
+        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes only \"gpt2\" (byte-level BPE) vocabularies with pre-tokenizer {}",
+        path.display(), describe_model(model), supported_pre()
+    )]
+    UnsupportedModel { path: PathBuf, model: String },
+    #[error(
+        "{}: gpt2 pre-tokenizer {} is not supported (supported: {}); another pre-tokenizer splits text differently and would give wrong token ids",
+        path.display(), pre.as_deref().map(|p| format!("\"{p}\"")).unwrap_or_else(|| "(tokenizer.ggml.pre missing)".into()), supported_pre()
+    )]
+    UnsupportedPreTokenizer { path: PathBuf, pre: Option<String> },
+    #[error("{}: tokenizer metadata {key} {detail}", path.display())]
+    Metadata {
+        path: PathBuf,
+        key: String,
+        detail: String,
+    },
+    #[error("{}: cannot build the tokenizer: {detail}", path.display())]
+    Build { path: PathBuf, detail: String },
+    #[error("{}: cannot load the tokenizer.json: {detail}", path.display())]
+    TokenizerJson { path: PathBuf, detail: String },
+    #[error("tokenization failed: {0}")]
+    Encode(String),
+    #[error("cannot express the tokenizer as tokenizer.json: {0}")]
+    Export(String),
+}
+
+fn describe_model(model: &str) -> &'static str {
+    match model {
+        "llama" => "SentencePiece, as in Llama 1/2, Gemma and Mistral",
+        "bert" => "WordPiece",
+        "t5" => "Unigram",
+        "rwkv" => "RWKV's trie tokenizer",
+        "plamo2" => "PLaMo-2's tokenizer",
+        "no_vocab" | "none" => "no vocabulary in the file",
+        _ => "unknown to rocky",
+    }
+}
+
+fn supported_pre() -> String {
+    PreTokenizer::SUPPORTED
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A loaded tokenizer.
+pub struct Tokenizer {
+    backend: Backend,
+}
+
+enum Backend {
+    Gguf(Box<GgufBpe>),
+    HfJson(Box<HfJson>),
+}
+
+impl Tokenizer {
+    /// The tokenizer of a GGUF file's `tokenizer.ggml.*` metadata (a model or a
+    /// vocabulary-only file).
+    pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
+        Ok(Tokenizer {
+            backend: Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
+        })
+    }
+
+    /// A Hugging Face tokenizer.json (e.g. the one beside the original model).
+    pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Tokenizer, TokenizerError> {
+        Ok(Tokenizer {
+            backend: Backend::HfJson(Box::new(HfJson::open(path.as_ref())?)),
+        })
+    }
+
+    /// Token ids of `text`. `add_special` adds the BOS/EOS the vocabulary asks for
+    /// (`tokenizer.ggml.add_bos_token`, absent = no BOS for Qwen2); `parse_special` turns
+    /// control-token texts such as `<|im_start|>` into their ids (otherwise they are tokenized
+    /// as plain text). User-defined tokens are matched either way, as in llama.cpp.
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        match &self.backend {
+            Backend::Gguf(t) => t.encode(text, add_special, parse_special),
+            Backend::HfJson(t) => t.encode(text, add_special, parse_special),
+        }
+    }
+
+    /// The text of `ids`, special tokens written out. Bytes that do not form UTF-8 (a
+    /// character split across the ends of the list) and ids outside the vocabulary become
+    /// U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match &self.backend {
+            Backend::Gguf(t) => {
+                let mut bytes = Vec::with_capacity(ids.len() * 4);
+                for &id in ids {
+                    if !t.token_bytes(id, &mut bytes) {
+                        bytes.extend_from_slice(char::REPLACEMENT_CHARACTER.to_string().as_bytes());
+                    }
+                }
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Backend::HfJson(t) => t.decode(ids).unwrap_or_else(|| {
+                // Decode the valid ids; mark the invalid ones.
+                ids.iter()
+                    .map(|&id| {
+                        t.decode(&[id])
+                            .unwrap_or_else(|| char::REPLACEMENT_CHARACTER.to_string())
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    /// The exact bytes of one token (part of a UTF-8 character for some tokens); None for an
+    /// id outside the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        match &self.backend {
+            Backend::Gguf(t) => {
+                let mut bytes = Vec::new();
+                t.token_bytes(id, &mut bytes).then_some(bytes)
+            }
+            Backend::HfJson(t) => {
+                t.token_text(id)?;
+                t.decode(&[id]).map(String::into_bytes)
+            }
+        }
+    }
+
+    /// One token's text for display. A token holding part of a UTF-8 character shows those
+    /// bytes as `\xNN` escapes (Python's `backslashreplace`, as llama.cpp's Python tools print
+    /// pieces); an id outside the vocabulary gives U+FFFD.
+    pub fn token_piece(&self, id: u32) -> String {
+        match self.token_bytes(id) {
+            Some(bytes) => escape_invalid_utf8(&bytes),
+            None => char::REPLACEMENT_CHARACTER.to_string(),
+        }
+    }
+
+    /// The token's text as stored in the vocabulary (byte-level spelling: 'Ġ' for a space).
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        match &self.backend {
+            Backend::Gguf(t) => t.token_text(id).map(str::to_string),
+            Backend::HfJson(t) => t.token_text(id),
+        }
+    }
+
+    /// The id of a vocabulary entry given its stored text (byte-level spelling for ordinary
+    /// tokens, e.g. "Ġcapital"; literal text for special ones, e.g. "<|im_start|>").
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        match &self.backend {
+            Backend::Gguf(t) => t.token_id(text),
+            Backend::HfJson(t) => t.token_id(text),
+        }
+    }
+
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        match &self.backend {
+            Backend::Gguf(t) => t.token_kind(id),
+            Backend::HfJson(t) => t.token_kind(id),
+        }
+    }
+
+    /// Number of token ids (the GGUF list, or a tokenizer.json's vocabulary plus added tokens).
+    pub fn vocab_size(&self) -> usize {
+        match &self.backend {
+            Backend::Gguf(t) => t.vocab_size(),
+            Backend::HfJson(t) => t.vocab_size(),
+        }
+    }
+
+    /// BOS id from the GGUF metadata (None for a tokenizer.json).
+    pub fn bos_id(&self) -> Option<u32> {
+        match &self.backend {
+            Backend::Gguf(t) => t.bos(),
+            Backend::HfJson(_) => None,
+        }
+    }
+
+    /// EOS id from the GGUF metadata (None for a tokenizer.json).
+    pub fn eos_id(&self) -> Option<u32> {
+        match &self.backend {
+            Backend::Gguf(t) => t.eos(),
+            Backend::HfJson(_) => None,
+        }
+    }
+
+    /// Whether `encode(.., add_special = true, ..)` starts with BOS (GGUF tokenizers).
+    pub fn adds_bos(&self) -> bool {
+        match &self.backend {
+            Backend::Gguf(t) => t.add_bos(),
+            Backend::HfJson(_) => false,
+        }
+    }
+
+    /// The tokenizer as a Hugging Face tokenizer.json document (pretty-printed). For a GGUF
+    /// vocabulary: the same BPE and split, control tokens as special added tokens,
+    /// user-defined ones as ordinary added tokens, no normalizer.
+    pub fn to_tokenizer_json(&self) -> Result<String, TokenizerError> {
+        match &self.backend {
+            Backend::Gguf(t) => t.to_tokenizer_json(),
+            Backend::HfJson(t) => t.to_json(),
+        }
+    }
+}
+
+/// `bytes` as text, each byte that is not part of a valid UTF-8 character written as `\xNN`.
+fn escape_invalid_utf8(mut bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(valid) => {
+                out.push_str(valid);
+                return out;
+            }
+            Err(e) => {
+                let (valid, rest) = bytes.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                let bad = e.error_len().unwrap_or(rest.len());
+                for b in &rest[..bad] {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+                bytes = &rest[bad..];
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.backend {
+            Backend::Gguf(_) => "gguf byte-level BPE",
+            Backend::HfJson(_) => "tokenizer.json",
+        };
+        f.debug_struct("Tokenizer")
+            .field("kind", &kind)
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_invalid_utf8;
+
+    #[test]
+    fn invalid_utf8_bytes_are_escaped_one_by_one() {
+        assert_eq!(escape_invalid_utf8(b"ab"), "ab");
+        assert_eq!(escape_invalid_utf8(b" \xe2\x89"), " \\xe2\\x89");
+        assert_eq!(
+            escape_invalid_utf8(b"\xffok\xe6\x97\xa5"),
+            "\\xffok\u{65e5}"
+        );
+    }
+}

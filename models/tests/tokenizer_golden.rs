@@ -1,0 +1,340 @@
+//! The GGUF tokenizer against llama.cpp's token ids in ../shared/golden:
+//!
+//! - `tokenizer/ggml-vocab-qwen2.gguf.{inp,out}`: llama.cpp's own test-tokenizer-0 cases for the
+//!   qwen2 vocabulary (add_special = false, parse_special = false, as that test runs them);
+//! - every `qwen2-*/tokenize_only.json`: short texts with and without special tokens;
+//! - every text prompt `qwen2-*/t*.json` (its own add_special/parse_special flags), tokenized
+//!   with the tokenizer of the model file itself;
+//! - decode(encode(text)) == text for all of those texts;
+//! - the same texts through a tokenizer.json exported from the GGUF vocabulary.
+//!
+//! Each test prints what it checked (run with `-- --nocapture` to see it) and fails on any id
+//! that differs.
+
+mod common;
+
+use rocky_models::gguf::GgufFile;
+use rocky_models::tokenizer::{Tokenizer, TokenizerError};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+fn golden() -> PathBuf {
+    common::shared().join("golden")
+}
+
+fn vocab_path() -> PathBuf {
+    common::shared().join("models/ggml-vocab-qwen2.gguf")
+}
+
+/// The qwen2 vocabulary tokenizer, built once per test binary.
+fn qwen2() -> &'static Tokenizer {
+    static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
+    TOKENIZER.get_or_init(|| open_tokenizer(&vocab_path()))
+}
+
+fn open_tokenizer(path: &Path) -> Tokenizer {
+    let file = GgufFile::open(path).unwrap_or_else(|e| panic!("{e}"));
+    Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn read_json(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an id array")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// One text with the ids llama.cpp gave it.
+struct Case {
+    origin: String,
+    text: String,
+    add_special: bool,
+    parse_special: bool,
+    expected: Vec<u32>,
+}
+
+/// llama.cpp's test-tokenizer-0 files: texts separated by "\n__ggml_vocab_test__\n" (so each
+/// text has no trailing newline of its own unless it has two), one line of space-separated
+/// ids per text. Parsed exactly as tests/test-tokenizer-0.cpp `read_tests` does.
+fn llama_cpp_vocab_test_cases() -> Vec<Case> {
+    let dir = golden().join("tokenizer");
+    let inp =
+        std::fs::read_to_string(dir.join("ggml-vocab-qwen2.gguf.inp")).expect("the .inp file");
+    let out =
+        std::fs::read_to_string(dir.join("ggml-vocab-qwen2.gguf.out")).expect("the .out file");
+    const SEP: &str = "\n__ggml_vocab_test__\n";
+    let mut texts = Vec::new();
+    let mut pos = 0;
+    while pos < inp.len() {
+        match inp[pos..].find(SEP) {
+            Some(next) => {
+                texts.push(inp[pos..pos + next].to_string());
+                pos += next + SEP.len();
+            }
+            None => {
+                texts.push(inp[pos..].to_string());
+                break;
+            }
+        }
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        texts.len(),
+        lines.len(),
+        "the .inp and .out files disagree on the number of tests"
+    );
+    texts
+        .into_iter()
+        .zip(lines)
+        .enumerate()
+        .map(|(i, (text, line))| Case {
+            origin: format!("ggml-vocab-qwen2.gguf.inp #{i}"),
+            text,
+            add_special: false,
+            parse_special: false,
+            expected: line
+                .split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|e| panic!(".out line {i}: {t:?}: {e}"))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The folders of golden outputs made with the qwen2 vocabulary.
+fn qwen2_folders() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(golden())
+        .expect("the golden directory")
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("qwen2-")
+        })
+        .collect();
+    dirs.sort();
+    assert!(
+        !dirs.is_empty(),
+        "no qwen2-* folders in {}",
+        golden().display()
+    );
+    dirs
+}
+
+fn tokenize_only_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for dir in qwen2_folders() {
+        let path = dir.join("tokenize_only.json");
+        if !path.exists() {
+            continue;
+        }
+        let folder = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for (i, entry) in read_json(&path)
+            .as_array()
+            .expect("a list")
+            .iter()
+            .enumerate()
+        {
+            let text = entry["text"].as_str().expect("text").to_string();
+            for add_special in [true, false] {
+                cases.push(Case {
+                    origin: format!("{folder}/tokenize_only.json #{i} add_special={add_special}"),
+                    text: text.clone(),
+                    add_special,
+                    // llama.cpp tokenized these with parse_special off: "<|im_start|>" in the
+                    // text comes out as plain-text pieces in both lists.
+                    parse_special: false,
+                    expected: ids_of(&entry[format!("ids_add_special_{add_special}")]),
+                });
+            }
+        }
+    }
+    assert!(!cases.is_empty(), "no tokenize_only.json found");
+    cases
+}
+
+fn text_prompt_cases(dir: &Path) -> Vec<Case> {
+    let folder = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with('t') && name.ends_with(".json") && name != "tokenize_only.json"
+        })
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|p| read_json(p))
+        .filter(|j| j["kind"] == "text")
+        .map(|j| Case {
+            origin: format!("{folder}/{}.json", j["name"].as_str().unwrap()),
+            text: j["text"].as_str().expect("text").to_string(),
+            add_special: j["add_special"].as_bool().expect("add_special"),
+            parse_special: j["parse_special"].as_bool().expect("parse_special"),
+            expected: ids_of(&j["token_ids"]),
+        })
+        .collect()
+}
+
+/// Encodes every case; prints a summary and the first differences, returns the mismatches.
+fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
+    let mut mismatches = 0;
+    let mut ids_checked = 0;
+    for case in cases {
+        let got = tokenizer
+            .encode(&case.text, case.add_special, case.parse_special)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.origin));
+        ids_checked += case.expected.len();
+        if got != case.expected {
+            mismatches += 1;
+            if mismatches <= 10 {
+                eprintln!(
+                    "MISMATCH {}: text {:?}\n  llama.cpp {:?}\n  rocky     {:?}",
+                    case.origin, case.text, case.expected, got
+                );
+            }
+        }
+    }
+    println!(
+        "{label}: {} texts, {ids_checked} expected ids, {mismatches} mismatches",
+        cases.len()
+    );
+    mismatches
+}
+
+/// decode(encode(text)) must give the text back (no normalization, lossless byte-level BPE).
+fn check_round_trip(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
+    let mut failures = 0;
+    for case in cases {
+        let ids = tokenizer
+            .encode(&case.text, false, case.parse_special)
+            .unwrap();
+        let back = tokenizer.decode(&ids);
+        if back != case.text {
+            failures += 1;
+            eprintln!(
+                "ROUND TRIP {}: {:?} came back as {:?}",
+                case.origin, case.text, back
+            );
+        }
+    }
+    println!(
+        "{label}: {} texts round-tripped, {failures} failures",
+        cases.len()
+    );
+    failures
+}
+
+#[test]
+fn llama_cpp_tokenizer_test_qwen2_vocab() {
+    let cases = llama_cpp_vocab_test_cases();
+    assert!(
+        cases.len() > 40,
+        "expected llama.cpp's full test list, got {}",
+        cases.len()
+    );
+    assert_eq!(check("test-tokenizer-0 qwen2", qwen2(), &cases), 0);
+}
+
+#[test]
+fn tokenize_only_json_in_every_qwen2_folder() {
+    assert_eq!(
+        check("tokenize_only.json", qwen2(), &tokenize_only_cases()),
+        0
+    );
+}
+
+#[test]
+fn text_prompts_with_the_model_files_own_tokenizer() {
+    // The prompts in qwen2-tiny-f32 were tokenized with that model; its GGUF carries the
+    // vocabulary, so this also checks reading a tokenizer out of a full model file.
+    let model = open_tokenizer(&common::asset("qwen2-tiny-f32.gguf"));
+    let own = text_prompt_cases(&golden().join("qwen2-tiny-f32"));
+    assert!(
+        own.len() >= 4,
+        "expected the t1..t4 text prompts, found {}",
+        own.len()
+    );
+    assert_eq!(
+        check("qwen2-tiny-f32 text prompts (model file)", &model, &own),
+        0
+    );
+
+    let all: Vec<Case> = qwen2_folders()
+        .iter()
+        .flat_map(|d| text_prompt_cases(d))
+        .collect();
+    assert_eq!(
+        check(
+            "text prompts, all qwen2 folders (vocab file)",
+            qwen2(),
+            &all
+        ),
+        0
+    );
+}
+
+#[test]
+fn decode_gives_every_golden_text_back() {
+    let mut cases = llama_cpp_vocab_test_cases();
+    cases.extend(tokenize_only_cases());
+    cases.extend(qwen2_folders().iter().flat_map(|d| text_prompt_cases(d)));
+    assert_eq!(check_round_trip("decode(encode(text))", qwen2(), &cases), 0);
+}
+
+#[test]
+fn exported_tokenizer_json_gives_the_same_ids() {
+    let json = qwen2().to_tokenizer_json().unwrap();
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qwen2-exported-tokenizer.json");
+    std::fs::write(&path, json).unwrap();
+    let hf = Tokenizer::from_tokenizer_json(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hf.vocab_size(), qwen2().vocab_size());
+    let mut cases = llama_cpp_vocab_test_cases();
+    cases.extend(tokenize_only_cases().into_iter().filter(|c| !c.add_special));
+    assert_eq!(
+        check("tokenizer.json exported from the GGUF", &hf, &cases),
+        0
+    );
+    assert_eq!(
+        check_round_trip("tokenizer.json decode(encode(text))", &hf, &cases),
+        0
+    );
+}
+
+#[test]
+fn gemma3_sentencepiece_vocabulary_is_refused_by_name() {
+    let path = common::asset("gemma-3-270m-q4_k_m.gguf");
+    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let err = Tokenizer::from_gguf(&file).expect_err("a SentencePiece vocabulary must be refused");
+    let message = err.to_string();
+    println!("gemma 3: {message}");
+    assert!(
+        matches!(&err, TokenizerError::UnsupportedModel { model, .. } if model == "llama"),
+        "{err:?}"
+    );
+    for needle in [
+        "\"llama\"",
+        "SentencePiece",
+        "\"gpt2\"",
+        "\"qwen2\"",
+        "gemma-3-270m-q4_k_m.gguf",
+    ] {
+        assert!(
+            message.contains(needle),
+            "the error should mention {needle}: {message}"
+        );
+    }
+}
