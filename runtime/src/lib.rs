@@ -30,7 +30,6 @@ pub use info::{
     DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo, MemoryHeap, MemoryInfo,
     MemoryType, QueueInfo, SubgroupInfo, SubgroupSizeControl,
 };
-pub use memory::MemoryUse;
 pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
 pub use select::{list_devices, select_device, DeviceSelector};

@@ -1,0 +1,403 @@
+//! Recording dispatches into a command buffer and running it.
+//!
+//! ```text
+//! let mut rec = Recorder::new(&ctx)?;
+//! rec.dispatch(&pipeline, &[x.whole(), y.whole()], &push_bytes, [groups, 1, 1])?;
+//! rec.submit_and_wait(Duration::from_secs(10))?;
+//! ```
+//!
+//! A recorder borrows the pipelines and buffers it records (`'a`), so they cannot be dropped
+//! while the GPU may use them. Barriers are inserted only between dispatches that depend on
+//! each other (see `hazards`). Out-of-memory at `vkEndCommandBuffer`/`vkQueueSubmit` is
+//! reported as `RuntimeError::CommandBufferOutOfMemory`, which the graph executor uses to
+//! budget command buffers.
+
+use crate::buffer::BufferRange;
+use crate::descriptors::DescriptorPools;
+use crate::device::Context;
+use crate::error::{OomKind, Result, RuntimeError, SubmitStage};
+use crate::hazards::{Access, HazardTracker};
+use crate::pipeline::ComputePipeline;
+use crate::submit::CommandBuffer;
+use crate::timing::TimestampQueries;
+use ash::vk;
+use ash::vk::Handle;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Recording,
+    /// Ended: can be submitted (again) but not extended until `reset`.
+    Executable,
+}
+
+pub struct Recorder<'a> {
+    // Field order matters for Drop: the command buffer waits for its work before the
+    // descriptor pools are destroyed.
+    cb: CommandBuffer,
+    descriptors: DescriptorPools,
+    hazards: HazardTracker,
+    state: State,
+    dispatches: u32,
+    barriers: u32,
+    declared_shared_bytes: u64,
+    _borrows: PhantomData<&'a ()>,
+}
+
+impl<'a> Recorder<'a> {
+    /// A new command buffer, ready to record.
+    pub fn new(ctx: &Context) -> Result<Recorder<'a>> {
+        let mut cb = CommandBuffer::new(&ctx.shared)?;
+        cb.begin()?;
+        Ok(Recorder {
+            descriptors: DescriptorPools::new(&ctx.shared),
+            cb,
+            hazards: HazardTracker::default(),
+            state: State::Recording,
+            dispatches: 0,
+            barriers: 0,
+            declared_shared_bytes: 0,
+            _borrows: PhantomData,
+        })
+    }
+
+    /// Records one dispatch of `pipeline` over `groups` workgroups. `bindings[i]` is bound at
+    /// `pipeline.meta().bindings[i].binding`; `push_constants` must be exactly the kernel's
+    /// push-constant block. A barrier is inserted first if this dispatch depends on earlier
+    /// ones.
+    pub fn dispatch(
+        &mut self,
+        pipeline: &'a ComputePipeline,
+        bindings: &[BufferRange<'a>],
+        push_constants: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let meta = pipeline.meta();
+        let refuse = |reason: String| {
+            Err(RuntimeError::InvalidDispatch {
+                kernel: meta.name.clone(),
+                reason,
+            })
+        };
+        if self.state != State::Recording {
+            return refuse(
+                "the recorder was already submitted; call reset() to record again".into(),
+            );
+        }
+        if bindings.len() != meta.bindings.len() {
+            return refuse(format!(
+                "{} buffers given, the kernel has {} bindings ({})",
+                bindings.len(),
+                meta.bindings.len(),
+                meta.bindings
+                    .iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if push_constants.len() != meta.push_constant_bytes as usize {
+            return refuse(format!(
+                "{} bytes of push constants given, the kernel takes {}",
+                push_constants.len(),
+                meta.push_constant_bytes
+            ));
+        }
+        let caps = &self.cb.shared.caps;
+        for axis in 0..3 {
+            if groups[axis] == 0 || groups[axis] > caps.max_workgroup_count[axis] {
+                return refuse(format!(
+                    "grid {groups:?} must be non-zero and within maxComputeWorkGroupCount {:?}",
+                    caps.max_workgroup_count
+                ));
+            }
+        }
+        let mut accesses = Vec::with_capacity(bindings.len());
+        for (range, binding) in bindings.iter().zip(&meta.bindings) {
+            let name = &binding.name;
+            let buffer = range.buffer;
+            if !Arc::ptr_eq(&buffer.shared, &self.cb.shared) {
+                return refuse(format!(
+                    "buffer for `{name}` belongs to another device context"
+                ));
+            }
+            let end = range.offset.checked_add(range.size);
+            if range.size == 0 || end.map_or(true, |e| e > buffer.size()) {
+                return refuse(format!(
+                    "binding `{name}`: range {}+{} is empty or outside buffer `{}` of {} bytes",
+                    range.offset,
+                    range.size,
+                    buffer.label(),
+                    buffer.size()
+                ));
+            }
+            if range.offset % caps.min_storage_buffer_offset_alignment != 0 {
+                return refuse(format!(
+                    "binding `{name}`: offset {} is not a multiple of \
+                     minStorageBufferOffsetAlignment {}",
+                    range.offset, caps.min_storage_buffer_offset_alignment
+                ));
+            }
+            if range.size > caps.max_storage_buffer_range as u64 {
+                return refuse(format!(
+                    "binding `{name}`: {} bytes exceed maxStorageBufferRange {}; bind it in \
+                     pieces (Buffer::bindable_spans)",
+                    range.size, caps.max_storage_buffer_range
+                ));
+            }
+            accesses.push(Access {
+                buffer: buffer.raw.as_raw(),
+                offset: range.offset,
+                size: range.size,
+                write: !binding.read_only,
+            });
+        }
+
+        if self.hazards.needs_barrier(&accesses) {
+            self.record_barrier();
+        }
+        self.hazards.record(&accesses);
+
+        let set = self
+            .descriptors
+            .allocate(pipeline.set_layout, bindings.len() as u32)?;
+        let infos: Vec<vk::DescriptorBufferInfo> = bindings
+            .iter()
+            .map(|r| vk::DescriptorBufferInfo {
+                buffer: r.buffer.raw,
+                offset: r.offset,
+                range: r.size,
+            })
+            .collect();
+        let writes: Vec<vk::WriteDescriptorSet> = meta
+            .bindings
+            .iter()
+            .zip(&infos)
+            .map(|(b, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(b.binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(std::slice::from_ref(info))
+            })
+            .collect();
+        let device = &self.cb.shared.device;
+        // SAFETY: recording state checked; the set, pipeline and buffers are alive for 'a,
+        // which outlives this recorder and therefore its submissions.
+        unsafe {
+            device.update_descriptor_sets(&writes, &[]);
+            device.cmd_bind_pipeline(self.cb.raw, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+            device.cmd_bind_descriptor_sets(
+                self.cb.raw,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.layout,
+                0,
+                &[set],
+                &[],
+            );
+            if !push_constants.is_empty() {
+                device.cmd_push_constants(
+                    self.cb.raw,
+                    pipeline.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    push_constants,
+                );
+            }
+            device.cmd_dispatch(self.cb.raw, groups[0], groups[1], groups[2]);
+        }
+        self.dispatches += 1;
+        self.declared_shared_bytes += meta.shared_bytes as u64;
+        Ok(())
+    }
+
+    /// Orders everything recorded so far before everything recorded next, whether or not the
+    /// buffers overlap (e.g. between timed repetitions).
+    pub fn barrier(&mut self) -> Result<()> {
+        self.require_recording("record a barrier")?;
+        self.record_barrier();
+        Ok(())
+    }
+
+    /// Resets `count` queries of `queries` from `first` (needed before writing them again).
+    pub fn reset_timestamps(
+        &mut self,
+        queries: &'a TimestampQueries,
+        first: u32,
+        count: u32,
+    ) -> Result<()> {
+        self.require_recording("reset timestamps")?;
+        queries.check_range(first, count)?;
+        // SAFETY: recording; the pool outlives the recorder ('a).
+        unsafe {
+            self.cb
+                .shared
+                .device
+                .cmd_reset_query_pool(self.cb.raw, queries.raw, first, count)
+        };
+        Ok(())
+    }
+
+    /// Writes timestamp `index` when all work recorded so far has finished (bottom of pipe).
+    pub fn write_timestamp(&mut self, queries: &'a TimestampQueries, index: u32) -> Result<()> {
+        self.require_recording("write a timestamp")?;
+        queries.check_range(index, 1)?;
+        // SAFETY: recording; the pool outlives the recorder ('a).
+        unsafe {
+            self.cb.shared.device.cmd_write_timestamp(
+                self.cb.raw,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                queries.raw,
+                index,
+            )
+        };
+        Ok(())
+    }
+
+    /// Ends recording (first time only) and submits. Out-of-memory here is the distinct
+    /// `CommandBufferOutOfMemory`; the recorder then stays unusable until `reset`.
+    pub fn submit(&mut self) -> Result<()> {
+        if self.state == State::Recording {
+            self.record_host_visibility();
+            let ended = self.cb.end();
+            self.state = State::Executable;
+            ended.map_err(|r| self.submission_error(SubmitStage::End, r))?;
+        }
+        self.cb
+            .submit()
+            .map_err(|r| self.submission_error(SubmitStage::Submit, r))
+    }
+
+    /// Waits for the last submission; `Timeout` and `DeviceLost` are distinct errors.
+    pub fn wait(&mut self, timeout: Duration) -> Result<()> {
+        let what = format!("a command buffer of {} dispatches", self.dispatches);
+        self.cb.wait(timeout, &what)
+    }
+
+    /// `submit` then `wait`. May be called again to run the same work again.
+    pub fn submit_and_wait(&mut self, timeout: Duration) -> Result<()> {
+        self.submit()?;
+        self.wait(timeout)
+    }
+
+    /// Forgets everything recorded (and frees the driver memory it used) to record anew.
+    /// The previous submission must have finished.
+    pub fn reset(&mut self) -> Result<()> {
+        if self.cb.is_pending() {
+            self.wait(Duration::ZERO)
+                .map_err(|_| RuntimeError::InvalidDispatch {
+                    kernel: "(recorder)".to_string(),
+                    reason: "cannot reset while the submitted work is still running; wait first"
+                        .to_string(),
+                })?;
+        }
+        self.descriptors.reset()?;
+        self.cb.begin()?;
+        self.hazards.clear();
+        self.state = State::Recording;
+        self.dispatches = 0;
+        self.barriers = 0;
+        self.declared_shared_bytes = 0;
+        Ok(())
+    }
+
+    pub fn dispatch_count(&self) -> u32 {
+        self.dispatches
+    }
+
+    /// Barriers inserted so far (automatic and explicit).
+    pub fn barrier_count(&self) -> u32 {
+        self.barriers
+    }
+
+    /// Sum of `shared_bytes` over the recorded dispatches (the input of panvk's per-command-
+    /// buffer shared-memory budget).
+    pub fn declared_shared_bytes(&self) -> u64 {
+        self.declared_shared_bytes
+    }
+
+    fn require_recording(&self, action: &str) -> Result<()> {
+        if self.state == State::Recording {
+            Ok(())
+        } else {
+            Err(RuntimeError::InvalidDispatch {
+                kernel: "(recorder)".to_string(),
+                reason: format!("cannot {action}: already submitted; call reset() first"),
+            })
+        }
+    }
+
+    fn record_barrier(&mut self) {
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        // SAFETY: recording (callers check).
+        unsafe {
+            self.cb.shared.device.cmd_pipeline_barrier(
+                self.cb.raw,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+        self.hazards.clear();
+        self.barriers += 1;
+    }
+
+    /// Makes the shaders' writes visible to host reads of mapped memory after the fence wait
+    /// (UMA downloads read in place).
+    fn record_host_visibility(&mut self) {
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ);
+        // SAFETY: recording.
+        unsafe {
+            self.cb.shared.device.cmd_pipeline_barrier(
+                self.cb.raw,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    fn submission_error(&self, stage: SubmitStage, r: vk::Result) -> RuntimeError {
+        match OomKind::of(r) {
+            Some(kind) => RuntimeError::CommandBufferOutOfMemory {
+                stage,
+                kind,
+                dispatches: self.dispatches,
+                declared_shared_bytes: self.declared_shared_bytes,
+            },
+            None => RuntimeError::vk(
+                match stage {
+                    SubmitStage::End => "vkEndCommandBuffer",
+                    SubmitStage::Submit => "vkQueueSubmit",
+                },
+                r,
+            ),
+        }
+    }
+}
+
+impl Drop for Recorder<'_> {
+    fn drop(&mut self) {
+        if self.cb.is_pending()
+            && self
+                .cb
+                .wait(Duration::from_secs(10), "dropping a recorder")
+                .is_err()
+        {
+            // The GPU may still read these descriptor sets: leak rather than destroy.
+            self.descriptors.leak();
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Compute pipelines from SPIR-V words and a kernel's metadata.
+//!
+//! The compiler/runtime contract (`rocky_compiler::kernel`): storage buffers in descriptor set
+//! 0 at the listed bindings, one push-constant block at offset 0, entry point `main`.
+
+use crate::device::{Context, Shared};
+use crate::error::{OomKind, Result, RuntimeError};
+use crate::pipeline_cache::PipelineCache;
+use ash::vk;
+use rocky_compiler::kernel::{CompiledKernel, KernelMeta};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+const SPIRV_MAGIC: u32 = 0x0723_0203;
+
+pub struct ComputePipeline {
+    shared: Arc<Shared>,
+    pub(crate) raw: vk::Pipeline,
+    pub(crate) layout: vk::PipelineLayout,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
+    meta: KernelMeta,
+}
+
+impl std::fmt::Debug for ComputePipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComputePipeline")
+            .field("kernel", &self.meta.name)
+            .finish()
+    }
+}
+
+impl ComputePipeline {
+    pub fn from_kernel(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+    ) -> Result<ComputePipeline> {
+        ComputePipeline::new(ctx, cache, &kernel.spirv, &kernel.meta)
+    }
+
+    /// Checks `meta` against the device (features, limits, SPIR-V version), then builds the
+    /// descriptor set layout, pipeline layout and pipeline (through `cache` if given).
+    pub fn new(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        spirv: &[u32],
+        meta: &KernelMeta,
+    ) -> Result<ComputePipeline> {
+        ctx.check_required(&meta.name, &meta.required)?;
+        check_fits(ctx, spirv, meta)?;
+        let shared = &ctx.shared;
+        let device = &shared.device;
+
+        let bindings: Vec<vk::DescriptorSetLayoutBinding> = meta
+            .bindings
+            .iter()
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b.binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let push_ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(meta.push_constant_bytes)];
+        let push_ranges: &[vk::PushConstantRange] = if meta.push_constant_bytes > 0 {
+            &push_ranges
+        } else {
+            &[]
+        };
+
+        // Partially built objects are destroyed by this guard if a later step fails.
+        let mut pipeline = ComputePipeline {
+            shared: shared.clone(),
+            raw: vk::Pipeline::null(),
+            layout: vk::PipelineLayout::null(),
+            set_layout: vk::DescriptorSetLayout::null(),
+            meta: meta.clone(),
+        };
+        let fail = |call: &'static str, r: vk::Result| match OomKind::of(r) {
+            Some(kind) => RuntimeError::OutOfMemory {
+                what: format!("creating the pipeline of kernel `{}` ({call})", meta.name),
+                bytes: None,
+                kind,
+                hint: String::new(),
+            },
+            None => RuntimeError::vk(call, r),
+        };
+        // SAFETY: valid device; every create-info and what it points to outlives its call.
+        unsafe {
+            let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+            pipeline.set_layout = device
+                .create_descriptor_set_layout(&set_info, None)
+                .map_err(|r| fail("vkCreateDescriptorSetLayout", r))?;
+            let set_layouts = [pipeline.set_layout];
+            let layout_info = vk::PipelineLayoutCreateInfo::default()
+                .set_layouts(&set_layouts)
+                .push_constant_ranges(push_ranges);
+            pipeline.layout = device
+                .create_pipeline_layout(&layout_info, None)
+                .map_err(|r| fail("vkCreatePipelineLayout", r))?;
+
+            let module_info = vk::ShaderModuleCreateInfo::default().code(spirv);
+            let module = device
+                .create_shader_module(&module_info, None)
+                .map_err(|r| fail("vkCreateShaderModule", r))?;
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
+            let info = vk::ComputePipelineCreateInfo::default()
+                .stage(stage)
+                .layout(pipeline.layout);
+            let cache_raw = cache.map_or(vk::PipelineCache::null(), |c| c.raw);
+            let created = device.create_compute_pipelines(cache_raw, &[info], None);
+            // The module is only needed while the pipeline is created.
+            device.destroy_shader_module(module, None);
+            pipeline.raw = match created {
+                Ok(p) => p[0],
+                Err((_, r)) => {
+                    let generic = OomKind::of(r).is_some() || r == vk::Result::ERROR_DEVICE_LOST;
+                    return Err(if generic {
+                        fail("vkCreateComputePipelines", r)
+                    } else {
+                        RuntimeError::PipelineCreation {
+                            kernel: meta.name.clone(),
+                            result: r,
+                        }
+                    });
+                }
+            };
+        }
+        Ok(pipeline)
+    }
+
+    pub fn meta(&self) -> &KernelMeta {
+        &self.meta
+    }
+}
+
+impl Drop for ComputePipeline {
+    fn drop(&mut self) {
+        // SAFETY: recorders borrow the pipelines they use and finish before these drop;
+        // destroying null handles is a no-op.
+        unsafe {
+            let device = &self.shared.device;
+            device.destroy_pipeline(self.raw, None);
+            device.destroy_pipeline_layout(self.layout, None);
+            device.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+/// Refuses metadata the device cannot run, with the limit that is exceeded.
+fn check_fits(ctx: &Context, spirv: &[u32], meta: &KernelMeta) -> Result<()> {
+    let caps = ctx.caps();
+    let refuse = |reason: String| {
+        Err(RuntimeError::KernelExceedsLimits {
+            kernel: meta.name.clone(),
+            reason,
+        })
+    };
+    if spirv.len() < 5 || spirv[0] != SPIRV_MAGIC {
+        return refuse("the code is not a SPIR-V module (bad magic number or too short)".into());
+    }
+    let module_version = (
+        ((spirv[1] >> 16) & 0xff) as u8,
+        ((spirv[1] >> 8) & 0xff) as u8,
+    );
+    for (what, version) in [
+        ("module", module_version),
+        ("kernel metadata", meta.spirv_version),
+    ] {
+        if version > caps.max_spirv_version {
+            return refuse(format!(
+                "the {what} targets SPIR-V {}.{}, the device accepts up to {}.{}",
+                version.0, version.1, caps.max_spirv_version.0, caps.max_spirv_version.1
+            ));
+        }
+    }
+    let wg = meta.workgroup_size;
+    if wg.contains(&0) {
+        return refuse(format!("workgroup size {wg:?} has a zero dimension"));
+    }
+    for axis in 0..3 {
+        if wg[axis] > caps.max_workgroup_size[axis] {
+            return refuse(format!(
+                "workgroup size {wg:?} exceeds maxComputeWorkGroupSize {:?}",
+                caps.max_workgroup_size
+            ));
+        }
+    }
+    let invocations = wg.iter().map(|&x| x as u64).product::<u64>();
+    if invocations > caps.max_workgroup_invocations as u64 {
+        return refuse(format!(
+            "{invocations} invocations per workgroup exceed maxComputeWorkGroupInvocations {}",
+            caps.max_workgroup_invocations
+        ));
+    }
+    if meta.shared_bytes > caps.max_shared_bytes {
+        return refuse(format!(
+            "{} bytes of shared memory exceed maxComputeSharedMemorySize {}",
+            meta.shared_bytes, caps.max_shared_bytes
+        ));
+    }
+    if meta.push_constant_bytes % 4 != 0 || meta.push_constant_bytes > caps.max_push_constant_bytes
+    {
+        return refuse(format!(
+            "push constants of {} bytes (must be a multiple of 4 and at most maxPushConstantsSize {})",
+            meta.push_constant_bytes, caps.max_push_constant_bytes
+        ));
+    }
+    if meta.bindings.len() as u64 > caps.max_storage_buffers_per_kernel as u64 {
+        return refuse(format!(
+            "{} storage buffers exceed maxPerStageDescriptorStorageBuffers {}",
+            meta.bindings.len(),
+            caps.max_storage_buffers_per_kernel
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for b in &meta.bindings {
+        if !seen.insert(b.binding) {
+            return refuse(format!("binding {} is listed twice", b.binding));
+        }
+    }
+    Ok(())
+}
