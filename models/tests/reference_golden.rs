@@ -68,7 +68,13 @@ fn run(model_path: &Path, folder: &str) -> Vec<(String, f32, f64, bool, f32)> {
                 if c.top1_a == c.top1_b { "==" } else { "!=" },
                 c.gap_a
             );
-            (g.name, c.max_abs_diff, c.correlation, c.top1_a == c.top1_b, c.gap_a)
+            (
+                g.name,
+                c.max_abs_diff,
+                c.correlation,
+                c.top1_a == c.top1_b,
+                c.gap_a,
+            )
         })
         .collect()
 }
@@ -77,7 +83,10 @@ fn run(model_path: &Path, folder: &str) -> Vec<(String, f32, f64, bool, f32)> {
 fn tiny_f32_matches_llama_cpp_within_1e3() {
     let rows = run(&common::asset("qwen2-tiny-f32.gguf"), "qwen2-tiny-f32");
     let worst = rows.iter().map(|r| r.1).fold(0f32, f32::max);
-    println!("qwen2-tiny-f32: largest |Δlogit| over {} prompts = {worst:.3e}", rows.len());
+    println!(
+        "qwen2-tiny-f32: largest |Δlogit| over {} prompts = {worst:.3e}",
+        rows.len()
+    );
     for (name, d, _, same, _) in &rows {
         assert!(*d < 1e-3, "{name}: |Δ| = {d}");
         assert!(*same, "{name}: top-1 differs");
@@ -102,7 +111,10 @@ fn quantized(model: &str, folder: &str) {
     for (name, _, corr, same, gap) in &rows {
         assert!(*corr >= 0.999, "{folder} {name}: correlation {corr}");
         if *gap > 2.0 * worst {
-            assert!(*same, "{folder} {name}: top-1 differs with a clear gap {gap}");
+            assert!(
+                *same,
+                "{folder} {name}: top-1 differs with a clear gap {gap}"
+            );
         }
     }
 }

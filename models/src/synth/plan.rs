@@ -1,0 +1,331 @@
+//! What a synthetic model contains: the Qwen2.5 shapes, the tensor list llama.cpp's qwen2
+//! loader expects, and the GGML type of every tensor for each quantization mix.
+//!
+//! The Q4_K_M mix is a port of llama.cpp's `llama_tensor_get_type` (src/llama-quant.cpp) for
+//! the cases a dense, tied-embedding qwen2 model reaches, so a synthetic file has the same
+//! tensor types as a real model run through `llama-quantize ... Q4_K_M`.
+
+use crate::formats::GgmlType;
+use crate::gguf::TensorSpec;
+
+/// Tokens in the Qwen2 / Qwen2.5 vocabulary (the size of their embedding tables).
+pub const QWEN2_N_VOCAB: u64 = 151936;
+
+/// The model shapes `rocky synth` can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// The 4-layer test model of the golden files (256 hidden, 4/2 heads, FFN 768).
+    Tiny,
+    Qwen25_0_5B,
+    Qwen25_1_5B,
+    Qwen25_3B,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 4] = [
+        Shape::Tiny,
+        Shape::Qwen25_0_5B,
+        Shape::Qwen25_1_5B,
+        Shape::Qwen25_3B,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Tiny => "tiny",
+            Shape::Qwen25_0_5B => "qwen2.5-0.5b",
+            Shape::Qwen25_1_5B => "qwen2.5-1.5b",
+            Shape::Qwen25_3B => "qwen2.5-3b",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Shape> {
+        Shape::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The hyper-parameters, from the models' config.json (the vocabulary is the real Qwen2
+    /// one; `ShapeParams::n_vocab` can be replaced by the vocabulary file's token count).
+    pub fn params(self) -> ShapeParams {
+        // (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx)
+        let (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx) = match self {
+            Shape::Tiny => (256, 4, 4, 2, 64, 768, 4096),
+            Shape::Qwen25_0_5B => (896, 24, 14, 2, 64, 4864, 32768),
+            Shape::Qwen25_1_5B => (1536, 28, 12, 2, 128, 8960, 32768),
+            Shape::Qwen25_3B => (2048, 36, 16, 2, 128, 11008, 32768),
+        };
+        ShapeParams {
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff,
+            n_vocab: QWEN2_N_VOCAB,
+            n_ctx,
+            rope_theta: 1.0e6,
+            rms_eps: 1.0e-6,
+        }
+    }
+}
+
+/// Hyper-parameters of a dense qwen2 model with tied embeddings.
+///
+/// llama.cpp's qwen2 graph projects attention back with a {n_embd, n_embd} matrix, so
+/// `n_head * head_dim` must equal `n_embd` (true for every Qwen2.5 size).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShapeParams {
+    pub n_embd: u64,
+    pub n_layer: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub head_dim: u64,
+    pub n_ff: u64,
+    pub n_vocab: u64,
+    /// Trained context length (`qwen2.context_length`).
+    pub n_ctx: u64,
+    pub rope_theta: f32,
+    pub rms_eps: f32,
+}
+
+/// The quantization mixes `rocky synth` can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Quant {
+    F16,
+    Q8_0,
+    /// llama.cpp's Q4_K_M: Q4_K with Q6_K for the embeddings and some attn_v / ffn_down.
+    Q4KM,
+}
+
+impl Quant {
+    pub const ALL: [Quant; 3] = [Quant::F16, Quant::Q8_0, Quant::Q4KM];
+
+    /// The name used on the command line (llama-quantize's, lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Quant::F16 => "f16",
+            Quant::Q8_0 => "q8_0",
+            Quant::Q4KM => "q4_k_m",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Quant> {
+        Quant::ALL
+            .into_iter()
+            .find(|q| q.name().eq_ignore_ascii_case(name))
+    }
+
+    /// `general.file_type` (llama.h `enum llama_ftype`).
+    pub fn file_type(self) -> u32 {
+        match self {
+            Quant::F16 => 1,   // LLAMA_FTYPE_MOSTLY_F16
+            Quant::Q8_0 => 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
+            Quant::Q4KM => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+        }
+    }
+
+    /// Whether the mix uses block-quantized types (and so writes
+    /// `general.quantization_version`).
+    pub fn is_quantized(self) -> bool {
+        self != Quant::F16
+    }
+}
+
+/// How a tensor's values are drawn, which also decides whether it may be quantized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    /// A weight matrix: N(0, σ), stored in the mix's types.
+    Matrix,
+    /// A bias vector: N(0, σ), always F32.
+    Bias,
+    /// An RMS-norm weight: 1 + N(0, σ), always F32.
+    Norm,
+}
+
+/// One tensor of a synthetic model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedTensor {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+    pub kind: TensorKind,
+}
+
+impl PlannedTensor {
+    pub fn spec(&self) -> TensorSpec {
+        TensorSpec {
+            name: self.name.clone(),
+            dims: self.dims.clone(),
+            ggml_type: self.ggml_type,
+        }
+    }
+
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// The tensors of a model of shape `shape` in mix `quant`, in file order (the order of
+/// llama.cpp's convert script: embeddings, the blocks, the final norm), with their types.
+pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
+    let s = shape;
+    let (e, q, kv, f) = (
+        s.n_embd,
+        s.n_head * s.head_dim,
+        s.n_head_kv * s.head_dim,
+        s.n_ff,
+    );
+    let n_layer = s.n_layer;
+    let mut plan = Vec::with_capacity(2 + 12 * n_layer as usize);
+    let mut push = |name: String, dims: Vec<u64>, kind: TensorKind, role: Role| {
+        let ggml_type = match kind {
+            TensorKind::Matrix => matrix_type(quant, role, dims[0]),
+            TensorKind::Bias | TensorKind::Norm => GgmlType::F32,
+        };
+        plan.push(PlannedTensor {
+            name,
+            dims,
+            ggml_type,
+            kind,
+        });
+    };
+    use TensorKind::{Bias, Matrix, Norm};
+    push(
+        "token_embd.weight".into(),
+        vec![e, s.n_vocab],
+        Matrix,
+        Role::TiedEmbedding,
+    );
+    for l in 0..n_layer {
+        let t = |suffix: &str| format!("blk.{l}.{suffix}");
+        let plain = Role::Plain;
+        let layer = Layer {
+            index: l,
+            count: n_layer,
+        };
+        push(t("attn_norm.weight"), vec![e], Norm, plain);
+        push(t("attn_q.weight"), vec![e, q], Matrix, plain);
+        push(t("attn_q.bias"), vec![q], Bias, plain);
+        push(t("attn_k.weight"), vec![e, kv], Matrix, plain);
+        push(t("attn_k.bias"), vec![kv], Bias, plain);
+        push(t("attn_v.weight"), vec![e, kv], Matrix, Role::AttnV(layer));
+        push(t("attn_v.bias"), vec![kv], Bias, plain);
+        push(t("attn_output.weight"), vec![q, e], Matrix, plain);
+        push(t("ffn_norm.weight"), vec![e], Norm, plain);
+        push(t("ffn_gate.weight"), vec![e, f], Matrix, plain);
+        push(t("ffn_up.weight"), vec![e, f], Matrix, plain);
+        push(
+            t("ffn_down.weight"),
+            vec![f, e],
+            Matrix,
+            Role::FfnDown(layer),
+        );
+    }
+    push("output_norm.weight".into(), vec![e], Norm, Role::Plain);
+    plan
+}
+
+/// Position of a tensor's block, for the mixes that spend more bits on some layers.
+#[derive(Clone, Copy, Debug)]
+struct Layer {
+    index: u64,
+    count: u64,
+}
+
+/// The tensor categories llama.cpp's type selection treats differently (for a dense qwen2).
+#[derive(Clone, Copy, Debug)]
+enum Role {
+    /// `token_embd.weight` of a model without `output.weight`: it is also the output
+    /// projection, so llama-quantize gives it the output tensor's type.
+    TiedEmbedding,
+    AttnV(Layer),
+    FfnDown(Layer),
+    Plain,
+}
+
+/// The type of a weight matrix with rows of `row_len` elements.
+fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
+    match quant {
+        // Not a quantized mix: llama-quantize skips its per-tensor rules and fallbacks.
+        Quant::F16 => GgmlType::F16,
+        // The output/embedding rule keeps Q8_0 (it only upgrades types other than Q8_0).
+        Quant::Q8_0 => with_fallback(GgmlType::Q8_0, row_len),
+        Quant::Q4KM => with_fallback(q4_k_m_target(role, row_len), row_len),
+    }
+}
+
+/// `llama_tensor_get_type_impl` for LLAMA_FTYPE_MOSTLY_Q4_K_M (default type Q4_K), for the
+/// categories of a dense, non-Falcon model without experts.
+fn q4_k_m_target(role: Role, row_len: u64) -> GgmlType {
+    match role {
+        // Output (or tied embedding): Q6_K, or Q8_0 when the rows are not whole Q4_K blocks.
+        Role::TiedEmbedding if row_len % GgmlType::Q4K.block_size() as u64 != 0 => GgmlType::Q8_0,
+        Role::TiedEmbedding => GgmlType::Q6K,
+        // llama.cpp counts attn_v and ffn_down tensors in layer order (its loader sorts
+        // weights by block number), so its counters are the layer index.
+        Role::AttnV(l) | Role::FfnDown(l) if use_more_bits(l.index, l.count) => GgmlType::Q6K,
+        _ => GgmlType::Q4K,
+    }
+}
+
+/// llama.cpp's `use_more_bits`: the first and last eighth of the layers, and every third
+/// layer in between.
+fn use_more_bits(i_layer: u64, n_layers: u64) -> bool {
+    let (i, n) = (i_layer as i64, n_layers as i64);
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// `tensor_type_fallback`: a type whose block does not divide the row length is replaced by
+/// one with 32-element blocks, and by F16 when even that does not fit.
+fn with_fallback(target: GgmlType, row_len: u64) -> GgmlType {
+    let fits = |t: GgmlType| row_len % t.block_size() as u64 == 0;
+    if fits(target) {
+        return target;
+    }
+    let fallback = match target {
+        GgmlType::Q2K | GgmlType::Q3K => GgmlType::Q4_0,
+        GgmlType::Q4K => GgmlType::Q5_0,
+        GgmlType::Q5K => GgmlType::Q5_1,
+        GgmlType::Q6K => GgmlType::Q8_0,
+        // llama.cpp defines no fallback for 32-element types and refuses such a tensor; no
+        // Qwen2.5 shape has rows that are not a multiple of 32, so F16 is only a safe default.
+        _ => GgmlType::F16,
+    };
+    if fits(fallback) {
+        fallback
+    } else {
+        GgmlType::F16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_more_bits_matches_the_formula_for_small_models() {
+        // 8 layers: n/8 = 1, 7n/8 = 7 -> layers 0, 3, 6, 7.
+        let picked: Vec<u64> = (0..8).filter(|&i| use_more_bits(i, 8)).collect();
+        assert_eq!(picked, vec![0, 3, 6, 7]);
+    }
+
+    #[test]
+    fn fallback_follows_llama_cpp_table() {
+        assert_eq!(with_fallback(GgmlType::Q4K, 896), GgmlType::Q5_0);
+        assert_eq!(with_fallback(GgmlType::Q6K, 896), GgmlType::Q8_0);
+        assert_eq!(with_fallback(GgmlType::Q4K, 1024), GgmlType::Q4K);
+        assert_eq!(with_fallback(GgmlType::Q4K, 100), GgmlType::F16);
+    }
+
+    #[test]
+    fn presets_have_consistent_heads() {
+        for s in Shape::ALL {
+            let p = s.params();
+            assert_eq!(p.n_head * p.head_dim, p.n_embd, "{}", s.name());
+            assert_eq!(p.n_head % p.n_head_kv, 0, "{}", s.name());
+            assert_eq!(Shape::from_name(s.name()), Some(s));
+        }
+    }
+}
