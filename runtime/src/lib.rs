@@ -6,6 +6,7 @@
 //! dropped in any order; a `Recorder` borrows what it records so nothing it uses can be dropped
 //! while the GPU may still run it.
 
+mod budget;
 mod buffer;
 mod commands;
 mod descriptors;
@@ -22,6 +23,7 @@ mod submit;
 mod timing;
 mod transfer;
 
+pub use budget::{Admit, BudgetTracker, CommandBudget, WlsModel};
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
 pub use commands::Recorder;
 pub use device::{probe_devices, Context, RuntimeCaps};
