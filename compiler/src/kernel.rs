@@ -4,6 +4,16 @@
 //! Contract between `compiler` and `runtime`: all storage buffers live in descriptor set 0 at
 //! the binding numbers listed here; push constants are one block of `push_constant_bytes`
 //! (a multiple of 4) at offset 0 visible to the compute stage; the entry point is `main`.
+//!
+//! Tensors larger than `maxStorageBufferRange` (128 MiB on lavapipe, e.g. a 151936×2048
+//! embedding) are processed in slices: one pipeline, one dispatch per slice, each with the
+//! weight binding set to the slice's byte range and the slice described in push constants.
+//! For GEMM (`templates::gemm::interface` has the details): `n_slices(workload,
+//! maxStorageBufferRange, minStorageBufferOffsetAlignment)` lists the slices (output columns
+//! `n_offset..n_offset+n`, weight byte offset and range), `GemmPush::for_slice` their push
+//! constants and `dispatch_grid_for(m, slice.n, schedule)` their workgroup counts; bias and Y
+//! stay bound whole. Weight ranges are rounded up to 4 bytes (kernels read u32 words), so
+//! weight buffers must be allocated with that padding.
 
 use serde::{Deserialize, Serialize};
 

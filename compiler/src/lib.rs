@@ -1,7 +1,39 @@
 //! rocky's kernel compiler: a small tile-parameterized IR, templates that instantiate it for a
 //! (workload, schedule) pair, SPIR-V codegen with rspirv, and a CPU reference for every template.
 //! No Vulkan and no I/O here, so everything can be tested alone.
+//!
+//! - [`ir`]: the structured IR and its builder; [`codegen`]: IR → SPIR-V;
+//! - [`dequant`]: GGUF block formats (CPU dequantizers and IR fragments);
+//! - [`templates`]: GEMM (with its CPU reference) and the FMA peak kernel;
+//! - [`caps`]: what the compiler needs to know about a device; [`kernel`]: what it hands to
+//!   the runtime; [`refusal`]: why a pair is not compiled.
 
+pub mod caps;
 pub mod codegen;
+pub mod dequant;
 pub mod ir;
 pub mod kernel;
+pub mod refusal;
+pub mod templates;
+pub mod testdata;
+
+pub use caps::DeviceCaps;
+pub use dequant::WeightFormat;
+pub use kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};
+pub use refusal::Refusal;
+pub use templates::gemm::{
+    ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice, Precision, GEMM_SCHEDULE_VERSION,
+};
+pub use templates::{
+    default_schedule, dispatch_grid, instantiate, search_space, Schedule, Workload,
+};
+
+/// Version of the compiler as it enters tuning-database keys: the crate version and the
+/// GEMM schedule semantics version.
+pub fn compiler_version() -> String {
+    format!(
+        "{}+gemm{}",
+        env!("CARGO_PKG_VERSION"),
+        GEMM_SCHEDULE_VERSION
+    )
+}

@@ -1,0 +1,143 @@
+//! Small CPU dequantizers: the oracle the CPU references use. Plain, obviously-correct code
+//! written from ggml's block layouts (see the parent module); `rocky-models` has the canonical
+//! ones, but the compiler cannot depend on it.
+
+use half::f16;
+use thiserror::Error;
+
+use super::WeightFormat;
+
+#[derive(Debug, Error, PartialEq)]
+pub enum DequantError {
+    #[error("{format}: row length {k} is not a multiple of the block size {block}")]
+    RowLength {
+        format: WeightFormat,
+        k: usize,
+        block: u32,
+    },
+    #[error("{format}: {rows} rows of {k} elements need {needed} bytes, got {got}")]
+    TooShort {
+        format: WeightFormat,
+        rows: usize,
+        k: usize,
+        needed: usize,
+        got: usize,
+    },
+}
+
+fn f16_at(b: &[u8], o: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
+}
+
+fn q8_0(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    for j in 0..32 {
+        out[j] = f32::from(block[2 + j] as i8) * d;
+    }
+}
+
+fn q5_0(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let qs = &block[6..22];
+    for j in 0..16 {
+        let lo = u32::from(qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+        let hi = u32::from(qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        out[j] = (lo as i32 - 16) as f32 * d;
+        out[j + 16] = (hi as i32 - 16) as f32 * d;
+    }
+}
+
+/// ggml's get_scale_min_k4: 6-bit scale and min of sub-block `j` from the 12 packed bytes.
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+fn q4_k(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let dmin = f16_at(block, 2);
+    let scales = &block[4..16];
+    let qs = &block[16..144];
+    for p in 0..4 {
+        let (sc0, m0) = scale_min_k4(2 * p, scales);
+        let (sc1, m1) = scale_min_k4(2 * p + 1, scales);
+        let (d0, mm0) = (d * f32::from(sc0), dmin * f32::from(m0));
+        let (d1, mm1) = (d * f32::from(sc1), dmin * f32::from(m1));
+        for l in 0..32 {
+            let q = qs[32 * p + l];
+            out[64 * p + l] = d0 * f32::from(q & 0xF) - mm0;
+            out[64 * p + 32 + l] = d1 * f32::from(q >> 4) - mm1;
+        }
+    }
+}
+
+fn q6_k(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 208);
+    for h in 0..2 {
+        let ql = &block[64 * h..64 * h + 64];
+        let qh = &block[128 + 32 * h..128 + 32 * h + 32];
+        let sc = &block[192 + 8 * h..192 + 8 * h + 8];
+        let y = &mut out[128 * h..128 * h + 128];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            let s = |i: usize| d * f32::from(sc[i] as i8);
+            y[l] = s(is) * q1 as f32;
+            y[l + 32] = s(is + 2) * q2 as f32;
+            y[l + 64] = s(is + 4) * q3 as f32;
+            y[l + 96] = s(is + 6) * q4 as f32;
+        }
+    }
+}
+
+/// Dequantizes `rows` rows of `k` elements stored back to back in `bytes`.
+pub fn dequantize(
+    format: WeightFormat,
+    bytes: &[u8],
+    rows: usize,
+    k: usize,
+) -> Result<Vec<f32>, DequantError> {
+    let block = format.block_elems() as usize;
+    if k % block != 0 {
+        return Err(DequantError::RowLength {
+            format,
+            k,
+            block: block as u32,
+        });
+    }
+    let row_bytes = format.row_bytes(k as u64) as usize;
+    let needed = row_bytes * rows;
+    if bytes.len() < needed {
+        return Err(DequantError::TooShort {
+            format,
+            rows,
+            k,
+            needed,
+            got: bytes.len(),
+        });
+    }
+    let mut out = vec![0f32; rows * k];
+    let bb = format.block_bytes() as usize;
+    for (i, chunk) in out.chunks_mut(block).enumerate() {
+        let src = &bytes[i * bb..(i + 1) * bb];
+        match format {
+            WeightFormat::F32 => chunk[0] = f32::from_le_bytes([src[0], src[1], src[2], src[3]]),
+            WeightFormat::F16 => chunk[0] = f16_at(src, 0),
+            WeightFormat::Q8_0 => q8_0(src, chunk),
+            WeightFormat::Q5_0 => q5_0(src, chunk),
+            WeightFormat::Q4K => q4_k(src, chunk),
+            WeightFormat::Q6K => q6_k(src, chunk),
+        }
+    }
+    Ok(out)
+}

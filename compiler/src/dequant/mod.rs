@@ -1,0 +1,103 @@
+//! GGUF weight block formats: their geometry, tiny CPU dequantizers (the oracle for the CPU
+//! references) and the IR fragments every template uses to dequantize in a kernel.
+//!
+//! Semantics follow ggml's `dequantize_row_*` (evaluated without FMA contraction):
+//! - Q8_0 (34 B / 32): f16 d, 32 × i8 q; `y = q * d`.
+//! - Q5_0 (22 B / 32): f16 d, u32 qh, 16 B qs; element j < 16 is the low nibble of qs[j] with
+//!   bit j of qh as bit 4, element j ≥ 16 the high nibble of qs[j-16] with bit j of qh;
+//!   `y = (q - 16) * d`.
+//! - Q4_K (144 B / 256): f16 d, f16 dmin, 12 B of 6-bit scales and mins (get_scale_min_k4),
+//!   128 B qs; 8 sub-blocks of 32, sub-block 2p/2p+1 = low/high nibbles of qs[32p..32p+32];
+//!   `y = (d * sc) * q - (dmin * m)`.
+//! - Q6_K (210 B / 256): 128 B ql, 64 B qh, 16 × i8 scales, f16 d; two halves of 128, each
+//!   four groups of 32 (ql low nibbles, ql[+32] low, ql high, ql[+32] high, with 2 bits of qh
+//!   each), one scale per 16; `y = (d * sc) * (q - 32)`.
+//!
+//! Every format is handled in *units* of 32 consecutive elements of a row (a Q8_0/Q5_0 block,
+//! a K-quant sub-block, or 32 plain floats); templates iterate over units.
+
+pub mod cpu;
+pub mod ir;
+pub mod words;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Elements per dequantization unit (see the module docs).
+pub const UNIT: u32 = 32;
+
+/// Storage format of a weight tensor, as GGUF stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum WeightFormat {
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[serde(rename = "q4_k")]
+    Q4K,
+    #[serde(rename = "q6_k")]
+    Q6K,
+}
+
+impl WeightFormat {
+    pub const ALL: [WeightFormat; 6] = [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Q8_0,
+        WeightFormat::Q5_0,
+        WeightFormat::Q4K,
+        WeightFormat::Q6K,
+    ];
+
+    /// Elements per block (1 for plain floats).
+    pub fn block_elems(self) -> u32 {
+        match self {
+            WeightFormat::F32 | WeightFormat::F16 => 1,
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 => 32,
+            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> u32 {
+        match self {
+            WeightFormat::F32 => 4,
+            WeightFormat::F16 => 2,
+            WeightFormat::Q8_0 => 34,
+            WeightFormat::Q5_0 => 22,
+            WeightFormat::Q4K => 144,
+            WeightFormat::Q6K => 210,
+        }
+    }
+
+    /// Bytes of one row of `k` elements (`k` must be a multiple of `block_elems`).
+    pub fn row_bytes(self, k: u64) -> u64 {
+        k / u64::from(self.block_elems()) * u64::from(self.block_bytes())
+    }
+
+    pub fn is_quantized(self) -> bool {
+        !matches!(self, WeightFormat::F32 | WeightFormat::F16)
+    }
+
+    /// ggml's name of the type.
+    pub fn ggml_name(self) -> &'static str {
+        match self {
+            WeightFormat::F32 => "F32",
+            WeightFormat::F16 => "F16",
+            WeightFormat::Q8_0 => "Q8_0",
+            WeightFormat::Q5_0 => "Q5_0",
+            WeightFormat::Q4K => "Q4_K",
+            WeightFormat::Q6K => "Q6_K",
+        }
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.ggml_name())
+    }
+}

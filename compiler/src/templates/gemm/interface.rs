@@ -1,0 +1,141 @@
+//! The GEMM kernel's contract with the runtime: bindings, push constants, dispatch grid and
+//! how to process a weight tensor larger than `maxStorageBufferRange` in N-slices.
+//!
+//! Bindings (descriptor set 0):
+//! - 0 `x`: X, m×k row-major, f32 or f16 (read as 4-element vectors; k is a multiple of 32);
+//! - 1 `weight`: the rows of W this dispatch computes, raw GGUF blocks read as u32 words. The
+//!   bound range must be a multiple of 4 bytes and readable to its end: round the range up to
+//!   4 bytes and allocate weight buffers with that padding;
+//! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
+//! - 3 `bias` (when the workload has one): all n f32 values (not sliced).
+//!
+//! Push constants ([`GemmPush`], 20 bytes): `m, n, k, n_offset, ldy`, all u32. `n` is the
+//! number of columns this dispatch computes (the slice width), `n_offset` the first of them:
+//! the kernel reads weight row `j` of its binding for output column `n_offset + j` and writes
+//! `y[row * ldy + n_offset + j]`. `m` and `n` must be at least 1 (skip empty dispatches); `k`
+//! must be the workload's k (the schedule's `bk` divides it).
+
+use super::schedule::GemmSchedule;
+use super::workload::GemmWorkload;
+use crate::refusal::Refusal;
+
+pub const BINDING_X: u32 = 0;
+pub const BINDING_WEIGHT: u32 = 1;
+pub const BINDING_Y: u32 = 2;
+pub const BINDING_BIAS: u32 = 3;
+
+/// The push-constant block of the GEMM kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmPush {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub n_offset: u32,
+    pub ldy: u32,
+}
+
+impl GemmPush {
+    pub const BYTES: u32 = 20;
+
+    /// Push constants of one slice of `w` (the full tensor when `slice` covers all n).
+    pub fn for_slice(w: &GemmWorkload, slice: &NSlice) -> GemmPush {
+        GemmPush {
+            m: w.m,
+            n: slice.n,
+            k: w.k,
+            n_offset: slice.n_offset,
+            ldy: w.n,
+        }
+    }
+
+    /// Little-endian bytes in field order, as `vkCmdPushConstants` takes them.
+    pub fn to_bytes(&self) -> [u8; 20] {
+        let mut out = [0u8; 20];
+        for (i, v) in [self.m, self.n, self.k, self.n_offset, self.ldy]
+            .iter()
+            .enumerate()
+        {
+            out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// One dispatch's share of the weight tensor: output columns `n_offset..n_offset + n`, whose
+/// weight rows are the bytes `weight_offset..weight_offset + weight_range` of the tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NSlice {
+    pub n_offset: u32,
+    pub n: u32,
+    pub weight_offset: u64,
+    /// Bytes to bind: the slice's rows rounded up to a multiple of 4.
+    pub weight_range: u64,
+}
+
+/// Workgroups for `m` rows and an N-slice of `n` columns.
+pub fn dispatch_grid_for(m: u32, n: u32, s: &GemmSchedule) -> [u32; 3] {
+    [n.div_ceil(s.bn), m.div_ceil(s.bm), 1]
+}
+
+/// Workgroups for the whole workload in one dispatch.
+pub fn dispatch_grid(w: &GemmWorkload, s: &GemmSchedule) -> [u32; 3] {
+    dispatch_grid_for(w.m, w.n, s)
+}
+
+/// Splits the weight tensor into slices whose bound range is at most `max_range` bytes and
+/// whose offsets are multiples of `offset_alignment` (`minStorageBufferOffsetAlignment`).
+/// One slice when the whole tensor fits.
+pub fn n_slices(
+    w: &GemmWorkload,
+    max_range: u64,
+    offset_alignment: u64,
+) -> Result<Vec<NSlice>, Refusal> {
+    let row = w.weight.row_bytes(u64::from(w.k));
+    let align = offset_alignment.max(4);
+    if !align.is_power_of_two() {
+        return Err(Refusal::DeviceLimit(format!(
+            "offset alignment {offset_alignment} is not a power of two"
+        )));
+    }
+    let round4 = |b: u64| b.div_ceil(4) * 4;
+    let total = row * u64::from(w.n);
+    if round4(total) <= max_range {
+        return Ok(vec![NSlice {
+            n_offset: 0,
+            n: w.n,
+            weight_offset: 0,
+            weight_range: round4(total),
+        }]);
+    }
+    // Rows per slice: as many as fit, rounded down to a multiple that keeps offsets aligned.
+    let step = align / gcd(row, align);
+    let fit = max_range / row;
+    let rows = fit / step * step;
+    if rows == 0 {
+        return Err(Refusal::DeviceLimit(format!(
+            "{} rows of {row} bytes ({} weights) do not fit maxStorageBufferRange {max_range} at offset alignment {align}",
+            step, w.weight
+        )));
+    }
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    while start < u64::from(w.n) {
+        let n = rows.min(u64::from(w.n) - start);
+        out.push(NSlice {
+            n_offset: start as u32,
+            n: n as u32,
+            weight_offset: start * row,
+            weight_range: round4(n * row),
+        });
+        start += n;
+    }
+    Ok(out)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}

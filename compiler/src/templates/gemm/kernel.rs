@@ -1,0 +1,642 @@
+//! The GEMM kernel as IR, for a validated (workload, schedule) pair.
+//!
+//! Structure (see `schedule.rs` for the thread layout):
+//! ```text
+//! for ub in (0..k/32).step_by(bk/32):             // K slabs, in 32-element units
+//!     [stage_a: cooperative copy/quantization of X rows m0..m0+bm into shared]
+//!     [stage_b: cooperative dequantization of W rows n0..n0+bn into shared]
+//!     [barrier]
+//!     for each of this thread's units u in the slab:   // kz, kz+split_k, ...
+//!         open the weight units (scales) of its tn columns (unless staged)
+//!         for c in 0..8: chunk of 4 elements → FMAs into tm×tn accumulators
+//!         (int8: 8 packed words per operand → OpSDot, scaled per unit)
+//!     [barrier]
+//! reduce split_k partial sums through shared memory; add bias; store guarded by m, n
+//! ```
+//! Rows past `m` and columns past `n` read the last valid row/column (clamped) so every load
+//! stays in bounds without branches; their results are never stored.
+
+use super::interface::{BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y};
+use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
+use super::workload::{ActType, GemmWorkload};
+use crate::dequant::ir::{open_unit, WeightRows};
+use crate::dequant::{WeightFormat, UNIT};
+use crate::ir::{
+    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
+    Value, Var,
+};
+
+/// Chunks of 4 elements per 32-element unit.
+const CHUNKS: u32 = UNIT / 4;
+
+struct Gemm<'a> {
+    b: &'a KernelBuilder,
+    w: &'a GemmWorkload,
+    s: &'a GemmSchedule,
+    x: Buffer,
+    rows: WeightRows,
+    y: Buffer,
+    bias: Option<Buffer>,
+    // Push constants and geometry.
+    m: Value,
+    n: Value,
+    n_offset: Value,
+    ldy: Value,
+    m_last: Value,
+    n_last: Value,
+    row_bytes: Value,
+    x_row_vec4s: Value,
+    m0: Value,
+    n0: Value,
+    kz: Value,
+    tx: Value,
+    ty: Value,
+    tid: Value,
+    /// Output row / column of micro-tile entry i / j (unclamped).
+    out_rows: Vec<Value>,
+    out_cols: Vec<Value>,
+    /// First vec4 of each (clamped) X row, and byte offset of each (clamped) W row.
+    x_bases: Vec<Value>,
+    w_row_offs: Vec<Value>,
+}
+
+/// Builds the IR of the kernel. The pair must have passed `GemmSchedule::validate`.
+pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), s.workgroup_size());
+    {
+        let g = Gemm::new(&b, w, s);
+        let totals = match s.math {
+            Math::Int8Dot => g.int8_main_loop(),
+            Math::FmaF32 | Math::FmaF16Packed => g.fma_main_loop(),
+        };
+        g.reduce_and_store(&totals);
+    }
+    b.finish()
+}
+
+fn act_scalar(a: ActType) -> Scalar {
+    match a {
+        ActType::F32 => Scalar::F32,
+        ActType::F16 => Scalar::F16,
+    }
+}
+
+impl<'a> Gemm<'a> {
+    fn new(b: &'a KernelBuilder, w: &'a GemmWorkload, s: &'a GemmSchedule) -> Self {
+        let act = act_scalar(w.act);
+        let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
+        let weight = b.buffer(BINDING_WEIGHT, "weight", Type::U32, Access::ReadOnly);
+        let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);
+        let bias = w
+            .bias
+            .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+        let p_m = b.push_field("m", Type::U32);
+        let p_n = b.push_field("n", Type::U32);
+        let p_k = b.push_field("k", Type::U32);
+        let p_noff = b.push_field("n_offset", Type::U32);
+        let p_ldy = b.push_field("ldy", Type::U32);
+
+        let (m, n, k) = (b.push(p_m), b.push(p_n), b.push(p_k));
+        let (n_offset, ldy) = (b.push(p_noff), b.push(p_ldy));
+        let [_, wg_n, wg_m] = s.workgroup_size();
+        let kz = b.builtin(Builtin::LocalInvocationId(0));
+        let tx = b.builtin(Builtin::LocalInvocationId(1));
+        let ty = b.builtin(Builtin::LocalInvocationId(2));
+        let tid = b.builtin(Builtin::LocalInvocationIndex);
+        let m0 = b.muli(b.builtin(Builtin::WorkgroupId(1)), s.bm);
+        let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), s.bn);
+        let m_last = b.sub(m, b.c_u32(1));
+        let n_last = b.sub(n, b.c_u32(1));
+        let block_shift = w.weight.block_elems().trailing_zeros();
+        let row_bytes = b.muli(b.shri(k, block_shift), w.weight.block_bytes());
+        let x_row_vec4s = b.shri(k, 2);
+
+        let out_rows: Vec<Value> = (0..s.tm).map(|i| b.add(m0, b.addi(ty, i * wg_m))).collect();
+        let out_cols: Vec<Value> = (0..s.tn).map(|j| b.add(n0, b.addi(tx, j * wg_n))).collect();
+        let x_bases = out_rows
+            .iter()
+            .map(|&r| b.mul(b.min(r, m_last), x_row_vec4s))
+            .collect();
+        let w_row_offs = out_cols
+            .iter()
+            .map(|&c| b.mul(b.min(c, n_last), row_bytes))
+            .collect();
+
+        Gemm {
+            b,
+            w,
+            s,
+            x,
+            rows: WeightRows {
+                buffer: weight,
+                format: w.weight,
+            },
+            y,
+            bias,
+            m,
+            n,
+            n_offset,
+            ldy,
+            m_last,
+            n_last,
+            row_bytes,
+            x_row_vec4s,
+            m0,
+            n0,
+            kz,
+            tx,
+            ty,
+            tid,
+            out_rows,
+            out_cols,
+            x_bases,
+            w_row_offs,
+        }
+    }
+
+    fn units_per_row(&self) -> Value {
+        // k is a multiple of 32 (validated), so this is exact.
+        self.b.shri(self.x_row_vec4s, 3)
+    }
+
+    fn staged(&self) -> bool {
+        self.s.stage_a || self.s.stage_b
+    }
+
+    /// `body(idx)` for idx in tid, tid+T, ... below `total`: work shared by the whole workgroup.
+    fn cooperative(&self, total: u32, body: impl Fn(Value)) {
+        let b = self.b;
+        let threads = self.s.threads();
+        let iters = total.div_ceil(threads);
+        b.for_range(b.c_u32(0), b.c_u32(iters), 1, Unroll::Hint, |it| {
+            let idx = b.add(self.tid, b.muli(it, threads));
+            if total % threads == 0 {
+                body(idx);
+            } else {
+                b.if_(b.lt(idx, b.c_u32(total)), || body(idx));
+            }
+        });
+    }
+
+    /// The K-slab loop shared by both paths: staging, barrier, this thread's units, barrier.
+    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value)) {
+        let b = self.b;
+        let s = self.s;
+        let upb = s.units_per_slab();
+        b.for_range(b.c_u32(0), self.units_per_row(), upb, Unroll::Auto, |ub| {
+            if self.staged() {
+                stage(ub);
+                b.barrier();
+            }
+            let per_thread = upb / s.split_k;
+            b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
+                let ul = b.add(self.kz, b.muli(uu, s.split_k));
+                unit(b.add(ub, ul), ul);
+            });
+            if self.staged() {
+                b.barrier();
+            }
+        });
+    }
+
+    // ---- FMA paths ------------------------------------------------------------------------
+
+    fn math_scalar(&self) -> Scalar {
+        match self.s.math {
+            Math::FmaF16Packed => Scalar::F16,
+            _ => Scalar::F32,
+        }
+    }
+
+    /// Splits a vec4 into 4/V pieces of V lanes.
+    fn pieces(&self, v: Value) -> Vec<Value> {
+        let b = self.b;
+        let vw = self.s.vector_width;
+        if vw == 4 {
+            return vec![v];
+        }
+        let lanes: Vec<Value> = (0..4).map(|l| b.extract(v, l)).collect();
+        lanes.chunks(vw as usize).map(|c| b.construct(c)).collect()
+    }
+
+    fn fma_main_loop(&self) -> Vec<Vec<Value>> {
+        let b = self.b;
+        let s = self.s;
+        let ms = self.math_scalar();
+        let vw = s.vector_width;
+        let f16 = ms == Scalar::F16;
+        let acc_scalar = match s.accumulate {
+            Precision::F32 => Scalar::F32,
+            Precision::F16 => Scalar::F16,
+        };
+        let acc_ty = Type::vec(acc_scalar, vw);
+        let mixed = f16 && acc_scalar == Scalar::F32;
+        let part_ty = Type::vec(Scalar::F16, vw);
+        let (tm, tn) = (s.tm as usize, s.tn as usize);
+        let grid = |name: &str, ty: Type| -> Vec<Vec<Var>> {
+            (0..tm)
+                .map(|i| {
+                    (0..tn)
+                        .map(|j| b.var_init(&format!("{name}{i}_{j}"), b.lit(ty, 0.0)))
+                        .collect()
+                })
+                .collect()
+        };
+        let acc = grid("acc", acc_ty);
+        let part = if mixed {
+            grid("part", part_ty)
+        } else {
+            Vec::new()
+        };
+
+        let v4m = Type::vec(ms, 4);
+        let row = s.bk / 4 + 1; // padded shared row, in vec4
+        let xs = s.stage_a.then(|| b.shared_array("x_tile", v4m, s.bm * row));
+        let ws = s.stage_b.then(|| b.shared_array("w_tile", v4m, s.bn * row));
+        let upb = s.units_per_slab();
+
+        let stage = |ub: Value| {
+            if let Some(xs) = xs {
+                let per_row = upb * CHUNKS;
+                self.cooperative(s.bm * per_row, |idx| {
+                    let r = b.div(idx, b.c_u32(per_row));
+                    let cv = b.rem(idx, b.c_u32(per_row));
+                    let xrow = b.min(b.add(self.m0, r), self.m_last);
+                    let src = b.add(b.mul(xrow, self.x_row_vec4s), b.add(b.muli(ub, CHUNKS), cv));
+                    let v = b.convert(b.load(self.x, src), v4m);
+                    b.store_shared(xs, b.add(b.muli(r, row), cv), v);
+                });
+            }
+            if let Some(ws) = ws {
+                self.cooperative(s.bn * upb, |idx| {
+                    let r = b.div(idx, b.c_u32(upb));
+                    let ul = b.rem(idx, b.c_u32(upb));
+                    let col = b.min(b.add(self.n0, r), self.n_last);
+                    let unit =
+                        open_unit(b, self.rows, b.mul(col, self.row_bytes), b.add(ub, ul), f16);
+                    let dst = b.add(b.muli(r, row), b.muli(ul, CHUNKS));
+                    b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+                        let v = if f16 {
+                            unit.chunk_f16(b, c)
+                        } else {
+                            unit.chunk_f32(b, c)
+                        };
+                        b.store_shared(ws, b.add(dst, c), v);
+                    });
+                });
+            }
+        };
+
+        let [_, wg_n, wg_m] = s.workgroup_size();
+        let unit_body = |u: Value, ul: Value| {
+            if mixed {
+                for p in part.iter().flatten() {
+                    b.store_var(*p, b.lit(part_ty, 0.0));
+                }
+            }
+            let units: Vec<_> = if ws.is_none() {
+                self.w_row_offs
+                    .iter()
+                    .map(|&off| open_unit(b, self.rows, off, u, f16))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+                let xv: Vec<Vec<Value>> = (0..s.tm)
+                    .map(|i| {
+                        let v = match xs {
+                            Some(xs) => {
+                                let r = b.addi(self.ty, i * wg_m);
+                                b.load_shared(
+                                    xs,
+                                    b.add(b.add(b.muli(r, row), b.muli(ul, CHUNKS)), c),
+                                )
+                            }
+                            None => {
+                                let src =
+                                    b.add(self.x_bases[i as usize], b.add(b.muli(u, CHUNKS), c));
+                                b.convert(b.load(self.x, src), v4m)
+                            }
+                        };
+                        self.pieces(v)
+                    })
+                    .collect();
+                for j in 0..tn {
+                    let wv = match ws {
+                        Some(ws) => {
+                            let r = b.addi(self.tx, j as u32 * wg_n);
+                            b.load_shared(ws, b.add(b.add(b.muli(r, row), b.muli(ul, CHUNKS)), c))
+                        }
+                        None if f16 => units[j].chunk_f16(b, c),
+                        None => units[j].chunk_f32(b, c),
+                    };
+                    let wp = self.pieces(wv);
+                    for i in 0..tm {
+                        let target = if mixed { part[i][j] } else { acc[i][j] };
+                        let mut a = b.load_var(target);
+                        for (xp, wp) in xv[i].iter().zip(&wp) {
+                            a = b.fma(*xp, *wp, a);
+                        }
+                        b.store_var(target, a);
+                    }
+                }
+            });
+            if mixed {
+                for i in 0..tm {
+                    for j in 0..tn {
+                        let p = b.convert(b.load_var(part[i][j]), acc_ty);
+                        b.store_var(acc[i][j], b.add(b.load_var(acc[i][j]), p));
+                    }
+                }
+            }
+        };
+
+        self.slab_loop(stage, unit_body);
+
+        // Horizontal sums in f32.
+        acc.iter()
+            .map(|row| {
+                row.iter()
+                    .map(|&a| {
+                        let v = b.convert(b.load_var(a), Type::vec(Scalar::F32, vw));
+                        let lanes: Vec<Value> = (0..vw).map(|l| b.extract(v, l)).collect();
+                        lanes[1..].iter().fold(lanes[0], |s, &l| b.add(s, l))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    // ---- int8 dot-product path ------------------------------------------------------------
+
+    /// Quantizes 32 activations (8 vec4<f32>) like ggml's Q8_0: returns the 8 packed words,
+    /// the scale d and, if `with_sum`, d * Σq (for formats with a min term).
+    fn quantize_unit(&self, chunks: &[Value], with_sum: bool) -> (Vec<Value>, Value, Value) {
+        let b = self.b;
+        let amax4 = chunks[1..]
+            .iter()
+            .fold(b.abs(chunks[0]), |a, &c| b.max(a, b.abs(c)));
+        let amax = b.max(
+            b.max(b.extract(amax4, 0), b.extract(amax4, 1)),
+            b.max(b.extract(amax4, 2), b.extract(amax4, 3)),
+        );
+        let d = b.div(amax, b.c_f32(127.0));
+        let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
+        let idv = b.splat(id, 4);
+        let uv4 = Type::vec(Scalar::U32, 4);
+        let shifts = b.construct(&[b.c_u32(0), b.c_u32(8), b.c_u32(16), b.c_u32(24)]);
+        let words: Vec<Value> = chunks
+            .iter()
+            .map(|&c| {
+                let q = b.convert(b.round_even(b.mul(c, idv)), Type::vec(Scalar::I32, 4));
+                let u = b.shl(b.and(b.bitcast(q, uv4), b.const_bits(uv4, 0xFF)), shifts);
+                let (l0, l1, l2, l3) = (
+                    b.extract(u, 0),
+                    b.extract(u, 1),
+                    b.extract(u, 2),
+                    b.extract(u, 3),
+                );
+                b.or(b.or(l0, l1), b.or(l2, l3))
+            })
+            .collect();
+        let sum = if with_sum {
+            let ones = b.c_u32(0x0101_0101);
+            let s = words[1..]
+                .iter()
+                .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
+                    b.add(s, b.dot4x8(w, ones, DotSign::Signed))
+                });
+            b.mul(d, b.convert(s, Type::F32))
+        } else {
+            b.c_f32(0.0)
+        };
+        (words, d, sum)
+    }
+
+    fn int8_main_loop(&self) -> Vec<Vec<Value>> {
+        let b = self.b;
+        let s = self.s;
+        let upb = s.units_per_slab();
+        let (tm, tn) = (s.tm as usize, s.tn as usize);
+        let fmt = self.w.weight;
+        let has_min = fmt == WeightFormat::Q4K;
+        let has_hi = fmt == WeightFormat::Q6K;
+        let nsc = int8_scale_lanes(fmt);
+        let sc_ty = Type::vec(Scalar::F32, nsc);
+        let acc: Vec<Vec<Var>> = (0..tm)
+            .map(|i| {
+                (0..tn)
+                    .map(|j| b.var_init(&format!("acc{i}_{j}"), b.c_f32(0.0)))
+                    .collect()
+            })
+            .collect();
+
+        let xq = s
+            .stage_a
+            .then(|| b.shared_array("xq_tile", Type::U32, s.bm * upb * CHUNKS));
+        let xd = s
+            .stage_a
+            .then(|| b.shared_array("xd_tile", Type::vec(Scalar::F32, 2), s.bm * upb));
+        let wq = s
+            .stage_b
+            .then(|| b.shared_array("wq_tile", Type::U32, s.bn * upb * CHUNKS));
+        let wsc = s
+            .stage_b
+            .then(|| b.shared_array("wsc_tile", sc_ty, s.bn * upb));
+
+        let load_x_chunks = |x_base: Value, u: Value| -> Vec<Value> {
+            let first = b.add(x_base, b.muli(u, CHUNKS));
+            (0..CHUNKS)
+                .map(|c| b.convert(b.load(self.x, b.addi(first, c)), Type::vec(Scalar::F32, 4)))
+                .collect()
+        };
+        let pack_scales = |sc: crate::dequant::ir::Int8Scales| -> Value {
+            match (sc.hi, sc.min) {
+                (Some(hi), _) => b.construct(&[sc.lo, hi]),
+                (None, Some(min)) => b.construct(&[sc.lo, min]),
+                (None, None) => sc.lo,
+            }
+        };
+
+        let stage = |ub: Value| {
+            if let (Some(xq), Some(xd)) = (xq, xd) {
+                self.cooperative(s.bm * upb, |idx| {
+                    let r = b.div(idx, b.c_u32(upb));
+                    let ul = b.rem(idx, b.c_u32(upb));
+                    let xrow = b.min(b.add(self.m0, r), self.m_last);
+                    let chunks = load_x_chunks(b.mul(xrow, self.x_row_vec4s), b.add(ub, ul));
+                    let (words, d, sum) = self.quantize_unit(&chunks, has_min);
+                    let slot = b.add(b.muli(r, upb), ul);
+                    for (c, w) in words.iter().enumerate() {
+                        b.store_shared(xq, b.addi(b.muli(slot, CHUNKS), c as u32), *w);
+                    }
+                    b.store_shared(xd, slot, b.construct(&[d, sum]));
+                });
+            }
+            if let (Some(wq), Some(wsc)) = (wq, wsc) {
+                self.cooperative(s.bn * upb, |idx| {
+                    let r = b.div(idx, b.c_u32(upb));
+                    let ul = b.rem(idx, b.c_u32(upb));
+                    let col = b.min(b.add(self.n0, r), self.n_last);
+                    let unit = open_unit(
+                        b,
+                        self.rows,
+                        b.mul(col, self.row_bytes),
+                        b.add(ub, ul),
+                        false,
+                    );
+                    let slot = b.add(b.muli(r, upb), ul);
+                    for c in 0..CHUNKS {
+                        b.store_shared(
+                            wq,
+                            b.addi(b.muli(slot, CHUNKS), c),
+                            unit.word_i8(b, b.c_u32(c)),
+                        );
+                    }
+                    b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                });
+            }
+        };
+
+        let [_, wg_n, wg_m] = s.workgroup_size();
+        let unit_body = |u: Value, ul: Value| {
+            // Activations of the tm rows: packed words, d, d*Σq.
+            let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
+                .map(|i| match (xq, xd) {
+                    (Some(xq), Some(xd)) => {
+                        let r = b.addi(self.ty, i * wg_m);
+                        let slot = b.add(b.muli(r, upb), ul);
+                        let base = b.muli(slot, CHUNKS);
+                        let words = (0..CHUNKS)
+                            .map(|c| b.load_shared(xq, b.addi(base, c)))
+                            .collect();
+                        let dv = b.load_shared(xd, slot);
+                        (words, b.extract(dv, 0), b.extract(dv, 1))
+                    }
+                    _ => {
+                        let chunks = load_x_chunks(self.x_bases[i as usize], u);
+                        self.quantize_unit(&chunks, has_min)
+                    }
+                })
+                .collect();
+            for (j, &w_off) in self.w_row_offs.iter().enumerate() {
+                let (words, lo, hi, min): (Vec<Value>, Value, Option<Value>, Option<Value>) =
+                    match (wq, wsc) {
+                        (Some(wq), Some(wsc)) => {
+                            let r = b.addi(self.tx, j as u32 * wg_n);
+                            let slot = b.add(b.muli(r, upb), ul);
+                            let base = b.muli(slot, CHUNKS);
+                            let words = (0..CHUNKS)
+                                .map(|c| b.load_shared(wq, b.addi(base, c)))
+                                .collect();
+                            let sc = b.load_shared(wsc, slot);
+                            let lo = b.extract(sc, 0);
+                            let second = (nsc > 1).then(|| b.extract(sc, 1));
+                            (
+                                words,
+                                lo,
+                                second.filter(|_| has_hi),
+                                second.filter(|_| has_min),
+                            )
+                        }
+                        _ => {
+                            let unit = open_unit(b, self.rows, w_off, u, false);
+                            let words = (0..CHUNKS).map(|c| unit.word_i8(b, b.c_u32(c))).collect();
+                            let sc = unit.int8_scales();
+                            (words, sc.lo, sc.hi, sc.min)
+                        }
+                    };
+                for (i, (xw, dx, sx)) in xs.iter().enumerate() {
+                    let dot = |range: std::ops::Range<usize>| {
+                        let mut acc_i: Option<Value> = None;
+                        for c in range {
+                            let d = b.dot4x8(xw[c], words[c], DotSign::Signed);
+                            acc_i = Some(match acc_i {
+                                Some(a) => b.add(a, d),
+                                None => d,
+                            });
+                        }
+                        acc_i.unwrap()
+                    };
+                    let (d_lo, d_hi) = (dot(0..4), dot(4..8));
+                    let t = match hi {
+                        Some(hi) => {
+                            let lo_part = b.mul(lo, b.convert(d_lo, Type::F32));
+                            b.fma(hi, b.convert(d_hi, Type::F32), lo_part)
+                        }
+                        None => b.mul(lo, b.convert(b.add(d_lo, d_hi), Type::F32)),
+                    };
+                    let mut a = b.fma(*dx, t, b.load_var(acc[i][j]));
+                    if let Some(min) = min {
+                        a = b.fma(b.neg(min), *sx, a);
+                    }
+                    b.store_var(acc[i][j], a);
+                }
+            }
+        };
+
+        self.slab_loop(stage, unit_body);
+        acc.iter()
+            .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
+            .collect()
+    }
+
+    // ---- epilogue -------------------------------------------------------------------------
+
+    /// Reduces split-K partial sums, adds the bias and stores the in-range outputs.
+    fn reduce_and_store(&self, totals: &[Vec<Value>]) {
+        let b = self.b;
+        let s = self.s;
+        let (tm, tn) = (s.tm, s.tn);
+        if s.split_k == 1 {
+            for (i, row) in totals.iter().enumerate() {
+                for (j, &v) in row.iter().enumerate() {
+                    self.store_output(i, j, v);
+                }
+            }
+            return;
+        }
+        let [_, wg_n, _] = s.workgroup_size();
+        let tile = s.bm * s.bn;
+        let red: SharedArray = b.shared_array("split_k_partials", Type::F32, s.split_k * tile);
+        // Slot of this thread's micro-tile entry (i, j) within one split's tile.
+        let thread_base = b.muli(b.add(b.muli(self.ty, wg_n), self.tx), tm * tn);
+        let own = b.add(b.muli(self.kz, tile), thread_base);
+        for (i, row) in totals.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                b.store_shared(red, b.addi(own, i as u32 * tn + j as u32), v);
+            }
+        }
+        b.barrier();
+        // Entry (i, j) is finished by the split thread (i*tn + j) % split_k.
+        for i in 0..tm as usize {
+            for j in 0..tn as usize {
+                let e = i as u32 * tn + j as u32;
+                b.if_(b.eq(self.kz, b.c_u32(e % s.split_k)), || {
+                    let slot = b.addi(thread_base, e);
+                    let mut sum = b.load_shared(red, slot);
+                    for z in 1..s.split_k {
+                        sum = b.add(sum, b.load_shared(red, b.addi(slot, z * tile)));
+                    }
+                    self.store_output(i, j, sum);
+                });
+            }
+        }
+    }
+
+    fn store_output(&self, i: usize, j: usize, v: Value) {
+        let b = self.b;
+        let (row, col) = (self.out_rows[i], self.out_cols[j]);
+        let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
+        b.if_(inside, || {
+            let ycol = b.add(self.n_offset, col);
+            let v = match self.bias {
+                Some(bias) => b.add(v, b.load(bias, ycol)),
+                None => v,
+            };
+            let out = b.convert(v, Type::scalar(act_scalar(self.w.act)));
+            b.store(self.y, b.add(b.mul(row, self.ldy), ycol), out);
+        });
+    }
+}

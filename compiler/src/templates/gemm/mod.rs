@@ -1,0 +1,107 @@
+//! The GEMM template: `Y = X · Wᵀ (+ bias)` with W in its GGUF block layout, used in place.
+//!
+//! - [`workload`]: what is computed; [`schedule`]: how (tunables, validity, estimates);
+//! - [`space`]: candidates for the tuner; [`default`]: rule-based defaults;
+//! - [`kernel`]: the IR; [`interface`]: bindings, push constants, dispatch, N-slicing;
+//! - [`reference`]: the CPU oracle.
+
+pub mod default;
+pub mod interface;
+pub(crate) mod kernel;
+pub mod reference;
+pub mod schedule;
+pub mod space;
+pub mod workload;
+
+pub use default::default_schedule;
+pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
+pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
+pub use space::search_space;
+pub use workload::{ActType, GemmWorkload};
+
+use crate::caps::DeviceCaps;
+use crate::codegen::{self, MAX_SPIRV_VERSION, MIN_SPIRV_VERSION};
+use crate::dequant::UNIT;
+use crate::ir::analysis::features;
+use crate::kernel::{BufferBinding, CompiledKernel, KernelMeta};
+use crate::refusal::Refusal;
+
+/// Checks that the template can compute `w` at all.
+pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
+    let bad = |s: String| Err(Refusal::Workload(s));
+    if w.m == 0 || w.n == 0 || w.k == 0 {
+        return bad(format!(
+            "m, n and k must be at least 1 (got {}×{}×{})",
+            w.m, w.n, w.k
+        ));
+    }
+    let block = w.weight.block_elems().max(UNIT);
+    if w.k % block != 0 {
+        return bad(format!(
+            "k = {} is not a multiple of {block} (the {} block / 32-element unit)",
+            w.k, w.weight
+        ));
+    }
+    let x_vec4s = u64::from(w.m) * u64::from(w.k) / 4;
+    let y_elems = u64::from(w.m) * u64::from(w.n);
+    if x_vec4s > u64::from(u32::MAX) || y_elems > u64::from(u32::MAX) {
+        return bad(format!(
+            "{}×{}×{} is too large for 32-bit indexing",
+            w.m, w.n, w.k
+        ));
+    }
+    if w.weight.row_bytes(u64::from(w.k)) > u64::from(u32::MAX) / 2 {
+        return bad(format!("a weight row of k = {} is too large", w.k));
+    }
+    Ok(())
+}
+
+/// The kernel's IR (for the IR interpreter and for inspection). The pair must validate.
+pub fn kernel_ir(w: &GemmWorkload, s: &GemmSchedule) -> crate::ir::Module {
+    kernel::build(w, s)
+}
+
+/// Instantiates the GEMM template for `w` and `s` on `caps`, or refuses with the reason.
+pub fn instantiate(
+    w: &GemmWorkload,
+    s: &GemmSchedule,
+    caps: &DeviceCaps,
+) -> Result<CompiledKernel, Refusal> {
+    validate_workload(w)?;
+    s.validate(w, caps)?;
+    if caps.spirv_version < MIN_SPIRV_VERSION {
+        return Err(Refusal::DeviceLimit(format!(
+            "SPIR-V {}.{}: the compiler needs at least {}.{}",
+            caps.spirv_version.0, caps.spirv_version.1, MIN_SPIRV_VERSION.0, MIN_SPIRV_VERSION.1
+        )));
+    }
+    let version = caps.spirv_version.min(MAX_SPIRV_VERSION);
+    let module = kernel::build(w, s);
+    let required = features(&module).required();
+    let missing = caps.missing(&required);
+    if !missing.is_empty() {
+        return Err(Refusal::MissingFeature(missing.join(", ")));
+    }
+    let spirv = codegen::emit(&module, version).map_err(|e| Refusal::Internal(e.to_string()))?;
+    let bindings = module
+        .buffers
+        .iter()
+        .map(|b| BufferBinding {
+            binding: b.binding,
+            name: b.name.clone(),
+            read_only: b.access == crate::ir::Access::ReadOnly,
+        })
+        .collect();
+    let meta = KernelMeta {
+        name: module.name.clone(),
+        bindings,
+        push_constant_bytes: module.push_constant_bytes(),
+        workgroup_size: module.workgroup_size,
+        shared_bytes: module.shared_bytes(),
+        required,
+        spirv_version: version,
+    };
+    debug_assert_eq!(meta.push_constant_bytes, GemmPush::BYTES);
+    debug_assert_eq!(meta.shared_bytes, s.shared_bytes(w));
+    Ok(CompiledKernel { meta, spirv })
+}

@@ -1,0 +1,304 @@
+//! How a GEMM is computed: the tunable parameters, their validity and resource estimates.
+//!
+//! Thread layout: a workgroup is `[split_k, bn/tn, bm/tm]` threads. Thread (kz, tx, ty)
+//! computes the `tm × tn` outputs at rows `ty + i·(bm/tm)` and columns `tx + j·(bn/tn)` of the
+//! workgroup's `bm × bn` block tile (strided, so neighbouring threads touch neighbouring
+//! rows/columns), over the 32-element K units `kz, kz+split_k, …` of each `bk` slab; the
+//! `split_k` partial sums are reduced through workgroup memory at the end (split-K is
+//! *within* the workgroup, so a kernel stays a single dispatch).
+
+use serde::{Deserialize, Serialize};
+
+use super::workload::{ActType, GemmWorkload};
+use crate::caps::DeviceCaps;
+use crate::dequant::{WeightFormat, UNIT};
+use crate::refusal::Refusal;
+
+/// Version of the GEMM schedule/kernel semantics. Bump it when a change makes stored tuning
+/// results for the same (workload, schedule) key meaningless; field names never change.
+pub const GEMM_SCHEDULE_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum Precision {
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+}
+
+/// The arithmetic of the inner loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum Math {
+    /// f32 FMAs on dequantized weights.
+    #[serde(rename = "fma_f32")]
+    FmaF32,
+    /// f16 FMAs on f16vec2/f16vec4 (packed on GPUs that have it). With f32 accumulation the
+    /// f16 partial sum of each 32-element unit is added to an f32 accumulator.
+    #[serde(rename = "fma_f16_packed")]
+    FmaF16Packed,
+    /// Packed int8 dot products (`OpSDot`, 4×8 bit). Activations are quantized on the fly, per
+    /// row and 32-element unit, like ggml's Q8_0 (`d = amax/127`, `q = roundEven(x/d)`), by the
+    /// thread that needs them or, with `stage_a`, once per workgroup into shared memory.
+    /// Weights are unpacked to signed bytes (Q5_0/Q6_K re-centred, Q4_K nibbles with its
+    /// min term applied through the activation sums).
+    #[serde(rename = "int8_dot")]
+    Int8Dot,
+}
+
+/// A GEMM schedule. Serialized field names are stable (tuning-database keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmSchedule {
+    /// Block tile: rows of X/Y per workgroup.
+    pub bm: u32,
+    /// Block tile: columns of Y (rows of W) per workgroup.
+    pub bn: u32,
+    /// K slab per main-loop iteration (multiple of 32; the depth of shared staging).
+    pub bk: u32,
+    /// Per-thread micro-tile rows.
+    pub tm: u32,
+    /// Per-thread micro-tile columns.
+    pub tn: u32,
+    /// Threads sharing one micro-tile along K (reduced through shared memory).
+    pub split_k: u32,
+    /// Width of the FMA accumulators (1, 2 or 4 lanes); loads are always 4 elements wide.
+    /// Int8Dot uses 4 (one packed word).
+    pub vector_width: u32,
+    /// Stage the X slab in shared memory (cooperative load; int8: cooperative quantization).
+    pub stage_a: bool,
+    /// Stage the dequantized W slab in shared memory (cooperative dequantization).
+    pub stage_b: bool,
+    pub accumulate: Precision,
+    pub math: Math,
+}
+
+impl GemmSchedule {
+    /// `LocalSize` of the kernel: `[split_k, bn/tn, bm/tm]`.
+    pub fn workgroup_size(&self) -> [u32; 3] {
+        [
+            self.split_k,
+            self.bn / self.tn.max(1),
+            self.bm / self.tm.max(1),
+        ]
+    }
+
+    pub fn threads(&self) -> u32 {
+        self.workgroup_size().iter().product()
+    }
+
+    /// 32-element units per `bk` slab.
+    pub fn units_per_slab(&self) -> u32 {
+        self.bk / UNIT
+    }
+
+    /// Bytes of workgroup memory the kernel declares.
+    pub fn shared_bytes(&self, w: &GemmWorkload) -> u32 {
+        let upb = self.units_per_slab();
+        let mut bytes = 0;
+        match self.math {
+            Math::Int8Dot => {
+                if self.stage_a {
+                    bytes += self.bm * upb * (8 * 4 + 8);
+                }
+                if self.stage_b {
+                    bytes += self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
+                }
+            }
+            Math::FmaF32 | Math::FmaF16Packed => {
+                let vec4 = if self.math == Math::FmaF32 { 16 } else { 8 };
+                let row = (self.bk / 4 + 1) * vec4;
+                if self.stage_a {
+                    bytes += self.bm * row;
+                }
+                if self.stage_b {
+                    bytes += self.bn * row;
+                }
+            }
+        }
+        if self.split_k > 1 {
+            bytes += self.split_k * self.bm * self.bn * 4;
+        }
+        bytes
+    }
+
+    /// Rough count of 32-bit registers per thread: accumulators, one chunk of operands,
+    /// per-unit scales and a fixed overhead for indices.
+    pub fn register_estimate(&self) -> u32 {
+        let (tm, tn, v) = (self.tm, self.tn, self.vector_width);
+        let overhead = 12;
+        match self.math {
+            Math::FmaF32 => tm * tn * v + 4 * tm + 4 * tn + 3 * tn + overhead,
+            Math::FmaF16Packed => {
+                let acc = match self.accumulate {
+                    Precision::F16 => (tm * tn * v).div_ceil(2),
+                    Precision::F32 => tm * tn * v + (tm * tn * v).div_ceil(2),
+                };
+                acc + 2 * tm + 2 * tn + 3 * tn + overhead
+            }
+            Math::Int8Dot => {
+                let quantize = if self.stage_a { 0 } else { 32 };
+                tm * tn + 10 * tm + 8 + 3 * tn + quantize + overhead
+            }
+        }
+    }
+
+    /// A descriptive kernel name.
+    pub fn name(&self, w: &GemmWorkload) -> String {
+        let act = match w.act {
+            ActType::F32 => "f32",
+            ActType::F16 => "f16",
+        };
+        let math = match self.math {
+            Math::FmaF32 => "fma32",
+            Math::FmaF16Packed => "fma16",
+            Math::Int8Dot => "dot8",
+        };
+        let acc = match self.accumulate {
+            Precision::F32 => "acc32",
+            Precision::F16 => "acc16",
+        };
+        format!(
+            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}_{}_{}",
+            w.weight.ggml_name().to_lowercase(),
+            act,
+            if w.bias { "_bias" } else { "" },
+            self.bm,
+            self.bn,
+            self.bk,
+            self.tm,
+            self.tn,
+            self.split_k,
+            self.vector_width,
+            self.stage_a as u8,
+            self.stage_b as u8,
+            acc,
+            math
+        )
+    }
+
+    /// Checks the schedule against the workload and the device.
+    pub fn validate(&self, w: &GemmWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Schedule(s));
+        for (name, v) in [
+            ("bm", self.bm),
+            ("bn", self.bn),
+            ("bk", self.bk),
+            ("tm", self.tm),
+            ("tn", self.tn),
+            ("split_k", self.split_k),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if self.bm % self.tm != 0 || self.bn % self.tn != 0 {
+            return bad(format!(
+                "block tile {}x{} is not a multiple of the micro-tile {}x{}",
+                self.bm, self.bn, self.tm, self.tn
+            ));
+        }
+        if self.bk % UNIT != 0 {
+            return bad(format!("bk {} is not a multiple of {UNIT}", self.bk));
+        }
+        if self.units_per_slab() % self.split_k != 0 {
+            return bad(format!(
+                "bk {} holds {} units of {UNIT}, not divisible among split_k {} threads",
+                self.bk,
+                self.units_per_slab(),
+                self.split_k
+            ));
+        }
+        if w.k % self.bk != 0 {
+            return bad(format!("bk {} does not divide k {}", self.bk, w.k));
+        }
+        if ![1, 2, 4].contains(&self.vector_width) {
+            return bad(format!(
+                "vector_width {} is not 1, 2 or 4",
+                self.vector_width
+            ));
+        }
+        match self.math {
+            Math::FmaF32 => {
+                if self.accumulate != Precision::F32 {
+                    return bad("fma_f32 math accumulates in f32".into());
+                }
+            }
+            Math::FmaF16Packed => {
+                if self.vector_width < 2 {
+                    return bad("fma_f16_packed needs vector_width 2 or 4".into());
+                }
+            }
+            Math::Int8Dot => {
+                if !w.weight.is_quantized() {
+                    return bad(format!(
+                        "int8_dot needs quantized weights, not {}",
+                        w.weight
+                    ));
+                }
+                if self.accumulate != Precision::F32 {
+                    return bad("int8_dot accumulates in f32".into());
+                }
+                if self.vector_width != 4 {
+                    return bad("int8_dot works on packed words: vector_width must be 4".into());
+                }
+            }
+        }
+
+        // Device features.
+        if self.math == Math::FmaF16Packed && !caps.float16 {
+            return Err(Refusal::MissingFeature(
+                "shaderFloat16 (fma_f16_packed math)".into(),
+            ));
+        }
+        if self.math == Math::Int8Dot && !caps.integer_dot_product {
+            return Err(Refusal::MissingFeature(
+                "shaderIntegerDotProduct (int8_dot math)".into(),
+            ));
+        }
+        if w.act == ActType::F16 && !caps.storage_16bit {
+            return Err(Refusal::MissingFeature(
+                "storageBuffer16BitAccess (f16 activations)".into(),
+            ));
+        }
+
+        // Device limits.
+        let wg = self.workgroup_size();
+        for (d, (&have, &max)) in wg.iter().zip(caps.max_workgroup_size.iter()).enumerate() {
+            if have > max {
+                return Err(Refusal::DeviceLimit(format!(
+                    "workgroup size {wg:?}: dimension {d} is {have}, the device allows {max}"
+                )));
+            }
+        }
+        if self.threads() > caps.max_workgroup_invocations {
+            return Err(Refusal::DeviceLimit(format!(
+                "{} threads per workgroup, the device allows {}",
+                self.threads(),
+                caps.max_workgroup_invocations
+            )));
+        }
+        let shared = self.shared_bytes(w);
+        if shared > caps.max_shared_memory_bytes {
+            return Err(Refusal::DeviceLimit(format!(
+                "{shared} bytes of shared memory, the device allows {}",
+                caps.max_shared_memory_bytes
+            )));
+        }
+        let regs = self.register_estimate();
+        if regs > caps.register_budget {
+            return Err(Refusal::DeviceLimit(format!(
+                "about {regs} registers per thread, the budget is {}",
+                caps.register_budget
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// f32 scales stored per unit by the int8 path's weight staging.
+pub(crate) fn int8_scale_lanes(f: WeightFormat) -> u32 {
+    match f {
+        WeightFormat::Q4K | WeightFormat::Q6K => 2,
+        _ => 1,
+    }
+}

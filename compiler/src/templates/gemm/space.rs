@@ -1,0 +1,93 @@
+//! The candidate schedules of a GEMM workload on a device: what the tuner searches.
+//!
+//! The space is the product of a few axes with cheap pruning rules (no tile much larger than
+//! the matrix, staging only where a tile is shared by several threads, split-K only when there
+//! are few output rows), filtered by [`GemmSchedule::validate`]. Every schedule returned here
+//! instantiates.
+
+use super::schedule::{GemmSchedule, Math, Precision};
+use super::workload::GemmWorkload;
+use crate::caps::DeviceCaps;
+
+/// (math, accumulation, vector width) combinations worth trying on a device.
+pub(crate) fn math_variants(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<(Math, Precision, u32)> {
+    let mut v = vec![
+        (Math::FmaF32, Precision::F32, 1),
+        (Math::FmaF32, Precision::F32, 4),
+    ];
+    if caps.float16 {
+        v.push((Math::FmaF16Packed, Precision::F32, 2));
+        v.push((Math::FmaF16Packed, Precision::F16, 2));
+        v.push((Math::FmaF16Packed, Precision::F16, 4));
+    }
+    if caps.integer_dot_product && w.weight.is_quantized() {
+        v.push((Math::Int8Dot, Precision::F32, 4));
+    }
+    v
+}
+
+fn pow2_ceil(x: u32) -> u32 {
+    x.max(1).next_power_of_two()
+}
+
+/// All candidate schedules, each accepted by `validate` for this workload and device.
+pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
+    let m_cap = pow2_ceil(w.m);
+    let n_cap = pow2_ceil(w.n).min(256);
+    let splits: &[u32] = if w.m <= 16 { &[1, 4] } else { &[1] };
+    let mut out = Vec::new();
+    for (math, accumulate, vector_width) in math_variants(w, caps) {
+        for tm in [1, 2, 4, 8].into_iter().filter(|&t| t <= m_cap) {
+            for tn in [1, 2, 4, 8] {
+                // Tiny micro-tiles reuse nothing (except in matrix-vector shapes); huge ones spill.
+                if tm * tn > 16 || (tm * tn == 1 && m_cap > 1) {
+                    continue;
+                }
+                for &split_k in splits {
+                    for threads in [64, 256] {
+                        let per_split = threads / split_k;
+                        let mut wg_m = 1;
+                        while wg_m <= per_split {
+                            let wg_n = per_split / wg_m;
+                            let (bm, bn) = (wg_m * tm, wg_n * tn);
+                            wg_m *= 2;
+                            if bm > m_cap || bn > n_cap || wg_n < 8 {
+                                continue;
+                            }
+                            for (stage_a, stage_b) in
+                                [(false, false), (true, false), (false, true), (true, true)]
+                            {
+                                // Without staging bk only sets the units per loop iteration.
+                                let bks: &[u32] =
+                                    if stage_a || stage_b { &[32, 64] } else { &[64] };
+                                for bk in bks.iter().map(|u| u * split_k) {
+                                    // Staging pays only for data several threads share.
+                                    if (stage_a && wg_n == 1) || (stage_b && bm / tm == 1) {
+                                        continue;
+                                    }
+                                    let s = GemmSchedule {
+                                        bm,
+                                        bn,
+                                        bk,
+                                        tm,
+                                        tn,
+                                        split_k,
+                                        vector_width,
+                                        stage_a,
+                                        stage_b,
+                                        accumulate,
+                                        math,
+                                    };
+                                    if s.validate(w, caps).is_ok() {
+                                        out.push(s);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! Every module the GEMM template can produce passes spirv-val for Vulkan 1.2: the whole
+//! search space of a set of workloads covering every weight format, activation type, bias
+//! on/off and math mode, on a desktop profile with all features and on a Mali-like profile.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use common::{desktop_vk12, mali_vk12, require_spirv_val, spirv_dis, spirv_val};
+use rocky_compiler::templates::gemm::{self, ActType, GemmSchedule, GemmWorkload, Math, Precision};
+use rocky_compiler::templates::peak::{self, PeakConfig, PeakPrecision};
+use rocky_compiler::{DeviceCaps, WeightFormat};
+
+fn workloads() -> Vec<GemmWorkload> {
+    let w = |weight, m, act, bias| GemmWorkload {
+        m,
+        n: 2048,
+        k: 2048,
+        act,
+        weight,
+        bias,
+    };
+    vec![
+        w(WeightFormat::F32, 7, ActType::F16, true),
+        w(WeightFormat::F16, 72, ActType::F32, false),
+        w(WeightFormat::Q8_0, 72, ActType::F16, false),
+        w(WeightFormat::Q5_0, 7, ActType::F32, true),
+        w(WeightFormat::Q4K, 72, ActType::F32, true),
+        w(WeightFormat::Q6K, 7, ActType::F16, false),
+        w(WeightFormat::Q4K, 1, ActType::F16, true),
+    ]
+}
+
+/// Runs `check` on every item on all cores; returns the failures.
+fn parallel<T: Sync>(items: &[T], check: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = check(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+#[test]
+fn whole_gemm_space_passes_spirv_val_for_vulkan_1_2() {
+    require_spirv_val();
+    let start = Instant::now();
+    let profiles = [("desktop", desktop_vk12()), ("mali", mali_vk12())];
+    // The module depends on (act, weight, bias, schedule) and the SPIR-V version only (m, n, k
+    // are push constants), and both profiles emit SPIR-V 1.5: validate each distinct one once.
+    let mut distinct: HashMap<
+        (ActType, WeightFormat, bool, GemmSchedule),
+        (GemmWorkload, DeviceCaps),
+    > = HashMap::new();
+    let mut maths = BTreeSet::new();
+    let mut formats = BTreeSet::new();
+    let mut acts = BTreeSet::new();
+    let mut biases = BTreeSet::new();
+    let mut sizes = Vec::new();
+    for (pname, caps) in &profiles {
+        for w in workloads() {
+            let space = gemm::search_space(&w, caps);
+            assert!(!space.is_empty(), "{pname}: empty space for {w:?}");
+            sizes.push(format!(
+                "{pname} {} m={} {:?}: {}",
+                w.weight,
+                w.m,
+                w.act,
+                space.len()
+            ));
+            for s in space {
+                maths.insert((s.math, s.accumulate));
+                formats.insert(w.weight);
+                acts.insert(w.act);
+                biases.insert(w.bias);
+                distinct
+                    .entry((w.act, w.weight, w.bias, s))
+                    .or_insert((w, caps.clone()));
+            }
+        }
+    }
+    // The set must really cover what it claims to.
+    assert_eq!(formats.len(), WeightFormat::ALL.len());
+    assert_eq!(acts.len(), 2);
+    assert_eq!(biases.len(), 2);
+    for m in [
+        (Math::FmaF32, Precision::F32),
+        (Math::FmaF16Packed, Precision::F32),
+        (Math::FmaF16Packed, Precision::F16),
+        (Math::Int8Dot, Precision::F32),
+    ] {
+        assert!(
+            maths.contains(&m),
+            "no schedule with {m:?} in the test spaces"
+        );
+    }
+
+    let items: Vec<_> = distinct.into_iter().collect();
+    let failures = parallel(&items, |((_, _, _, s), (w, caps))| {
+        let k = gemm::instantiate(w, s, caps)
+            .map_err(|e| format!("{s:?} from the space refused: {e}"))?;
+        spirv_val(&k.spirv, "vulkan1.2").map_err(|e| {
+            let dis = spirv_dis(&k.spirv);
+            format!("{}: {e}\n{}", k.meta.name, &dis[..dis.len().min(4000)])
+        })
+    });
+    eprintln!(
+        "space sizes:\n  {}\nvalidated {} distinct modules in {:.1?}",
+        sizes.join("\n  "),
+        items.len(),
+        start.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} modules failed:\n{}",
+        failures.len(),
+        items.len(),
+        failures[..failures.len().min(3)].join("\n\n")
+    );
+}
+
+#[test]
+fn samples_pass_spirv_val_for_vulkan_1_1_and_1_3() {
+    require_spirv_val();
+    for (version, env) in [((1, 3), "vulkan1.1"), ((1, 6), "vulkan1.3")] {
+        let caps = DeviceCaps {
+            spirv_version: version,
+            ..DeviceCaps::desktop_all_features()
+        };
+        let mut items = Vec::new();
+        for w in workloads() {
+            for s in gemm::search_space(&w, &caps).into_iter().step_by(97) {
+                items.push((w, s));
+            }
+        }
+        let failures = parallel(&items, |(w, s)| {
+            let k = gemm::instantiate(w, s, &caps).map_err(|e| e.to_string())?;
+            assert_eq!(k.meta.spirv_version, version);
+            spirv_val(&k.spirv, env).map_err(|e| format!("{} ({env}): {e}", k.meta.name))
+        });
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
+#[test]
+fn default_schedules_are_valid_and_follow_the_device_class() {
+    for w in workloads() {
+        for caps in [desktop_vk12(), mali_vk12()] {
+            let s = gemm::default_schedule(&w, &caps);
+            let k = gemm::instantiate(&w, &s, &caps)
+                .unwrap_or_else(|e| panic!("default {s:?} for {w:?} refused: {e}"));
+            spirv_val(&k.spirv, "vulkan1.2").unwrap();
+            if caps.shared_memory_is_slow {
+                assert_eq!(
+                    k.meta.shared_bytes, 0,
+                    "Mali default uses slow shared memory: {s:?}"
+                );
+                assert!(
+                    s.register_estimate() <= 64,
+                    "Mali default is register hungry: {s:?}"
+                );
+            }
+        }
+    }
+    // Without f16 the default falls back to f32 math.
+    let w = workloads()[1];
+    let s = gemm::default_schedule(&w, &DeviceCaps::baseline());
+    assert_eq!(s.math, Math::FmaF32);
+    assert!(gemm::instantiate(&w, &s, &DeviceCaps::baseline()).is_ok());
+}
+
+#[test]
+fn peak_kernels_pass_spirv_val() {
+    let caps = desktop_vk12();
+    for precision in [PeakPrecision::F32, PeakPrecision::F16Packed] {
+        let cfg = PeakConfig::new(precision);
+        let k = peak::instantiate(&cfg, &caps).unwrap();
+        spirv_val(&k.spirv, "vulkan1.2").unwrap();
+        assert_eq!(
+            k.meta.required.float16,
+            precision == PeakPrecision::F16Packed
+        );
+    }
+    assert!(peak::instantiate(
+        &PeakConfig::new(PeakPrecision::F16Packed),
+        &DeviceCaps::baseline()
+    )
+    .is_err());
+}

@@ -1,0 +1,507 @@
+//! Numerics of the generated kernels, run by the IR interpreter (no GPU): the dequantization
+//! fragments are bit-exact to the CPU dequantizers, and GEMM kernels across the search space
+//! agree with the CPU reference, including N-slicing and a runtime m other than the
+//! workload's. The interpreter also fails on any out-of-bounds access, so these tests check
+//! that the clamped loads never leave the (4-byte padded) buffers.
+
+mod common;
+
+use common::{desktop_vk12, mali_vk12};
+use half::f16;
+use rocky_compiler::dequant::cpu::dequantize;
+use rocky_compiler::dequant::ir::{open_unit, WeightRows};
+use rocky_compiler::ir::interp::{execute, BufferData};
+use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
+use rocky_compiler::templates::gemm::reference::{compare, reference};
+use rocky_compiler::templates::gemm::{
+    self, ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
+};
+use rocky_compiler::templates::peak::{PeakConfig, PeakPrecision};
+use rocky_compiler::{testdata, DeviceCaps, WeightFormat};
+
+/// Tensor bytes padded to a whole number of u32 words (the binding contract).
+fn padded(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    v.resize(bytes.len().div_ceil(4) * 4, 0);
+    v
+}
+
+/// One invocation per unit of an n×k tensor: writes its 8 chunks as f32 (out_f32), as
+/// f16 (out_f16, only with `f16`) and, for quantized formats, its packed int8 words and
+/// scales (lo, hi, min).
+fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool) -> Module {
+    let b = KernelBuilder::new("dequant_probe", [1, 1, 1]);
+    let w = b.buffer(0, "w", Type::U32, Access::ReadOnly);
+    let out = b.buffer(1, "out_f32", Type::vec(Scalar::F32, 4), Access::WriteOnly);
+    let out_h = b.buffer(2, "out_f16", Type::vec(Scalar::F32, 4), Access::WriteOnly);
+    let words = b.buffer(3, "words", Type::U32, Access::WriteOnly);
+    let scales = b.buffer(4, "scales", Type::vec(Scalar::F32, 4), Access::WriteOnly);
+    let units_per_row = k / 32;
+    let g = b.builtin(Builtin::WorkgroupId(0));
+    let row = b.div(g, b.c_u32(units_per_row));
+    let u = b.rem(g, b.c_u32(units_per_row));
+    let row_off = b.muli(row, format.row_bytes(u64::from(k)) as u32);
+    let unit = open_unit(&b, WeightRows { buffer: w, format }, row_off, u, with_f16);
+    for c in 0..8 {
+        let slot = b.addi(b.muli(g, 8), c);
+        let cv = b.c_u32(c);
+        b.store(out, slot, unit.chunk_f32(&b, cv));
+        if with_f16 {
+            b.store(
+                out_h,
+                slot,
+                b.convert(unit.chunk_f16(&b, cv), Type::vec(Scalar::F32, 4)),
+            );
+        }
+        if format.is_quantized() {
+            b.store(words, slot, unit.word_i8(&b, cv));
+        }
+    }
+    if format.is_quantized() {
+        let s = unit.int8_scales();
+        let zero = b.c_f32(0.0);
+        b.store(
+            scales,
+            g,
+            b.construct(&[s.lo, s.hi.unwrap_or(s.lo), s.min.unwrap_or(zero), zero]),
+        );
+    }
+    b.finish()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
+    for format in WeightFormat::ALL {
+        // An odd number of blocks in total, so the last one ends 2 bytes into its final word.
+        let (n, k) = (3usize, 768usize);
+        let raw = testdata::random_weights(format, n, k, 11);
+        let want = dequantize(format, &raw, n, k).unwrap();
+        let units = n * k / 32;
+        let mut wbuf = padded(&raw);
+        let (mut out, mut out_h) = (vec![0u8; units * 128], vec![0u8; units * 128]);
+        let (mut words, mut scales) = (vec![0u8; units * 32], vec![0u8; units * 16]);
+        let module = dequant_kernel(format, k as u32, true);
+        execute(
+            &module,
+            &mut [
+                BufferData {
+                    binding: 0,
+                    bytes: &mut wbuf,
+                },
+                BufferData {
+                    binding: 1,
+                    bytes: &mut out,
+                },
+                BufferData {
+                    binding: 2,
+                    bytes: &mut out_h,
+                },
+                BufferData {
+                    binding: 3,
+                    bytes: &mut words,
+                },
+                BufferData {
+                    binding: 4,
+                    bytes: &mut scales,
+                },
+            ],
+            &[],
+            [units as u32, 1, 1],
+            4,
+        )
+        .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let got = f32s(&out);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{format}: element {i}: {g} vs {w}"
+            );
+        }
+        // f16 chunks: within f16 rounding of the exact value.
+        for (i, (h, w)) in f32s(&out_h).iter().zip(&want).enumerate() {
+            let tol = 2f32.powi(-10) * w.abs() + 2f32.powi(-9) * max_term(format, &raw, k, i);
+            assert!(
+                (h - w).abs() <= tol,
+                "{format}: f16 element {i}: {h} vs {w}"
+            );
+        }
+        if format.is_quantized() {
+            // The int8 view reproduces the same values: scale(q) * q - min.
+            let sc = f32s(&scales);
+            for (i, w) in want.iter().enumerate() {
+                let (unit, e) = (i / 32, i % 32);
+                let word =
+                    u32::from_le_bytes(words[(unit * 8 + e / 4) * 4..][..4].try_into().unwrap());
+                let q = f32::from((word >> (8 * (e % 4))) as u8 as i8);
+                let scale = if e < 16 {
+                    sc[unit * 4]
+                } else {
+                    sc[unit * 4 + 1]
+                };
+                let v = scale * q - sc[unit * 4 + 2];
+                assert_eq!(
+                    v.to_bits(),
+                    w.to_bits(),
+                    "{format}: int8 view of element {i}"
+                );
+            }
+        }
+    }
+}
+
+/// Largest term of the f16 dequantization formula of element i (its rounding scale).
+fn max_term(format: WeightFormat, raw: &[u8], k: usize, i: usize) -> f32 {
+    if format != WeightFormat::Q4K {
+        return 0.0;
+    }
+    let row_bytes = format.row_bytes(k as u64) as usize;
+    let (row, e) = (i / k, i % k);
+    let block = &raw[row * row_bytes + (e / 256) * 144..];
+    let dmin = f16::from_le_bytes([block[2], block[3]]).to_f32();
+    dmin * 63.0 + f16::from_le_bytes([block[0], block[1]]).to_f32() * 63.0 * 15.0
+}
+
+struct Inputs {
+    x: Vec<f32>,
+    weights: Vec<u8>,
+    bias: Option<Vec<f32>>,
+}
+
+fn inputs(w: &GemmWorkload, seed: u64) -> Inputs {
+    Inputs {
+        x: testdata::random_activations((w.m * w.k) as usize, seed),
+        weights: testdata::random_weights(w.weight, w.n as usize, w.k as usize, seed + 1),
+        bias: w
+            .bias
+            .then(|| testdata::random_activations(w.n as usize, seed + 2)),
+    }
+}
+
+fn act_bytes(v: &[f32], act: ActType) -> Vec<u8> {
+    match act {
+        ActType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ActType::F16 => v
+            .iter()
+            .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// Runs the kernel in the given N-slices (weights bound per slice) and returns Y as f32.
+fn run_gemm(
+    w: &GemmWorkload,
+    s: &GemmSchedule,
+    caps: &DeviceCaps,
+    inp: &Inputs,
+    slices: &[NSlice],
+) -> Vec<f32> {
+    let k = gemm::instantiate(w, s, caps).unwrap();
+    let module = gemm::kernel_ir(w, s);
+    assert_eq!(module.name, k.meta.name);
+    let mut x = act_bytes(&inp.x, w.act);
+    let mut y = vec![0u8; (w.m * w.n * w.act_bytes()) as usize];
+    let mut bias = inp.bias.as_ref().map(|b| act_bytes(b, ActType::F32));
+    for slice in slices {
+        let start = slice.weight_offset as usize;
+        let end = (start + slice.weight_range as usize).min(inp.weights.len());
+        let mut wslice = padded(&inp.weights[start..end]);
+        assert_eq!(wslice.len() as u64, slice.weight_range);
+        let mut bufs = vec![
+            BufferData {
+                binding: 0,
+                bytes: &mut x,
+            },
+            BufferData {
+                binding: 1,
+                bytes: &mut wslice,
+            },
+            BufferData {
+                binding: 2,
+                bytes: &mut y,
+            },
+        ];
+        if let Some(b) = bias.as_mut() {
+            bufs.push(BufferData {
+                binding: 3,
+                bytes: b,
+            });
+        }
+        let push = GemmPush::for_slice(w, slice).to_bytes();
+        execute(
+            &module,
+            &mut bufs,
+            &push,
+            gemm::dispatch_grid_for(w.m, slice.n, s),
+            caps.subgroup_size,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
+    }
+    match w.act {
+        ActType::F32 => f32s(&y),
+        ActType::F16 => y
+            .chunks(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+    }
+}
+
+fn check(w: &GemmWorkload, s: &GemmSchedule, caps: &DeviceCaps, inp: &Inputs) {
+    let r = reference(w, s.math, &inp.x, &inp.weights, inp.bias.as_deref()).unwrap();
+    let whole = gemm::n_slices(w, u64::MAX, 16).unwrap();
+    let y = run_gemm(w, s, caps, inp, &whole);
+    if let Err(e) = compare(w, s, &y, &r) {
+        panic!("{}: {e}", s.name(w));
+    }
+}
+
+fn test_workloads() -> Vec<GemmWorkload> {
+    let w = |weight, m, act, bias| GemmWorkload {
+        m,
+        n: 40,
+        k: 512,
+        act,
+        weight,
+        bias,
+    };
+    vec![
+        w(WeightFormat::F32, 5, ActType::F32, true),
+        w(WeightFormat::F16, 3, ActType::F16, false),
+        w(WeightFormat::Q8_0, 9, ActType::F16, true),
+        w(WeightFormat::Q5_0, 5, ActType::F32, false),
+        w(WeightFormat::Q4K, 7, ActType::F32, true),
+        w(WeightFormat::Q6K, 1, ActType::F16, true),
+    ]
+}
+
+#[test]
+fn gemm_kernels_across_the_space_match_the_reference() {
+    let caps = desktop_vk12();
+    let mut checked = 0;
+    let mut maths = std::collections::BTreeSet::new();
+    for (i, w) in test_workloads().iter().enumerate() {
+        let inp = inputs(w, 100 + i as u64);
+        let space = gemm::search_space(w, &caps);
+        // A spread-out sample of the space (a prime stride walks through every axis), plus
+        // the defaults of both device classes.
+        let mut sample: Vec<GemmSchedule> = space.iter().step_by(53).copied().collect();
+        sample.push(gemm::default_schedule(w, &caps));
+        let mali = mali_vk12();
+        sample.push(gemm::default_schedule(w, &mali));
+        for s in &sample {
+            check(w, s, &caps, &inp);
+            maths.insert((s.math, s.accumulate, s.stage_a, s.stage_b, s.split_k > 1));
+            checked += 1;
+        }
+    }
+    eprintln!(
+        "checked {checked} kernels, {} distinct (math, acc, staging, split) combinations",
+        maths.len()
+    );
+    assert!(
+        maths.len() >= 20,
+        "the sample must reach the variants: {maths:?}"
+    );
+}
+
+#[test]
+fn every_path_of_the_template_matches_the_reference() {
+    // Hand-picked schedules so each branch of the kernel is exercised for each format.
+    let caps = desktop_vk12();
+    let base = GemmSchedule {
+        bm: 8,
+        bn: 16,
+        bk: 64,
+        tm: 2,
+        tn: 2,
+        split_k: 1,
+        vector_width: 1,
+        stage_a: false,
+        stage_b: false,
+        accumulate: rocky_compiler::Precision::F32,
+        math: Math::FmaF32,
+    };
+    for (i, w) in test_workloads().iter().enumerate() {
+        let inp = inputs(w, 200 + i as u64);
+        let mut variants = vec![];
+        let maths = [
+            (Math::FmaF32, rocky_compiler::Precision::F32, 1),
+            (Math::FmaF32, rocky_compiler::Precision::F32, 4),
+            (Math::FmaF16Packed, rocky_compiler::Precision::F32, 2),
+            (Math::FmaF16Packed, rocky_compiler::Precision::F16, 4),
+            (Math::Int8Dot, rocky_compiler::Precision::F32, 4),
+        ];
+        for (math, accumulate, vector_width) in maths {
+            if math == Math::Int8Dot && !w.weight.is_quantized() {
+                continue;
+            }
+            for (stage_a, stage_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                for split_k in [1, 2] {
+                    variants.push(GemmSchedule {
+                        math,
+                        accumulate,
+                        vector_width,
+                        stage_a,
+                        stage_b,
+                        split_k,
+                        ..base
+                    });
+                }
+            }
+        }
+        for s in &variants {
+            check(w, s, &caps, &inp);
+        }
+    }
+}
+
+#[test]
+fn n_slices_and_runtime_m_compute_the_same_product() {
+    let caps = desktop_vk12();
+    let w = GemmWorkload {
+        m: 6,
+        n: 50,
+        k: 256,
+        act: ActType::F32,
+        weight: WeightFormat::Q6K,
+        bias: true,
+    };
+    let s = GemmSchedule {
+        bm: 4,
+        bn: 16,
+        bk: 64,
+        tm: 1,
+        tn: 2,
+        split_k: 2,
+        vector_width: 4,
+        stage_a: true,
+        stage_b: false,
+        accumulate: rocky_compiler::Precision::F32,
+        math: Math::Int8Dot,
+    };
+    let inp = inputs(&w, 7);
+    let r = reference(&w, s.math, &inp.x, &inp.weights, inp.bias.as_deref()).unwrap();
+    // 4 rows of 210 B per slice: several dispatches with sub-range weight bindings.
+    let slices = gemm::n_slices(&w, 4 * 210 + 3, 4).unwrap();
+    assert!(slices.len() > 10);
+    let y = run_gemm(&w, &s, &caps, &inp, &slices);
+    compare(&w, &s, &y, &r).unwrap();
+    // A kernel instantiated for m = 512 computes m = 6 from its push constants.
+    let big = GemmWorkload { m: 512, ..w };
+    let k_big = gemm::instantiate(&big, &s, &caps).unwrap();
+    let k_small = gemm::instantiate(&w, &s, &caps).unwrap();
+    assert_eq!(
+        k_big.spirv, k_small.spirv,
+        "m is a push constant, not compiled in"
+    );
+}
+
+#[test]
+fn peak_kernel_computes_its_fma_chains() {
+    let cfg = PeakConfig {
+        precision: PeakPrecision::F32,
+        chains: 3,
+        unroll: 4,
+        workgroup_size: 8,
+    };
+    let caps = DeviceCaps::baseline();
+    rocky_compiler::templates::peak::instantiate(&cfg, &caps).unwrap();
+    let module = rocky_compiler::templates::peak::kernel_ir(&cfg);
+    let mut out = vec![0u8; 16 * 4];
+    let (iters, mul, add) = (5u32, 0.999f32, 0.001f32);
+    let mut push = iters.to_le_bytes().to_vec();
+    push.extend(mul.to_le_bytes());
+    push.extend(add.to_le_bytes());
+    execute(
+        &module,
+        &mut [BufferData {
+            binding: 0,
+            bytes: &mut out,
+        }],
+        &push,
+        [2, 1, 1],
+        4,
+    )
+    .unwrap();
+    for (gid, got) in f32s(&out).iter().enumerate() {
+        let seed = gid as f32 * 1e-6;
+        let mut sum = 0f32;
+        for c in 0..3 {
+            let mut a = seed + c as f32 * 1e-3;
+            for _ in 0..iters * 4 {
+                a = a.mul_add(mul, add);
+            }
+            sum += a;
+        }
+        assert_eq!(got.to_bits(), sum.to_bits(), "invocation {gid}");
+    }
+    assert_eq!(cfg.flops_per_invocation(iters), 2 * 3 * 4 * 5);
+}
+
+#[test]
+fn interpreter_catches_out_of_bounds_and_bad_barriers() {
+    use rocky_compiler::ir::interp::InterpError;
+    let b = KernelBuilder::new("oob", [4, 1, 1]);
+    let y = b.buffer(0, "y", Type::U32, Access::WriteOnly);
+    let i = b.builtin(Builtin::LocalInvocationIndex);
+    b.store(y, b.addi(i, 1), i);
+    let m = b.finish();
+    let mut buf = vec![0u8; 16];
+    let e = execute(
+        &m,
+        &mut [BufferData {
+            binding: 0,
+            bytes: &mut buf,
+        }],
+        &[],
+        [1, 1, 1],
+        4,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            InterpError::OutOfBounds {
+                index: 4,
+                len: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    let b = KernelBuilder::new("barrier", [4, 1, 1]);
+    let i = b.builtin(Builtin::LocalInvocationIndex);
+    b.if_(b.lt(i, b.c_u32(2)), || b.barrier());
+    let m = b.finish();
+    assert!(matches!(
+        execute(&m, &mut [], &[], [1, 1, 1], 4),
+        Err(InterpError::Undefined { .. })
+    ));
+
+    let b = KernelBuilder::new("shift", [1, 1, 1]);
+    let y = b.buffer(0, "y", Type::U32, Access::WriteOnly);
+    b.store(y, b.c_u32(0), b.shl(b.c_u32(1), b.c_u32(32)));
+    let m = b.finish();
+    let mut buf = vec![0u8; 4];
+    assert!(matches!(
+        execute(
+            &m,
+            &mut [BufferData {
+                binding: 0,
+                bytes: &mut buf
+            }],
+            &[],
+            [1, 1, 1],
+            4
+        ),
+        Err(InterpError::Undefined { .. })
+    ));
+}
