@@ -4,7 +4,9 @@
 //!
 //! - [`ir`]: the structured IR and its builder; [`codegen`]: IR → SPIR-V;
 //! - [`dequant`]: GGUF block formats (CPU dequantizers and IR fragments);
-//! - [`templates`]: GEMM (with its CPU reference) and the FMA peak kernel;
+//! - [`templates`]: GEMM, attention and the glue kernels of the prefill graph (RMSNorm, RoPE,
+//!   SwiGLU, add, embedding, KV-cache write), each with its CPU reference, and the FMA peak
+//!   kernel;
 //! - [`caps`]: what the compiler needs to know about a device; [`kernel`]: what it hands to
 //!   the runtime; [`refusal`]: why a pair is not compiled.
 
@@ -21,19 +23,30 @@ pub use caps::DeviceCaps;
 pub use dequant::WeightFormat;
 pub use kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};
 pub use refusal::Refusal;
+pub use templates::attention::{
+    AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce, ATTENTION_SCHEDULE_VERSION,
+};
+pub use templates::eltwise::{EltwisePush, EltwiseSchedule, EltwiseWorkload};
+pub use templates::embedding::{EmbeddingPush, EmbeddingSchedule, EmbeddingWorkload};
 pub use templates::gemm::{
     ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice, Precision, GEMM_SCHEDULE_VERSION,
 };
+pub use templates::kv_cache::{KvWritePush, KvWriteSchedule, KvWriteWorkload};
+pub use templates::rms_norm::{RmsNormPush, RmsNormSchedule, RmsNormWorkload, RowReduce};
+pub use templates::rope::{RopePush, RopeSchedule, RopeWorkload};
 pub use templates::{
     default_schedule, dispatch_grid, instantiate, search_space, Schedule, Workload,
+    GLUE_SCHEDULE_VERSION,
 };
 
 /// Version of the compiler as it enters tuning-database keys: the crate version and the
-/// GEMM schedule semantics version.
+/// schedule semantics versions of the GEMM, glue and attention templates.
 pub fn compiler_version() -> String {
     format!(
-        "{}+gemm{}",
+        "{}+gemm{}+glue{}+attn{}",
         env!("CARGO_PKG_VERSION"),
-        GEMM_SCHEDULE_VERSION
+        GEMM_SCHEDULE_VERSION,
+        GLUE_SCHEDULE_VERSION,
+        ATTENTION_SCHEDULE_VERSION
     )
 }

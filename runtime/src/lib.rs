@@ -11,7 +11,9 @@ mod buffer;
 mod commands;
 mod descriptors;
 mod device;
+mod device_caps;
 mod error;
+pub mod executor;
 mod hazards;
 mod info;
 mod instance;
@@ -27,6 +29,7 @@ pub use budget::{Admit, BudgetTracker, CommandBudget, WlsModel};
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
 pub use commands::Recorder;
 pub use device::{probe_devices, Context, RuntimeCaps};
+pub use device_caps::{device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET};
 pub use error::{format_bytes, OomKind, Result, RuntimeError, SubmitStage};
 pub use info::{
     DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo, MemoryHeap, MemoryInfo,

@@ -1,6 +1,8 @@
 //! One module per subcommand; each has an `Args` (clap) and a `run`.
 
+pub mod bench_gemm;
 pub mod devices;
+pub mod gpu;
 pub mod info;
 pub mod kernel;
 pub mod prefill;

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
+    /// rocky's kernels on a Vulkan device.
+    Gpu,
     /// The CPU reference (f32, all cores): slow, the oracle for the GPU.
     Cpu,
 }
@@ -24,8 +26,10 @@ pub struct Args {
     #[command(flatten)]
     pub prompt: PromptArgs,
     /// Where to compute.
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, value_enum, default_value = "gpu")]
     pub backend: Backend,
+    #[command(flatten)]
+    pub gpu: super::gpu::GpuArgs,
     /// Write the last position's logits here (little-endian f32, one per vocabulary entry).
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
@@ -39,11 +43,21 @@ pub fn run(args: Args) -> CmdResult {
     let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
     let ids = prompt::token_ids(&args.prompt, &file)?;
     let start = Instant::now();
+    // GPU time excludes weight upload and pipeline builds (as llama-bench's pp figure does).
+    let mut gpu_seconds = None;
     let logits = match args.backend {
         Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
             .map_err(|e| CliError::input(e.to_string()))?,
+        Backend::Gpu => {
+            let mut session = super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len())?;
+            session.prepare()?;
+            let start = Instant::now();
+            let logits = session.prefill(&ids)?;
+            gpu_seconds = Some(start.elapsed().as_secs_f64());
+            logits
+        }
     };
-    let seconds = start.elapsed().as_secs_f64();
+    let seconds = gpu_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
     if let Some(path) = &args.logits_out {
         let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
         std::fs::write(path, bytes).map_err(|e| {

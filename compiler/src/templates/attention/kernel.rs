@@ -1,0 +1,336 @@
+//! The attention kernel as IR, for a validated (workload, schedule) pair.
+//!
+//! ```text
+//! slot = tid / L, lane = tid % L                   // L = threads_per_row
+//! (query, head) of the slot; rows past m compute row m-1 again and store nothing, so every
+//! lane takes part in every shuffle and barrier
+//! q chunks of this lane, pre-scaled by 1/sqrt(head_dim); o = 0, l = 0, mx = -1e30
+//! n_keys = pos0 + min(last row of the workgroup + 1, m), capped by the bound cache length
+//! for kb in (0..n_keys).step_by(kv_block):          // uniform: barriers are legal
+//!     [stage_kv: K, V rows kb..kb+kv_block → shared (f16 words); barrier]
+//!     s[j] = Σ_lanes q·k[kb+j]  (key past the row's position → masked)
+//!     mx' = max(mx, max_j s[j]); c = exp(mx - mx'); l = l·c; o = o·c
+//!     p[j] = exp(s[j] - mx'); l += Σ p[j]; o += Σ p[j]·v[kb+j]; mx = mx'
+//!     [barrier before the shared tiles / reduction slots are rewritten]
+//! out = o / l for rows < m
+//! ```
+//! Keys of the last block past n_keys load the last valid key (clamped, so every read stays
+//! in bounds) and are masked. The running max starts at -1e30 rather than -∞ so no lane ever
+//! computes ∞ - ∞; every row's first block holds key 0, which is always visible.
+
+use super::schedule::{AttentionSchedule, LaneReduce};
+use super::workload::{
+    AttentionWorkload, BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
+};
+use crate::ir::{
+    Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
+};
+
+/// The running max before any key: far below any score, yet finite.
+const NEG_BIG: f32 = -1.0e30;
+
+struct Attn<'a> {
+    b: &'a KernelBuilder,
+    s: &'a AttentionSchedule,
+    k_cache: Buffer,
+    v_cache: Buffer,
+    /// uvec4 (8 halves) per head_dim, per cache position.
+    head_u4: u32,
+    pos_u4: u32,
+    threads: u32,
+    lane: Value,
+    slot: Value,
+    tid: Value,
+    /// uvec4 index of this lane's kv head within a cache position.
+    kv_base: Value,
+    n_keys: Value,
+    /// Keys this row may see: min(pos + 1, n_keys).
+    row_keys: Value,
+    k_tile: Option<SharedArray>,
+    v_tile: Option<SharedArray>,
+    red: Option<SharedArray>,
+}
+
+/// Builds the IR of the kernel. The pair must have passed validation.
+pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads(w), 1, 1]);
+    let v4 = Type::vec(Scalar::F32, 4);
+    let u4 = Type::vec(Scalar::U32, 4);
+    let q = b.buffer(BINDING_Q, "q", v4, Access::ReadOnly);
+    let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u4, Access::ReadOnly);
+    let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u4, Access::ReadOnly);
+    let out = b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly);
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+
+    let tpr = s.threads_per_row;
+    let hg = s.heads_per_workgroup(w);
+    let head_u4 = w.head_dim / 8;
+    let pos_u4 = w.kv_width() / 8;
+    let kv_block = s.kv_block;
+
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    let lane = b.andi(tid, tpr - 1);
+    let slot = b.shri(tid, tpr.trailing_zeros());
+    let (qi, hh) = if hg > 1 {
+        (b.div(slot, b.c_u32(hg)), b.rem(slot, b.c_u32(hg)))
+    } else {
+        (slot, b.c_u32(0))
+    };
+    let q_block = b.builtin(Builtin::WorkgroupId(0));
+    let head_y = b.builtin(Builtin::WorkgroupId(1));
+    let (m, pos0) = (b.push(p_m), b.push(p_pos0));
+    let first_row = b.muli(q_block, s.rows);
+    let query = b.add(first_row, qi);
+    let query_c = b.min(query, b.sub(m, b.c_u32(1)));
+    let (head, kvh) = if s.group_heads {
+        (b.add(b.muli(head_y, w.group()), hh), head_y)
+    } else {
+        (head_y, b.div(head_y, b.c_u32(w.group())))
+    };
+    let pos = b.add(pos0, query_c);
+    // Keys the workgroup visits (the same for all its threads), within the bound caches.
+    let rows_end = b.min(b.addi(first_row, s.rows), m);
+    let cache_len = b.min(b.array_length(k_cache), b.array_length(v_cache));
+    let cap = b.div(cache_len, b.c_u32(pos_u4));
+    let n_keys = b.min(b.add(pos0, rows_end), cap);
+    let row_keys = b.min(b.addi(pos, 1), n_keys);
+
+    let k_tile = s
+        .stage_kv
+        .then(|| b.shared_array("k_tile", u4, kv_block * head_u4));
+    let v_tile = s
+        .stage_kv
+        .then(|| b.shared_array("v_tile", u4, kv_block * head_u4));
+    let red = s
+        .reduces_in_shared()
+        .then(|| b.shared_array("partials", Type::F32, s.threads(w) * kv_block));
+
+    let a = Attn {
+        b: &b,
+        s,
+        k_cache,
+        v_cache,
+        head_u4,
+        pos_u4,
+        threads: s.threads(w),
+        lane,
+        slot,
+        tid,
+        kv_base: b.muli(kvh, head_u4),
+        n_keys,
+        row_keys,
+        k_tile,
+        v_tile,
+        red,
+    };
+
+    // This lane's q chunks, pre-scaled by 1/sqrt(head_dim).
+    let chunks = s.chunks_per_lane(w);
+    let scale = b.splat(b.c_f32(1.0 / (w.head_dim as f32).sqrt()), 4);
+    let q_base = b.add(
+        b.muli(query_c, w.q_width() / 4),
+        b.muli(head, w.head_dim / 4),
+    );
+    let chunk_of = |t: u32| b.add(lane, b.c_u32(t * tpr));
+    let qv: Vec<(Value, Value)> = (0..chunks)
+        .map(|t| {
+            let at = b.add(q_base, b.shli(chunk_of(t), 1));
+            (
+                b.mul(b.load(q, at), scale),
+                b.mul(b.load(q, b.addi(at, 1)), scale),
+            )
+        })
+        .collect();
+    let zero4 = b.lit(v4, 0.0);
+    let acc: Vec<(Var, Var)> = (0..chunks)
+        .map(|t| {
+            (
+                b.var_init(&format!("o{t}_lo"), zero4),
+                b.var_init(&format!("o{t}_hi"), zero4),
+            )
+        })
+        .collect();
+    let run_max = b.var_init("run_max", b.c_f32(NEG_BIG));
+    let run_sum = b.var_init("run_sum", b.c_f32(0.0));
+
+    b.for_range(b.c_u32(0), n_keys, kv_block, Unroll::Never, |kb| {
+        if s.stage_kv {
+            a.stage(kb);
+            b.barrier();
+        }
+        // Scores of the block (masked keys at NEG_BIG) and their validity.
+        let partials: Vec<Value> = (0..kv_block)
+            .map(|j| {
+                let mut sum: Option<Value> = None;
+                for (t, &(qa, qb)) in qv.iter().enumerate() {
+                    let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, kb, j, t as u32);
+                    let d = b.add(b.dot(qa, klo), b.dot(qb, khi));
+                    sum = Some(match sum {
+                        Some(x) => b.add(x, d),
+                        None => d,
+                    });
+                }
+                sum.expect("at least one chunk per lane")
+            })
+            .collect();
+        let full = a.lane_sums(&partials);
+        let valid: Vec<Value> = (0..kv_block)
+            .map(|j| b.lt(b.addi(kb, j), a.row_keys))
+            .collect();
+        let scores: Vec<Value> = full
+            .iter()
+            .zip(&valid)
+            .map(|(&x, &ok)| b.select(ok, x, b.c_f32(NEG_BIG)))
+            .collect();
+        let block_max = scores[1..].iter().fold(scores[0], |m, &x| b.max(m, x));
+        let old_max = b.load_var(run_max);
+        let new_max = b.max(old_max, block_max);
+        let correction = b.exp(b.sub(old_max, new_max));
+        let corr4 = b.splat(correction, 4);
+        let mut lo_hi: Vec<(Value, Value)> = acc
+            .iter()
+            .map(|&(lo, hi)| (b.mul(b.load_var(lo), corr4), b.mul(b.load_var(hi), corr4)))
+            .collect();
+        let mut sum = b.mul(b.load_var(run_sum), correction);
+        for j in 0..kv_block {
+            let e = b.exp(b.sub(scores[j as usize], new_max));
+            let p = b.select(valid[j as usize], e, b.c_f32(0.0));
+            sum = b.add(sum, p);
+            let p4 = b.splat(p, 4);
+            for (t, (lo, hi)) in lo_hi.iter_mut().enumerate() {
+                let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, kb, j, t as u32);
+                *lo = b.fma(p4, vlo, *lo);
+                *hi = b.fma(p4, vhi, *hi);
+            }
+        }
+        for (&(lo, hi), &(vlo, vhi)) in acc.iter().zip(&lo_hi) {
+            b.store_var(lo, vlo);
+            b.store_var(hi, vhi);
+        }
+        b.store_var(run_sum, sum);
+        b.store_var(run_max, new_max);
+        if s.stage_kv || a.red.is_some() {
+            b.barrier();
+        }
+    });
+
+    b.if_(b.lt(query, m), || {
+        let l = b.load_var(run_sum);
+        // l > 0 whenever a key was visible; an empty cache binding yields zeros, not NaN.
+        let inv = b.select(b.gt(l, b.c_f32(0.0)), b.div(b.c_f32(1.0), l), b.c_f32(0.0));
+        let inv4 = b.splat(inv, 4);
+        let o_base = b.add(b.muli(query, w.q_width() / 4), b.muli(head, w.head_dim / 4));
+        for (t, &(lo, hi)) in acc.iter().enumerate() {
+            let at = b.add(o_base, b.shli(chunk_of(t as u32), 1));
+            b.store(out, at, b.mul(b.load_var(lo), inv4));
+            b.store(out, b.addi(at, 1), b.mul(b.load_var(hi), inv4));
+        }
+    });
+    b.finish()
+}
+
+impl Attn<'_> {
+    /// Copies the K and V rows of keys kb .. kb+kv_block (clamped to the last valid key)
+    /// into the shared tiles, all threads together.
+    fn stage(&self, kb: Value) {
+        let b = self.b;
+        let total = self.s.kv_block * self.head_u4;
+        let n = self.threads;
+        b.for_range(
+            b.c_u32(0),
+            b.c_u32(total.div_ceil(n)),
+            1,
+            Unroll::Hint,
+            |it| {
+                let idx = b.add(self.tid, b.muli(it, n));
+                let body = || {
+                    let j = b.div(idx, b.c_u32(self.head_u4));
+                    let c = b.rem(idx, b.c_u32(self.head_u4));
+                    let key = b.min(b.add(kb, j), b.sub(self.n_keys, b.c_u32(1)));
+                    let src = b.add(b.add(b.muli(key, self.pos_u4), self.kv_base), c);
+                    let (kt, vt) = (self.k_tile.unwrap(), self.v_tile.unwrap());
+                    b.store_shared(kt, idx, b.load(self.k_cache, src));
+                    b.store_shared(vt, idx, b.load(self.v_cache, src));
+                };
+                if total % n == 0 {
+                    body();
+                } else {
+                    b.if_(b.lt(idx, b.c_u32(total)), body);
+                }
+            },
+        );
+    }
+
+    /// This lane's chunk `t` (8 elements, as two vec4<f32>) of key `kb + j`, from the shared
+    /// tile when staged, else from the cache (key clamped to the last valid one).
+    fn kv_chunk(
+        &self,
+        tile: Option<SharedArray>,
+        cache: Buffer,
+        kb: Value,
+        j: u32,
+        t: u32,
+    ) -> (Value, Value) {
+        let b = self.b;
+        let c = b.add(self.lane, b.c_u32(t * self.s.threads_per_row));
+        let words = match tile {
+            Some(tile) => b.load_shared(tile, b.add(b.c_u32(j * self.head_u4), c)),
+            None => {
+                let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
+                b.load(
+                    cache,
+                    b.add(b.add(b.muli(key, self.pos_u4), self.kv_base), c),
+                )
+            }
+        };
+        let half = |i: u32| b.unpack_half2x16(b.extract(words, i));
+        (
+            b.construct(&[half(0), half(1)]),
+            b.construct(&[half(2), half(3)]),
+        )
+    }
+
+    /// Sums each partial dot product over the lanes of its row; every lane gets the same
+    /// bits (xor butterflies add the same pairs in every lane; the shared path reads the
+    /// slots in one order).
+    fn lane_sums(&self, partials: &[Value]) -> Vec<Value> {
+        let b = self.b;
+        let tpr = self.s.threads_per_row;
+        if tpr == 1 {
+            return partials.to_vec();
+        }
+        match (self.s.lane_reduce, self.red) {
+            (LaneReduce::Shared, Some(red)) => {
+                let kvb = self.s.kv_block;
+                // Slot of (row slot, key j, lane): ((slot·kv_block + j)·tpr + lane).
+                let row_base = b.muli(self.slot, kvb * tpr);
+                for (j, &p) in partials.iter().enumerate() {
+                    let at = b.add(b.add(row_base, b.c_u32(j as u32 * tpr)), self.lane);
+                    b.store_shared(red, at, p);
+                }
+                b.barrier();
+                (0..kvb)
+                    .map(|j| {
+                        let first = b.add(row_base, b.c_u32(j * tpr));
+                        (1..tpr).fold(b.load_shared(red, first), |acc, l| {
+                            b.add(acc, b.load_shared(red, b.addi(first, l)))
+                        })
+                    })
+                    .collect()
+            }
+            _ => partials
+                .iter()
+                .map(|&p| {
+                    let mut v = p;
+                    let mut step = 1;
+                    while step < tpr {
+                        v = b.add(v, b.subgroup_shuffle_xor(v, b.c_u32(step)));
+                        step *= 2;
+                    }
+                    v
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! How attention is computed: the tunables, their validity and resource estimates, the search
+//! space and the rule-based default.
+//!
+//! Thread layout: a workgroup holds `rows` query positions × `heads` q heads (all heads of one
+//! kv head with `group_heads`, else one) = row slots, each served by `threads_per_row`
+//! consecutive lanes that split head_dim in 8-element chunks (lane l owns chunks l,
+//! l + threads_per_row, …). A query·key dot product is summed across a row's lanes by
+//! subgroup shuffles (xor butterfly) or through shared memory. The workgroup walks the keys in
+//! blocks of `kv_block`: scores of the block, one max/rescale, then the p·V accumulation. With
+//! `stage_kv` the block's K and V (f16) are first copied to shared memory by the whole
+//! workgroup; otherwise every lane loads its chunks from the cache and the caches absorb the
+//! reuse across rows (the right choice where shared memory is not on-chip, as on Mali).
+
+use serde::{Deserialize, Serialize};
+
+use super::workload::AttentionWorkload;
+use crate::caps::DeviceCaps;
+use crate::refusal::Refusal;
+use crate::templates::{check_shared, check_threads, MAX_GRID_DIM};
+
+/// Version of the attention schedule/kernel semantics. Bump it when stored tuning results
+/// for the same (workload, schedule) key become meaningless; field names never change.
+pub const ATTENTION_SCHEDULE_VERSION: u32 = 1;
+
+/// How the partial dot products of a row's lanes are summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum LaneReduce {
+    /// Subgroup xor shuffles (needs subgroup shuffle and threads_per_row ≤ subgroup size).
+    #[serde(rename = "shuffle")]
+    Shuffle,
+    /// Shared memory and a barrier per key block (works everywhere).
+    #[serde(rename = "shared")]
+    Shared,
+}
+
+/// An attention schedule. Serialized field names are stable (tuning-database keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionSchedule {
+    /// Query positions per workgroup.
+    pub rows: u32,
+    /// Keys per online-softmax step.
+    pub kv_block: u32,
+    /// Lanes sharing one (query, head) row; a power of two dividing head_dim / 8.
+    pub threads_per_row: u32,
+    /// One workgroup serves all q heads of a kv head (they share every K/V load).
+    pub group_heads: bool,
+    /// Stage each key block's K and V in shared memory.
+    pub stage_kv: bool,
+    /// How a row's lanes sum their partial dot products (unused with one lane per row).
+    pub lane_reduce: LaneReduce,
+}
+
+impl AttentionSchedule {
+    /// q heads per workgroup.
+    pub fn heads_per_workgroup(&self, w: &AttentionWorkload) -> u32 {
+        if self.group_heads {
+            w.group()
+        } else {
+            1
+        }
+    }
+
+    /// (query, head) rows per workgroup.
+    pub fn row_slots(&self, w: &AttentionWorkload) -> u32 {
+        self.rows * self.heads_per_workgroup(w)
+    }
+
+    pub fn threads(&self, w: &AttentionWorkload) -> u32 {
+        self.row_slots(w) * self.threads_per_row
+    }
+
+    /// 8-element chunks of head_dim per lane.
+    pub fn chunks_per_lane(&self, w: &AttentionWorkload) -> u32 {
+        w.head_dim / (8 * self.threads_per_row.max(1))
+    }
+
+    /// Whether partial dot products are reduced through shared memory.
+    pub fn reduces_in_shared(&self) -> bool {
+        self.threads_per_row > 1 && self.lane_reduce == LaneReduce::Shared
+    }
+
+    /// Bytes of workgroup memory: the f16 K and V tiles, and the reduction slots.
+    pub fn shared_bytes(&self, w: &AttentionWorkload) -> u32 {
+        let mut bytes = 0;
+        if self.stage_kv {
+            bytes += 2 * self.kv_block * w.head_dim * 2;
+        }
+        if self.reduces_in_shared() {
+            bytes += self.threads(w) * self.kv_block * 4;
+        }
+        bytes
+    }
+
+    /// Rough 32-bit registers per thread: q and output slices, the block's scores, one
+    /// unpacked K/V chunk and a fixed overhead for indices and softmax state.
+    pub fn register_estimate(&self, w: &AttentionWorkload) -> u32 {
+        2 * w.head_dim / self.threads_per_row.max(1) + self.kv_block + 24
+    }
+
+    pub fn name(&self, w: &AttentionWorkload) -> String {
+        format!(
+            "attention_h{}_{}_d{}_r{}_kv{}_l{}{}{}_{}",
+            w.n_heads,
+            w.n_kv_heads,
+            w.head_dim,
+            self.rows,
+            self.kv_block,
+            self.threads_per_row,
+            if self.group_heads { "_gqa" } else { "" },
+            if self.stage_kv { "_staged" } else { "" },
+            match self.lane_reduce {
+                LaneReduce::Shuffle => "shfl",
+                LaneReduce::Shared => "smem",
+            }
+        )
+    }
+
+    /// Checks the schedule against the workload and the device.
+    pub fn validate(&self, w: &AttentionWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Schedule(s));
+        if !(1..=64).contains(&self.rows) {
+            return bad(format!("rows {} must be in 1..=64", self.rows));
+        }
+        if !(1..=64).contains(&self.kv_block) {
+            return bad(format!("kv_block {} must be in 1..=64", self.kv_block));
+        }
+        let tpr = self.threads_per_row;
+        if !tpr.is_power_of_two() || w.head_dim % (8 * tpr) != 0 {
+            return bad(format!(
+                "threads_per_row {tpr} must be a power of two dividing head_dim/8 = {}",
+                w.head_dim / 8
+            ));
+        }
+        if w.m.div_ceil(self.rows) > MAX_GRID_DIM {
+            return bad(format!(
+                "{} row blocks exceed the grid limit {MAX_GRID_DIM}",
+                w.m.div_ceil(self.rows)
+            ));
+        }
+        if tpr > 1 && self.lane_reduce == LaneReduce::Shuffle {
+            if !caps.subgroup_shuffle {
+                return Err(Refusal::MissingFeature(
+                    "subgroup shuffle (lane_reduce = shuffle)".into(),
+                ));
+            }
+            if tpr > caps.subgroup_size {
+                return Err(Refusal::DeviceLimit(format!(
+                    "threads_per_row {tpr} exceeds the subgroup size {}: shuffles cannot reach every lane of a row",
+                    caps.subgroup_size
+                )));
+            }
+        }
+        check_threads(self.threads(w), caps)?;
+        check_shared(self.shared_bytes(w), caps)?;
+        let regs = self.register_estimate(w);
+        if regs > caps.register_budget {
+            return Err(Refusal::DeviceLimit(format!(
+                "about {regs} registers per thread, the budget is {}",
+                caps.register_budget
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Every candidate the tuner should try, each accepted by `validate`: rows 1..32, key
+/// blocks 8..32, every lane split head_dim allows, GQA grouping on/off (when there is a group),
+/// staging on/off, both reductions. Workgroups under 16 threads (they waste subgroups) or
+/// with rows beyond the next power of two of m are left out.
+pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
+    let m_cap = w.m.max(1).next_power_of_two();
+    let groupings: &[bool] = if w.group() > 1 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let mut out = Vec::new();
+    for threads_per_row in [1, 2, 4, 8, 16, 32] {
+        let reduces: &[LaneReduce] = if threads_per_row == 1 {
+            &[LaneReduce::Shuffle]
+        } else {
+            &[LaneReduce::Shuffle, LaneReduce::Shared]
+        };
+        for &group_heads in groupings {
+            for rows in [1, 2, 4, 8, 16, 32] {
+                if rows > m_cap {
+                    continue;
+                }
+                for kv_block in [8, 16, 32] {
+                    for stage_kv in [false, true] {
+                        for &lane_reduce in reduces {
+                            let s = AttentionSchedule {
+                                rows,
+                                kv_block,
+                                threads_per_row,
+                                group_heads,
+                                stage_kv,
+                                lane_reduce,
+                            };
+                            if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
+                                continue;
+                            }
+                            if s.validate(w, caps).is_ok() {
+                                out.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn prev_pow2(x: u32) -> u32 {
+    if x == 0 {
+        0
+    } else {
+        1 << (31 - x.leading_zeros())
+    }
+}
+
+/// The rule-based default:
+/// - 16 head_dim elements per lane (head_dim 64 → 4 lanes, 128 → 8, 256 → 16), fewer lanes
+///   if the subgroup is smaller; shuffles where the device has them, shared memory otherwise;
+/// - GQA grouping whenever heads share a kv head (K/V loaded once for the group);
+/// - staging only where shared memory is on-chip (never on Mali/panvk, where it is ordinary
+///   memory and allocated per dispatch); key blocks of 16 (8 where registers are scarce);
+/// - about 128 threads per workgroup.
+///
+/// The first candidate that validates wins; failing all, the first schedule of the space;
+/// failing that, the first candidate, which `instantiate` then refuses with the reason.
+pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSchedule {
+    let shuffle = caps.subgroup_shuffle;
+    let lanes_max = (w.head_dim / 8).max(1);
+    let mut candidates = Vec::new();
+    for elems_per_lane in [16, 32, 8] {
+        let mut tpr = prev_pow2((w.head_dim / elems_per_lane).clamp(1, lanes_max));
+        if shuffle {
+            tpr = tpr.min(prev_pow2(caps.subgroup_size.max(1)));
+        }
+        let lane_reduce = if shuffle {
+            LaneReduce::Shuffle
+        } else {
+            LaneReduce::Shared
+        };
+        let group_heads = w.group() > 1;
+        let heads = if group_heads { w.group() } else { 1 };
+        let rows = prev_pow2((128 / (heads * tpr)).max(1))
+            .min(w.m.max(1).next_power_of_two())
+            .min(32);
+        let kv_block = if caps.register_budget <= 64 { 8 } else { 16 };
+        candidates.push(AttentionSchedule {
+            rows,
+            kv_block,
+            threads_per_row: tpr,
+            group_heads,
+            stage_kv: !caps.shared_memory_is_slow,
+            lane_reduce,
+        });
+        candidates.push(AttentionSchedule {
+            rows: 1,
+            group_heads: false,
+            ..candidates[candidates.len() - 1]
+        });
+    }
+    if let Some(s) = candidates.iter().find(|s| s.validate(w, caps).is_ok()) {
+        return *s;
+    }
+    search_space(w, caps)
+        .into_iter()
+        .next()
+        .unwrap_or(candidates[0])
+}

@@ -1,0 +1,131 @@
+//! What the attention kernel computes, and its contract with the runtime.
+//!
+//! Bindings (descriptor set 0):
+//! - 0 `q`: f32 [m × n_heads·head_dim], row i is the query at position `pos0 + i` (RoPE
+//!   applied); read as 16-byte vectors;
+//! - 1 `k_cache`, 2 `v_cache`: the layer's cache in the KV-write layout (u32 words of f16
+//!   pairs, position p at half index `p·kv_width`, kv_width = n_kv_heads·head_dim), holding
+//!   at least positions `0 .. pos0+m` (the ubatch's own keys written first); read as 16-byte
+//!   vectors, so bind whole positions (the cache is sized in positions anyway). Keys past the
+//!   bound range are never read;
+//! - 3 `out`: f32 [m × n_heads·head_dim].
+//!
+//! Push constants ([`AttentionPush`], 8 bytes): `m` (rows, ≤ the workload's m), `pos0`.
+//! Query row i attends keys `0 ..= pos0 + i` (causal); q head h reads kv head
+//! `h / (n_heads / n_kv_heads)`; scores are scaled by `1/sqrt(head_dim)`.
+//!
+//! Grid: `[ceil(m / rows), n_kv_heads if group_heads else n_heads, 1]`.
+
+use serde::{Deserialize, Serialize};
+
+use super::schedule::AttentionSchedule;
+use crate::refusal::Refusal;
+use crate::templates::{push_bytes, MAX_GRID_DIM};
+
+pub const BINDING_Q: u32 = 0;
+pub const BINDING_K_CACHE: u32 = 1;
+pub const BINDING_V_CACHE: u32 = 2;
+pub const BINDING_OUT: u32 = 3;
+
+/// Causal GQA attention of `m` query rows against a cache of up to `max_kv` positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionWorkload {
+    pub m: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    /// Capacity of the cache in positions (the context length): sizes only the index range
+    /// the kernel must handle and the FLOP count; the kernel reads the bound length.
+    pub max_kv: u32,
+}
+
+impl AttentionWorkload {
+    /// Query heads per kv head.
+    pub fn group(&self) -> u32 {
+        self.n_heads / self.n_kv_heads.max(1)
+    }
+
+    /// f32 elements per q / out row.
+    pub fn q_width(&self) -> u32 {
+        self.n_heads * self.head_dim
+    }
+
+    /// f16 elements per cache position.
+    pub fn kv_width(&self) -> u32 {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Query·key pairs of a dispatch whose ubatch ends at the cache's capacity
+    /// (pos0 = max_kv - m, the largest a workload may see): row i sees max_kv - m + i + 1 keys.
+    pub fn score_pairs(&self) -> u64 {
+        let m = u64::from(self.m);
+        let past = u64::from(self.max_kv).saturating_sub(m);
+        m * past + m * (m + 1) / 2
+    }
+
+    /// 2 FLOPs per multiply-add in q·k and in p·v: 4·pairs·head_dim·n_heads.
+    pub fn flops(&self) -> u64 {
+        4 * self.score_pairs() * u64::from(self.head_dim) * u64::from(self.n_heads)
+    }
+
+    /// Checks that the template can compute the workload at all.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Workload(s));
+        if self.m == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.head_dim == 0 {
+            return bad("m, n_heads, n_kv_heads and head_dim must be at least 1".into());
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "{} query heads do not split evenly over {} kv heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.head_dim % 8 != 0 || self.head_dim > 512 {
+            return bad(format!(
+                "head_dim {} must be a multiple of 8 (16-byte f16 loads) and at most 512",
+                self.head_dim
+            ));
+        }
+        if self.max_kv == 0 {
+            return bad("max_kv must be at least 1".into());
+        }
+        if self.n_heads > MAX_GRID_DIM {
+            return bad(format!(
+                "{} heads exceed the grid limit {MAX_GRID_DIM}",
+                self.n_heads
+            ));
+        }
+        let q_elems = u64::from(self.m) * u64::from(self.q_width());
+        let kv_halves = (u64::from(self.max_kv) + u64::from(self.m)) * u64::from(self.kv_width());
+        if q_elems > u64::from(u32::MAX) || kv_halves / 2 > u64::from(u32::MAX) {
+            return bad("q or the cache is too large for 32-bit indexing".into());
+        }
+        Ok(())
+    }
+}
+
+/// Push constants: `m`, `pos0` (u32 each, in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionPush {
+    pub m: u32,
+    pub pos0: u32,
+}
+
+impl AttentionPush {
+    pub const BYTES: u32 = 8;
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        push_bytes(&[self.m, self.pos0])
+    }
+}
+
+/// Workgroups of one dispatch over the workload's m rows.
+pub fn dispatch_grid(w: &AttentionWorkload, s: &AttentionSchedule) -> [u32; 3] {
+    let heads = if s.group_heads {
+        w.n_kv_heads
+    } else {
+        w.n_heads
+    };
+    [w.m.div_ceil(s.rows.max(1)), heads, 1]
+}

@@ -1,0 +1,343 @@
+//! Rotary position embedding, NeoX style (pairs `i` and `i + head_dim/2`), in place.
+//!
+//! Contract with the runtime:
+//! - binding 0 `x`: f32 [m × n_heads·head_dim], rotated in place;
+//! - push constants ([`RopePush`], 8 bytes): `m` (rows, ≤ the workload's m), `pos0` (position
+//!   of row 0; row r is at position `pos0 + r`);
+//! - grid `[ceil(head_dim/2 · ceil(n_heads/heads_per_thread) / threads), m, 1]`.
+//!
+//! Angles: pair i of position p turns by θ_i = p · base^(-2i/head_dim). The kernel builds θ_i
+//! exactly as ggml's rope cache (and rocky's CPU reference) does: θ = p, then i times
+//! `θ *= theta_scale` in f32 with `theta_scale = powf(base, -2/head_dim)` baked in as a
+//! constant. f32 multiplication is correctly rounded on every Vulkan device, so the angles are
+//! bit-identical to the oracle's (a closed form such as `p·exp2(-2i/d·log2 base)` would be
+//! off by up to ~1e-3 rad at position 4096, from `exp2`'s few-ulp error times p). Each thread
+//! pays at most head_dim/2 - 1 dependent multiplications, negligible next to its memory
+//! traffic, and reuses the angle for `heads_per_thread` heads.
+//!
+//! sin/cos come from [`sin_cos`], a Cody–Waite reduction plus minimax polynomials written in
+//! the IR: GPU `sin`/`cos` are only specified to 2⁻¹¹ absolute inside [-π, π], and angles
+//! here reach 4096 rad and beyond. The fragment is accurate to ~1e-7 absolute for |θ| up to
+//! about 51000 (see its docs), so the kernel agrees with the f64 reference to a few f32 ulps of
+//! the row's values.
+
+use serde::{Deserialize, Serialize};
+
+use super::expected::Expected;
+use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
+use crate::caps::DeviceCaps;
+use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value};
+use crate::kernel::CompiledKernel;
+use crate::refusal::Refusal;
+
+pub const BINDING_X: u32 = 0;
+
+/// NeoX RoPE over `m` rows of `n_heads` heads of `head_dim`; `theta_bits` is the f32 bit
+/// pattern of the frequency base (1e6 for Qwen2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RopeWorkload {
+    pub m: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub theta_bits: u32,
+}
+
+impl RopeWorkload {
+    pub fn new(m: u32, n_heads: u32, head_dim: u32, theta: f32) -> Self {
+        RopeWorkload {
+            m,
+            n_heads,
+            head_dim,
+            theta_bits: theta.to_bits(),
+        }
+    }
+
+    /// The frequency base.
+    pub fn theta(&self) -> f32 {
+        f32::from_bits(self.theta_bits)
+    }
+
+    /// ggml's `theta_scale = powf(base, -2/head_dim)`: the ratio of neighbouring frequencies.
+    pub fn theta_scale(&self) -> f32 {
+        self.theta().powf(-2.0 / self.head_dim as f32)
+    }
+
+    pub fn row_width(&self) -> u32 {
+        self.n_heads * self.head_dim
+    }
+
+    /// Four multiply-adds per rotated pair (sin/cos are amortized over the heads).
+    pub fn flops(&self) -> u64 {
+        3 * u64::from(self.m) * u64::from(self.row_width())
+    }
+}
+
+/// Push constants: `m`, `pos0` (u32 each, in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopePush {
+    pub m: u32,
+    pub pos0: u32,
+}
+
+impl RopePush {
+    pub const BYTES: u32 = 8;
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        push_bytes(&[self.m, self.pos0])
+    }
+}
+
+/// Thread layout: thread j of a row rotates pair `j % (head_dim/2)` of heads
+/// `(j / (head_dim/2))·heads_per_thread ..` (one angle, several heads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RopeSchedule {
+    pub threads: u32,
+    pub heads_per_thread: u32,
+}
+
+impl RopeSchedule {
+    pub fn name(&self, w: &RopeWorkload) -> String {
+        format!(
+            "rope_neox_h{}x{}_t{}_hp{}",
+            w.n_heads, w.head_dim, self.threads, self.heads_per_thread
+        )
+    }
+
+    fn head_groups(&self, w: &RopeWorkload) -> u32 {
+        w.n_heads.div_ceil(self.heads_per_thread)
+    }
+
+    /// Threads per row.
+    pub fn row_threads(&self, w: &RopeWorkload) -> u32 {
+        w.head_dim / 2 * self.head_groups(w)
+    }
+
+    pub fn validate(&self, w: &RopeWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        if self.heads_per_thread == 0 || self.heads_per_thread > w.n_heads {
+            return Err(Refusal::Schedule(format!(
+                "heads_per_thread {} must be in 1..={}",
+                self.heads_per_thread, w.n_heads
+            )));
+        }
+        check_threads(self.threads, caps)?;
+        let groups = self.row_threads(w).div_ceil(self.threads);
+        if groups > MAX_GRID_DIM {
+            return Err(Refusal::Schedule(format!(
+                "{groups} workgroups per row exceed the grid limit {MAX_GRID_DIM}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub fn validate_workload(w: &RopeWorkload) -> Result<(), Refusal> {
+    let bad = |s: String| Err(Refusal::Workload(s));
+    if w.m == 0 || w.n_heads == 0 || w.head_dim == 0 {
+        return bad("m, n_heads and head_dim must be at least 1".into());
+    }
+    if w.head_dim % 2 != 0 {
+        return bad(format!(
+            "head_dim {} is odd: NeoX RoPE rotates pairs",
+            w.head_dim
+        ));
+    }
+    if w.m > MAX_GRID_DIM {
+        return bad(format!("m = {} exceeds the grid limit {MAX_GRID_DIM}", w.m));
+    }
+    if u64::from(w.m) * u64::from(w.row_width()) > u64::from(u32::MAX) {
+        return bad("the activation is too large for 32-bit indexing".into());
+    }
+    let t = w.theta();
+    if !t.is_finite() || t <= 0.0 || !w.theta_scale().is_finite() {
+        return bad(format!("frequency base {t} must be finite and positive"));
+    }
+    Ok(())
+}
+
+pub fn dispatch_grid(w: &RopeWorkload, s: &RopeSchedule) -> [u32; 3] {
+    [s.row_threads(w).div_ceil(s.threads), w.m, 1]
+}
+
+pub fn search_space(w: &RopeWorkload, caps: &DeviceCaps) -> Vec<RopeSchedule> {
+    let mut hpts: Vec<u32> = [1, 2, 4, w.n_heads]
+        .into_iter()
+        .filter(|&h| h >= 1 && h <= w.n_heads)
+        .collect();
+    hpts.sort_unstable();
+    hpts.dedup();
+    let mut out = Vec::new();
+    for heads_per_thread in hpts {
+        for threads in [32, 64, 128, 256] {
+            let s = RopeSchedule {
+                threads,
+                heads_per_thread,
+            };
+            // Workgroups far wider than a row only idle.
+            if threads > 2 * s.row_threads(w).next_power_of_two().max(32) {
+                continue;
+            }
+            if s.validate(w, caps).is_ok() {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// 64 threads; two heads per angle (halves the angle work without starving the grid).
+pub fn default_schedule(w: &RopeWorkload, caps: &DeviceCaps) -> RopeSchedule {
+    let s = RopeSchedule {
+        threads: 64,
+        heads_per_thread: 2.min(w.n_heads.max(1)),
+    };
+    if s.validate(w, caps).is_ok() {
+        return s;
+    }
+    search_space(w, caps).into_iter().next().unwrap_or(s)
+}
+
+pub fn instantiate(
+    w: &RopeWorkload,
+    s: &RopeSchedule,
+    caps: &DeviceCaps,
+) -> Result<CompiledKernel, Refusal> {
+    validate_workload(w)?;
+    s.validate(w, caps)?;
+    compile(&kernel_ir(w, s), caps)
+}
+
+/// The kernel's IR. The pair must validate.
+pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
+    let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+    let half = w.head_dim / 2;
+    let row = b.builtin(Builtin::WorkgroupId(1));
+    let j = b.add(
+        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
+        b.builtin(Builtin::LocalInvocationIndex),
+    );
+    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(j, b.c_u32(s.row_threads(w))));
+    b.if_(inside, || {
+        let i = b.rem(j, b.c_u32(half));
+        let group = b.div(j, b.c_u32(half));
+        // ggml's angle: θ = pos, then i times θ *= theta_scale (f32, correctly rounded).
+        let pos = b.add(b.push(p_pos0), row);
+        let theta = b.var_init("theta", b.convert(pos, Type::F32));
+        let scale = b.c_f32(w.theta_scale());
+        b.for_range(b.c_u32(0), i, 1, Unroll::Never, |_| {
+            b.store_var(theta, b.mul(b.load_var(theta), scale));
+        });
+        let (sin, cos) = sin_cos(&b, b.load_var(theta));
+        let row_base = b.muli(row, w.row_width());
+        for t in 0..s.heads_per_thread {
+            let head = b.addi(b.muli(group, s.heads_per_thread), t);
+            let rotate = || {
+                let lo = b.add(b.add(row_base, b.muli(head, w.head_dim)), i);
+                let hi = b.addi(lo, half);
+                let (x0, x1) = (b.load(x, lo), b.load(x, hi));
+                b.store(x, lo, b.sub(b.mul(x0, cos), b.mul(x1, sin)));
+                b.store(x, hi, b.add(b.mul(x0, sin), b.mul(x1, cos)));
+            };
+            if w.n_heads % s.heads_per_thread == 0 {
+                rotate();
+            } else {
+                b.if_(b.lt(head, b.c_u32(w.n_heads)), rotate);
+            }
+        }
+    });
+    b.finish()
+}
+
+/// π/2 in three parts: C1 = 201/128 and C2 = 507·2⁻²⁰ have at most 9 significant bits, so
+/// `k·C1` and `k·C2` are exact for |k| < 2¹⁵ and `x - k·C1` is exact by Sterbenz's lemma; C3
+/// is the f32 rest (π/2 - C1 - C2 = 3.13916478…e-7). Literals are the shortest decimals of
+/// the intended f32 values.
+const PIO2_1: f32 = 1.570_312_5;
+const PIO2_2: f32 = 4.835_128_8e-4;
+const PIO2_3: f32 = 3.139_164_7e-7;
+/// Cephes' single-precision minimax coefficients on [-π/4, π/4] (relative error ~3e-8).
+const SIN_P: [f32; 3] = [-1.951_529_6e-4, 8.332_161e-3, -1.666_665_5e-1];
+const COS_P: [f32; 3] = [2.443_315_7e-5, -1.388_731_6e-3, 4.166_664_6e-2];
+
+/// `(sin θ, cos θ)` for an f32 θ, in IR: k = roundEven(θ·2/π), r = θ - k·π/2 (three-part
+/// Cody–Waite, exact products while |k| < 2¹⁵, i.e. |θ| < ~51000), polynomials on
+/// |r| ≤ π/4, quadrant k mod 4 by selects. Absolute error ≲ 1e-7 in that range; beyond it
+/// the reduction loses accuracy gradually (no cliff).
+pub fn sin_cos(b: &KernelBuilder, theta: Value) -> (Value, Value) {
+    let k = b.round_even(b.mul(theta, b.c_f32(std::f32::consts::FRAC_2_PI)));
+    // Marked precise: the exactness argument needs these exact roundings, not a driver's
+    // contraction into FMAs (harmless here, but the interpreter then matches the GPU).
+    let r = b.precise(|| {
+        let r = b.sub(theta, b.mul(k, b.c_f32(PIO2_1)));
+        let r = b.sub(r, b.mul(k, b.c_f32(PIO2_2)));
+        b.sub(r, b.mul(k, b.c_f32(PIO2_3)))
+    });
+    let z = b.mul(r, r);
+    let horner = |c: &[f32; 3]| {
+        let p = b.add(b.mul(b.c_f32(c[0]), z), b.c_f32(c[1]));
+        b.add(b.mul(p, z), b.c_f32(c[2]))
+    };
+    // sin r = r + r·z·P(z); cos r = 1 - z/2 + z²·Q(z).
+    let sin_r = b.add(r, b.mul(b.mul(r, z), horner(&SIN_P)));
+    let cos_r = b.add(
+        b.sub(b.c_f32(1.0), b.mul(z, b.c_f32(0.5))),
+        b.mul(b.mul(z, z), horner(&COS_P)),
+    );
+    // Quadrant: k mod 4 (two's complement `& 3` is the right modulus for negative k too).
+    let q = b.andi(b.bitcast(b.convert(k, Type::I32), Type::U32), 3);
+    let odd = b.eq(b.andi(q, 1), b.c_u32(1));
+    let sin_neg = b.ge(q, b.c_u32(2));
+    let cos_neg = b.logical_or(b.eq(q, b.c_u32(1)), b.eq(q, b.c_u32(2)));
+    let s = b.select(odd, cos_r, sin_r);
+    let c = b.select(odd, sin_r, cos_r);
+    let sin = b.select(sin_neg, b.neg(s), s);
+    let cos = b.select(cos_neg, b.neg(c), c);
+    debug_assert_eq!(sin.ty, Type::scalar(Scalar::F32));
+    (sin, cos)
+}
+
+// ---- CPU reference ------------------------------------------------------------------------
+
+/// ggml's angle of pair `i` at position `pos`: θ = pos, then i times `θ *= theta_scale` (f32).
+pub fn ggml_angle(pos: u32, i: u32, theta_scale: f32) -> f32 {
+    let mut theta = pos as f32;
+    for _ in 0..i {
+        theta *= theta_scale;
+    }
+    theta
+}
+
+/// RoPE of the first `m` rows of `x` (m × n_heads·head_dim) with row r at `pos0 + r`:
+/// ggml's f32 angles, then sin/cos and the rotation in f64.
+///
+/// Allowed error per output: the kernel's sin/cos are within ~1e-7 absolute (reduction and
+/// polynomial, |θ| < 51000) and the rotation rounds two products and a sum, so
+/// `|out| ≤ |x0| + |x1|` errs by at most `(1e-7 + 3·2⁻²⁴)·(|x0| + |x1|)`; 5e-7 leaves margin.
+pub fn reference(w: &RopeWorkload, m: usize, pos0: u32, x: &[f32]) -> Expected {
+    let (hd, width) = (w.head_dim as usize, w.row_width() as usize);
+    assert!(x.len() >= m * width, "rope reference: x needs {m} rows");
+    let half = hd / 2;
+    let scale = w.theta_scale();
+    let mut values = x[..m * width].to_vec();
+    let mut allowed = vec![0f32; m * width];
+    for r in 0..m {
+        for i in 0..half {
+            let theta = f64::from(ggml_angle(pos0 + r as u32, i as u32, scale));
+            let (sin, cos) = theta.sin_cos();
+            for h in 0..w.n_heads as usize {
+                let lo = r * width + h * hd + i;
+                let (x0, x1) = (f64::from(x[lo]), f64::from(x[lo + half]));
+                values[lo] = (x0 * cos - x1 * sin) as f32;
+                values[lo + half] = (x0 * sin + x1 * cos) as f32;
+                let tol = (5e-7 * (x0.abs() + x1.abs())) as f32 + 1e-30;
+                allowed[lo] = tol;
+                allowed[lo + half] = tol;
+            }
+        }
+    }
+    Expected { values, allowed }
+}

@@ -1,0 +1,432 @@
+//! Numerics of the attention kernels, run by the IR interpreter (no GPU), against the f64
+//! CPU reference over the f16 cache: a KV cache carried across ubatches (pos0 > 0), runtime m
+//! smaller than the workload's and not a multiple of the row block, GQA groups of 2 and 7,
+//! head_dim 64, 128 and 256, every schedule axis (rows, key block, lanes per row, GQA
+//! grouping, K/V staging, shuffle or shared reduction), several subgroup sizes.
+//!
+//! Tolerance: the reference's worst-case bound for f32 scores and sums and Vulkan's `exp`
+//! (see `attention::reference`); the test also prints how close the kernels came to it.
+
+mod common;
+
+use common::{desktop_vk12, mali_vk12};
+use rocky_compiler::ir::interp::{execute, BufferData};
+use rocky_compiler::templates::attention::{
+    self, AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce,
+};
+use rocky_compiler::templates::kv_cache::pack_f16_words;
+use rocky_compiler::testdata::{random_activations, SplitMix64};
+use rocky_compiler::DeviceCaps;
+
+fn bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes_u32(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+const SENTINEL: f32 = -12345.0;
+
+/// One attention problem: q rows and a cache holding `pos0 + m_run` positions (plus spare
+/// capacity that must never influence the result).
+struct Case {
+    w: AttentionWorkload,
+    m_run: usize,
+    pos0: u32,
+    q: Vec<f32>,
+    k_cache: Vec<u32>,
+    v_cache: Vec<u32>,
+}
+
+fn case(w: AttentionWorkload, m_run: usize, pos0: u32, seed: u64) -> Case {
+    let positions = pos0 as usize + m_run;
+    let capacity = positions + 5;
+    let kw = w.kv_width() as usize;
+    // q of magnitude ~2 so that softmax weights are far from uniform.
+    let q: Vec<f32> = random_activations(w.m as usize * w.q_width() as usize, seed)
+        .iter()
+        .map(|v| 2.0 * v)
+        .collect();
+    let mut k = random_activations(capacity * kw, seed + 1);
+    let mut v = random_activations(capacity * kw, seed + 2);
+    // Spare capacity holds huge values: reading past the visible keys would show.
+    for x in k[positions * kw..]
+        .iter_mut()
+        .chain(v[positions * kw..].iter_mut())
+    {
+        *x = 3.0e4;
+    }
+    Case {
+        w,
+        m_run,
+        pos0,
+        q,
+        k_cache: pack_f16_words(&k),
+        v_cache: pack_f16_words(&v),
+    }
+}
+
+/// Runs one schedule on the case; returns the output rows.
+fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> {
+    let k = attention::instantiate(&c.w, s, caps)
+        .unwrap_or_else(|e| panic!("{s:?} refused for {:?}: {e}", c.w));
+    let module = attention::kernel_ir(&c.w, s);
+    assert_eq!(module.name, k.meta.name);
+    let qw = c.w.q_width() as usize;
+    let mut q = bytes_f32(&c.q);
+    let mut kc = bytes_u32(&c.k_cache);
+    let mut vc = bytes_u32(&c.v_cache);
+    let mut out = bytes_f32(&vec![SENTINEL; c.w.m as usize * qw]);
+    let push = AttentionPush {
+        m: c.m_run as u32,
+        pos0: c.pos0,
+    }
+    .to_bytes();
+    let mut bufs = [
+        BufferData {
+            binding: 0,
+            bytes: &mut q,
+        },
+        BufferData {
+            binding: 1,
+            bytes: &mut kc,
+        },
+        BufferData {
+            binding: 2,
+            bytes: &mut vc,
+        },
+        BufferData {
+            binding: 3,
+            bytes: &mut out,
+        },
+    ];
+    execute(
+        &module,
+        &mut bufs,
+        &push,
+        attention::dispatch_grid(&c.w, s),
+        sg,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", module.name));
+    let out = f32s(&out);
+    assert!(
+        out[c.m_run * qw..].iter().all(|&v| v == SENTINEL),
+        "{}: rows past the runtime m were written",
+        module.name
+    );
+    out[..c.m_run * qw].to_vec()
+}
+
+/// Checks one schedule; returns how close it came to the tolerance (worst error / allowed).
+fn check(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> f32 {
+    let expected = attention::reference(&c.w, c.m_run, c.pos0, &c.q, &c.k_cache, &c.v_cache);
+    let got = run(c, s, caps, sg);
+    if let Err(e) = expected.check(&got, c.w.q_width() as usize) {
+        panic!("{} (pos0 {}, m {}): {e}", s.name(&c.w), c.pos0, c.m_run);
+    }
+    expected.worst_ratio(&got)
+}
+
+/// Schedules of `w` covering every value of every axis of its space (greedily), plus a
+/// seeded random sample and the defaults of both device classes.
+fn sample(
+    w: &AttentionWorkload,
+    caps: &DeviceCaps,
+    extra: usize,
+    seed: u64,
+) -> Vec<AttentionSchedule> {
+    let mut space = attention::search_space(w, caps);
+    let mut rng = SplitMix64::new(seed);
+    for i in (1..space.len()).rev() {
+        space.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let axes = |s: &AttentionSchedule| {
+        [
+            ("rows", s.rows),
+            ("kv_block", s.kv_block),
+            ("lanes", s.threads_per_row),
+            ("gqa", s.group_heads as u32),
+            ("stage", s.stage_kv as u32),
+            ("reduce", (s.lane_reduce == LaneReduce::Shared) as u32),
+        ]
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for s in &space {
+        if axes(s).iter().any(|a| !seen.contains(a)) {
+            seen.extend(axes(s));
+            out.push(*s);
+        }
+    }
+    out.extend(
+        space
+            .iter()
+            .filter(|s| !out.contains(s))
+            .take(extra)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    for d in [
+        attention::default_schedule(w, caps),
+        attention::default_schedule(w, &mali_vk12()),
+    ] {
+        if d.validate(w, caps).is_ok() && !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_the_reference_across_the_space() {
+    // GQA group 2, head_dim 64; the KV cache of two earlier ubatches (pos0 = 13), then a
+    // ubatch of 7 rows (kv = 20) in a workload of 9.
+    let w = AttentionWorkload {
+        m: 9,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 64,
+        max_kv: 64,
+    };
+    let c = case(w, 7, 13, 1);
+    let mut worst = 0f32;
+    let mut checked = 0;
+    for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+        for s in sample(&w, &caps, 12, 7) {
+            worst = worst.max(check(&c, &s, &caps, sg));
+            checked += 1;
+        }
+    }
+    eprintln!("checked {checked} attention kernels; worst error / allowed = {worst:.3}");
+    assert!(checked >= 30);
+}
+
+#[test]
+fn attention_handles_qwen_groups_and_every_head_dim() {
+    let mut worst = 0f32;
+    // Qwen2.5 0.5B's group of 7 (14/2 heads), 3B's head_dim 128 (group 8 shrunk to 2 heads
+    // per kv head), head_dim 256, and head_dim 16 (where one lane per row fits in registers);
+    // prefill from an empty cache and later ubatches.
+    let cases = [
+        (14u32, 2u32, 64u32, 5usize, 0u32),
+        (14, 2, 64, 6, 9),
+        (4, 2, 128, 5, 11),
+        (2, 1, 256, 3, 17),
+        (4, 2, 16, 5, 6),
+    ];
+    let mut one_lane = 0;
+    for (i, &(nh, nkv, hd, m_run, pos0)) in cases.iter().enumerate() {
+        let w = AttentionWorkload {
+            m: m_run as u32 + 1,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            max_kv: 128,
+        };
+        let c = case(w, m_run, pos0, 10 + i as u64);
+        for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+            for s in sample(&w, &caps, 2, 3 + i as u64) {
+                worst = worst.max(check(&c, &s, &caps, sg));
+                one_lane += usize::from(s.threads_per_row == 1);
+            }
+        }
+    }
+    eprintln!("worst error / allowed = {worst:.3}");
+    assert!(one_lane > 0, "the one-lane path was not exercised");
+}
+
+#[test]
+fn attention_works_with_a_small_subgroup_and_without_subgroups() {
+    // lavapipe-like subgroups of 4: shuffles only within 4 lanes; the baseline device has
+    // no subgroup operations at all (shared-memory reduction).
+    let w = AttentionWorkload {
+        m: 7,
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 64,
+        max_kv: 64,
+    };
+    let c = case(w, 7, 3, 4);
+    let small = DeviceCaps {
+        subgroup_size: 4,
+        ..desktop_vk12()
+    };
+    let baseline = DeviceCaps {
+        register_budget: 128,
+        ..DeviceCaps::baseline()
+    };
+    for (caps, sg) in [(small, 4), (baseline, 4)] {
+        let d = attention::default_schedule(&w, &caps);
+        check(&c, &d, &caps, sg);
+        let space = attention::search_space(&w, &caps);
+        assert!(!space.is_empty());
+        assert!(space.iter().all(|s| s.threads_per_row == 1
+            || s.lane_reduce == LaneReduce::Shared
+            || s.threads_per_row <= 4));
+        for s in space.iter().step_by(7) {
+            check(&c, s, &caps, sg);
+        }
+    }
+}
+
+#[test]
+fn one_ubatch_at_a_time_equals_the_whole_prompt() {
+    // Rows computed in ubatches of 3 over a cache filled so far agree with the same rows of
+    // a single ubatch over the whole prompt (both against the reference, and with each
+    // other to the same tolerance).
+    let w = AttentionWorkload {
+        m: 9,
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 64,
+        max_kv: 32,
+    };
+    let caps = desktop_vk12();
+    let s = attention::default_schedule(&w, &caps);
+    let whole = case(w, 9, 0, 77);
+    let all = run(&whole, &s, &caps, 32);
+    let qw = w.q_width() as usize;
+    for pos0 in [0usize, 3, 6] {
+        let part = Case {
+            w,
+            m_run: 3,
+            pos0: pos0 as u32,
+            q: {
+                let mut q = whole.q[pos0 * qw..(pos0 + 3) * qw].to_vec();
+                q.resize(9 * qw, 0.0);
+                q
+            },
+            k_cache: whole.k_cache.clone(),
+            v_cache: whole.v_cache.clone(),
+        };
+        check(&part, &s, &caps, 32);
+        let got = run(&part, &s, &caps, 32);
+        for (a, b) in got.iter().zip(&all[pos0 * qw..(pos0 + 3) * qw]) {
+            assert!((a - b).abs() <= 1e-5, "ubatch at {pos0}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn kv_write_then_attention_carries_the_cache_across_ubatches() {
+    // The two templates agree on the cache layout: K and V rows written by the KV-write
+    // kernel ubatch after ubatch, then read by attention, give the attention of the whole
+    // prompt over the f16-rounded keys and values (the reference packs them itself).
+    use rocky_compiler::templates::kv_cache::{self, KvWritePush, KvWriteWorkload};
+    let w = AttentionWorkload {
+        m: 4,
+        n_heads: 14,
+        n_kv_heads: 2,
+        head_dim: 64,
+        max_kv: 16,
+    };
+    let (qw, kw) = (w.q_width() as usize, w.kv_width() as usize);
+    let n = 11usize; // ubatches of 4, 4 and 3 rows
+    let q_all: Vec<f32> = random_activations(n * qw, 90)
+        .iter()
+        .map(|v| 2.0 * v)
+        .collect();
+    let k_all = random_activations(n * kw, 91);
+    let v_all = random_activations(n * kw, 92);
+    let expected = attention::reference(
+        &AttentionWorkload { m: n as u32, ..w },
+        n,
+        0,
+        &q_all,
+        &pack_f16_words(&k_all),
+        &pack_f16_words(&v_all),
+    );
+    for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+        let kvw = KvWriteWorkload {
+            m: 4,
+            kv_width: w.kv_width(),
+        };
+        let kv_s = kv_cache::default_schedule(&kvw, &caps);
+        let kv_module = kv_cache::kernel_ir(&kvw, &kv_s);
+        let s = attention::default_schedule(&w, &caps);
+        let mut k_cache = vec![0u32; w.max_kv as usize * kw / 2];
+        let mut v_cache = k_cache.clone();
+        let mut out_all = Vec::new();
+        for pos0 in (0..n).step_by(4) {
+            let m_run = 4.min(n - pos0);
+            let push = KvWritePush {
+                m: m_run as u32,
+                pos0: pos0 as u32,
+            }
+            .to_bytes();
+            for (src, cache) in [(&k_all, &mut k_cache), (&v_all, &mut v_cache)] {
+                let mut sb = bytes_f32(&src[pos0 * kw..(pos0 + m_run) * kw]);
+                sb.resize(4 * kw * 4, 0);
+                let mut cb = bytes_u32(cache);
+                execute(
+                    &kv_module,
+                    &mut [
+                        BufferData {
+                            binding: 0,
+                            bytes: &mut sb,
+                        },
+                        BufferData {
+                            binding: 1,
+                            bytes: &mut cb,
+                        },
+                    ],
+                    &push,
+                    kv_cache::dispatch_grid(&kvw, &kv_s),
+                    sg,
+                )
+                .unwrap();
+                *cache = cb
+                    .chunks(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+            }
+            let mut q = q_all[pos0 * qw..(pos0 + m_run) * qw].to_vec();
+            q.resize(4 * qw, 0.0);
+            let c = Case {
+                w,
+                m_run,
+                pos0: pos0 as u32,
+                q,
+                k_cache: k_cache.clone(),
+                v_cache: v_cache.clone(),
+            };
+            out_all.extend(run(&c, &s, &caps, sg));
+        }
+        if let Err(e) = expected.check(&out_all, qw) {
+            panic!("{}: {e}", s.name(&w));
+        }
+    }
+}
+
+#[test]
+fn many_key_blocks_with_a_moving_maximum() {
+    // 150 cached positions and sharper scores (q ×4, keys growing along the cache), so the
+    // running maximum moves block after block and every rescaling step matters.
+    let w = AttentionWorkload {
+        m: 3,
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 64,
+        max_kv: 256,
+    };
+    let mut c = case(w, 3, 150, 55);
+    let kw = w.kv_width() as usize;
+    let mut k = random_activations(158 * kw, 56);
+    for (p, row) in k.chunks_mut(kw).enumerate() {
+        row.iter_mut().for_each(|x| *x *= 1.0 + p as f32 / 60.0);
+    }
+    c.k_cache = pack_f16_words(&k);
+    c.q.iter_mut().for_each(|x| *x *= 2.0);
+    for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+        for s in sample(&w, &caps, 0, 9).iter().step_by(2) {
+            check(&c, s, &caps, sg);
+        }
+    }
+}

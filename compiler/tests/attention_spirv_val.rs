@@ -1,0 +1,361 @@
+//! Every module the attention template can produce passes spirv-val for Vulkan 1.2: the whole
+//! search space of Qwen2.5 0.5B (14/2 heads, head_dim 64), 3B (16/2, 128) and a head_dim 256
+//! model (8/4) at m in {1, 7, 64, 72} and max_kv 32768, on a desktop profile with all
+//! features and on a Mali-like profile (the spaces are small enough to validate whole). Also
+//! the metadata contract, the default schedules, and refusals with reasons.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use common::{desktop_vk12, mali_vk12, require_spirv_val, spirv_dis, spirv_val};
+use rocky_compiler::templates::attention::{
+    self, AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce,
+};
+use rocky_compiler::{instantiate, DeviceCaps, Refusal, Schedule, Workload};
+
+fn workloads() -> Vec<AttentionWorkload> {
+    let mut out = Vec::new();
+    for (n_heads, n_kv_heads, head_dim) in [(14, 2, 64), (16, 2, 128), (8, 4, 256)] {
+        for m in [1, 7, 64, 72] {
+            out.push(AttentionWorkload {
+                m,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                max_kv: 32768,
+            });
+        }
+    }
+    out
+}
+
+/// Runs `check` on every item on all cores; returns the failures.
+fn parallel<T: Sync>(items: &[T], check: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = check(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+#[test]
+fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
+    require_spirv_val();
+    let start = Instant::now();
+    let profiles = [("desktop", desktop_vk12()), ("mali", mali_vk12())];
+    let mut distinct: HashMap<Vec<u32>, String> = HashMap::new();
+    let mut sizes = Vec::new();
+    let mut axes: BTreeSet<(&str, u32)> = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (pname, caps) in &profiles {
+        for w in workloads() {
+            let space = attention::search_space(&w, caps);
+            assert!(!space.is_empty(), "{pname}: empty space for {w:?}");
+            sizes.push(format!(
+                "{pname} {}/{} d{} m={}: {}",
+                w.n_heads,
+                w.n_kv_heads,
+                w.head_dim,
+                w.m,
+                space.len()
+            ));
+            for s in &space {
+                axes.extend([
+                    ("rows", s.rows),
+                    ("kv_block", s.kv_block),
+                    ("lanes", s.threads_per_row),
+                    ("gqa", s.group_heads as u32),
+                    ("stage", s.stage_kv as u32),
+                    (
+                        "reduce_shared",
+                        (s.lane_reduce == LaneReduce::Shared) as u32,
+                    ),
+                ]);
+                match attention::instantiate(&w, s, caps) {
+                    Ok(k) => {
+                        let names: Vec<&str> =
+                            k.meta.bindings.iter().map(|b| b.name.as_str()).collect();
+                        let numbers: Vec<u32> = k.meta.bindings.iter().map(|b| b.binding).collect();
+                        if names != ["q", "k_cache", "v_cache", "out"] || numbers != [0, 1, 2, 3] {
+                            failures
+                                .push(format!("{}: bindings {names:?} {numbers:?}", k.meta.name));
+                        }
+                        if k.meta.push_constant_bytes != AttentionPush::BYTES
+                            || k.meta.shared_bytes != s.shared_bytes(&w)
+                            || k.meta.workgroup_size != [s.threads(&w), 1, 1]
+                            || !caps.missing(&k.meta.required).is_empty()
+                        {
+                            failures.push(format!("{}: metadata {:?}", k.meta.name, k.meta));
+                        }
+                        distinct.entry(k.spirv).or_insert(k.meta.name);
+                    }
+                    Err(e) => failures.push(format!("{s:?} from the space of {w:?} refused: {e}")),
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}",
+        failures[..failures.len().min(5)].join("\n")
+    );
+    // The spaces reach every value of every axis (one lane per row would hold 2·head_dim
+    // floats, over every register budget here; attention_numerics covers it at head_dim 16).
+    for (axis, values) in [
+        ("rows", &[1, 2, 4, 8, 16, 32][..]),
+        ("kv_block", &[8, 16, 32]),
+        ("lanes", &[2, 4, 8, 16, 32]),
+        ("gqa", &[0, 1]),
+        ("stage", &[0, 1]),
+        ("reduce_shared", &[0, 1]),
+    ] {
+        for v in values {
+            assert!(axes.contains(&(axis, *v)), "no schedule with {axis} = {v}");
+        }
+    }
+    let modules: Vec<(Vec<u32>, String)> = distinct.into_iter().collect();
+    let failures = parallel(&modules, |(words, name)| {
+        spirv_val(words, "vulkan1.2").map_err(|e| {
+            let dis = spirv_dis(words);
+            format!("{name}: {e}\n{}", &dis[..dis.len().min(3000)])
+        })
+    });
+    eprintln!(
+        "space sizes:\n  {}\nvalidated {} distinct modules in {:.1?}",
+        sizes.join("\n  "),
+        modules.len(),
+        start.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} modules failed:\n{}",
+        failures.len(),
+        modules.len(),
+        failures[..failures.len().min(3)].join("\n\n")
+    );
+}
+
+#[test]
+fn samples_pass_spirv_val_for_vulkan_1_1_and_1_3() {
+    require_spirv_val();
+    for (version, env) in [((1, 3), "vulkan1.1"), ((1, 6), "vulkan1.3")] {
+        let caps = DeviceCaps {
+            spirv_version: version,
+            ..DeviceCaps::desktop_all_features()
+        };
+        for w in workloads().iter().filter(|w| w.m == 7) {
+            for s in attention::search_space(w, &caps).into_iter().step_by(23) {
+                let k = attention::instantiate(w, &s, &caps).unwrap();
+                assert_eq!(k.meta.spirv_version, version);
+                spirv_val(&k.spirv, env).unwrap_or_else(|e| panic!("{} ({env}): {e}", k.meta.name));
+            }
+        }
+    }
+}
+
+#[test]
+fn default_schedules_are_valid_and_follow_the_device_class() {
+    for w in workloads() {
+        for caps in [desktop_vk12(), mali_vk12()] {
+            let s = attention::default_schedule(&w, &caps);
+            let k = attention::instantiate(&w, &s, &caps)
+                .unwrap_or_else(|e| panic!("default {s:?} for {w:?} refused: {e}"));
+            spirv_val(&k.spirv, "vulkan1.2").unwrap();
+            assert!(
+                attention::search_space(&w, &caps).contains(&s),
+                "{s:?} not in the space"
+            );
+            assert!(
+                s.group_heads,
+                "Qwen-like GQA shares K/V loads across the group"
+            );
+            if caps.shared_memory_is_slow {
+                assert_eq!(
+                    k.meta.shared_bytes, 0,
+                    "Mali default uses shared memory: {s:?}"
+                );
+                assert!(s.register_estimate(&w) <= 64);
+            } else {
+                assert!(s.stage_kv);
+            }
+        }
+    }
+    // The baseline device (no subgroup operations) still gets a working default.
+    let w = workloads()[1];
+    let caps = DeviceCaps {
+        register_budget: 128,
+        ..DeviceCaps::baseline()
+    };
+    let s = attention::default_schedule(&w, &caps);
+    assert_eq!(s.lane_reduce, LaneReduce::Shared);
+    attention::instantiate(&w, &s, &caps).unwrap();
+}
+
+#[test]
+fn invalid_pairs_are_refused_with_reasons() {
+    let caps = desktop_vk12();
+    let w = workloads()[1];
+    let good = attention::default_schedule(&w, &caps);
+    let refuse = |w: &AttentionWorkload, s: AttentionSchedule, caps: &DeviceCaps| {
+        attention::instantiate(w, &s, caps).unwrap_err()
+    };
+    // Lanes that do not divide head_dim / 8.
+    let e = refuse(
+        &w,
+        AttentionSchedule {
+            threads_per_row: 16,
+            ..good
+        },
+        &caps,
+    );
+    assert!(
+        matches!(e, Refusal::Schedule(_)) && e.to_string().contains("head_dim/8"),
+        "{e}"
+    );
+    // Shuffles wider than the subgroup.
+    let small = DeviceCaps {
+        subgroup_size: 4,
+        ..caps.clone()
+    };
+    let e = refuse(
+        &w,
+        AttentionSchedule {
+            threads_per_row: 8,
+            lane_reduce: LaneReduce::Shuffle,
+            ..good
+        },
+        &small,
+    );
+    assert!(
+        matches!(e, Refusal::DeviceLimit(_)) && e.to_string().contains("subgroup size"),
+        "{e}"
+    );
+    // Shuffles on a device without them.
+    let e = refuse(
+        &w,
+        AttentionSchedule {
+            lane_reduce: LaneReduce::Shuffle,
+            ..good
+        },
+        &DeviceCaps {
+            subgroup_shuffle: false,
+            ..caps.clone()
+        },
+    );
+    assert!(matches!(e, Refusal::MissingFeature(_)), "{e}");
+    // Staged blocks over the shared-memory limit (head_dim 256, 64 keys: 64 KiB).
+    let w256 = workloads()[9];
+    let e = refuse(
+        &w256,
+        AttentionSchedule {
+            kv_block: 64,
+            stage_kv: true,
+            threads_per_row: 32,
+            ..good
+        },
+        &caps,
+    );
+    assert!(e.to_string().contains("shared memory"), "{e}");
+    // Too many registers on Mali (head_dim 128 in 2 lanes).
+    let e = refuse(
+        &w,
+        AttentionSchedule {
+            threads_per_row: 2,
+            ..good
+        },
+        &mali_vk12(),
+    );
+    assert!(e.to_string().contains("registers"), "{e}");
+    // Workloads the template cannot compute.
+    let e = refuse(&AttentionWorkload { n_kv_heads: 3, ..w }, good, &caps);
+    assert!(matches!(e, Refusal::Workload(_)), "{e}");
+    let e = refuse(&AttentionWorkload { head_dim: 100, ..w }, good, &caps);
+    assert!(e.to_string().contains("multiple of 8"), "{e}");
+    // A schedule of another template, through the top-level dispatch.
+    let e = instantiate(
+        &Workload::Attention(w),
+        &rocky_compiler::default_schedule(
+            &Workload::Add(rocky_compiler::EltwiseWorkload { m: 1, width: 8 }),
+            &caps,
+        ),
+        &caps,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Refusal::Mismatch { .. }), "{e}");
+}
+
+#[test]
+fn workload_keys_grid_and_flops() {
+    let w = AttentionWorkload {
+        m: 64,
+        n_heads: 14,
+        n_kv_heads: 2,
+        head_dim: 64,
+        max_kv: 4096,
+    };
+    let json = serde_json::to_string(&Workload::Attention(w)).unwrap();
+    assert_eq!(
+        json,
+        r#"{"attention":{"m":64,"n_heads":14,"n_kv_heads":2,"head_dim":64,"max_kv":4096}}"#
+    );
+    let s = attention::default_schedule(&w, &desktop_vk12());
+    let back: Schedule =
+        serde_json::from_str(&serde_json::to_string(&Schedule::Attention(s)).unwrap()).unwrap();
+    assert_eq!(back, Schedule::Attention(s));
+    // Grid: row blocks × (kv heads when grouped, else q heads).
+    let grouped = AttentionSchedule {
+        rows: 8,
+        group_heads: true,
+        ..s
+    };
+    assert_eq!(attention::dispatch_grid(&w, &grouped), [8, 2, 1]);
+    let single = AttentionSchedule {
+        rows: 5,
+        group_heads: false,
+        ..s
+    };
+    assert_eq!(attention::dispatch_grid(&w, &single), [13, 14, 1]);
+    // FLOPs: 4·head_dim·heads per visible (query, key) pair, the ubatch ending at max_kv.
+    let pairs: u64 = (0..64u64).map(|i| 4096 - 64 + i + 1).sum();
+    assert_eq!(Workload::Attention(w).flops(), 4 * pairs * 64 * 14);
+    // The largest shapes the runtime may ask for: ubatch 4096, context 32768.
+    for hd in [64, 128, 256] {
+        let big = AttentionWorkload {
+            m: 4096,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: hd,
+            max_kv: 32768,
+        };
+        for caps in [desktop_vk12(), mali_vk12()] {
+            let s = attention::default_schedule(&big, &caps);
+            attention::instantiate(&big, &s, &caps).unwrap();
+            let grid = attention::dispatch_grid(&big, &s);
+            assert!(grid[0] <= 65535 && grid[0] * s.rows >= 4096, "{grid:?}");
+        }
+    }
+    assert_eq!(
+        AttentionPush {
+            m: 3,
+            pos0: 0x0102_0304
+        }
+        .to_bytes(),
+        vec![3, 0, 0, 0, 4, 3, 2, 1]
+    );
+}

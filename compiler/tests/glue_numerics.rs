@@ -1,0 +1,447 @@
+//! Numerics of the glue kernels, run by the IR interpreter (no GPU), against their CPU
+//! references over the whole search space of small workloads: RMSNorm, NeoX RoPE (including
+//! positions past 4000 and 30000), SwiGLU, add, embedding (every table format) and the f16
+//! KV-cache write (bit-exact rounding, including subnormals, ties, overflow and NaN). Runtime
+//! m is smaller than the workload's m, so rows past it must stay untouched; the interpreter
+//! fails on any out-of-bounds access.
+//!
+//! Tolerances (stated and derived next to each reference):
+//! - RMSNorm: `8e-6 + width·3e-8` relative (f32 sum of squares, inversesqrt);
+//! - RoPE: `5e-7·(|x0| + |x1|)` (sin/cos fragment ~1e-7 absolute, angles bit-exact);
+//! - SwiGLU: `(8 + 2|g|)·2⁻²³` relative (Vulkan exp accuracy); add, embedding and KV write:
+//!   exact.
+
+mod common;
+
+use common::{desktop_vk12, mali_vk12};
+use half::f16;
+use rocky_compiler::ir::interp::{execute, BufferData};
+use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Type};
+use rocky_compiler::templates::eltwise::{self, EltwiseOp, EltwisePush, EltwiseWorkload};
+use rocky_compiler::templates::embedding::{self, EmbeddingPush, EmbeddingWorkload};
+use rocky_compiler::templates::expected::Expected;
+use rocky_compiler::templates::kv_cache::{self, KvWritePush, KvWriteWorkload};
+use rocky_compiler::templates::rms_norm::{self, RmsNormPush, RmsNormWorkload};
+use rocky_compiler::templates::rope::{self, RopePush, RopeWorkload};
+use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
+use rocky_compiler::{DeviceCaps, WeightFormat};
+
+fn bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes_u32(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Runs `module` with `buffers` bound at bindings 0, 1, ... in order.
+fn run(module: &Module, buffers: &mut [&mut Vec<u8>], push: &[u8], grid: [u32; 3], sg: u32) {
+    let mut data: Vec<BufferData> = buffers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| BufferData {
+            binding: i as u32,
+            bytes: b.as_mut_slice(),
+        })
+        .collect();
+    execute(module, &mut data, push, grid, sg).unwrap_or_else(|e| panic!("{}: {e}", module.name));
+}
+
+/// Device profiles with the subgroup size to interpret with (the one each reports): desktop,
+/// Mali, and a lavapipe-like small subgroup (several subgroups per workgroup).
+fn profiles() -> Vec<(DeviceCaps, u32)> {
+    let small = DeviceCaps {
+        subgroup_size: 4,
+        ..mali_vk12()
+    };
+    vec![(desktop_vk12(), 32), (mali_vk12(), 16), (small, 4)]
+}
+
+const SENTINEL: f32 = -12345.0;
+
+/// Rows `m..` of a `width`-wide output must still hold the sentinel.
+fn untouched(out: &[f32], m: usize, width: usize, what: &str) {
+    assert!(
+        out[m * width..].iter().all(|&v| v == SENTINEL),
+        "{what}: rows past the runtime m were written"
+    );
+}
+
+fn check(expected: &Expected, got: &[f32], width: usize, what: &str) {
+    if let Err(e) = expected.check(got, width) {
+        panic!("{what}: {e}");
+    }
+}
+
+#[test]
+fn rms_norm_matches_the_reference_across_its_space() {
+    let mut checked = 0;
+    for (width, m_run) in [(96u32, 5usize), (90, 3), (2048, 2)] {
+        let w = RmsNormWorkload::new(7, width, 1e-6);
+        let wd = width as usize;
+        // Rows of very different scales: the norm must not care.
+        let mut x = random_activations(7 * wd, 1 + u64::from(width));
+        for (r, row) in x.chunks_mut(wd).enumerate() {
+            row.iter_mut().for_each(|v| *v *= 10f32.powi(r as i32 - 2));
+        }
+        let weight = random_activations(wd, 2);
+        let expected = rms_norm::reference(&w, m_run, &x, &weight);
+        for (caps, sg) in profiles() {
+            for s in rms_norm::search_space(&w, &caps) {
+                rms_norm::instantiate(&w, &s, &caps).unwrap();
+                let module = rms_norm::kernel_ir(&w, &s);
+                let (mut xb, mut wb) = (bytes_f32(&x), bytes_f32(&weight));
+                let mut y = bytes_f32(&vec![SENTINEL; 7 * wd]);
+                let push = RmsNormPush { m: m_run as u32 }.to_bytes();
+                let grid = rms_norm::dispatch_grid(&w, &s);
+                run(&module, &mut [&mut xb, &mut wb, &mut y], &push, grid, sg);
+                let y = f32s(&y);
+                check(&expected, &y[..m_run * wd], wd, &module.name);
+                untouched(&y, m_run, wd, &module.name);
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("checked {checked} rms_norm kernels");
+    assert!(checked > 30);
+}
+
+#[test]
+fn sin_cos_fragment_is_accurate_over_the_position_range() {
+    // One invocation per angle; the fragment's error against f64.
+    let b = KernelBuilder::new("sin_cos_probe", [64, 1, 1]);
+    let input = b.buffer(0, "theta", Type::F32, Access::ReadOnly);
+    let out = b.buffer(
+        1,
+        "out",
+        Type::vec(rocky_compiler::ir::Scalar::F32, 2),
+        Access::WriteOnly,
+    );
+    let i = b.builtin(Builtin::GlobalInvocationId(0));
+    let (s, c) = rope::sin_cos(&b, b.load(input, i));
+    b.store(out, i, b.construct(&[s, c]));
+    let module = b.finish();
+    let mut rng = SplitMix64::new(5);
+    let mut thetas: Vec<f32> = (0..4096).map(|_| rng.uniform(0.0, 51_000.0)).collect();
+    thetas.extend((0..1024).map(|_| rng.uniform(-8.0, 8.0)));
+    // Quadrant boundaries and multiples of π/2 where the reduction cancels most.
+    for k in 0..1024 {
+        let x = (k as f64 * 31.0 + 1.0) * std::f64::consts::FRAC_PI_2;
+        thetas.extend([x as f32, f32::from_bits((x as f32).to_bits() + 1)]);
+    }
+    thetas.resize(thetas.len().div_ceil(64) * 64, 0.5);
+    let mut tb = bytes_f32(&thetas);
+    let mut ob = vec![0u8; thetas.len() * 8];
+    run(
+        &module,
+        &mut [&mut tb, &mut ob],
+        &[],
+        [thetas.len() as u32 / 64, 1, 1],
+        16,
+    );
+    let got = f32s(&ob);
+    let mut worst = 0f64;
+    for (k, &t) in thetas.iter().enumerate() {
+        let (s, c) = f64::from(t).sin_cos();
+        let err = (f64::from(got[2 * k]) - s)
+            .abs()
+            .max((f64::from(got[2 * k + 1]) - c).abs());
+        worst = worst.max(err);
+    }
+    eprintln!(
+        "sin_cos: worst absolute error {worst:.3e} over {} angles",
+        thetas.len()
+    );
+    assert!(worst < 1.5e-7, "sin_cos error {worst}");
+}
+
+#[test]
+fn rope_matches_the_reference_across_its_space_and_positions() {
+    let mut checked = 0;
+    // Three heads (not a multiple of two heads per thread), head_dim 64 and 128, positions
+    // from 0, past 4000 and past 30000 (ggml's angles, bit-exact in the kernel).
+    for (n_heads, head_dim, theta, pos0) in [
+        (3u32, 64u32, 1e6f32, 0u32),
+        (3, 64, 1e6, 4090),
+        (2, 128, 1e4, 30_000),
+    ] {
+        let w = RopeWorkload::new(6, n_heads, head_dim, theta);
+        let width = w.row_width() as usize;
+        let m_run = 4;
+        let x = random_activations(6 * width, 7 + u64::from(pos0));
+        let expected = rope::reference(&w, m_run, pos0, &x);
+        for (caps, sg) in profiles().into_iter().take(2) {
+            for s in rope::search_space(&w, &caps) {
+                rope::instantiate(&w, &s, &caps).unwrap();
+                let module = rope::kernel_ir(&w, &s);
+                let mut xb = bytes_f32(&x);
+                let push = RopePush {
+                    m: m_run as u32,
+                    pos0,
+                }
+                .to_bytes();
+                run(
+                    &module,
+                    &mut [&mut xb],
+                    &push,
+                    rope::dispatch_grid(&w, &s),
+                    sg,
+                );
+                let got = f32s(&xb);
+                check(&expected, &got[..m_run * width], width, &module.name);
+                assert_eq!(
+                    &got[m_run * width..],
+                    &x[m_run * width..],
+                    "{}",
+                    module.name
+                );
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("checked {checked} rope kernels");
+    assert!(checked > 20);
+}
+
+#[test]
+fn rope_angles_follow_ggml_not_a_closed_form() {
+    // The oracle's iterative angles differ from pos·base^(-2i/d) by much more than the
+    // tolerance at large positions: the reference (and so the kernel) must use them.
+    let w = RopeWorkload::new(1, 1, 128, 1e6);
+    let scale = w.theta_scale();
+    let pos = 4000u32;
+    let worst = (0..64)
+        .map(|i| {
+            let exact = f64::from(pos) * 1e6f64.powf(-2.0 * f64::from(i) / 128.0);
+            (f64::from(rope::ggml_angle(pos, i, scale)) - exact).abs()
+        })
+        .fold(0f64, f64::max);
+    assert!(worst > 1e-5, "iterative angles unexpectedly exact: {worst}");
+}
+
+#[test]
+fn eltwise_kernels_match_their_references_across_their_spaces() {
+    let mut checked = 0;
+    for width in [96u32, 90, 1000] {
+        let w = EltwiseWorkload { m: 6, width };
+        let wd = width as usize;
+        let m_run = 5;
+        let mut a = random_activations(6 * wd, 3);
+        let b = random_activations(6 * wd, 4);
+        // Gates over a wide range, with the extremes where exp overflows or vanishes.
+        for (i, v) in a.iter_mut().enumerate() {
+            *v *= [1.0, 8.0, 30.0, 120.0][i % 4];
+        }
+        for op in [EltwiseOp::SwiGlu, EltwiseOp::Add] {
+            let expected = match op {
+                EltwiseOp::SwiGlu => eltwise::reference_swiglu(&w, m_run, &a, &b),
+                EltwiseOp::Add => eltwise::reference_add(&w, m_run, &a, &b),
+            };
+            for (caps, sg) in profiles().into_iter().take(2) {
+                for s in eltwise::search_space(&w, &caps) {
+                    eltwise::instantiate(op, &w, &s, &caps).unwrap();
+                    let module = eltwise::kernel_ir(op, &w, &s);
+                    let (mut ab, mut bb) = (bytes_f32(&a), bytes_f32(&b));
+                    let mut y = bytes_f32(&vec![SENTINEL; 6 * wd]);
+                    let push = EltwisePush { m: m_run as u32 }.to_bytes();
+                    let grid = eltwise::dispatch_grid(&w, &s);
+                    run(&module, &mut [&mut ab, &mut bb, &mut y], &push, grid, sg);
+                    let y = f32s(&y);
+                    check(&expected, &y[..m_run * wd], wd, &module.name);
+                    untouched(&y, m_run, wd, &module.name);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    eprintln!("checked {checked} elementwise kernels");
+    assert!(checked > 100);
+}
+
+#[test]
+fn embedding_gathers_bit_exact_rows_for_every_format() {
+    let mut checked = 0;
+    for table in WeightFormat::ALL {
+        let width = 512u32;
+        let w = EmbeddingWorkload { m: 6, width, table };
+        let rows = 9usize;
+        let raw = random_weights(table, rows, width as usize, 21);
+        // Ids out of order, repeated, and one past the table (clamped to the last row).
+        let ids = [4u32, 0, 8, 4, 1000, 3];
+        let m_run = 5;
+        let expected = embedding::reference(&w, m_run, &ids, &raw, rows);
+        let mut padded = raw.clone();
+        padded.resize(raw.len().div_ceil(4) * 4, 0);
+        for (caps, sg) in profiles().into_iter().take(1) {
+            for s in embedding::search_space(&w, &caps) {
+                embedding::instantiate(&w, &s, &caps).unwrap();
+                let module = embedding::kernel_ir(&w, &s);
+                let mut idb = bytes_u32(&ids);
+                let mut tb = padded.clone();
+                let mut y = bytes_f32(&vec![SENTINEL; 6 * width as usize]);
+                let push = EmbeddingPush { m: m_run as u32 }.to_bytes();
+                let grid = embedding::dispatch_grid(&w, &s);
+                run(&module, &mut [&mut idb, &mut tb, &mut y], &push, grid, sg);
+                let y = f32s(&y);
+                check(
+                    &expected,
+                    &y[..m_run * width as usize],
+                    width as usize,
+                    &module.name,
+                );
+                untouched(&y, m_run, width as usize, &module.name);
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("checked {checked} embedding kernels");
+}
+
+/// f32 values whose f16 rounding is delicate, plus random ones over the whole f16 range.
+fn delicate_values() -> Vec<f32> {
+    let mut v: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.5,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7F80_0001), // signalling NaN
+        f32::from_bits(0x7FC1_2345),
+        2f32.powi(-14),                          // smallest normal f16
+        2f32.powi(-14) * (1.0 - 2f32.powi(-11)), // rounds up to it
+        2f32.powi(-24),                          // smallest subnormal
+        2f32.powi(-25),                          // tie: to even zero
+        2f32.powi(-25) * 1.000_001,              // just above the tie: up
+        2f32.powi(-24) * 1.5,                    // tie between 1 and 2 subnormal units: to 2
+        2f32.powi(-24) * 2.5,                    // tie: to 2
+        2f32.powi(-26),
+        1e-30,
+        -3e-6,
+        1.0 + 2f32.powi(-11),       // tie: to even 1.0
+        1.0 + 3.0 * 2f32.powi(-11), // tie: up
+        2048.5,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+    ];
+    let mut rng = SplitMix64::new(9);
+    for _ in 0..2000 {
+        let e = rng.uniform(-28.0, 17.0);
+        let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+        v.push(sign * 2f32.powf(e) * rng.uniform(1.0, 2.0));
+    }
+    for _ in 0..500 {
+        v.push(f32::from_bits(rng.next_u64() as u32));
+    }
+    v.truncate(v.len() / 4 * 4);
+    v
+}
+
+#[test]
+fn f16_rounding_of_the_kv_write_is_bit_exact() {
+    let values = delicate_values();
+    let kv_width = 4u32;
+    let m = values.len() / 4;
+    let w = KvWriteWorkload {
+        m: m as u32,
+        kv_width,
+    };
+    let caps = desktop_vk12();
+    for s in kv_cache::search_space(&w, &caps) {
+        let module = kv_cache::kernel_ir(&w, &s);
+        let mut src = bytes_f32(&values);
+        let mut cache = vec![0u8; values.len() * 2];
+        let push = KvWritePush {
+            m: m as u32,
+            pos0: 0,
+        }
+        .to_bytes();
+        run(
+            &module,
+            &mut [&mut src, &mut cache],
+            &push,
+            kv_cache::dispatch_grid(&w, &s),
+            32,
+        );
+        let words = u32s(&cache);
+        for (i, &v) in values.iter().enumerate() {
+            let got = (words[i / 2] >> (16 * (i % 2))) as u16;
+            let want = f16::from_f32(v);
+            if v.is_nan() {
+                // NaN stays a NaN of the same sign (payload bits are not promised).
+                assert!(
+                    f16::from_bits(got).is_nan() && (got >> 15) == want.to_bits() >> 15,
+                    "{}: NaN {v:?} → {got:#06x}",
+                    module.name
+                );
+            } else {
+                assert_eq!(
+                    got,
+                    want.to_bits(),
+                    "{}: {v:e} ({:#010x}) → {got:#06x}, want {:#06x}",
+                    module.name,
+                    v.to_bits(),
+                    want.to_bits()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn kv_write_fills_the_cache_across_ubatches() {
+    let kv_width = 36u32;
+    let capacity = 11usize;
+    let w = KvWriteWorkload { m: 5, kv_width };
+    let kw = kv_width as usize;
+    let mut checked = 0;
+    for (caps, sg) in profiles().into_iter().take(2) {
+        for s in kv_cache::search_space(&w, &caps) {
+            let module = kv_cache::kernel_ir(&w, &s);
+            // Three ubatches: 5 rows at 0, 3 rows at 5, then 5 rows at 8 of which only 3 fit.
+            let mut cache = vec![0xDEAD_BEEFu32; capacity * kw / 2];
+            let mut want = cache.clone();
+            for (step, (m_run, pos0)) in [(5usize, 0u32), (3, 5), (5, 8)].into_iter().enumerate() {
+                let src = random_activations(5 * kw, 30 + step as u64);
+                kv_cache::reference(&w, m_run, pos0, &src, &mut want);
+                let mut sb = bytes_f32(&src);
+                let mut cb = bytes_u32(&cache);
+                let push = KvWritePush {
+                    m: m_run as u32,
+                    pos0,
+                }
+                .to_bytes();
+                run(
+                    &module,
+                    &mut [&mut sb, &mut cb],
+                    &push,
+                    kv_cache::dispatch_grid(&w, &s),
+                    sg,
+                );
+                cache = u32s(&cb);
+                assert_eq!(cache, want, "{} after ubatch {step}", module.name);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8);
+}

@@ -1,0 +1,204 @@
+//! The compiler's view of an open device: `rocky_compiler::DeviceCaps` filled from what the
+//! device reports (its limits and the features the runtime enabled), plus two device-class
+//! rules for what Vulkan does not report.
+
+use crate::device::RuntimeCaps;
+use crate::info::{DeviceInfo, DeviceType};
+use ash::vk;
+use rocky_compiler::DeviceCaps;
+
+/// Registers per thread before occupancy collapses, for discrete GPUs (large register files:
+/// NVIDIA and AMD keep full occupancy up to 64 and usable occupancy up to ~128).
+pub const DISCRETE_REGISTER_BUDGET: u32 = 128;
+
+/// Registers per thread for every other device: mobile and integrated GPUs have small register
+/// files (Mali-G610 halves occupancy above 32 registers and spills above 64), and CPU
+/// implementations do not gain from bigger per-thread tiles.
+pub const OTHER_REGISTER_BUDGET: u32 = 64;
+
+/// What the compiler may assume about the device of `info`, with the features `caps` says
+/// are enabled.
+///
+/// Everything is read from the device except two device-class rules that Vulkan has no query
+/// for; the tuner measures, so it can overrule both by trying the schedules they discourage:
+/// - `shared_memory_is_slow`: true for CPU implementations (lavapipe: workgroup memory is
+///   ordinary memory, staging through it only adds copies and barriers) and for panvk, whose
+///   sources document Mali's workgroup memory as "backed by global memory anyway"; false for
+///   every other GPU (on-chip shared memory).
+/// - `register_budget`: [`DISCRETE_REGISTER_BUDGET`] for discrete GPUs,
+///   [`OTHER_REGISTER_BUDGET`] otherwise.
+pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
+    DeviceCaps {
+        max_workgroup_size: caps.max_workgroup_size,
+        max_workgroup_invocations: caps.max_workgroup_invocations,
+        max_shared_memory_bytes: caps.max_shared_bytes,
+        subgroup_size: caps.subgroup_size,
+        subgroup_arithmetic: caps.subgroup_arithmetic,
+        subgroup_shuffle: caps.subgroup_shuffle,
+        float16: caps.float16,
+        int8: caps.int8,
+        int16: caps.int16,
+        integer_dot_product: caps.integer_dot_product,
+        storage_16bit: caps.storage_16bit,
+        storage_8bit: caps.storage_8bit,
+        spirv_version: caps.max_spirv_version,
+        shared_memory_is_slow: info.is_cpu || is_panvk(info),
+        register_budget: if info.device_type == DeviceType::Discrete {
+            DISCRETE_REGISTER_BUDGET
+        } else {
+            OTHER_REGISTER_BUDGET
+        },
+        max_storage_buffer_range: u64::from(caps.max_storage_buffer_range),
+        // The spec bounds the alignment by 256; saturating keeps a broken driver's value an
+        // error in `n_slices` (not a power of two) rather than a wrap-around here.
+        min_storage_buffer_offset_alignment: u32::try_from(
+            caps.min_storage_buffer_offset_alignment,
+        )
+        .unwrap_or(u32::MAX),
+    }
+}
+
+/// Mesa's Vulkan driver for Mali (`VK_DRIVER_ID_MESA_PANVK`), recognised by its driver id.
+fn is_panvk(info: &DeviceInfo) -> bool {
+    // `DriverInfo::id` is the Debug name of the `VkDriverId`, as the probe writes it.
+    info.driver.id.as_deref() == Some(format!("{:?}", vk::DriverId::MESA_PANVK).as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::info::{DeviceFeatures, DeviceLimits, DriverInfo, MemoryInfo, SubgroupInfo};
+
+    fn info(device_type: DeviceType, driver_id: vk::DriverId) -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            name: "test".into(),
+            vendor_id: 0,
+            device_id: 0,
+            device_type,
+            is_cpu: device_type == DeviceType::Cpu,
+            driver: DriverInfo {
+                id: Some(format!("{driver_id:?}")),
+                name: String::new(),
+                info: String::new(),
+                version_raw: 0,
+                version: String::new(),
+            },
+            api_version: "1.3.0".into(),
+            api_version_raw: vk::make_api_version(0, 1, 3, 0),
+            usable_api_version: "1.3".into(),
+            pipeline_cache_uuid: String::new(),
+            limits: DeviceLimits {
+                max_compute_work_group_size: [512, 512, 512],
+                max_compute_work_group_invocations: 512,
+                max_compute_work_group_count: [65535; 3],
+                max_compute_shared_memory_size: 32768,
+                max_storage_buffer_range: 1 << 27,
+                max_push_constants_size: 128,
+                min_storage_buffer_offset_alignment: 64,
+                max_per_stage_descriptor_storage_buffers: 16,
+                max_memory_allocation_size: None,
+                non_coherent_atom_size: 64,
+                timestamp_period_ns: 1.0,
+                timestamp_compute_and_graphics: true,
+            },
+            subgroup: SubgroupInfo {
+                size: 16,
+                in_compute: true,
+                operations: vec![],
+                size_control: None,
+            },
+            features: DeviceFeatures::default(),
+            memory: MemoryInfo {
+                heaps: vec![],
+                types: vec![],
+                main_heap: None,
+                host_visible_device_local: false,
+                uma: true,
+            },
+            compute_queue: None,
+        }
+    }
+
+    /// Distinct values in every field, so a swapped or forgotten mapping shows.
+    fn runtime_caps() -> RuntimeCaps {
+        RuntimeCaps {
+            float16: true,
+            int8: false,
+            int16: true,
+            int64: false,
+            storage_16bit: false,
+            storage_8bit: true,
+            integer_dot_product: true,
+            integer_dot_product_4x8_packed_accelerated: false,
+            subgroup_size: 16,
+            subgroup_basic: true,
+            subgroup_arithmetic: false,
+            subgroup_shuffle: true,
+            subgroup_extended_types: false,
+            subgroup_size_control: false,
+            compute_full_subgroups: false,
+            subgroup_size_range: [16, 16],
+            vulkan_memory_model: true,
+            push_descriptor: false,
+            max_workgroup_size: [512, 256, 64],
+            max_workgroup_invocations: 384,
+            max_workgroup_count: [65535; 3],
+            max_shared_bytes: 32768,
+            max_push_constant_bytes: 128,
+            max_storage_buffer_range: 134_217_728,
+            min_storage_buffer_offset_alignment: 64,
+            max_storage_buffers_per_kernel: 16,
+            uma: true,
+            timestamps: true,
+            max_spirv_version: (1, 5),
+        }
+    }
+
+    #[test]
+    fn every_field_comes_from_the_device() {
+        let c = device_caps(
+            &info(DeviceType::Integrated, vk::DriverId::MESA_TURNIP),
+            &runtime_caps(),
+        );
+        assert_eq!(
+            c,
+            DeviceCaps {
+                max_workgroup_size: [512, 256, 64],
+                max_workgroup_invocations: 384,
+                max_shared_memory_bytes: 32768,
+                subgroup_size: 16,
+                subgroup_arithmetic: false,
+                subgroup_shuffle: true,
+                float16: true,
+                int8: false,
+                int16: true,
+                integer_dot_product: true,
+                storage_16bit: false,
+                storage_8bit: true,
+                spirv_version: (1, 5),
+                shared_memory_is_slow: false,
+                register_budget: OTHER_REGISTER_BUDGET,
+                max_storage_buffer_range: 134_217_728,
+                min_storage_buffer_offset_alignment: 64,
+            }
+        );
+    }
+
+    #[test]
+    fn device_class_rules() {
+        let caps = runtime_caps();
+        let of = |t, d| device_caps(&info(t, d), &caps);
+        let panvk = of(DeviceType::Integrated, vk::DriverId::MESA_PANVK);
+        assert!(panvk.shared_memory_is_slow);
+        assert_eq!(panvk.register_budget, OTHER_REGISTER_BUDGET);
+        let lavapipe = of(DeviceType::Cpu, vk::DriverId::MESA_LLVMPIPE);
+        assert!(lavapipe.shared_memory_is_slow);
+        let nvidia = of(DeviceType::Discrete, vk::DriverId::NVIDIA_PROPRIETARY);
+        assert!(!nvidia.shared_memory_is_slow);
+        assert_eq!(nvidia.register_budget, DISCRETE_REGISTER_BUDGET);
+        // The rule is the driver, not the device type: a discrete panvk does not exist, but a
+        // Mali reported as "other" must still get the slow-shared-memory schedules.
+        assert!(of(DeviceType::Other, vk::DriverId::MESA_PANVK).shared_memory_is_slow);
+    }
+}

@@ -1,0 +1,188 @@
+//! The whole prefill on the Vulkan device present (lavapipe in CI) against llama.cpp's golden
+//! logits and the CPU reference, over prompt lengths × ubatch sizes, and with a budget so small
+//! that every dispatch gets its own command buffer.
+
+use rocky_compiler::{
+    default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
+};
+use rocky_models::arch::{self, Model};
+use rocky_models::gguf::GgufFile;
+use rocky_models::reference::{self, compare_logits, ReferenceOptions};
+use rocky_runtime::executor::{
+    DefaultSchedules, Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
+};
+use rocky_runtime::{CommandBudget, Context, DeviceSelector};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+fn shared() -> PathBuf {
+    std::env::var_os("ROCKY_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+}
+
+fn asset(name: &str) -> PathBuf {
+    let dir = std::env::var_os("ROCKY_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
+    let p = dir.join(name);
+    assert!(p.exists(), "{} missing: run tools/prepare-test-assets.sh", p.display());
+    p
+}
+
+/// One context per test binary, never destroyed (NVIDIA's driver can deadlock destroying
+/// devices from exiting test threads).
+fn ctx() -> &'static Context {
+    static CTX: OnceLock<Context> = OnceLock::new();
+    CTX.get_or_init(|| {
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+        }
+        Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
+    })
+}
+
+/// Default schedules with f32 FMA math and f32 accumulation for every GEMM: the arithmetic of
+/// the golden files, so logits must agree to 1e-3.
+struct F32Math;
+
+impl ScheduleSource for F32Math {
+    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
+        let d = default_schedule(w, caps);
+        let Schedule::Gemm(mut g) = d else {
+            return (d, ScheduleOrigin::Default);
+        };
+        g.math = Math::FmaF32;
+        g.accumulate = Precision::F32;
+        let s = Schedule::Gemm(g);
+        if instantiate(w, &s, caps).is_ok() {
+            return (s, ScheduleOrigin::Default);
+        }
+        let alt = search_space(w, caps)
+            .into_iter()
+            .find(|s| matches!(s, Schedule::Gemm(g) if g.math == Math::FmaF32 && g.accumulate == Precision::F32))
+            .expect("an f32 schedule exists");
+        (alt, ScheduleOrigin::Default)
+    }
+}
+
+fn gpu_logits(
+    file: &GgufFile,
+    model: &Model,
+    ids: &[u32],
+    ubatch: usize,
+    budget: Option<CommandBudget>,
+    schedules: &dyn ScheduleSource,
+) -> Vec<f32> {
+    let ctx = ctx();
+    let weights = GpuWeights::upload(ctx, file, model).unwrap();
+    let options = ExecutorOptions {
+        ubatch: ubatch.min(ids.len()),
+        budget: budget.unwrap_or_else(|| CommandBudget::for_device(ctx.info())),
+        timeout: Duration::from_secs(600),
+    };
+    let mut ex = Executor::new(ctx, file, model, weights, options, ids.len()).unwrap();
+    ex.prefill(ids, schedules).unwrap()
+}
+
+fn golden(folder: &str, name: &str) -> (Vec<u32>, Vec<f32>) {
+    let dir = shared().join("golden").join(folder);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+    let ids = meta["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let logits = std::fs::read(dir.join(format!("{name}.logits.f32")))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (ids, logits)
+}
+
+const PROMPTS: [&str; 6] = [
+    "ids_len001",
+    "ids_len007",
+    "ids_len064",
+    "ids_len072",
+    "ids_len300",
+    "ids_len600",
+];
+const UBATCHES: [usize; 5] = [1, 16, 64, 72, 512];
+
+#[test]
+fn tiny_f32_with_f32_math_matches_golden_at_every_ubatch() {
+    let path = asset("qwen2-tiny-f32.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let mut worst = 0f32;
+    for name in PROMPTS {
+        let (ids, want) = golden("qwen2-tiny-f32", name);
+        for ub in UBATCHES {
+            let got = gpu_logits(&file, &model, &ids, ub, None, &F32Math);
+            let c = compare_logits(&want, &got);
+            println!("f32 math {name} ubatch {ub:>3}: max|Δ| {:.2e} top1 {}", c.max_abs_diff, c.top1_a == c.top1_b);
+            assert!(c.max_abs_diff < 1e-3, "{name} ubatch {ub}: |Δ| {}", c.max_abs_diff);
+            assert_eq!(c.top1_a, c.top1_b, "{name} ubatch {ub}: top-1");
+            worst = worst.max(c.max_abs_diff);
+        }
+    }
+    println!("qwen2-tiny-f32, f32 math: largest |Δlogit| vs llama.cpp = {worst:.3e}");
+}
+
+fn quantized_with_defaults(model_file: &str, folder: &str) {
+    let path = shared().join("models").join(model_file);
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let mut worst_ref = 0f32;
+    for name in PROMPTS {
+        let (ids, want) = golden(folder, name);
+        let cpu = reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp()).unwrap();
+        for ub in [16, 72, 512] {
+            let got = gpu_logits(&file, &model, &ids, ub, None, &DefaultSchedules);
+            let vs_ref = compare_logits(&cpu, &got);
+            let vs_gold = compare_logits(&want, &got);
+            println!(
+                "{folder} default {name} ub {ub:>3}: vs CPU ref max|Δ| {:.2e} corr {:.6}; vs llama.cpp max|Δ| {:.2e} corr {:.6}",
+                vs_ref.max_abs_diff, vs_ref.correlation, vs_gold.max_abs_diff, vs_gold.correlation
+            );
+            assert!(vs_ref.correlation >= 0.999, "{name} ub {ub}: corr vs CPU {}", vs_ref.correlation);
+            assert!(vs_gold.correlation >= 0.999, "{name} ub {ub}: corr vs golden {}", vs_gold.correlation);
+            if vs_gold.gap_a > 2.0 * vs_gold.max_abs_diff {
+                assert_eq!(vs_gold.top1_a, vs_gold.top1_b, "{name} ub {ub}: top-1 with a clear gap");
+            }
+            worst_ref = worst_ref.max(vs_ref.max_abs_diff);
+        }
+    }
+    println!("{folder}, default schedules: largest |Δlogit| vs the CPU reference = {worst_ref:.3e}");
+}
+
+#[test]
+fn tiny_q8_0_default_schedules_agree() {
+    quantized_with_defaults("qwen2-tiny-q8_0.gguf", "qwen2-tiny-q8_0");
+}
+
+#[test]
+fn tiny_q4_k_m_default_schedules_agree() {
+    quantized_with_defaults("qwen2-tiny-q4_k_m.gguf", "qwen2-tiny-q4_k_m");
+}
+
+#[test]
+fn one_dispatch_per_command_buffer_gives_the_same_logits() {
+    let path = shared().join("models/qwen2-tiny-q4_k_m.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let (ids, _) = golden("qwen2-tiny-q4_k_m", "ids_len072");
+    let normal = gpu_logits(&file, &model, &ids, 64, None, &DefaultSchedules);
+    let mut tiny = CommandBudget::for_device(ctx().info());
+    tiny.max_driver_bytes = 1;
+    tiny.max_dispatches = 1;
+    let split = gpu_logits(&file, &model, &ids, 64, Some(tiny), &DefaultSchedules);
+    let c = compare_logits(&normal, &split);
+    println!("budget of one dispatch per command buffer: max|Δ| {:.2e}", c.max_abs_diff);
+    assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
+}
