@@ -33,6 +33,8 @@ enum Command {
     Devices(cmd::devices::Args),
     /// Build one kernel for a workload and schedule: dump, run, check and time it.
     Kernel(cmd::kernel::Args),
+    /// Time the Qwen2.5-3B prefill GEMMs (Q4_K, Q6_K) against the device's FMA ceiling.
+    BenchGemm(cmd::bench_gemm::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => cmd::synth::run(a),
         Command::Devices(a) => cmd::devices::run(a),
         Command::Kernel(a) => cmd::kernel::run(a),
+        Command::BenchGemm(a) => cmd::bench_gemm::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -51,6 +51,7 @@ impl<'m> GpuSession<'m> {
         file: &'m GgufFile,
         model: &'m Model,
         n_tokens: usize,
+        profile: bool,
     ) -> Result<GpuSession<'m>, CliError> {
         if args.ubatch == 0 || args.ubatch > 4096 {
             return Err(CliError::usage(format!(
@@ -78,6 +79,7 @@ impl<'m> GpuSession<'m> {
             ubatch: args.ubatch.min(n_tokens.max(1)),
             budget,
             timeout: Duration::from_secs(600),
+            profile,
         };
         let executor =
             Executor::new(&ctx, file, model, weights, options, n_tokens).map_err(exec_error)?;
@@ -91,5 +93,104 @@ impl<'m> GpuSession<'m> {
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
         self.executor.prefill(ids, &DefaultSchedules).map_err(exec_error)
+    }
+}
+
+impl GpuSession<'_> {
+    /// The per-op table of `--profile`: GPU time per (op, kernel), summed over layers.
+    pub fn profile_table(&self) -> Vec<ProfileRow> {
+        let ex = &self.executor;
+        let mut rows: Vec<ProfileRow> = Vec::new();
+        let total: f64 = ex.profile.iter().map(|t| t.seconds).sum();
+        for t in &ex.profile {
+            let op = op_name(&t.label);
+            let (workload, origin) = (t.workload, t.origin);
+            match rows.iter_mut().find(|r| r.op == op && r.kernel == t.kernel) {
+                Some(r) => {
+                    r.calls += 1;
+                    r.seconds += t.seconds;
+                    r.flops += workload.flops() as f64;
+                }
+                None => rows.push(ProfileRow {
+                    op,
+                    shape: workload_shape(&workload),
+                    kernel: t.kernel.clone(),
+                    tuned: origin == rocky_runtime::executor::ScheduleOrigin::Tuned,
+                    calls: 1,
+                    seconds: t.seconds,
+                    flops: workload.flops() as f64,
+                    share: 0.0,
+                }),
+            }
+        }
+        for r in &mut rows {
+            r.share = if total > 0.0 { r.seconds / total } else { 0.0 };
+        }
+        rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        rows
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProfileRow {
+    pub op: String,
+    pub shape: String,
+    pub kernel: String,
+    pub tuned: bool,
+    pub calls: usize,
+    pub seconds: f64,
+    /// Useful floating-point operations of all calls (for GFLOP/s).
+    pub flops: f64,
+    pub share: f64,
+}
+
+/// "blk.12.attn_q" → "attn_q": ops are summed over layers.
+fn op_name(label: &str) -> String {
+    match label.strip_prefix("blk.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, op)| op).to_string(),
+        None => label.to_string(),
+    }
+}
+
+fn workload_shape(w: &rocky_compiler::Workload) -> String {
+    serde_json::to_value(w)
+        .ok()
+        .and_then(|v| v.as_object().and_then(|o| o.values().next().cloned()))
+        .map(|v| {
+            v.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+        .replace('"', "")
+}
+
+pub fn print_profile(rows: &[ProfileRow]) {
+    println!(
+        "{:<14} {:>6} {:>10} {:>7} {:>9} {:<8} {:<48} shape",
+        "op", "calls", "ms", "share", "GFLOP/s", "schedule", "kernel"
+    );
+    for r in rows {
+        let gflops = if r.flops > 0.0 && r.seconds > 0.0 {
+            format!("{:.1}", r.flops / r.seconds / 1e9)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{:<14} {:>6} {:>10.3} {:>6.1}% {:>9} {:<8} {:<48} {}",
+            r.op,
+            r.calls,
+            r.seconds * 1e3,
+            r.share * 100.0,
+            gflops,
+            if r.tuned { "tuned" } else { "default" },
+            r.kernel,
+            r.shape
+        );
     }
 }

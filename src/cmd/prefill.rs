@@ -36,6 +36,9 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
+    /// Time every kernel with GPU timestamps and print a per-op table (GPU backend).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -45,15 +48,20 @@ pub fn run(args: Args) -> CmdResult {
     let start = Instant::now();
     // GPU time excludes weight upload and pipeline builds (as llama-bench's pp figure does).
     let mut gpu_seconds = None;
+    let mut profile = None;
     let logits = match args.backend {
         Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
             .map_err(|e| CliError::input(e.to_string()))?,
         Backend::Gpu => {
-            let mut session = super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len())?;
+            let mut session =
+                super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len(), args.profile)?;
             session.prepare()?;
             let start = Instant::now();
             let logits = session.prefill(&ids)?;
             gpu_seconds = Some(start.elapsed().as_secs_f64());
+            if args.profile {
+                profile = Some(session.profile_table());
+            }
             logits
         }
     };
@@ -80,6 +88,7 @@ pub fn run(args: Args) -> CmdResult {
             "n_tokens": ids.len(),
             "seconds": seconds,
             "tokens_per_second": tok_s,
+            "profile": profile,
             "top5": top.iter().map(|&(id, l)| json!({"id": id, "text": piece(id), "logit": l})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
@@ -94,6 +103,10 @@ pub fn run(args: Args) -> CmdResult {
         println!("next-token candidates:");
         for (id, l) in top {
             println!("  {id:>7}  {:>9.4}  {:?}", l, piece(id));
+        }
+        if let Some(rows) = &profile {
+            println!();
+            super::gpu::print_profile(rows);
         }
     }
     Ok(())

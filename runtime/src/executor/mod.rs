@@ -60,6 +60,19 @@ pub struct ExecutorOptions {
     pub budget: CommandBudget,
     /// How long one command buffer may run before it counts as hung.
     pub timeout: Duration,
+    /// Time every dispatch with GPU timestamps (see `Executor::profile`).
+    pub profile: bool,
+}
+
+/// GPU time of one dispatch, from timestamps written around it.
+#[derive(Clone, Debug)]
+pub struct DispatchTime {
+    pub label: String,
+    pub kernel: String,
+    /// The workload at the rows actually run (for GFLOP/s).
+    pub workload: Workload,
+    pub origin: ScheduleOrigin,
+    pub seconds: f64,
 }
 
 /// Errors of the executor, each saying what to change.
@@ -143,6 +156,8 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
 /// One recorded dispatch, resolved to buffers.
 struct Dispatch<'a> {
     label: String,
+    workload: Workload,
+    origin: ScheduleOrigin,
     pipeline: &'a ComputePipeline,
     bindings: Vec<BufferRange<'a>>,
     push: Vec<u8>,
@@ -168,6 +183,8 @@ pub struct Executor<'m> {
     cache: Option<PipelineCache>,
     /// The schedule used per node label, for profiles.
     pub used: Vec<(String, Workload, Schedule, ScheduleOrigin)>,
+    /// Per-dispatch GPU times of every prefill so far (when `options.profile`).
+    pub profile: Vec<DispatchTime>,
 }
 
 impl<'m> Executor<'m> {
@@ -219,6 +236,7 @@ impl<'m> Executor<'m> {
             pipelines: HashMap::new(),
             cache: PipelineCache::open_default(ctx).ok(),
             used: Vec::new(),
+            profile: Vec::new(),
         })
     }
 
@@ -406,7 +424,7 @@ impl<'m> Executor<'m> {
                 _ => {}
             }
             for (label, w) in ws {
-                let (s, _) = self
+                let (s, origin) = self
                     .used
                     .iter()
                     .find(|(l, uw, _, _)| l == label && uw == w)
@@ -455,6 +473,8 @@ impl<'m> Executor<'m> {
                             );
                             dispatches.push(Dispatch {
                                 label: label.clone(),
+                                workload: Workload::Gemm(GemmWorkload { n: slice.n, ..gw }),
+                                origin,
                                 pipeline,
                                 bindings: order_bindings(pipeline, named, label)?,
                                 push: GemmPush::for_slice(&gw, &slice).to_bytes().to_vec(),
@@ -476,6 +496,8 @@ impl<'m> Executor<'m> {
                             ];
                             dispatches.push(Dispatch {
                                 label: label.clone(),
+                                workload: with_rows(w, rows),
+                                origin,
                                 pipeline,
                                 bindings: order_bindings(pipeline, named, label)?,
                                 push: KvWritePush { m: rows, pos0 }.to_bytes(),
@@ -511,6 +533,8 @@ impl<'m> Executor<'m> {
                 }
                 dispatches.push(Dispatch {
                     label: label.clone(),
+                    workload: actual,
+                    origin,
                     pipeline,
                     bindings: order_bindings(pipeline, named, label)?,
                     push,
@@ -519,7 +543,8 @@ impl<'m> Executor<'m> {
             }
         }
         let _ = cfg;
-        self.submit_budgeted(dispatches)?;
+        let times = self.submit_budgeted(dispatches)?;
+        self.profile.extend(times);
         if !want_logits {
             return Ok(Vec::new());
         }
@@ -528,8 +553,15 @@ impl<'m> Executor<'m> {
     }
 
     /// Records dispatches into command buffers, submitting whenever the budget says so.
-    fn submit_budgeted(&self, dispatches: Vec<Dispatch<'_>>) -> Result<(), ExecError> {
+    /// With profiling on, a timestamp follows every dispatch (and opens each command buffer).
+    fn submit_budgeted(&self, dispatches: Vec<Dispatch<'_>>) -> Result<Vec<DispatchTime>, ExecError> {
         let budget = self.options.budget;
+        let per_cb = (budget.max_dispatches as usize).min(dispatches.len()).max(1) as u32;
+        let queries = match self.options.profile {
+            true => Some(crate::TimestampQueries::new(&self.ctx, per_cb + 1)?),
+            false => None,
+        };
+        let mut times = Vec::new();
         let mut tracker = BudgetTracker::new(budget);
         let mut rec = Recorder::new(&self.ctx)?;
         let oom = |e: RuntimeError| -> ExecError {
@@ -544,11 +576,28 @@ impl<'m> Executor<'m> {
                 e.into()
             }
         };
+        // Labels and kernels of the dispatches in the command buffer being recorded.
+        let mut pending: Vec<DispatchTime> = Vec::new();
+        let mut finish = |rec: &mut Recorder, pending: &mut Vec<DispatchTime>| -> Result<(), ExecError> {
+            rec.submit_and_wait(self.options.timeout).map_err(oom)?;
+            if let Some(q) = &queries {
+                let ticks = q.read(0, pending.len() as u32 + 1)?;
+                let scale = q.scale();
+                for (i, mut t) in pending.drain(..).enumerate() {
+                    t.seconds = scale.elapsed(ticks[i], ticks[i + 1]).as_secs_f64();
+                    times.push(t);
+                }
+            }
+            pending.clear();
+            Ok(())
+        };
+        open_timestamps(&mut rec, queries.as_ref(), per_cb)?;
         for d in dispatches {
             let cost = budget.dispatch_bytes(d.pipeline.meta().shared_bytes, d.groups);
             if tracker.admit(cost) == Admit::SubmitFirst {
-                rec.submit_and_wait(self.options.timeout).map_err(oom)?;
+                finish(&mut rec, &mut pending)?;
                 rec.reset()?;
+                open_timestamps(&mut rec, queries.as_ref(), per_cb)?;
             }
             rec.dispatch(d.pipeline, &d.bindings, &d.push, d.groups)
                 .map_err(|e| match e {
@@ -558,10 +607,34 @@ impl<'m> Executor<'m> {
                     },
                     e => e.into(),
                 })?;
+            pending.push(DispatchTime {
+                label: d.label.clone(),
+                kernel: d.pipeline.meta().name.clone(),
+                workload: d.workload,
+                origin: d.origin,
+                seconds: 0.0,
+            });
+            if let Some(q) = &queries {
+                rec.write_timestamp(q, pending.len() as u32)?;
+            }
         }
-        rec.submit_and_wait(self.options.timeout).map_err(oom)?;
-        Ok(())
+        finish(&mut rec, &mut pending)?;
+        drop(finish);
+        Ok(times)
     }
+}
+
+/// Resets the profile's queries and writes the opening timestamp of a command buffer.
+fn open_timestamps<'a>(
+    rec: &mut Recorder<'a>,
+    queries: Option<&'a crate::TimestampQueries>,
+    per_cb: u32,
+) -> Result<(), ExecError> {
+    if let Some(q) = queries {
+        rec.reset_timestamps(q, 0, per_cb + 1)?;
+        rec.write_timestamp(q, 0)?;
+    }
+    Ok(())
 }
 
 /// The same workload with `rows` rows (the last, shorter ubatch; the m = 1 tail).
