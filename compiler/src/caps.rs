@@ -43,6 +43,10 @@ pub struct DeviceCaps {
     pub max_storage_buffer_range: u64,
     /// `minStorageBufferOffsetAlignment` in bytes.
     pub min_storage_buffer_offset_alignment: u32,
+    /// f16 arithmetic is emulated (CPU implementations such as lavapipe): packed-f16 math is
+    /// slower than f32 there, so default schedules keep f32 math.
+    #[serde(default)]
+    pub emulated_f16: bool,
 }
 
 impl DeviceCaps {
@@ -66,6 +70,7 @@ impl DeviceCaps {
             register_budget: 128,
             max_storage_buffer_range: u64::from(u32::MAX),
             min_storage_buffer_offset_alignment: 16,
+            emulated_f16: false,
         }
     }
 
@@ -89,6 +94,7 @@ impl DeviceCaps {
             register_budget: 64,
             max_storage_buffer_range: u64::from(u32::MAX),
             min_storage_buffer_offset_alignment: 64,
+            emulated_f16: false,
         }
     }
 
@@ -112,6 +118,7 @@ impl DeviceCaps {
             register_budget: 64,
             max_storage_buffer_range: 128 << 20,
             min_storage_buffer_offset_alignment: 256,
+            emulated_f16: false,
         }
     }
 

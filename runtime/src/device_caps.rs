@@ -43,6 +43,8 @@ pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
         storage_8bit: caps.storage_8bit,
         spirv_version: caps.max_spirv_version,
         shared_memory_is_slow: info.is_cpu || is_panvk(info),
+        // CPU implementations run f16 arithmetic through conversions: f32 is faster there.
+        emulated_f16: info.is_cpu,
         register_budget: if info.device_type == DeviceType::Discrete {
             DISCRETE_REGISTER_BUDGET
         } else {
@@ -181,6 +183,7 @@ mod tests {
                 register_budget: OTHER_REGISTER_BUDGET,
                 max_storage_buffer_range: 134_217_728,
                 min_storage_buffer_offset_alignment: 64,
+                emulated_f16: false,
             }
         );
     }

@@ -4,6 +4,7 @@
 //! - Shared memory off-chip (Mali/panvk): no staging; small register footprint (Mali halves
 //!   occupancy above 32 registers); f16 packed math where the device has it, accumulating
 //!   in f32; 64 threads.
+//! - Devices that emulate f16 (CPU implementations) keep f32 math.
 //! - Otherwise: stage both operands, 4×4 micro-tiles in 16×16 threads, f32 math.
 //! - Few rows (m ≤ 4, decode-like): one row per workgroup; split-K across 4 threads where
 //!   shared memory is on-chip, none at all where it is not (panvk allocates workgroup memory
@@ -19,7 +20,7 @@ use super::workload::GemmWorkload;
 use crate::caps::DeviceCaps;
 
 fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
-    let f16 = caps.float16;
+    let f16 = caps.float16 && !caps.emulated_f16;
     let (math, accumulate, vector_width) = if f16 {
         (Math::FmaF16Packed, Precision::F32, 2)
     } else {
