@@ -187,3 +187,44 @@ fn one_dispatch_per_command_buffer_gives_the_same_logits() {
     println!("budget of one dispatch per command buffer: max|Δ| {:.2e}", c.max_abs_diff);
     assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
 }
+
+/// A Qwen2.5-0.5B-shaped Q4_K_M model (random weights), made once into the test assets.
+fn synth_0_5b() -> PathBuf {
+    use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
+    let dir = std::env::var_os("ROCKY_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
+    let path = dir.join("synth-qwen2.5-0.5b-q4_k_m-seed1.gguf");
+    if !path.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let vocab_file = GgufFile::open(shared().join("models/ggml-vocab-qwen2.gguf")).unwrap();
+        let vocab = Vocabulary::from_gguf(&vocab_file).unwrap();
+        let config = SynthConfig {
+            shape: Shape::Qwen25_0_5B,
+            quant: Quant::Q4KM,
+            seed: 1,
+        };
+        write_model(&path, &config, &vocab, |_| {}).unwrap();
+    }
+    path
+}
+
+#[test]
+fn synth_0_5b_q4_k_m_agrees_with_the_cpu_reference() {
+    let path = synth_0_5b();
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let ids: Vec<u32> = (0..24u32).map(|i| 1000 + i * 4093 % 140000).collect();
+    let cpu = reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp()).unwrap();
+    // Three ubatches of 8: the KV cache is carried across them.
+    let gpu = gpu_logits(&file, &model, &ids, 8, None, &DefaultSchedules);
+    let c = compare_logits(&cpu, &gpu);
+    println!(
+        "synth 0.5B Q4_K_M, 24 tokens, ubatch 8, default schedules: max|Δ| {:.2e} corr {:.7} top1 {} (gap {:.3})",
+        c.max_abs_diff, c.correlation, c.top1_a == c.top1_b, c.gap_a
+    );
+    assert!(c.correlation >= 0.999, "correlation {}", c.correlation);
+    if c.gap_a > 2.0 * c.max_abs_diff {
+        assert_eq!(c.top1_a, c.top1_b);
+    }
+}
