@@ -35,6 +35,8 @@ enum Command {
     Kernel(cmd::kernel::Args),
     /// Time the Qwen2.5-3B prefill GEMMs (Q4_K, Q6_K) against the device's FMA ceiling.
     BenchGemm(cmd::bench_gemm::Args),
+    /// Check the board's GPU stack (panthor, firmware, panvk, environment) and Vulkan devices.
+    Doctor(cmd::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => cmd::devices::run(a),
         Command::Kernel(a) => cmd::kernel::run(a),
         Command::BenchGemm(a) => cmd::bench_gemm::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 
 pub mod bench_gemm;
 pub mod devices;
+pub mod doctor;
 pub mod gpu;
 pub mod info;
 pub mod kernel;
