@@ -1,1 +1,31 @@
-//! Placeholder: filled by the tuner issue.
+//! rocky's tuning database: every trial of every (device, compiler version, workload) in a
+//! sled store, flushed as it completes, with the best schedule derived from the trials; plus
+//! graph-level choices, and JSON-lines export/import for sharing records between machines.
+//!
+//! - [`fingerprint`]: which GPU and driver a record belongs to;
+//! - [`record`]: keys, trials, provenance and their validation;
+//! - [`store`]: [`TuningDb`] over sled;
+//! - [`exchange`]: export and the all-or-nothing, faster-wins import;
+//! - [`paths`]: the default database location; [`presets`]: shipped records.
+
+pub mod error;
+pub mod exchange;
+pub mod fingerprint;
+pub mod paths;
+pub mod presets;
+pub mod record;
+pub mod store;
+
+pub use error::DbError;
+pub use exchange::{
+    export_jsonl, import_jsonl, ExportFilter, ExportRecord, ImportSummary, EXPORT_FORMAT,
+    EXPORT_VERSION,
+};
+pub use fingerprint::DeviceFingerprint;
+pub use paths::default_db_path;
+pub use presets::load_presets;
+pub use record::{
+    validate_trial, FailureKind, GraphChoice, Provenance, RecordKey, StoredTrial, Trial,
+    TrialStatus,
+};
+pub use store::{Lookup, Stats, TuningDb, FORMAT_VERSION};
