@@ -37,6 +37,10 @@ enum Command {
     BenchGemm(cmd::bench_gemm::Args),
     /// Check the board's GPU stack (panthor, firmware, panvk, environment) and Vulkan devices.
     Doctor(cmd::doctor::Args),
+    /// Search the schedules of a model's GEMMs on this device into the tuning database.
+    Tune(cmd::tune::Args),
+    /// List, inspect, export and import the tuning database.
+    Db(cmd::db::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,8 @@ fn main() -> ExitCode {
         Command::Kernel(a) => cmd::kernel::run(a),
         Command::BenchGemm(a) => cmd::bench_gemm::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
+        Command::Db(a) => cmd::db::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,8 +3,11 @@
 use crate::error::CliError;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
-use rocky_runtime::executor::{DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights};
+use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector, RuntimeError};
+use rocky_tuner::DbSchedules;
+use rocky_tuning_db::DbError;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -22,6 +25,27 @@ pub struct GpuArgs {
     /// Most dispatches per command buffer (default: derived from the device).
     #[arg(long)]
     pub cb_max_dispatches: Option<u32>,
+    /// Tuning database with the schedules to use (default: $ROCKY_DB, else
+    /// ~/.local/share/rocky/tuning.sled); without one, the compiler's default schedules.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+}
+
+/// `--db`, else `$ROCKY_DB` / the XDG default; `None` when no location can be derived.
+pub fn db_path(flag: Option<&Path>) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf)
+        .or_else(rocky_tuning_db::default_db_path)
+}
+
+/// A database error as a CLI error: unreadable/damaged databases are bad input (3), locked or
+/// unwritable ones are an output problem (5).
+pub fn db_error(e: DbError) -> CliError {
+    match e {
+        DbError::NotWritable { .. } | DbError::Locked { .. } | DbError::Io { .. } => {
+            CliError::output(e.to_string())
+        }
+        e => CliError::input(e.to_string()),
+    }
 }
 
 pub fn device_error(e: RuntimeError) -> CliError {
@@ -43,6 +67,8 @@ pub fn exec_error(e: ExecError) -> CliError {
 
 pub struct GpuSession<'m> {
     executor: Executor<'m>,
+    /// Tuned schedules of this device from the database, defaults for the rest.
+    schedules: DbSchedules,
 }
 
 impl<'m> GpuSession<'m> {
@@ -74,6 +100,12 @@ impl<'m> GpuSession<'m> {
             }
             budget.max_dispatches = n;
         }
+        // A missing database means "not tuned yet"; a damaged one is an error, not a
+        // silent fallback to defaults.
+        let schedules = match db_path(args.db.as_deref()) {
+            Some(path) => DbSchedules::open_if_exists(&path, ctx.info()).map_err(db_error)?,
+            None => DbSchedules::empty(),
+        };
         let weights = GpuWeights::upload(&ctx, file, model).map_err(exec_error)?;
         let options = ExecutorOptions {
             ubatch: args.ubatch.min(n_tokens.max(1)),
@@ -83,16 +115,23 @@ impl<'m> GpuSession<'m> {
         };
         let executor =
             Executor::new(&ctx, file, model, weights, options, n_tokens).map_err(exec_error)?;
-        Ok(GpuSession { executor })
+        Ok(GpuSession {
+            executor,
+            schedules,
+        })
     }
 
     /// Builds every pipeline the prefill needs (not counted in its time).
     pub fn prepare(&mut self) -> Result<(), CliError> {
-        self.executor.prepare(&DefaultSchedules).map_err(exec_error)
+        self.executor
+            .prepare(&self.schedules)
+            .map_err(exec_error)
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
-        self.executor.prefill(ids, &DefaultSchedules).map_err(exec_error)
+        self.executor
+            .prefill(ids, &self.schedules)
+            .map_err(exec_error)
     }
 }
 

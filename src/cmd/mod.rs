@@ -1,6 +1,7 @@
 //! One module per subcommand; each has an `Args` (clap) and a `run`.
 
 pub mod bench_gemm;
+pub mod db;
 pub mod devices;
 pub mod doctor;
 pub mod gpu;
@@ -10,6 +11,7 @@ pub mod prefill;
 pub mod prompt;
 pub mod synth;
 pub mod tokenize;
+pub mod tune;
 
 use crate::error::CliError;
 use rocky_models::gguf::{GgufError, GgufFile};

@@ -1,1 +1,25 @@
-//! Placeholder: filled by the tuner issue.
+//! rocky's tuner: searches kernel schedules on the live GPU and stores every trial in the
+//! tuning database; and the executor's database-backed schedule source.
+//!
+//! - [`workloads`]: the distinct GEMM workloads of a model at a ubatch;
+//! - [`search`]: exhaustive, random and evolutionary candidate selection (pure);
+//! - [`measure`]: one trial (compile → check against the CPU reference → timed runs);
+//! - [`gemm_gpu`]: a GEMM on the device (also used by `rocky kernel` and `bench-gemm`);
+//! - [`tune`]: the loop with trial and time budgets, resume and device-loss recovery;
+//! - [`db_schedules`]: [`DbSchedules`], tuned schedules for the prefill;
+//! - [`fingerprint()`]: the database identity of a device.
+
+pub mod db_schedules;
+pub mod fingerprint;
+pub mod gemm_gpu;
+pub mod measure;
+pub mod search;
+pub mod tune;
+pub mod workloads;
+
+pub use db_schedules::DbSchedules;
+pub use fingerprint::fingerprint;
+pub use measure::{measure_gemm, MeasureOptions};
+pub use search::{Search, Strategy};
+pub use tune::{host_name, Progress, StopReason, TuneError, TuneOptions, Tuner, WorkloadReport};
+pub use workloads::{model_workloads, ModelWorkload};

@@ -1,0 +1,287 @@
+//! `rocky db`: look into the tuning database and share it (JSON-lines export and import).
+
+use super::gpu::{db_error, db_path};
+use super::tune::{describe_schedule, describe_workload};
+use crate::error::{CliError, CmdResult};
+use rocky_tuning_db::{
+    export_jsonl, import_jsonl, DeviceFingerprint, ExportFilter, RecordKey, TrialStatus, TuningDb,
+};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  rocky db list\n  rocky db export -o mali.jsonl --device G610\n  \
+rocky db import mali.jsonl --db ~/tuning.sled"
+)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: DbCommand,
+    /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
+    #[arg(long, global = true)]
+    pub db: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum DbCommand {
+    /// Every (device, compiler version, workload) with its best schedule and time.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every trial of the records whose device or workload contains TEXT (all if omitted).
+    Show {
+        text: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts of devices, records, trials and failures.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the best record per key as JSON lines.
+    Export {
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Only devices whose description contains this text (case-insensitive).
+        #[arg(long)]
+        device: Option<String>,
+        /// Also write every trial, failures included.
+        #[arg(long)]
+        all_trials: bool,
+    },
+    /// Merge JSON lines from `rocky db export` (all or nothing; the faster record wins).
+    Import { file: PathBuf },
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let path = db_path(args.db.as_deref()).ok_or_else(|| {
+        CliError::usage("no tuning database location: pass --db PATH or set ROCKY_DB")
+    })?;
+    match args.command {
+        DbCommand::List { json } => list(&open_existing(&path)?, json),
+        DbCommand::Show { text, json } => show(&open_existing(&path)?, text.as_deref(), json),
+        DbCommand::Stats { json } => stats(&open_existing(&path)?, json),
+        DbCommand::Export {
+            output,
+            device,
+            all_trials,
+        } => export(
+            &open_existing(&path)?,
+            &output,
+            device.as_deref(),
+            all_trials,
+        ),
+        DbCommand::Import { file } => import(&path, &file),
+    }
+}
+
+/// Reading commands do not create a database where there is none.
+fn open_existing(path: &Path) -> Result<TuningDb, CliError> {
+    if !path.exists() {
+        return Err(CliError::input(format!(
+            "there is no tuning database at {}: run `rocky tune` or `rocky db import`, or pass --db",
+            path.display()
+        )));
+    }
+    TuningDb::open(path).map_err(db_error)
+}
+
+fn list(db: &TuningDb, as_json: bool) -> CmdResult {
+    let keys = db.all_keys().map_err(db_error)?;
+    let mut rows = Vec::new();
+    for key in &keys {
+        let trials = db.trials(key).map_err(db_error)?;
+        let best = db.best(key).map_err(db_error)?;
+        rows.push((key, trials.len(), best));
+    }
+    if as_json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(key, n, best)| {
+                json!({
+                    "device": key.device,
+                    "compiler_version": key.compiler_version,
+                    "workload": key.workload,
+                    "trials": n,
+                    "best_schedule": best.as_ref().map(|b| b.schedule),
+                    "best_median_s": best.as_ref().map(|b| b.median_s),
+                    "best_gflops": best.as_ref().map(|b| b.gflops),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:>6} {:>11} {:>9}  {:<40} device",
+        "workload", "trials", "best ms", "GFLOP/s", "best schedule"
+    );
+    for (key, n, best) in rows {
+        let (ms, gf, sched) = match &best {
+            Some(b) => (
+                format!("{:.4}", b.median_s * 1e3),
+                format!("{:.2}", b.gflops),
+                describe_schedule(&b.schedule),
+            ),
+            None => ("-".into(), "-".into(), "(every trial failed)".into()),
+        };
+        println!(
+            "{:<32} {:>6} {:>11} {:>9}  {:<40} {}",
+            describe_workload(&key.workload),
+            n,
+            ms,
+            gf,
+            sched,
+            key.device.describe()
+        );
+    }
+    Ok(())
+}
+
+fn matches(key: &RecordKey, text: Option<&str>) -> bool {
+    let Some(text) = text else { return true };
+    let text = text.to_lowercase();
+    key.device.describe().to_lowercase().contains(&text)
+        || describe_workload(&key.workload)
+            .to_lowercase()
+            .contains(&text)
+}
+
+fn show(db: &TuningDb, text: Option<&str>, as_json: bool) -> CmdResult {
+    let mut out = Vec::new();
+    for key in db.all_keys().map_err(db_error)? {
+        if !matches(&key, text) {
+            continue;
+        }
+        let trials = db.stored_trials(&key).map_err(db_error)?;
+        if as_json {
+            out.push(json!({ "key": key, "trials": trials }));
+            continue;
+        }
+        println!(
+            "{} on {} (compiler {})",
+            describe_workload(&key.workload),
+            key.device.describe(),
+            key.compiler_version
+        );
+        for s in trials {
+            let t = &s.trial;
+            let result = match &t.status {
+                TrialStatus::Ok => format!(
+                    "{:.4} ms (min {:.4}, max {:.4}) {:.2} GFLOP/s",
+                    t.median_s * 1e3,
+                    t.min_s * 1e3,
+                    t.max_s * 1e3,
+                    t.gflops
+                ),
+                TrialStatus::Failed { kind, message } => format!(
+                    "failed: {} ({})",
+                    kind.as_str(),
+                    message.lines().next().unwrap_or("")
+                ),
+            };
+            let from = s
+                .provenance
+                .imported_from
+                .map(|f| format!(", imported from {f}"))
+                .unwrap_or_default();
+            println!(
+                "  {:<40} {result}  [host {}{from}]",
+                describe_schedule(&t.schedule),
+                s.provenance.host
+            );
+        }
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
+    let s = db.stats().map_err(db_error)?;
+    if as_json {
+        let out = json!({
+            "devices": s.devices,
+            "keys": s.keys,
+            "workloads": s.workloads,
+            "trials": s.trials,
+            "ok_trials": s.ok_trials,
+            "failures": s.failures,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        println!("devices:   {}", s.devices);
+        println!(
+            "records:   {} (device × compiler version × workload)",
+            s.keys
+        );
+        println!("workloads: {}", s.workloads);
+        println!("trials:    {} ({} ok)", s.trials, s.ok_trials);
+        for (kind, n) in &s.failures {
+            println!("  failed {kind}: {n}");
+        }
+    }
+    Ok(())
+}
+
+fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) -> CmdResult {
+    // Every device of the database whose description contains the text.
+    let devices: Vec<Option<DeviceFingerprint>> = match device {
+        None => vec![None],
+        Some(text) => {
+            let text = text.to_lowercase();
+            let found: BTreeSet<DeviceFingerprint> = db
+                .all_keys()
+                .map_err(db_error)?
+                .into_iter()
+                .map(|k| k.device)
+                .filter(|d| d.describe().to_lowercase().contains(&text))
+                .collect();
+            if found.is_empty() {
+                return Err(CliError::usage(format!(
+                    "--device {text}: no device in the database matches; see `rocky db list`"
+                )));
+            }
+            found.into_iter().map(Some).collect()
+        }
+    };
+    let file = std::fs::File::create(output)
+        .map_err(|e| CliError::output(format!("cannot create {}: {e}", output.display())))?;
+    let mut writer = BufWriter::new(file);
+    let mut lines = 0;
+    for device in devices {
+        let filter = ExportFilter {
+            device,
+            workload_kind: None,
+            all_trials,
+        };
+        lines += export_jsonl(db, &mut writer, &filter)
+            .map_err(|e| CliError::output(format!("cannot write {}: {e}", output.display())))?;
+    }
+    println!("exported {lines} records to {}", output.display());
+    Ok(())
+}
+
+fn import(db_path: &Path, file: &Path) -> CmdResult {
+    let input = std::fs::File::open(file)
+        .map_err(|e| CliError::input(format!("cannot read {}: {e}", file.display())))?;
+    let db = TuningDb::open(db_path).map_err(db_error)?;
+    let summary =
+        import_jsonl(&db, BufReader::new(input), &file.display().to_string()).map_err(db_error)?;
+    println!(
+        "imported {} lines into {}: {} new records, {} improved, {} kept local, {} trials added, {} duplicates skipped",
+        summary.lines,
+        db_path.display(),
+        summary.new_keys,
+        summary.improved_keys,
+        summary.kept_local,
+        summary.trials_added,
+        summary.duplicate_trials
+    );
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! `rocky tune`: search the schedules of a model's GEMM workloads on this device and store
+//! every trial in the tuning database, which `rocky prefill` then uses.
+
+use super::gpu::{db_error, db_path, device_error, exec_error};
+use super::kernel::gemm_gpu::summary;
+use crate::error::{CliError, CmdResult};
+use rocky_compiler::{Schedule, Workload};
+use rocky_models::arch;
+use rocky_runtime::{Context, DeviceSelector};
+use rocky_tuner::{model_workloads, MeasureOptions, Progress, TuneOptions, Tuner, WorkloadReport};
+use rocky_tuning_db::{Trial, TrialStatus, TuningDb};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    /// Random population, then one-field mutations of the fastest schedules.
+    Evolutionary,
+    /// A seeded random order of the search space.
+    Random,
+    /// The whole space in order (small spaces; the yardstick for the others).
+    Exhaustive,
+}
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  rocky tune model.gguf --trials 64 --time 1800\n  \
+rocky tune model.gguf --ubatch 128 --strategy random --seed 3 --db tuning.sled\n\n\
+Trials are stored as they finish; running the same command again resumes where it stopped \
+(the budget counts trials already in the database)."
+)]
+pub struct Args {
+    /// The GGUF model whose GEMM workloads are tuned.
+    pub model: PathBuf,
+    /// Tokens per ubatch: tune the shapes `rocky prefill --ubatch` will run (1 to 4096).
+    #[arg(long, short = 'u', default_value_t = 512)]
+    pub ubatch: usize,
+    /// Trials per workload, the default schedule's included.
+    #[arg(long, default_value_t = 32)]
+    pub trials: usize,
+    /// Time budget of the whole run in seconds, shared by the workloads.
+    #[arg(long, default_value_t = 300)]
+    pub time: u64,
+    #[arg(long, value_enum, default_value = "evolutionary")]
+    pub strategy: StrategyArg,
+    /// Seed of the search (and of the random inputs).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Timed runs per trial (fewer for slow kernels).
+    #[arg(long, default_value_t = 10)]
+    pub runs: u32,
+    /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Vulkan device: index or part of its name (see `rocky devices`).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Print the summary as JSON (progress goes to standard error).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.ubatch == 0 || args.ubatch > 4096 {
+        return Err(CliError::usage(format!(
+            "--ubatch {} is out of range: use 1 to 4096",
+            args.ubatch
+        )));
+    }
+    if args.trials == 0 || args.runs == 0 {
+        return Err(CliError::usage("--trials and --runs must be at least 1"));
+    }
+    let file = super::open_gguf(&args.model)?;
+    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
+    let path = db_path(args.db.as_deref()).ok_or_else(|| {
+        CliError::usage("no tuning database location: pass --db PATH or set ROCKY_DB")
+    })?;
+    let db = TuningDb::open(&path).map_err(db_error)?;
+    let selector: DeviceSelector = args
+        .device
+        .parse()
+        .map_err(|e| CliError::usage(format!("--device {}: {e}", args.device)))?;
+    let ctx = Context::new(&selector).map_err(device_error)?;
+    let workloads = model_workloads(&ctx, &file, &model, args.ubatch).map_err(exec_error)?;
+    let options = TuneOptions {
+        strategy: match args.strategy {
+            StrategyArg::Evolutionary => rocky_tuner::Strategy::Evolutionary,
+            StrategyArg::Random => rocky_tuner::Strategy::Random,
+            StrategyArg::Exhaustive => rocky_tuner::Strategy::Exhaustive,
+        },
+        trials: args.trials,
+        time: Duration::from_secs(args.time),
+        seed: args.seed,
+        measure: MeasureOptions {
+            runs: args.runs,
+            seed: args.seed,
+            ..MeasureOptions::default()
+        },
+    };
+    let mut tuner = Tuner::new(ctx.clone(), selector, &db);
+    let say = |line: String| {
+        if args.json {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
+        }
+    };
+    say(format!(
+        "tuning {} GEMM workloads at ubatch {} on {} ({:?}, {} trials each, {} s) into {}",
+        workloads.len(),
+        args.ubatch,
+        tuner.device().describe(),
+        args.strategy,
+        args.trials,
+        args.time,
+        path.display()
+    ));
+    if ctx.info().is_cpu {
+        say(
+            "note: this is a CPU implementation of Vulkan; its timings say nothing about a GPU"
+                .into(),
+        );
+    }
+    let reports = tuner
+        .tune(&workloads, &options, &mut |p| {
+            say(progress_line(&p, args.trials))
+        })
+        .map_err(|e| match e {
+            rocky_tuner::TuneError::Db(e) => db_error(e),
+            rocky_tuner::TuneError::Device(e) => device_error(e),
+            rocky_tuner::TuneError::Unsupported(m) => CliError::internal(m),
+        })?;
+    if args.json {
+        let out = json!({
+            "device": tuner.device(),
+            "db": path,
+            "ubatch": args.ubatch,
+            "skipped": reports.iter().map(|r| r.skipped).sum::<usize>(),
+            "measured": reports.iter().map(|r| r.measured).sum::<usize>(),
+            "workloads": reports.iter().map(report_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        print!("{}", summary_table(&reports));
+    }
+    Ok(())
+}
+
+/// `m=16 n=896 k=896 q4_k +bias`.
+pub fn describe_workload(w: &Workload) -> String {
+    match w {
+        Workload::Gemm(g) => format!(
+            "m={} n={} k={} {}{}",
+            g.m,
+            g.n,
+            g.k,
+            g.weight.ggml_name().to_lowercase(),
+            if g.bias { " +bias" } else { "" }
+        ),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+pub fn describe_schedule(s: &Schedule) -> String {
+    match s {
+        Schedule::Gemm(g) => summary(g),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+fn timing(t: &Trial) -> String {
+    format!("{:.4} ms {:.2} GFLOP/s", t.median_s * 1e3, t.gflops)
+}
+
+fn progress_line(p: &Progress, budget: usize) -> String {
+    match p {
+        Progress::WorkloadStart {
+            index,
+            count,
+            workload,
+            space,
+            already_recorded,
+        } => format!(
+            "[{}/{count}] {}: space {space} schedules, {already_recorded} trials already recorded{}",
+            index + 1,
+            describe_workload(workload),
+            if *already_recorded >= budget {
+                " (budget reached: skipped)"
+            } else if *already_recorded > 0 {
+                " (resuming)"
+            } else {
+                ""
+            }
+        ),
+        Progress::Trial {
+            index,
+            count,
+            number,
+            trial,
+            best,
+        } => {
+            let result = match &trial.status {
+                TrialStatus::Ok => timing(trial),
+                TrialStatus::Failed { kind, message } => {
+                    format!("failed ({}: {})", kind.as_str(), first_line(message))
+                }
+            };
+            format!(
+                "[{}/{count}] trial {number}/{budget}: {} → {result}; best {}",
+                index + 1,
+                describe_schedule(&trial.schedule),
+                best.map_or("none yet".into(), timing)
+            )
+        }
+        Progress::WorkloadDone {
+            index,
+            count,
+            report,
+        } => format!(
+            "[{}/{count}] done: {} new trials ({} failed), {} skipped (already recorded); stopped by {}",
+            index + 1,
+            report.measured,
+            report.failed,
+            report.skipped,
+            report.stop.as_str()
+        ),
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn ok_ms(t: &Option<Trial>) -> Option<f64> {
+    t.as_ref().filter(|t| t.is_ok()).map(|t| t.median_s * 1e3)
+}
+
+fn report_json(r: &WorkloadReport) -> serde_json::Value {
+    let (default_ms, best_ms) = (ok_ms(&r.default), ok_ms(&r.best));
+    json!({
+        "workload": r.workload,
+        "labels": r.labels,
+        "space": r.space,
+        "default_ms": default_ms,
+        "best_ms": best_ms,
+        "speedup": default_ms.zip(best_ms).map(|(d, b)| d / b),
+        "best_schedule": r.best.as_ref().map(|t| t.schedule),
+        "skipped": r.skipped,
+        "measured": r.measured,
+        "failed": r.failed,
+        "stop": r.stop.as_str(),
+    })
+}
+
+fn summary_table(reports: &[WorkloadReport]) -> String {
+    let mut out = format!(
+        "\n{:<32} {:>5} {:>11} {:>11} {:>8}  best schedule\n",
+        "workload", "uses", "default ms", "best ms", "speed-up"
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    for r in reports {
+        let (d, b) = (ok_ms(&r.default), ok_ms(&r.best));
+        out += &format!(
+            "{:<32} {:>5} {:>11} {:>11} {:>8}  {}\n",
+            describe_workload(&r.workload),
+            r.labels.len(),
+            ms(d),
+            ms(b),
+            d.zip(b)
+                .map_or("-".into(), |(d, b)| format!("{:.2}x", d / b)),
+            r.best
+                .as_ref()
+                .map_or("-".into(), |t| describe_schedule(&t.schedule))
+        );
+    }
+    out
+}

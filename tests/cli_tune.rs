@@ -1,0 +1,329 @@
+//! End-to-end tests of `rocky tune` and `rocky db` on the tiny Q4_K_M Qwen2 (lavapipe is
+//! enough): trials for every GEMM of the model, resume, tuned prefill still matching the CPU
+//! reference, export/import round trip, and the all-or-nothing import of a bad file.
+
+use rocky_models::gguf::GgufFile;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const UBATCH: &str = "16";
+const TRIALS: &str = "4";
+
+fn rocky(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rocky"))
+        .args(args)
+        // Never touch the user's database or the shared pipeline cache location rules.
+        .env_remove("ROCKY_DB")
+        .output()
+        .expect("rocky runs")
+}
+
+fn shared() -> PathBuf {
+    std::env::var_os("ROCKY_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+}
+
+fn model() -> PathBuf {
+    shared().join("models/qwen2-tiny-q4_k_m.gguf")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok_json(o: &Output) -> Value {
+    assert!(o.status.success(), "{}", text(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rocky-cli-tune-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The GEMMs of a Qwen2 prefill read straight from the GGUF, independently of the executor:
+/// the seven projections of every layer at `ubatch` rows and the LM head at one row (the last
+/// position only; the token embedding when the head is tied). Each as `(m, n, k, weight, bias)`.
+fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, bool)> {
+    let file = GgufFile::open(path).unwrap();
+    let projections = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ];
+    let head = if file.tensor("output.weight").is_some() {
+        "output"
+    } else {
+        "token_embd"
+    };
+    let mut out = BTreeSet::new();
+    for t in &file.tensors {
+        let Some(base) = t.name.strip_suffix(".weight") else {
+            continue;
+        };
+        let m = match base.split('.').collect::<Vec<_>>()[..] {
+            ["blk", _, op] if projections.contains(&op) => ubatch,
+            [name] if name == head => 1,
+            _ => continue,
+        };
+        let bias = file.tensor(&format!("{base}.bias")).is_some();
+        let weight = t.ggml_type.to_string().to_lowercase();
+        out.insert((m, t.dims[1], t.dims[0], weight, bias));
+    }
+    out
+}
+
+fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool) {
+    let g = &workload["gemm"];
+    (
+        g["m"].as_u64().unwrap(),
+        g["n"].as_u64().unwrap(),
+        g["k"].as_u64().unwrap(),
+        g["weight"].as_str().unwrap().to_string(),
+        g["bias"].as_bool().unwrap(),
+    )
+}
+
+fn read_f32(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+fn correlation(a: &[f32], b: &[f32]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (
+        a.iter().map(|&x| f64::from(x)).sum::<f64>() / n,
+        b.iter().map(|&x| f64::from(x)).sum::<f64>() / n,
+    );
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (&x, &y) in a.iter().zip(b) {
+        let (dx, dy) = (f64::from(x) - ma, f64::from(y) - mb);
+        sab += dx * dy;
+        saa += dx * dx;
+        sbb += dy * dy;
+    }
+    sab / (saa * sbb).sqrt()
+}
+
+/// `db list --json` as (workload, best schedule) per record, order-independent.
+fn best_schedules(db: &Path) -> BTreeSet<String> {
+    let v = ok_json(&rocky(&["db", "list", "--db", s(db), "--json"]));
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {} {}", r["device"], r["workload"], r["best_schedule"]))
+        .collect()
+}
+
+fn tune(db: &Path) -> Output {
+    rocky(&[
+        "tune",
+        s(&model()),
+        "--ubatch",
+        UBATCH,
+        "--trials",
+        TRIALS,
+        "--runs",
+        "3",
+        "--seed",
+        "5",
+        "--db",
+        s(db),
+        "--json",
+    ])
+}
+
+#[test]
+fn tune_resume_tuned_prefill_and_export_import() {
+    let dir = temp_dir("flow");
+    let db = dir.join("tuning.sled");
+    let trials: usize = TRIALS.parse().unwrap();
+
+    // 1. Tuning stores trials for every distinct GEMM of the model.
+    let first = ok_json(&tune(&db));
+    let expected = expected_gemms(&model(), UBATCH.parse().unwrap());
+    let listed = ok_json(&rocky(&["db", "list", "--db", s(&db), "--json"]));
+    let listed = listed.as_array().unwrap();
+    let tuned: BTreeSet<_> = listed.iter().map(|r| gemm_of(&r["workload"])).collect();
+    assert_eq!(tuned, expected);
+    assert_eq!(listed.len(), expected.len(), "one record per workload");
+    for r in listed {
+        assert_eq!(r["trials"].as_u64().unwrap() as usize, trials, "{r}");
+        assert!(r["best_schedule"].is_object(), "no successful trial: {r}");
+    }
+    assert_eq!(
+        first["measured"].as_u64().unwrap() as usize,
+        trials * expected.len()
+    );
+    for w in first["workloads"].as_array().unwrap() {
+        // The default is measured first, so the best is never slower.
+        let (d, b) = (
+            w["default_ms"].as_f64().unwrap(),
+            w["best_ms"].as_f64().unwrap(),
+        );
+        assert!(b <= d, "{w}");
+    }
+    let stats = ok_json(&rocky(&["db", "stats", "--db", s(&db), "--json"]));
+    assert_eq!(
+        stats["trials"].as_u64().unwrap() as usize,
+        trials * expected.len()
+    );
+
+    // 2. Running it again resumes: everything is recorded, nothing is measured twice.
+    let second_out = tune(&db);
+    let second = ok_json(&second_out);
+    assert_eq!(second["measured"], 0, "{}", text(&second_out));
+    assert_eq!(
+        second["skipped"].as_u64().unwrap() as usize,
+        trials * expected.len()
+    );
+    assert!(
+        text(&second_out).contains("skipped"),
+        "{}",
+        text(&second_out)
+    );
+    let stats2 = ok_json(&rocky(&["db", "stats", "--db", s(&db), "--json"]));
+    assert_eq!(stats2, stats);
+
+    // 3. The prefill uses the tuned schedules and still matches the CPU reference.
+    let ids: Vec<String> = (100..121).map(|i| i.to_string()).collect();
+    let ids = ids.join(",");
+    let (gpu_logits, cpu_logits) = (dir.join("gpu.f32"), dir.join("cpu.f32"));
+    let prefill = ok_json(&rocky(&[
+        "prefill",
+        s(&model()),
+        "--token-ids",
+        &ids,
+        "--ubatch",
+        UBATCH,
+        "--db",
+        s(&db),
+        "--profile",
+        "--json",
+        "--logits-out",
+        s(&gpu_logits),
+    ]));
+    let profile = prefill["profile"].as_array().unwrap();
+    let gemm_ops = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+        "output",
+    ];
+    let gemm_rows: Vec<_> = profile
+        .iter()
+        .filter(|r| gemm_ops.contains(&r["op"].as_str().unwrap()))
+        .collect();
+    assert!(!gemm_rows.is_empty());
+    for r in &gemm_rows {
+        assert_eq!(r["tuned"], true, "{r}");
+    }
+    ok_json(&rocky(&[
+        "prefill",
+        s(&model()),
+        "--token-ids",
+        &ids,
+        "--backend",
+        "cpu",
+        "--json",
+        "--logits-out",
+        s(&cpu_logits),
+    ]));
+    let (g, c) = (read_f32(&gpu_logits), read_f32(&cpu_logits));
+    assert_eq!(g.len(), c.len());
+    let r = correlation(&g, &c);
+    assert!(
+        r >= 0.999,
+        "GPU logits with tuned schedules correlate {r} with the CPU reference"
+    );
+
+    // 4. Export, import into an empty database: the same best schedules.
+    let export = dir.join("export.jsonl");
+    let o = rocky(&[
+        "db",
+        "export",
+        "-o",
+        s(&export),
+        "--db",
+        s(&db),
+        "--device",
+        "llvmpipe",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let other = dir.join("imported.sled");
+    let o = rocky(&["db", "import", s(&export), "--db", s(&other)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let before = best_schedules(&db);
+    assert_eq!(before.len(), expected.len());
+    assert_eq!(best_schedules(&other), before);
+
+    // 5. A malformed file is refused with its line number and changes nothing.
+    let lines: Vec<String> = std::fs::read_to_string(&export)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let bad = dir.join("bad.jsonl");
+    let mut damaged = lines.clone();
+    damaged[1] = damaged[1].replacen("\"median_s\":", "\"median_s\":-", 1);
+    std::fs::write(&bad, damaged.join("\n") + "\n").unwrap();
+    let stats_other = ok_json(&rocky(&["db", "stats", "--db", s(&other), "--json"]));
+    let o = rocky(&["db", "import", s(&bad), "--db", s(&other)]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("line 2"), "{}", text(&o));
+    assert_eq!(
+        ok_json(&rocky(&["db", "stats", "--db", s(&other), "--json"])),
+        stats_other
+    );
+    assert_eq!(best_schedules(&other), before);
+
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_malformed_database_is_a_clear_error_not_a_silent_default() {
+    let dir = temp_dir("baddb");
+    let not_a_db = dir.join("tuning.sled");
+    std::fs::write(&not_a_db, "not a database").unwrap();
+    let o = rocky(&[
+        "prefill",
+        s(&model()),
+        "--token-ids",
+        "1,2,3",
+        "--db",
+        s(&not_a_db),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains(s(&not_a_db)), "{}", text(&o));
+    let o = rocky(&["db", "list", "--db", s(&dir.join("missing.sled"))]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        !dir.join("missing.sled").exists(),
+        "listing created a database"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,401 @@
+//! A GEMM on the GPU, for the tuner's trials, `rocky kernel` and `rocky bench-gemm`: seeded
+//! inputs, buffers, one dispatch per N-slice, timing with GPU timestamps, and the check against
+//! the compiler's CPU reference (for all outputs, or for a sample of columns on big workloads).
+
+use half::f16;
+use rayon::prelude::*;
+use rocky_compiler::templates::gemm::interface::{
+    BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+};
+use rocky_compiler::templates::gemm::reference::{
+    compare, reference, relative_tolerance, Mismatch, Reference,
+};
+use rocky_compiler::templates::gemm::{
+    dispatch_grid_for, n_slices, GemmPush, GemmSchedule, GemmWorkload, Math,
+};
+use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
+use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
+use rocky_runtime::{
+    Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder, RuntimeError,
+    TimestampQueries,
+};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Default wait per submission. Generous: a big GEMM on lavapipe takes tens of seconds per run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub fn math_name(m: Math) -> &'static str {
+    match m {
+        Math::FmaF32 => "fma_f32",
+        Math::FmaF16Packed => "fma_f16_packed",
+        Math::Int8Dot => "int8_dot",
+    }
+}
+
+/// A short summary of a schedule for tables: tiles, split-K, vector width, staging of
+/// A/B, math and accumulation.
+pub fn summary(s: &GemmSchedule) -> String {
+    format!(
+        "{}x{}x{} t{}x{} k{} v{} st{}{} {} acc{}",
+        s.bm,
+        s.bn,
+        s.bk,
+        s.tm,
+        s.tn,
+        s.split_k,
+        s.vector_width,
+        u8::from(s.stage_a),
+        u8::from(s.stage_b),
+        math_name(s.math),
+        match s.accumulate {
+            Precision::F32 => "32",
+            _ => "16",
+        }
+    )
+}
+
+/// Why a GEMM could not be set up or run on the device.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The workload cannot be laid out on this device (e.g. no valid N-slicing).
+    #[error("the kernel is refused: {0}")]
+    Refused(Refusal),
+    #[error(transparent)]
+    Device(#[from] RuntimeError),
+    /// A kernel/workload disagreement: a bug in rocky, not in the input.
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn device_error(e: RuntimeError) -> GpuError {
+    GpuError::Device(e)
+}
+
+/// Seeded random inputs of a GEMM, as the reference sees them (activations in f32).
+pub struct GemmInputs {
+    pub x: Vec<f32>,
+    pub weight: Vec<u8>,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl GemmInputs {
+    pub fn random(w: &GemmWorkload, seed: u64) -> GemmInputs {
+        GemmInputs {
+            x: random_activations(w.m as usize * w.k as usize, seed),
+            weight: random_weights(w.weight, w.n as usize, w.k as usize, seed ^ 0x5745),
+            bias: w
+                .bias
+                .then(|| random_activations(w.n as usize, seed ^ 0xB1A5)),
+        }
+    }
+}
+
+fn act_buffer(
+    ctx: &Context,
+    act: ActType,
+    values: &[f32],
+    label: &str,
+) -> Result<Buffer, GpuError> {
+    match act {
+        ActType::F32 => Buffer::from_slice(ctx, values, label),
+        _ => {
+            let halfs: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
+            Buffer::from_slice(ctx, &halfs, label)
+        }
+    }
+    .map_err(device_error)
+}
+
+/// The GEMM's pipeline and buffers on a device, ready to dispatch.
+pub struct GemmOnGpu {
+    w: GemmWorkload,
+    s: GemmSchedule,
+    pipeline: ComputePipeline,
+    x: Buffer,
+    weight: Buffer,
+    y: Buffer,
+    bias: Option<Buffer>,
+    /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
+    pub slices: Vec<NSlice>,
+    /// How long one submission may run before it counts as hung.
+    pub timeout: Duration,
+}
+
+impl GemmOnGpu {
+    pub fn new(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+        w: &GemmWorkload,
+        s: &GemmSchedule,
+        caps: &DeviceCaps,
+        inputs: &GemmInputs,
+    ) -> Result<GemmOnGpu, GpuError> {
+        let slices = n_slices(
+            w,
+            caps.max_storage_buffer_range,
+            u64::from(caps.min_storage_buffer_offset_alignment),
+        )
+        .map_err(GpuError::Refused)?;
+        let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
+        let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
+        // Kernels read whole u32 words: the weight buffer is padded to 4 bytes.
+        let mut padded = Buffer::new(ctx, (inputs.weight.len() as u64).div_ceil(4) * 4, "weight")
+            .map_err(device_error)?;
+        padded
+            .upload_bytes(0, &inputs.weight)
+            .map_err(device_error)?;
+        // NaN first, so an output the kernel never writes cannot pass a check.
+        let y = act_buffer(
+            ctx,
+            w.act,
+            &vec![f32::NAN; w.m as usize * w.n as usize],
+            "y",
+        )?;
+        let bias = match &inputs.bias {
+            Some(b) => Some(Buffer::from_slice(ctx, b, "bias").map_err(device_error)?),
+            None => None,
+        };
+        Ok(GemmOnGpu {
+            w: *w,
+            s: *s,
+            pipeline,
+            x,
+            weight: padded,
+            y,
+            bias,
+            slices,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Records one dispatch per N-slice.
+    fn record<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<(), GpuError> {
+        for slice in &self.slices {
+            let mut bindings: Vec<BufferRange<'a>> = Vec::new();
+            for b in &self.pipeline.meta().bindings {
+                bindings.push(match b.binding {
+                    BINDING_X => self.x.whole(),
+                    BINDING_WEIGHT => self
+                        .weight
+                        .range(slice.weight_offset, slice.weight_range)
+                        .map_err(device_error)?,
+                    BINDING_Y => self.y.whole(),
+                    BINDING_BIAS => self.bias.as_ref().map(Buffer::whole).ok_or_else(|| {
+                        GpuError::Internal("the kernel binds a bias the workload lacks".into())
+                    })?,
+                    other => {
+                        return Err(GpuError::Internal(format!(
+                            "the GEMM kernel has an unknown binding {other} ({})",
+                            b.name
+                        )))
+                    }
+                });
+            }
+            let push = GemmPush::for_slice(&self.w, slice).to_bytes();
+            let grid = dispatch_grid_for(self.w.m, slice.n, &self.s);
+            rec.dispatch(&self.pipeline, &bindings, &push, grid)
+                .map_err(device_error)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the GEMM once and returns Y (as f32).
+    pub fn run_once(&self, ctx: &Context) -> Result<Vec<f32>, GpuError> {
+        let mut rec = Recorder::new(ctx).map_err(device_error)?;
+        self.record(&mut rec)?;
+        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        drop(rec);
+        let count = self.w.m as usize * self.w.n as usize;
+        match self.w.act {
+            ActType::F32 => self.y.download_f32(0, count),
+            _ => self
+                .y
+                .download::<f16>(0, count)
+                .map(|v| v.into_iter().map(f16::to_f32).collect()),
+        }
+        .map_err(device_error)
+    }
+
+    /// GPU time of `runs` back-to-back runs (all N-slices each), one command buffer.
+    pub fn time(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
+        let mut rec = Recorder::new(ctx).map_err(device_error)?;
+        rec.reset_timestamps(&queries, 0, 2 * runs)
+            .map_err(device_error)?;
+        for run in 0..runs {
+            if run > 0 {
+                rec.barrier().map_err(device_error)?;
+            }
+            rec.write_timestamp(&queries, 2 * run)
+                .map_err(device_error)?;
+            self.record(&mut rec)?;
+            rec.write_timestamp(&queries, 2 * run + 1)
+                .map_err(device_error)?;
+        }
+        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        let ticks = queries.read(0, 2 * runs).map_err(device_error)?;
+        let scale = queries.scale();
+        Ok(ticks.chunks(2).map(|p| scale.elapsed(p[0], p[1])).collect())
+    }
+}
+
+/// Median, min and max of timed runs, and the median's throughput.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timing {
+    pub runs: usize,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub gflops: f64,
+}
+
+impl Timing {
+    pub fn of(times: &[Duration], flops: u64) -> Timing {
+        let mut ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        let median = match ms.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => ms[n / 2],
+            n => (ms[n / 2 - 1] + ms[n / 2]) / 2.0,
+        };
+        Timing {
+            runs: ms.len(),
+            median_ms: median,
+            min_ms: ms.first().copied().unwrap_or(f64::NAN),
+            max_ms: ms.last().copied().unwrap_or(f64::NAN),
+            gflops: flops as f64 / (median * 1e-3) / 1e9,
+        }
+    }
+}
+
+pub fn all_columns(w: &GemmWorkload) -> Vec<u32> {
+    (0..w.n).collect()
+}
+
+/// `count` seeded columns, plus the first and last column of every N-slice (where
+/// slicing mistakes would show).
+pub fn sampled_columns(w: &GemmWorkload, slices: &[NSlice], count: u32, seed: u64) -> Vec<u32> {
+    let mut r = SplitMix64::new(seed ^ 0xC015);
+    let mut cols: Vec<u32> = (0..count)
+        .map(|_| (r.next_u64() % u64::from(w.n)) as u32)
+        .collect();
+    for s in slices {
+        cols.extend([s.n_offset, s.n_offset + s.n - 1]);
+    }
+    cols.sort_unstable();
+    cols.dedup();
+    cols
+}
+
+/// What a check compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub columns: u32,
+    pub columns_checked: usize,
+    pub outputs_checked: usize,
+    /// Largest |error| / allowed error (below 1 passes).
+    pub max_error_ratio: f64,
+    pub relative_tolerance: f64,
+}
+
+/// The reference for output columns `cols` only: their weight rows (and bias values) form
+/// an m × |cols| GEMM the reference computes exactly.
+fn reference_columns(
+    w: &GemmWorkload,
+    math: Math,
+    inputs: &GemmInputs,
+    cols: &[u32],
+) -> Result<(GemmWorkload, Reference), String> {
+    let row = w.weight.row_bytes(u64::from(w.k)) as usize;
+    let weight: Vec<u8> = cols
+        .iter()
+        .flat_map(|&j| &inputs.weight[j as usize * row..(j as usize + 1) * row])
+        .copied()
+        .collect();
+    let bias: Option<Vec<f32>> = inputs
+        .bias
+        .as_ref()
+        .map(|b| cols.iter().map(|&j| b[j as usize]).collect());
+    let sub = GemmWorkload {
+        n: cols.len() as u32,
+        ..*w
+    };
+    let r = reference(&sub, math, &inputs.x, &weight, bias.as_deref())
+        .map_err(|e| format!("reference: {e}"))?;
+    Ok((sub, r))
+}
+
+/// Largest |error| / allowed over the outputs, with the allowance `compare` applies
+/// (`compare` decides pass/fail; this is the figure for reports).
+fn max_error_ratio(w: &GemmWorkload, s: &GemmSchedule, got: &[f32], r: &Reference) -> f64 {
+    let rel = relative_tolerance(s);
+    (0..got.len())
+        .map(|i| {
+            let mut allowed = rel * r.magnitude[i] + 2.0 * r.rounding_flip[i] + 1e-30;
+            if w.act == ActType::F16 {
+                allowed += r.y[i].abs() * 2f32.powi(-11) + 6e-8;
+            }
+            f64::from((got[i] - r.y[i]).abs()) / f64::from(allowed)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Compares columns `cols` of `got` (m × n) with the reference, in parallel over column
+/// chunks. When only some columns are compared, every output must still be finite (Y
+/// starts as NaN, so unwritten outputs fail).
+pub fn check(
+    w: &GemmWorkload,
+    s: &GemmSchedule,
+    inputs: &GemmInputs,
+    got: &[f32],
+    cols: &[u32],
+) -> Result<Check, String> {
+    let n = w.n as usize;
+    if cols.len() < n {
+        if let Some(i) = got.iter().position(|v| !v.is_finite()) {
+            return Err(format!(
+                "y[{}][{}] = {} (never written, or not finite)",
+                i / n,
+                i % n,
+                got[i]
+            ));
+        }
+    }
+    let ratios = cols
+        .par_chunks(16)
+        .map(|chunk| {
+            let (sub, r) = reference_columns(w, s.math, inputs, chunk)?;
+            let got_sub: Vec<f32> = (0..w.m as usize)
+                .flat_map(|row| chunk.iter().map(move |&j| got[row * n + j as usize]))
+                .collect();
+            compare(&sub, s, &got_sub, &r).map_err(|e| match e {
+                // Report the column of the whole output, not of the chunk.
+                Mismatch::Value {
+                    row,
+                    col,
+                    got,
+                    want,
+                    allowed,
+                } => format!(
+                    "y[{row}][{}] = {got}, reference {want} (allowed error {allowed})",
+                    chunk[col as usize]
+                ),
+                other => other.to_string(),
+            })?;
+            Ok(max_error_ratio(&sub, s, &got_sub, &r))
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(Check {
+        columns: w.n,
+        columns_checked: cols.len(),
+        outputs_checked: cols.len() * w.m as usize,
+        max_error_ratio: ratios.into_iter().fold(0.0, f64::max),
+        // Through its shortest decimal form, so JSON shows 0.002 and not 0.0020000000949.
+        relative_tolerance: relative_tolerance(s)
+            .to_string()
+            .parse()
+            .unwrap_or(f64::NAN),
+    })
+}

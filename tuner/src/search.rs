@@ -1,0 +1,344 @@
+//! Which schedules to try next: exhaustive, random, or evolutionary search over a template's
+//! search space. Pure (no device): candidates are indices into the space, results are fed back.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rocky_compiler::Schedule;
+use serde_json::Value;
+use std::collections::HashSet;
+
+/// How the search picks candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Every schedule in space order: the yardstick for small spaces.
+    Exhaustive,
+    /// A seeded random permutation of the space.
+    Random,
+    /// A seeded random population, then one-field mutations of the fastest few.
+    Evolutionary,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "exhaustive" => Ok(Strategy::Exhaustive),
+            "random" => Ok(Strategy::Random),
+            "evolutionary" | "evo" => Ok(Strategy::Evolutionary),
+            other => Err(format!(
+                "unknown strategy `{other}`: choose evolutionary, random or exhaustive"
+            )),
+        }
+    }
+}
+
+/// Size of the evolutionary search's random initial population.
+pub const POPULATION: usize = 8;
+/// How many of the fastest schedules the evolutionary search mutates per round.
+pub const PARENTS: usize = 3;
+
+/// The state of one workload's search.
+pub struct Search {
+    strategy: Strategy,
+    space: Vec<Schedule>,
+    /// Per schedule, per field: the rank of its value among the field's distinct values.
+    ranks: Vec<Vec<usize>>,
+    rng: StdRng,
+    /// Exhaustive/random visiting order; the evolutionary initial population is its prefix.
+    order: Vec<usize>,
+    next_in_order: usize,
+    proposed: HashSet<usize>,
+    /// (index, median seconds) of every successful trial; failures are `None`.
+    results: Vec<(usize, Option<f64>)>,
+}
+
+impl Search {
+    pub fn new(strategy: Strategy, space: Vec<Schedule>, seed: u64) -> Search {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut order: Vec<usize> = (0..space.len()).collect();
+        if strategy != Strategy::Exhaustive {
+            order.shuffle(&mut rng);
+        }
+        Search {
+            strategy,
+            ranks: field_ranks(&space),
+            space,
+            rng,
+            order,
+            next_in_order: 0,
+            proposed: HashSet::new(),
+            results: Vec::new(),
+        }
+    }
+
+    pub fn space(&self) -> &[Schedule] {
+        &self.space
+    }
+
+    /// Marks a schedule as tried (e.g. the default, measured before the search) so it is
+    /// never proposed.
+    pub fn mark_tried(&mut self, schedule: &Schedule, median_s: Option<f64>) {
+        if let Some(i) = self.space.iter().position(|s| s == schedule) {
+            self.proposed.insert(i);
+            self.record(i, median_s);
+        }
+    }
+
+    /// Feeds back a proposed candidate's result (`None`: the trial failed).
+    pub fn record(&mut self, index: usize, median_s: Option<f64>) {
+        self.results.push((index, median_s));
+    }
+
+    /// Up to `max` untried candidates, or an empty batch when the space is exhausted.
+    pub fn next_batch(&mut self, max: usize) -> Vec<usize> {
+        let max = max.max(1);
+        let mut batch = Vec::new();
+        if self.strategy == Strategy::Evolutionary {
+            // First the random initial population, then mutations of the fastest.
+            let population = POPULATION.min(self.space.len());
+            // Exactly the first `population` of the seeded order, so a resumed run (which
+            // marked its recorded trials) continues the same sequence.
+            while batch.len() < max && self.next_in_order < population {
+                let i = self.order[self.next_in_order];
+                self.next_in_order += 1;
+                if self.proposed.insert(i) {
+                    batch.push(i);
+                }
+            }
+            if !batch.is_empty() {
+                return batch;
+            }
+            for parent in self.best_parents() {
+                if batch.len() >= max {
+                    break;
+                }
+                if let Some(child) = self.mutate(parent) {
+                    self.proposed.insert(child);
+                    batch.push(child);
+                }
+            }
+            if !batch.is_empty() {
+                return batch;
+            }
+        }
+        // The plain order; for the evolutionary search, fresh random blood when no parent
+        // has an untried neighbour left.
+        while batch.len() < max {
+            match self.next_unproposed_in_order() {
+                Some(i) => batch.push(i),
+                None => break,
+            }
+        }
+        batch
+    }
+
+    /// The next schedule in `order` not proposed yet, now marked proposed.
+    fn next_unproposed_in_order(&mut self) -> Option<usize> {
+        while self.next_in_order < self.order.len() {
+            let i = self.order[self.next_in_order];
+            self.next_in_order += 1;
+            if self.proposed.insert(i) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// The `PARENTS` fastest distinct successful schedules.
+    fn best_parents(&self) -> Vec<usize> {
+        let mut ok: Vec<(usize, f64)> = self
+            .results
+            .iter()
+            .filter_map(|&(i, t)| t.map(|t| (i, t)))
+            .collect();
+        ok.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut parents = Vec::new();
+        for (i, _) in ok {
+            if !parents.contains(&i) {
+                parents.push(i);
+            }
+            if parents.len() == PARENTS {
+                break;
+            }
+        }
+        parents
+    }
+
+    /// An untried schedule that differs from `parent` in exactly one field, with that field
+    /// at the nearest value the space offers (a random field; ties at random).
+    fn mutate(&mut self, parent: usize) -> Option<usize> {
+        let p = &self.ranks[parent];
+        // Per field: the untried one-field neighbours at the smallest rank distance.
+        let mut by_field: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (j, r) in self.ranks.iter().enumerate() {
+            if self.proposed.contains(&j) {
+                continue;
+            }
+            let mut differing = p.iter().zip(r).enumerate().filter(|(_, (a, b))| a != b);
+            let (Some((field, (a, b))), None) = (differing.next(), differing.next()) else {
+                continue;
+            };
+            let dist = a.abs_diff(*b);
+            match by_field.iter_mut().find(|(f, _)| *f == field) {
+                Some((_, best)) => {
+                    let best_dist = self.ranks[best[0]][field].abs_diff(*a);
+                    if dist < best_dist {
+                        *best = vec![j];
+                    } else if dist == best_dist {
+                        best.push(j);
+                    }
+                }
+                None => by_field.push((field, vec![j])),
+            }
+        }
+        if by_field.is_empty() {
+            return None;
+        }
+        let (_, nearest) = &by_field[self.rng.gen_range(0..by_field.len())];
+        Some(nearest[self.rng.gen_range(0..nearest.len())])
+    }
+}
+
+/// Every leaf of a schedule's JSON form, path → value, in serialization order.
+fn leaves(schedule: &Schedule) -> Vec<(String, Value)> {
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    walk(&format!("{prefix}.{k}"), v, out)
+                }
+            }
+            leaf => out.push((prefix.to_string(), leaf.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    // Schedules are plain data: serializing them cannot fail.
+    let v = serde_json::to_value(schedule).expect("schedules serialize");
+    walk("", &v, &mut out);
+    out
+}
+
+/// For each schedule, the rank of each field's value among that field's distinct values in
+/// the space: numbers and booleans in their natural order, other values (enums) in order of
+/// first appearance. Fields are matched by path; a missing field ranks as 0.
+fn field_ranks(space: &[Schedule]) -> Vec<Vec<usize>> {
+    let all: Vec<Vec<(String, Value)>> = space.iter().map(leaves).collect();
+    let mut fields: Vec<(String, Vec<Value>)> = Vec::new();
+    for s in &all {
+        for (path, v) in s {
+            let values = match fields.iter_mut().find(|(p, _)| p == path) {
+                Some((_, values)) => values,
+                None => {
+                    fields.push((path.clone(), Vec::new()));
+                    &mut fields.last_mut().expect("just pushed").1
+                }
+            };
+            if !values.contains(v) {
+                values.push(v.clone());
+            }
+        }
+    }
+    for (_, values) in &mut fields {
+        if values.iter().all(Value::is_number) {
+            values.sort_by(|a, b| {
+                a.as_f64()
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.as_f64().unwrap_or(0.0))
+            });
+        } else if values.iter().all(Value::is_boolean) {
+            values.sort_by_key(|v| v.as_bool());
+        }
+    }
+    all.iter()
+        .map(|s| {
+            fields
+                .iter()
+                .map(|(path, values)| {
+                    s.iter()
+                        .find(|(p, _)| p == path)
+                        .and_then(|(_, v)| values.iter().position(|x| x == v))
+                        .unwrap_or(0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocky_compiler::{search_space, ActType, DeviceCaps, GemmWorkload, WeightFormat, Workload};
+
+    fn space() -> Vec<Schedule> {
+        let w = Workload::Gemm(GemmWorkload {
+            m: 16,
+            n: 256,
+            k: 256,
+            act: ActType::F32,
+            weight: WeightFormat::Q8_0,
+            bias: false,
+        });
+        search_space(&w, &DeviceCaps::mali_g610())
+    }
+
+    fn drain(search: &mut Search) -> Vec<usize> {
+        let mut all = Vec::new();
+        loop {
+            let batch = search.next_batch(5);
+            if batch.is_empty() {
+                return all;
+            }
+            for &i in &batch {
+                // A synthetic cost: index-dependent, so the search has something to follow.
+                search.record(i, Some(1.0 + (i % 7) as f64));
+            }
+            all.extend(batch);
+        }
+    }
+
+    #[test]
+    fn every_strategy_visits_each_schedule_exactly_once() {
+        let n = space().len();
+        assert!(n > 10, "space of {n} is too small to test the search");
+        for strategy in [
+            Strategy::Exhaustive,
+            Strategy::Random,
+            Strategy::Evolutionary,
+        ] {
+            let mut s = Search::new(strategy, space(), 7);
+            let mut seen = drain(&mut s);
+            assert_eq!(seen.len(), n, "{strategy:?}");
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), n, "{strategy:?} proposed a schedule twice");
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_sequence() {
+        let a = drain(&mut Search::new(Strategy::Evolutionary, space(), 3));
+        let b = drain(&mut Search::new(Strategy::Evolutionary, space(), 3));
+        let c = drain(&mut Search::new(Strategy::Evolutionary, space(), 4));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn mutations_change_one_field_of_a_best_parent() {
+        let space = space();
+        let mut s = Search::new(Strategy::Evolutionary, space.clone(), 1);
+        let population = s.next_batch(100);
+        assert_eq!(population.len(), POPULATION);
+        let best = population[0];
+        for &i in &population {
+            s.record(i, Some(if i == best { 1.0 } else { 2.0 + i as f64 }));
+        }
+        let children = s.next_batch(PARENTS);
+        assert!(!children.is_empty());
+        // The first child comes from the fastest parent and differs from it in one leaf.
+        let (p, c) = (leaves(&space[best]), leaves(&space[children[0]]));
+        let changed = p.iter().zip(&c).filter(|(a, b)| a != b).count();
+        assert_eq!(changed, 1, "{:?} -> {:?}", space[best], space[children[0]]);
+    }
+}

@@ -1,0 +1,377 @@
+//! The tuning loop: for each workload, measure the default schedule, then the search's
+//! candidates (compiled in parallel, measured one at a time) under a trial budget and a time
+//! budget, storing every trial in the database as it completes.
+
+use crate::fingerprint::fingerprint;
+use crate::gemm_gpu::GemmInputs;
+use crate::measure::{measure_gemm, MeasureOptions};
+use crate::search::{Search, Strategy};
+use crate::workloads::ModelWorkload;
+use rayon::prelude::*;
+use rocky_compiler::{
+    compiler_version, default_schedule, instantiate, search_space, DeviceCaps, Schedule, Workload,
+};
+use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache, RuntimeError};
+use rocky_tuning_db::{
+    DbError, DeviceFingerprint, FailureKind, RecordKey, Trial, TrialStatus, TuningDb,
+};
+use std::time::{Duration, Instant};
+
+/// Candidates compiled together before they are measured one by one.
+const COMPILE_BATCH: usize = 8;
+
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub strategy: Strategy,
+    /// Trials per workload, counting those already in the database (so a second run with
+    /// the same budget only finishes what an interrupted one left).
+    pub trials: usize,
+    /// Wall-clock budget of the whole run, shared evenly by the workloads still to tune.
+    pub time: Duration,
+    pub seed: u64,
+    pub measure: MeasureOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("the device could not be re-opened after it was lost: {0}")]
+    Device(#[from] RuntimeError),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Why a workload's search ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The database already held the trial budget's worth of trials.
+    AlreadyDone,
+    TrialBudget,
+    TimeBudget,
+    /// Every schedule of the space was tried.
+    SpaceExhausted,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::AlreadyDone => "already done",
+            StopReason::TrialBudget => "trial budget",
+            StopReason::TimeBudget => "time budget",
+            StopReason::SpaceExhausted => "space exhausted",
+        }
+    }
+}
+
+/// What tuning one workload found.
+#[derive(Clone, Debug)]
+pub struct WorkloadReport {
+    pub workload: Workload,
+    pub labels: Vec<String>,
+    pub space: usize,
+    /// The default schedule's trial (measured now or found in the database).
+    pub default: Option<Trial>,
+    /// The fastest Ok trial of the key after this run.
+    pub best: Option<Trial>,
+    /// Trials found in the database for this key before the run (not measured again).
+    pub skipped: usize,
+    pub measured: usize,
+    pub failed: usize,
+    pub stop: StopReason,
+}
+
+/// What the tuner tells its caller as it goes.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    WorkloadStart {
+        index: usize,
+        count: usize,
+        workload: &'a Workload,
+        space: usize,
+        already_recorded: usize,
+    },
+    Trial {
+        index: usize,
+        count: usize,
+        /// 1-based number of this trial among the key's trials.
+        number: usize,
+        trial: &'a Trial,
+        best: Option<&'a Trial>,
+    },
+    WorkloadDone {
+        index: usize,
+        count: usize,
+        report: &'a WorkloadReport,
+    },
+}
+
+/// A tuning session on one device with one database.
+pub struct Tuner<'db> {
+    selector: DeviceSelector,
+    ctx: Context,
+    caps: DeviceCaps,
+    cache: Option<PipelineCache>,
+    db: &'db TuningDb,
+    device: DeviceFingerprint,
+    compiler_version: String,
+    host: String,
+}
+
+impl<'db> Tuner<'db> {
+    /// `selector` re-opens the device if it is lost during a trial.
+    pub fn new(ctx: Context, selector: DeviceSelector, db: &'db TuningDb) -> Tuner<'db> {
+        Tuner {
+            caps: device_caps(ctx.info(), ctx.caps()),
+            cache: PipelineCache::open_default(&ctx).ok(),
+            device: fingerprint(ctx.info()),
+            compiler_version: compiler_version(),
+            host: host_name(),
+            selector,
+            ctx,
+            db,
+        }
+    }
+
+    pub fn device(&self) -> &DeviceFingerprint {
+        &self.device
+    }
+
+    pub fn key(&self, workload: &Workload) -> RecordKey {
+        RecordKey {
+            device: self.device.clone(),
+            compiler_version: self.compiler_version.clone(),
+            workload: *workload,
+        }
+    }
+
+    /// Tunes every workload in turn.
+    pub fn tune(
+        &mut self,
+        workloads: &[ModelWorkload],
+        options: &TuneOptions,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<WorkloadReport>, TuneError> {
+        let start = Instant::now();
+        let mut reports = Vec::new();
+        for (index, mw) in workloads.iter().enumerate() {
+            let left = options.time.saturating_sub(start.elapsed());
+            let deadline = Instant::now() + left / (workloads.len() - index) as u32;
+            let report = self.tune_one(mw, index, workloads.len(), options, deadline, progress)?;
+            progress(Progress::WorkloadDone {
+                index,
+                count: workloads.len(),
+                report: &report,
+            });
+            reports.push(report);
+        }
+        if let Some(cache) = &self.cache {
+            // A cache that cannot be saved only costs compile time next run.
+            let _ = cache.save();
+        }
+        Ok(reports)
+    }
+
+    fn tune_one(
+        &mut self,
+        mw: &ModelWorkload,
+        index: usize,
+        count: usize,
+        options: &TuneOptions,
+        deadline: Instant,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<WorkloadReport, TuneError> {
+        let workload = mw.workload;
+        let Workload::Gemm(gemm) = workload else {
+            return Err(TuneError::Unsupported(format!(
+                "the tuner measures gemm workloads, not {}",
+                workload.kind()
+            )));
+        };
+        let key = self.key(&workload);
+        let space = search_space(&workload, &self.caps);
+        let default = default_schedule(&workload, &self.caps);
+        let existing = self.db.trials(&key)?;
+        progress(Progress::WorkloadStart {
+            index,
+            count,
+            workload: &workload,
+            space: space.len(),
+            already_recorded: existing.len(),
+        });
+        let mut report = WorkloadReport {
+            workload,
+            labels: mw.labels.clone(),
+            space: space.len(),
+            default: existing.iter().find(|t| t.schedule == default).cloned(),
+            best: None,
+            skipped: existing.len(),
+            measured: 0,
+            failed: 0,
+            stop: StopReason::AlreadyDone,
+        };
+        let mut search = Search::new(
+            options.strategy,
+            space,
+            options.seed ^ workload_seed(&workload),
+        );
+        for t in &existing {
+            search.mark_tried(&t.schedule, t.is_ok().then_some(t.median_s));
+        }
+        let inputs = GemmInputs::random(&gemm, options.measure.seed);
+        let mut recorded = existing.len();
+        // The default first, always: "best" can then never be slower than the default.
+        if report.default.is_none() {
+            let trial = self.measure(&workload, &default, &inputs, options)?;
+            search.mark_tried(&default, trial.is_ok().then_some(trial.median_s));
+            recorded += 1;
+            self.after_trial(&key, &trial, &mut report, index, count, recorded, progress)?;
+            report.default = Some(trial);
+        }
+        report.stop = loop {
+            if recorded >= options.trials {
+                break if report.measured == 0 {
+                    StopReason::AlreadyDone
+                } else {
+                    StopReason::TrialBudget
+                };
+            }
+            if Instant::now() >= deadline {
+                break StopReason::TimeBudget;
+            }
+            let batch = search.next_batch(COMPILE_BATCH.min(options.trials - recorded));
+            if batch.is_empty() {
+                break StopReason::SpaceExhausted;
+            }
+            let schedules: Vec<Schedule> = batch.iter().map(|&i| search.space()[i]).collect();
+            // Compiling is pure: all candidates of the batch at once.
+            let caps = &self.caps;
+            let kernels: Vec<_> = schedules
+                .par_iter()
+                .map(|s| instantiate(&workload, s, caps))
+                .collect();
+            for ((&i, schedule), kernel) in batch.iter().zip(&schedules).zip(kernels) {
+                if Instant::now() >= deadline && report.measured > 0 {
+                    break;
+                }
+                if self.db.has_trial(&key, schedule)? {
+                    continue;
+                }
+                let trial = self.measure_compiled(&workload, schedule, kernel, &inputs, options)?;
+                search.record(i, trial.is_ok().then_some(trial.median_s));
+                recorded += 1;
+                self.after_trial(&key, &trial, &mut report, index, count, recorded, progress)?;
+            }
+        };
+        report.best = self.db.best(&key)?;
+        Ok(report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn after_trial(
+        &self,
+        key: &RecordKey,
+        trial: &Trial,
+        report: &mut WorkloadReport,
+        index: usize,
+        count: usize,
+        number: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), TuneError> {
+        self.db.add_trial(key, trial)?;
+        report.measured += 1;
+        if !trial.is_ok() {
+            report.failed += 1;
+        }
+        let best = self.db.best(key)?;
+        progress(Progress::Trial {
+            index,
+            count,
+            number,
+            trial,
+            best: best.as_ref(),
+        });
+        Ok(())
+    }
+
+    fn measure(
+        &mut self,
+        workload: &Workload,
+        schedule: &Schedule,
+        inputs: &GemmInputs,
+        options: &TuneOptions,
+    ) -> Result<Trial, TuneError> {
+        let kernel = instantiate(workload, schedule, &self.caps);
+        self.measure_compiled(workload, schedule, kernel, inputs, options)
+    }
+
+    fn measure_compiled(
+        &mut self,
+        workload: &Workload,
+        schedule: &Schedule,
+        kernel: Result<rocky_compiler::CompiledKernel, rocky_compiler::Refusal>,
+        inputs: &GemmInputs,
+        options: &TuneOptions,
+    ) -> Result<Trial, TuneError> {
+        let (Workload::Gemm(w), Schedule::Gemm(s)) = (workload, schedule) else {
+            return Ok(Trial::failed(
+                *schedule,
+                FailureKind::Refused,
+                format!(
+                    "a {} schedule for a {} workload",
+                    schedule.kind(),
+                    workload.kind()
+                ),
+                self.host.clone(),
+            ));
+        };
+        let trial = measure_gemm(
+            &self.ctx,
+            self.cache.as_ref(),
+            &self.caps,
+            w,
+            s,
+            kernel,
+            inputs,
+            &options.measure,
+            &self.host,
+        );
+        if matches!(
+            &trial.status,
+            TrialStatus::Failed {
+                kind: FailureKind::DeviceLost,
+                ..
+            }
+        ) {
+            // Everything made from the lost device is unusable: start over on a new one.
+            self.cache = None;
+            self.ctx = Context::new(&self.selector)?;
+            self.cache = PipelineCache::open_default(&self.ctx).ok();
+        }
+        Ok(trial)
+    }
+}
+
+/// Different workloads get different (but reproducible) search orders from one `--seed`.
+fn workload_seed(w: &Workload) -> u64 {
+    let text = serde_json::to_string(w).unwrap_or_default();
+    // FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// This machine's name for the trials' `host` field.
+pub fn host_name() -> String {
+    let from_file = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| from_file("/proc/sys/kernel/hostname"))
+        .or_else(|| from_file("/etc/hostname"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}

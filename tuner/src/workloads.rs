@@ -1,0 +1,94 @@
+//! The distinct GEMM workloads of a model's prefill graph at a ubatch size: what `rocky tune`
+//! searches, each once however many layers share it.
+
+use rocky_compiler::Workload;
+use rocky_models::arch::Model;
+use rocky_models::gguf::GgufFile;
+use rocky_runtime::executor::{DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights};
+use rocky_runtime::{CommandBudget, Context};
+use std::time::Duration;
+
+/// One workload and the graph nodes that run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelWorkload {
+    pub workload: Workload,
+    /// Node labels (e.g. `blk.0.attn_q`) in graph order.
+    pub labels: Vec<String>,
+}
+
+/// The distinct GEMM workloads the executor runs for `model` at `ubatch` tokens, in graph
+/// order of first use.
+///
+/// Asks the executor itself (it decides the weight formats, activation types and the
+/// last-row shapes), so the tuner tunes exactly the keys the prefill later looks up. This
+/// uploads the weights and builds the default pipelines, which the tuner measures first anyway.
+pub fn model_workloads(
+    ctx: &Context,
+    file: &GgufFile,
+    model: &Model,
+    ubatch: usize,
+) -> Result<Vec<ModelWorkload>, ExecError> {
+    let weights = GpuWeights::upload(ctx, file, model)?;
+    let options = ExecutorOptions {
+        ubatch,
+        budget: CommandBudget::for_device(ctx.info()),
+        timeout: Duration::from_secs(600),
+        profile: false,
+    };
+    let mut executor = Executor::new(ctx, file, model, weights, options, ubatch)?;
+    executor.prepare(&DefaultSchedules)?;
+    Ok(distinct_gemms(
+        executor
+            .used
+            .iter()
+            .map(|(label, w, _, _)| (label.as_str(), *w)),
+    ))
+}
+
+/// Groups GEMM workloads by value, keeping the order of first appearance.
+fn distinct_gemms<'a>(nodes: impl Iterator<Item = (&'a str, Workload)>) -> Vec<ModelWorkload> {
+    let mut out: Vec<ModelWorkload> = Vec::new();
+    for (label, w) in nodes.filter(|(_, w)| matches!(w, Workload::Gemm(_))) {
+        match out.iter_mut().find(|m| m.workload == w) {
+            Some(m) => m.labels.push(label.to_string()),
+            None => out.push(ModelWorkload {
+                workload: w,
+                labels: vec![label.to_string()],
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocky_compiler::{ActType, GemmWorkload, RmsNormWorkload, WeightFormat};
+
+    fn gemm(n: u32) -> Workload {
+        Workload::Gemm(GemmWorkload {
+            m: 16,
+            n,
+            k: 256,
+            act: ActType::F32,
+            weight: WeightFormat::Q4K,
+            bias: false,
+        })
+    }
+
+    #[test]
+    fn identical_gemms_are_grouped_and_other_ops_dropped() {
+        let norm = Workload::RmsNorm(RmsNormWorkload::new(16, 256, 1e-6));
+        let nodes = [
+            ("blk.0.norm", norm),
+            ("blk.0.q", gemm(256)),
+            ("blk.0.ffn", gemm(512)),
+            ("blk.1.q", gemm(256)),
+        ];
+        let got = distinct_gemms(nodes.into_iter());
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].workload, gemm(256));
+        assert_eq!(got[0].labels, ["blk.0.q", "blk.1.q"]);
+        assert_eq!(got[1].labels, ["blk.0.ffn"]);
+    }
+}
