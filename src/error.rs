@@ -23,7 +23,10 @@ pub struct CliError {
 
 impl CliError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        CliError { kind, message: message.into() }
+        CliError {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn usage(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Usage, message)

@@ -22,7 +22,11 @@ fn asset(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
     let p = dir.join(name);
-    assert!(p.exists(), "{} missing: run tools/prepare-test-assets.sh", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run tools/prepare-test-assets.sh",
+        p.display()
+    );
     p
 }
 
@@ -88,7 +92,11 @@ fn cpu_prefill_writes_the_golden_logits() {
     let (ours, theirs) = (read(&out), read(&golden.join("t1_short_en.logits.f32")));
     std::fs::remove_file(&out).ok();
     assert_eq!(ours.len(), theirs.len());
-    let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let worst = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(worst < 1e-3, "largest |Δlogit| {worst}");
 }
 
@@ -106,18 +114,43 @@ fn bad_inputs_give_clear_errors_and_exit_codes() {
     let m = std::fs::read(shared().join("models/qwen2-tiny-q8_0.gguf")).unwrap();
     let cut = std::env::temp_dir().join(format!("rocky-cut-{}.gguf", std::process::id()));
     std::fs::write(&cut, &m[..m.len() / 2]).unwrap();
-    let o = rocky(&["prefill", cut.to_str().unwrap(), "--backend", "cpu", "--token-ids", "1,2"]);
+    let o = rocky(&[
+        "prefill",
+        cut.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--token-ids",
+        "1,2",
+    ]);
     std::fs::remove_file(&cut).ok();
     assert_eq!(o.status.code(), Some(3));
     assert!(text(&o).contains("truncated"), "{}", text(&o));
     // An architecture rocky does not run.
     let g = asset("gemma-3-270m-q4_k_m.gguf");
-    let o = rocky(&["prefill", g.to_str().unwrap(), "--backend", "cpu", "--token-ids", "2,3"]);
+    let o = rocky(&[
+        "prefill",
+        g.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--token-ids",
+        "2,3",
+    ]);
     assert_eq!(o.status.code(), Some(3));
-    assert!(text(&o).contains("\"gemma3\" is not supported"), "{}", text(&o));
+    assert!(
+        text(&o).contains("\"gemma3\" is not supported"),
+        "{}",
+        text(&o)
+    );
     // A token id outside the vocabulary.
     let t = shared().join("models/qwen2-tiny-q8_0.gguf");
-    let o = rocky(&["prefill", t.to_str().unwrap(), "--backend", "cpu", "--token-ids", "999999"]);
+    let o = rocky(&[
+        "prefill",
+        t.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--token-ids",
+        "999999",
+    ]);
     assert_eq!(o.status.code(), Some(3));
     assert!(text(&o).contains("outside the vocabulary"), "{}", text(&o));
 }

@@ -27,7 +27,11 @@ fn asset(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
     let p = dir.join(name);
-    assert!(p.exists(), "{} missing: run tools/prepare-test-assets.sh", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run tools/prepare-test-assets.sh",
+        p.display()
+    );
     p
 }
 
@@ -126,8 +130,16 @@ fn tiny_f32_with_f32_math_matches_golden_at_every_ubatch() {
         for ub in UBATCHES {
             let got = gpu_logits(&file, &model, &ids, ub, None, &F32Math);
             let c = compare_logits(&want, &got);
-            println!("f32 math {name} ubatch {ub:>3}: max|Δ| {:.2e} top1 {}", c.max_abs_diff, c.top1_a == c.top1_b);
-            assert!(c.max_abs_diff < 1e-3, "{name} ubatch {ub}: |Δ| {}", c.max_abs_diff);
+            println!(
+                "f32 math {name} ubatch {ub:>3}: max|Δ| {:.2e} top1 {}",
+                c.max_abs_diff,
+                c.top1_a == c.top1_b
+            );
+            assert!(
+                c.max_abs_diff < 1e-3,
+                "{name} ubatch {ub}: |Δ| {}",
+                c.max_abs_diff
+            );
             assert_eq!(c.top1_a, c.top1_b, "{name} ubatch {ub}: top-1");
             worst = worst.max(c.max_abs_diff);
         }
@@ -151,15 +163,28 @@ fn quantized_with_defaults(model_file: &str, folder: &str) {
                 "{folder} default {name} ub {ub:>3}: vs CPU ref max|Δ| {:.2e} corr {:.6}; vs llama.cpp max|Δ| {:.2e} corr {:.6}",
                 vs_ref.max_abs_diff, vs_ref.correlation, vs_gold.max_abs_diff, vs_gold.correlation
             );
-            assert!(vs_ref.correlation >= 0.999, "{name} ub {ub}: corr vs CPU {}", vs_ref.correlation);
-            assert!(vs_gold.correlation >= 0.999, "{name} ub {ub}: corr vs golden {}", vs_gold.correlation);
+            assert!(
+                vs_ref.correlation >= 0.999,
+                "{name} ub {ub}: corr vs CPU {}",
+                vs_ref.correlation
+            );
+            assert!(
+                vs_gold.correlation >= 0.999,
+                "{name} ub {ub}: corr vs golden {}",
+                vs_gold.correlation
+            );
             if vs_gold.gap_a > 2.0 * vs_gold.max_abs_diff {
-                assert_eq!(vs_gold.top1_a, vs_gold.top1_b, "{name} ub {ub}: top-1 with a clear gap");
+                assert_eq!(
+                    vs_gold.top1_a, vs_gold.top1_b,
+                    "{name} ub {ub}: top-1 with a clear gap"
+                );
             }
             worst_ref = worst_ref.max(vs_ref.max_abs_diff);
         }
     }
-    println!("{folder}, default schedules: largest |Δlogit| vs the CPU reference = {worst_ref:.3e}");
+    println!(
+        "{folder}, default schedules: largest |Δlogit| vs the CPU reference = {worst_ref:.3e}"
+    );
 }
 
 #[test]
@@ -184,7 +209,10 @@ fn one_dispatch_per_command_buffer_gives_the_same_logits() {
     tiny.max_dispatches = 1;
     let split = gpu_logits(&file, &model, &ids, 64, Some(tiny), &DefaultSchedules);
     let c = compare_logits(&normal, &split);
-    println!("budget of one dispatch per command buffer: max|Δ| {:.2e}", c.max_abs_diff);
+    println!(
+        "budget of one dispatch per command buffer: max|Δ| {:.2e}",
+        c.max_abs_diff
+    );
     assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
 }
 

@@ -14,7 +14,11 @@ pub enum Op {
     /// Gather rows of an embedding table by token id (input: the token ids).
     Embedding { table: String, width: usize },
     /// y = x / sqrt(mean(x²) + eps) * weight, per row.
-    RmsNorm { weight: String, eps: f32, width: usize },
+    RmsNorm {
+        weight: String,
+        eps: f32,
+        width: usize,
+    },
     /// y = x · Wᵀ (+ bias); W is `out_features × in_features` in its GGUF block format.
     Linear {
         weight: String,

@@ -161,7 +161,13 @@ impl<'a> CpuSession<'a> {
 
     /// y[m, o] = Σ_k x[m, k] · W[o, k]. Weight rows are dequantized in groups of `GROUP` so
     /// each activation row is reused across several outputs while it is in cache.
-    fn linear(&self, x: &[f32], weight: &str, k: usize, n_out: usize) -> Result<Vec<f32>, ModelError> {
+    fn linear(
+        &self,
+        x: &[f32],
+        weight: &str,
+        k: usize,
+        n_out: usize,
+    ) -> Result<Vec<f32>, ModelError> {
         const GROUP: usize = 16;
         let t = self
             .file

@@ -40,14 +40,20 @@ fn small_model() -> Vec<u8> {
         "strings",
         MetaValue::Array(
             ValueType::String,
-            vec![MetaValue::String("a".into()), MetaValue::String("ünï".into())],
+            vec![
+                MetaValue::String("a".into()),
+                MetaValue::String("ünï".into()),
+            ],
         ),
     );
     w.set(
         "nested",
         MetaValue::Array(
             ValueType::Array,
-            vec![MetaValue::Array(ValueType::I32, vec![MetaValue::I32(1), MetaValue::I32(2)])],
+            vec![MetaValue::Array(
+                ValueType::I32,
+                vec![MetaValue::I32(1), MetaValue::I32(2)],
+            )],
         ),
     );
     w.set("empty", MetaValue::Array(ValueType::F32, vec![]));
@@ -65,7 +71,9 @@ fn small_model() -> Vec<u8> {
     }
     let path = std::env::temp_dir().join(format!("rocky-small-{}.gguf", std::process::id()));
     w.write(&path, |i, t| {
-        Ok((0..t.byte_size().unwrap()).map(|b| (b as u8).wrapping_mul(i as u8 + 3)).collect())
+        Ok((0..t.byte_size().unwrap())
+            .map(|b| (b as u8).wrapping_mul(i as u8 + 3))
+            .collect())
     })
     .unwrap();
     let bytes = std::fs::read(&path).unwrap();
@@ -113,7 +121,10 @@ fn writer_and_reader_round_trip() {
         MetaValue::Array(ValueType::I32, vec![MetaValue::I32(1), MetaValue::I32(2)])
     );
     let c = f.tensor("c").unwrap();
-    assert_eq!((c.dims.clone(), c.ggml_type, c.size), (vec![256, 1, 2], GgmlType::Q4K, 288));
+    assert_eq!(
+        (c.dims.clone(), c.ggml_type, c.size),
+        (vec![256, 1, 2], GgmlType::Q4K, 288)
+    );
     let d = f.tensor_data(f.tensor("b").unwrap());
     assert_eq!(d.len(), 3 * 2 * 34);
     assert_eq!(d[5], 5u8.wrapping_mul(4));
@@ -132,7 +143,10 @@ fn every_truncation_of_a_real_model_is_an_error() {
     let mut errors = 0;
     for &n in &lengths {
         assert!(
-            must_not_panic(bytes[..n].to_vec(), &format!("a copy truncated to {n} bytes")),
+            must_not_panic(
+                bytes[..n].to_vec(),
+                &format!("a copy truncated to {n} bytes")
+            ),
             "a copy truncated to {n} of {} bytes was accepted",
             bytes.len()
         );
@@ -148,8 +162,13 @@ fn hostile_counts_are_rejected_without_allocating() {
     b.extend(3u32.to_le_bytes());
     b.extend(0u64.to_le_bytes());
     b.extend((1u64 << 62).to_le_bytes());
-    let e = GgufFile::from_bytes("bomb.gguf", b).unwrap_err().to_string();
-    assert!(e.contains("metadata_kv_count") && e.contains("byte offset 16"), "{e}");
+    let e = GgufFile::from_bytes("bomb.gguf", b)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("metadata_kv_count") && e.contains("byte offset 16"),
+        "{e}"
+    );
 
     let mut b = b"GGUF".to_vec();
     b.extend(3u32.to_le_bytes());
@@ -157,8 +176,13 @@ fn hostile_counts_are_rejected_without_allocating() {
     b.extend(1u64.to_le_bytes());
     b.extend((1u64 << 63).to_le_bytes());
     b.extend([0u8; 64]);
-    let e = GgufFile::from_bytes("bomb.gguf", b).unwrap_err().to_string();
-    assert!(e.contains("metadata[0].key") && e.contains("byte offset 24"), "{e}");
+    let e = GgufFile::from_bytes("bomb.gguf", b)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("metadata[0].key") && e.contains("byte offset 24"),
+        "{e}"
+    );
 }
 
 fn mutate(rng: &mut StdRng, seed: &[u8], hot_len: usize) -> Vec<u8> {
@@ -177,7 +201,19 @@ fn mutate(rng: &mut StdRng, seed: &[u8], hot_len: usize) -> Vec<u8> {
             }
             2 => {
                 // An interesting 8- or 4-byte integer over a count, length, offset or type.
-                let values = [0u64, 1, 2, 31, 32, 255, u32::MAX as u64, 1 << 32, 1 << 62, u64::MAX, seed.len() as u64];
+                let values = [
+                    0u64,
+                    1,
+                    2,
+                    31,
+                    32,
+                    255,
+                    u32::MAX as u64,
+                    1 << 32,
+                    1 << 62,
+                    u64::MAX,
+                    seed.len() as u64,
+                ];
                 let v = values[rng.gen_range(0..values.len())];
                 let w = if rng.gen() { 8 } else { 4 };
                 let i = rng.gen_range(0..hot.saturating_sub(w).max(1));
@@ -215,7 +251,9 @@ fn seeded_mutation_fuzz() {
         .unwrap_or(5);
     let small = small_model();
     let real = real_model();
-    let real_header = GgufFile::from_bytes("real", real.clone()).unwrap().data_offset as usize;
+    let real_header = GgufFile::from_bytes("real", real.clone())
+        .unwrap()
+        .data_offset as usize;
     // Mutating the vocabulary-sized header of the real model is slow to re-parse; take its
     // first part (the counts, the architecture keys and the start of the token list) and the
     // whole small model, which has every value type.

@@ -36,7 +36,9 @@ impl WlsModel {
             .iter()
             .map(|&g| u64::from(g.max(1)).next_power_of_two())
             .product();
-        per_instance * instances.min(u64::from(self.max_instances_per_core)) * u64::from(self.core_id_range)
+        per_instance
+            * instances.min(u64::from(self.max_instances_per_core))
+            * u64::from(self.core_id_range)
     }
 }
 
@@ -81,8 +83,7 @@ impl CommandBudget {
 
     /// Driver bytes of one dispatch under this budget's model.
     pub fn dispatch_bytes(&self, shared_bytes: u32, grid: [u32; 3]) -> u64 {
-        self.wls
-            .map_or(0, |m| m.dispatch_bytes(shared_bytes, grid))
+        self.wls.map_or(0, |m| m.dispatch_bytes(shared_bytes, grid))
     }
 }
 
@@ -161,7 +162,10 @@ mod tests {
         // 100 bytes round up to the 128-byte minimum; 3 workgroups round up to 4.
         assert_eq!(MODEL.dispatch_bytes(100, [3, 1, 1]), 128 * 4 * 4);
         // 12 KiB → 16 KiB per instance; 5×3 → 8×4 = 32 instances, capped at 16.
-        assert_eq!(MODEL.dispatch_bytes(12 << 10, [5, 3, 1]), (16 << 10) * 16 * 4);
+        assert_eq!(
+            MODEL.dispatch_bytes(12 << 10, [5, 3, 1]),
+            (16 << 10) * 16 * 4
+        );
     }
 
     #[test]
@@ -177,7 +181,11 @@ mod tests {
         assert_eq!(t.used_bytes(), 600);
         assert_eq!(t.admit(0), Admit::Record);
         assert_eq!(t.admit(0), Admit::Record);
-        assert_eq!(t.admit(0), Admit::SubmitFirst, "fourth dispatch over the cap of 3");
+        assert_eq!(
+            t.admit(0),
+            Admit::SubmitFirst,
+            "fourth dispatch over the cap of 3"
+        );
         // A dispatch bigger than the whole budget gets a command buffer of its own.
         t.reset();
         assert_eq!(t.admit(5000), Admit::Record);

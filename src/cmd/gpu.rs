@@ -123,9 +123,7 @@ impl<'m> GpuSession<'m> {
 
     /// Builds every pipeline the prefill needs (not counted in its time).
     pub fn prepare(&mut self) -> Result<(), CliError> {
-        self.executor
-            .prepare(&self.schedules)
-            .map_err(exec_error)
+        self.executor.prepare(&self.schedules).map_err(exec_error)
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {

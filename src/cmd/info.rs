@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  rocky info qwen2.5-3b-instruct-q4_k_m.gguf\n  rocky info model.gguf --json")]
+#[command(
+    after_help = "Examples:\n  rocky info qwen2.5-3b-instruct-q4_k_m.gguf\n  rocky info model.gguf --json"
+)]
 pub struct Args {
     /// The GGUF model (or vocabulary) file.
     pub model: PathBuf,
@@ -74,7 +76,11 @@ pub fn run(args: Args) -> CmdResult {
                 c.rope_theta,
                 c.rms_eps,
                 c.n_ctx_train,
-                if c.tied_output { "tied to token_embd" } else { "separate" }
+                if c.tied_output {
+                    "tied to token_embd"
+                } else {
+                    "separate"
+                }
             );
             println!("parameters    {:.3} B", c.n_params() as f64 / 1e9);
         }

@@ -18,8 +18,10 @@ pub enum Backend {
 }
 
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  rocky prefill model.gguf --prompt 'The capital of France is'\n  \
-rocky prefill model.gguf --backend cpu --token-ids 785,6722,315 --logits-out logits.f32 --json")]
+#[command(
+    after_help = "Examples:\n  rocky prefill model.gguf --prompt 'The capital of France is'\n  \
+rocky prefill model.gguf --backend cpu --token-ids 785,6722,315 --logits-out logits.f32 --json"
+)]
 pub struct Args {
     /// The GGUF model.
     pub model: PathBuf,
@@ -69,7 +71,10 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(path) = &args.logits_out {
         let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
         std::fs::write(path, bytes).map_err(|e| {
-            CliError::output(format!("cannot write the logits to {}: {e}", path.display()))
+            CliError::output(format!(
+                "cannot write the logits to {}: {e}",
+                path.display()
+            ))
         })?;
     }
     let tokenizer = Tokenizer::from_gguf(&file).ok();

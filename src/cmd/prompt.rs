@@ -25,7 +25,9 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
     let text = match (&args.prompt, &args.file, &args.token_ids) {
         (_, _, Some(ids)) => {
             if ids.is_empty() {
-                return Err(CliError::usage("--token-ids is empty: give at least one id"));
+                return Err(CliError::usage(
+                    "--token-ids is empty: give at least one id",
+                ));
             }
             return Ok(ids.clone());
         }
@@ -35,8 +37,7 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
         })?,
         _ => unreachable!("clap requires one prompt source"),
     };
-    let tokenizer = Tokenizer::from_gguf(file)
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let tokenizer = Tokenizer::from_gguf(file).map_err(|e| CliError::input(e.to_string()))?;
     let ids = tokenizer
         .encode(&text, true, true)
         .map_err(|e| CliError::input(format!("cannot tokenize the prompt: {e}")))?;

@@ -42,11 +42,13 @@ fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
         )));
     }
     if head_dim % 2 != 0 {
-        return Err(invalid(format!("head dimension {head_dim} is odd: RoPE needs pairs")));
+        return Err(invalid(format!(
+            "head dimension {head_dim} is odd: RoPE needs pairs"
+        )));
     }
-    let token_embd = file.tensor("token_embd.weight").ok_or_else(|| {
-        invalid("tensor token_embd.weight is missing".to_string())
-    })?;
+    let token_embd = file
+        .tensor("token_embd.weight")
+        .ok_or_else(|| invalid("tensor token_embd.weight is missing".to_string()))?;
     let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
     let rope_theta = file
         .get("qwen2.rope.freq_base")
@@ -75,7 +77,12 @@ fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
 }
 
 fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
-    let (e, q, kv, f) = (c.n_embd, c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_ff);
+    let (e, q, kv, f) = (
+        c.n_embd,
+        c.n_head * c.head_dim,
+        c.n_head_kv * c.head_dim,
+        c.n_ff,
+    );
     expect_tensor(file, "token_embd.weight", &[e, c.n_vocab])?;
     expect_tensor(file, "output_norm.weight", &[e])?;
     if !c.tied_output {
@@ -100,7 +107,12 @@ fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
 }
 
 fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
-    let (e, q_w, kv_w, f) = (c.n_embd, c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_ff);
+    let (e, q_w, kv_w, f) = (
+        c.n_embd,
+        c.n_head * c.head_dim,
+        c.n_head_kv * c.head_dim,
+        c.n_ff,
+    );
     let (mut g, tokens) = GraphBuilder::new();
     let linear = |w: String, bias: bool, in_features, out_features| Op::Linear {
         bias: bias.then(|| w.replace(".weight", ".bias")),
@@ -147,7 +159,11 @@ fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
             },
             &[q, k, v],
         );
-        let o = g.push(p("attn_output"), linear(p("attn_output.weight"), false, q_w, e), &[attn]);
+        let o = g.push(
+            p("attn_output"),
+            linear(p("attn_output.weight"), false, q_w, e),
+            &[attn],
+        );
         x = g.push(p("attn_residual"), Op::Add { width: e }, &[x, o]);
         let h = g.push(
             p("ffn_norm"),
@@ -158,10 +174,18 @@ fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
             },
             &[x],
         );
-        let gate = g.push(p("ffn_gate"), linear(p("ffn_gate.weight"), false, e, f), &[h]);
+        let gate = g.push(
+            p("ffn_gate"),
+            linear(p("ffn_gate.weight"), false, e, f),
+            &[h],
+        );
         let up = g.push(p("ffn_up"), linear(p("ffn_up.weight"), false, e, f), &[h]);
         let act = g.push(p("ffn_swiglu"), Op::SwiGlu { width: f }, &[gate, up]);
-        let down = g.push(p("ffn_down"), linear(p("ffn_down.weight"), false, f, e), &[act]);
+        let down = g.push(
+            p("ffn_down"),
+            linear(p("ffn_down.weight"), false, f, e),
+            &[act],
+        );
         x = g.push(p("ffn_residual"), Op::Add { width: e }, &[x, down]);
     }
     let last = g.push("last_row", Op::LastRow { width: e }, &[x]);

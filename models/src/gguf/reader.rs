@@ -193,9 +193,8 @@ impl GgufFile {
             infos.push(cur.tensor_info(i)?);
         }
 
-        let data_offset = align_up(cur.pos as u64, alignment).ok_or_else(|| {
-            cur.error_at(cur.pos, "tensor data", "offset overflows".to_string())
-        })?;
+        let data_offset = align_up(cur.pos as u64, alignment)
+            .ok_or_else(|| cur.error_at(cur.pos, "tensor data", "offset overflows".to_string()))?;
         let file_len = map.len() as u64;
         if data_offset > file_len && !infos.is_empty() {
             return Err(cur.error_at(
@@ -397,8 +396,17 @@ impl<'a> Cursor<'a> {
 
     /// Rejects a count of items that cannot fit in the bytes left, before anything is
     /// allocated for it.
-    fn check_count(&self, count: u64, min_item: u64, at: usize, field: &str) -> Result<(), GgufError> {
-        if count.checked_mul(min_item).map_or(true, |b| b > self.remaining()) {
+    fn check_count(
+        &self,
+        count: u64,
+        min_item: u64,
+        at: usize,
+        field: &str,
+    ) -> Result<(), GgufError> {
+        if count
+            .checked_mul(min_item)
+            .map_or(true, |b| b > self.remaining())
+        {
             return Err(self.error_at(
                 at,
                 field,
@@ -456,9 +464,8 @@ impl<'a> Cursor<'a> {
             ));
         }
         let bytes = self.bytes(len, field)?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| {
-            self.error_at(at, field, format!("string is not valid UTF-8: {e}"))
-        })
+        String::from_utf8(bytes.to_vec())
+            .map_err(|e| self.error_at(at, field, format!("string is not valid UTF-8: {e}")))
     }
 
     fn value(&mut self, vt: ValueType, field: &str, depth: u32) -> Result<MetaValue, GgufError> {
@@ -478,7 +485,13 @@ impl<'a> Cursor<'a> {
                 match self.array::<1>(field)?[0] {
                     0 => MetaValue::Bool(false),
                     1 => MetaValue::Bool(true),
-                    b => return Err(self.error_at(at, field, format!("bool byte is {b}, not 0 or 1"))),
+                    b => {
+                        return Err(self.error_at(
+                            at,
+                            field,
+                            format!("bool byte is {b}, not 0 or 1"),
+                        ))
+                    }
                 }
             }
             ValueType::String => MetaValue::String(self.string(field)?),

@@ -379,7 +379,9 @@ impl<'m> Executor<'m> {
         // Host-side embedding gather into the first node's slot.
         let embd_node = &graph.nodes[0];
         let Op::Embedding { table, width } = &embd_node.op else {
-            return Err(ExecError::Unsupported("the graph does not start with an embedding".into()));
+            return Err(ExecError::Unsupported(
+                "the graph does not start with an embedding".into(),
+            ));
         };
         let x = gather_embeddings(self.file, table, *width, tokens)?;
         let embd_slot = self.plan.slot_of[embd_node.output].unwrap();
@@ -394,11 +396,12 @@ impl<'m> Executor<'m> {
         let mut dispatches: Vec<Dispatch> = Vec::new();
         let mut rows = m;
         let mut row_offset_of: HashMap<usize, u64> = HashMap::new();
-        let slot_range = |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'_>, RuntimeError> {
-            let slot = self.plan.slot_of[value].expect("activation has a slot");
-            let width = self.plan.width_of[value] as u64;
-            self.slots[slot].range(offset, u64::from(rows) * width * 4)
-        };
+        let slot_range =
+            |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'_>, RuntimeError> {
+                let slot = self.plan.slot_of[value].expect("activation has a slot");
+                let width = self.plan.width_of[value] as u64;
+                self.slots[slot].range(offset, u64::from(rows) * width * 4)
+            };
         for (node, ws) in graph.nodes.iter().zip(&full) {
             let in_off: Vec<u64> = node
                 .inputs
@@ -448,16 +451,18 @@ impl<'m> Executor<'m> {
                     (Op::Linear { weight, bias, .. }, Workload::Gemm(g)) => {
                         let gw = GemmWorkload { m: rows, ..*g };
                         let wbuf = &self.weights.get(weight).0;
-                        let slices = n_slices(&gw, max_range, align).map_err(|r| {
-                            ExecError::Refused {
+                        let slices =
+                            n_slices(&gw, max_range, align).map_err(|r| ExecError::Refused {
                                 label: label.clone(),
                                 reason: r.to_string(),
-                            }
-                        })?;
+                            })?;
                         for slice in slices {
                             let mut named: Vec<(&str, BufferRange)> = vec![
                                 ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
-                                ("weight", wbuf.range(slice.weight_offset, slice.weight_range)?),
+                                (
+                                    "weight",
+                                    wbuf.range(slice.weight_offset, slice.weight_range)?,
+                                ),
                                 ("y", slot_range(node.output, rows, 0)?),
                             ];
                             if let Some(b) = bias {
@@ -489,9 +494,14 @@ impl<'m> Executor<'m> {
                     }
                     (Op::Attention { layer, .. }, Workload::KvWrite(_)) => {
                         // K goes to the K cache, then V to the V cache: two dispatches.
-                        for (input, cache) in [(1usize, &self.kv[*layer].0), (2, &self.kv[*layer].1)] {
+                        for (input, cache) in
+                            [(1usize, &self.kv[*layer].0), (2, &self.kv[*layer].1)]
+                        {
                             let named = vec![
-                                ("src", slot_range(node.inputs[input], rows, input_offset(input))?),
+                                (
+                                    "src",
+                                    slot_range(node.inputs[input], rows, input_offset(input))?,
+                                ),
                                 ("cache", cache.whole()),
                             ];
                             dispatches.push(Dispatch {
@@ -554,9 +564,14 @@ impl<'m> Executor<'m> {
 
     /// Records dispatches into command buffers, submitting whenever the budget says so.
     /// With profiling on, a timestamp follows every dispatch (and opens each command buffer).
-    fn submit_budgeted(&self, dispatches: Vec<Dispatch<'_>>) -> Result<Vec<DispatchTime>, ExecError> {
+    fn submit_budgeted(
+        &self,
+        dispatches: Vec<Dispatch<'_>>,
+    ) -> Result<Vec<DispatchTime>, ExecError> {
         let budget = self.options.budget;
-        let per_cb = (budget.max_dispatches as usize).min(dispatches.len()).max(1) as u32;
+        let per_cb = (budget.max_dispatches as usize)
+            .min(dispatches.len())
+            .max(1) as u32;
         let queries = match self.options.profile {
             true => Some(crate::TimestampQueries::new(&self.ctx, per_cb + 1)?),
             false => None,
@@ -578,19 +593,20 @@ impl<'m> Executor<'m> {
         };
         // Labels and kernels of the dispatches in the command buffer being recorded.
         let mut pending: Vec<DispatchTime> = Vec::new();
-        let mut finish = |rec: &mut Recorder, pending: &mut Vec<DispatchTime>| -> Result<(), ExecError> {
-            rec.submit_and_wait(self.options.timeout).map_err(oom)?;
-            if let Some(q) = &queries {
-                let ticks = q.read(0, pending.len() as u32 + 1)?;
-                let scale = q.scale();
-                for (i, mut t) in pending.drain(..).enumerate() {
-                    t.seconds = scale.elapsed(ticks[i], ticks[i + 1]).as_secs_f64();
-                    times.push(t);
+        let mut finish =
+            |rec: &mut Recorder, pending: &mut Vec<DispatchTime>| -> Result<(), ExecError> {
+                rec.submit_and_wait(self.options.timeout).map_err(oom)?;
+                if let Some(q) = &queries {
+                    let ticks = q.read(0, pending.len() as u32 + 1)?;
+                    let scale = q.scale();
+                    for (i, mut t) in pending.drain(..).enumerate() {
+                        t.seconds = scale.elapsed(ticks[i], ticks[i + 1]).as_secs_f64();
+                        times.push(t);
+                    }
                 }
-            }
-            pending.clear();
-            Ok(())
-        };
+                pending.clear();
+                Ok(())
+            };
         open_timestamps(&mut rec, queries.as_ref(), per_cb)?;
         for d in dispatches {
             let cost = budget.dispatch_bytes(d.pipeline.meta().shared_bytes, d.groups);
