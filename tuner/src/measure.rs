@@ -2,7 +2,7 @@
 //!
 //! compile (done by the caller, in parallel) → pipeline and buffers → one run on seeded
 //! inputs checked against the CPU reference (all columns, or a seeded sample on big shapes;
-//! it doubles as the warm-up) → `runs` timed runs with GPU timestamps → median, min, max.
+//! it is followed by one untimed warm-up batch) → `runs` timed runs with GPU timestamps → median, min, max.
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
 
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
@@ -102,6 +102,10 @@ fn run_trial(
     // The checked run (with its download) bounds one run's time from above.
     let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
     let runs = options.runs.min(affordable.floor() as u32).max(1);
+    // One untimed batch first: the checked run is followed by CPU-side checking, long enough
+    // for a desktop GPU to drop its clocks, and the first trial of a workload (the default
+    // schedule) was measured up to 5x slow on the H200 without this.
+    gpu.time(ctx, runs).map_err(classify)?;
     let times = gpu.time(ctx, runs).map_err(classify)?;
     let timing = Timing::of(&times, w.flops());
     if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
