@@ -1,7 +1,9 @@
 //! End-to-end tests of the `rocky` binary: model description, CPU prefill against llama.cpp's
 //! golden logits, and the errors a user meets with bad input.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{asset, shared};
 use std::process::{Command, Output};
 
 fn rocky(args: &[&str]) -> Output {
@@ -9,25 +11,6 @@ fn rocky(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("rocky runs")
-}
-
-fn shared() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("ROCKY_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
-    let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run tools/prepare-test-assets.sh",
-        p.display()
-    );
-    p
 }
 
 fn text(o: &Output) -> String {

@@ -2,6 +2,9 @@
 //! logits and the CPU reference, over prompt lengths × ubatch sizes, and with a budget so small
 //! that every dispatch gets its own command buffer.
 
+mod common;
+
+use common::{asset, shared};
 use rocky_compiler::{
     default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
 };
@@ -15,25 +18,6 @@ use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
-
-fn shared() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
-fn asset(name: &str) -> PathBuf {
-    let dir = std::env::var_os("ROCKY_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
-    let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run tools/prepare-test-assets.sh",
-        p.display()
-    );
-    p
-}
 
 /// One context per test binary, never destroyed (NVIDIA's driver can deadlock destroying
 /// devices from exiting test threads).
@@ -219,9 +203,7 @@ fn one_dispatch_per_command_buffer_gives_the_same_logits() {
 /// A Qwen2.5-0.5B-shaped Q4_K_M model (random weights), made once into the test assets.
 fn synth_0_5b() -> PathBuf {
     use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
-    let dir = std::env::var_os("ROCKY_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-assets"));
+    let dir = common::assets_dir();
     let path = dir.join("synth-qwen2.5-0.5b-q4_k_m-seed1.gguf");
     if !path.exists() {
         std::fs::create_dir_all(&dir).unwrap();

@@ -7,11 +7,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
-use common::{desktop_vk12, mali_vk12, require_spirv_val, spirv_dis, spirv_val};
+use common::{desktop_vk12, mali_vk12, parallel, require_spirv_val, spirv_dis, spirv_val};
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::embedding::EmbeddingWorkload;
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
@@ -59,27 +57,6 @@ fn workloads() -> Vec<Workload> {
     out.push(Workload::SwiGlu(EltwiseWorkload { m: 7, width: 90 }));
     out.push(Workload::KvWrite(KvWriteWorkload { m: 7, kv_width: 90 }));
     out
-}
-
-/// Runs `check` on every item on all cores; returns the failures.
-fn parallel<T: Sync>(items: &[T], check: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                if let Err(e) = check(item) {
-                    failures.lock().unwrap().push(e);
-                }
-            });
-        }
-    });
-    failures.into_inner().unwrap()
 }
 
 /// The binding names and push-constant bytes the runtime contract promises per template.
