@@ -10,10 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::caps::DeviceCaps;
-use crate::codegen::{self, MAX_SPIRV_VERSION, MIN_SPIRV_VERSION};
-use crate::ir::analysis::features;
 use crate::ir::{Access, Builtin, KernelBuilder, Scalar, Type, Unroll};
-use crate::kernel::{BufferBinding, CompiledKernel, KernelMeta};
+use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -76,26 +74,7 @@ pub fn instantiate(cfg: &PeakConfig, caps: &DeviceCaps) -> Result<CompiledKernel
     if cfg.precision == PeakPrecision::F16Packed && !caps.float16 {
         return Err(Refusal::MissingFeature("shaderFloat16 (f16x2 peak)".into()));
     }
-    if caps.spirv_version < MIN_SPIRV_VERSION {
-        return Err(Refusal::DeviceLimit("SPIR-V 1.3 is the minimum".into()));
-    }
-    let module = kernel_ir(cfg);
-    let version = caps.spirv_version.min(MAX_SPIRV_VERSION);
-    let spirv = codegen::emit(&module, version).map_err(|e| Refusal::Internal(e.to_string()))?;
-    let meta = KernelMeta {
-        name: module.name.clone(),
-        bindings: vec![BufferBinding {
-            binding: 0,
-            name: "out".into(),
-            read_only: false,
-        }],
-        push_constant_bytes: module.push_constant_bytes(),
-        workgroup_size: module.workgroup_size,
-        shared_bytes: 0,
-        required: features(&module).required(),
-        spirv_version: version,
-    };
-    Ok(CompiledKernel { meta, spirv })
+    super::compile(&kernel_ir(cfg), caps)
 }
 
 /// The peak kernel's IR (validate the configuration with [`instantiate`]).

@@ -283,7 +283,6 @@ impl<'m> Executor<'m> {
 
     /// Workloads of the graph at ubatch size `m` (the last-position ops at m = 1).
     fn node_workloads(&self, m: u32) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
-        let cfg = &self.model.config;
         let mut out = Vec::new();
         let mut rows = m;
         for node in &self.model.graph.nodes {
@@ -349,7 +348,6 @@ impl<'m> Executor<'m> {
             }
             out.push(w.into_iter().map(|w| (node.label.clone(), w)).collect());
         }
-        let _ = cfg;
         Ok(out)
     }
 
@@ -374,7 +372,6 @@ impl<'m> Executor<'m> {
 
     fn run_ubatch(&mut self, tokens: &[u32], want_logits: bool) -> Result<Vec<f32>, ExecError> {
         let m = tokens.len() as u32;
-        let cfg = &self.model.config;
         let graph = &self.model.graph;
         // Host-side embedding gather into the first node's slot.
         let embd_node = &graph.nodes[0];
@@ -552,7 +549,6 @@ impl<'m> Executor<'m> {
                 });
             }
         }
-        let _ = cfg;
         let times = self.submit_budgeted(dispatches)?;
         self.profile.extend(times);
         if !want_logits {

@@ -20,10 +20,8 @@ pub use space::search_space;
 pub use workload::{ActType, GemmWorkload};
 
 use crate::caps::DeviceCaps;
-use crate::codegen::{self, MAX_SPIRV_VERSION, MIN_SPIRV_VERSION};
 use crate::dequant::UNIT;
-use crate::ir::analysis::features;
-use crate::kernel::{BufferBinding, CompiledKernel, KernelMeta};
+use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
 
 /// Checks that the template can compute `w` at all.
@@ -69,39 +67,9 @@ pub fn instantiate(
 ) -> Result<CompiledKernel, Refusal> {
     validate_workload(w)?;
     s.validate(w, caps)?;
-    if caps.spirv_version < MIN_SPIRV_VERSION {
-        return Err(Refusal::DeviceLimit(format!(
-            "SPIR-V {}.{}: the compiler needs at least {}.{}",
-            caps.spirv_version.0, caps.spirv_version.1, MIN_SPIRV_VERSION.0, MIN_SPIRV_VERSION.1
-        )));
-    }
-    let version = caps.spirv_version.min(MAX_SPIRV_VERSION);
-    let module = kernel::build(w, s);
-    let required = features(&module).required();
-    let missing = caps.missing(&required);
-    if !missing.is_empty() {
-        return Err(Refusal::MissingFeature(missing.join(", ")));
-    }
-    let spirv = codegen::emit(&module, version).map_err(|e| Refusal::Internal(e.to_string()))?;
-    let bindings = module
-        .buffers
-        .iter()
-        .map(|b| BufferBinding {
-            binding: b.binding,
-            name: b.name.clone(),
-            read_only: b.access == crate::ir::Access::ReadOnly,
-        })
-        .collect();
-    let meta = KernelMeta {
-        name: module.name.clone(),
-        bindings,
-        push_constant_bytes: module.push_constant_bytes(),
-        workgroup_size: module.workgroup_size,
-        shared_bytes: module.shared_bytes(),
-        required,
-        spirv_version: version,
-    };
+    let kernel = super::compile(&kernel::build(w, s), caps)?;
+    let meta = &kernel.meta;
     debug_assert_eq!(meta.push_constant_bytes, GemmPush::BYTES);
     debug_assert_eq!(meta.shared_bytes, s.shared_bytes(w));
-    Ok(CompiledKernel { meta, spirv })
+    Ok(kernel)
 }
