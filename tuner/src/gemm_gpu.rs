@@ -1,7 +1,9 @@
 //! A GEMM on the GPU, for the tuner's trials, `rocky kernel` and `rocky bench-gemm`: seeded
 //! inputs, buffers, one dispatch per N-slice, timing with GPU timestamps, and the check against
 //! the compiler's CPU reference (for all outputs, or for a sample of columns on big workloads).
+//! The tuner's device-side fault injection hooks in here (see `fault`).
 
+use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::interface::{
@@ -120,6 +122,8 @@ pub struct GemmOnGpu {
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
     pub timeout: Duration,
+    /// A failure to meet on purpose at its device stage (tuner fault injection).
+    fault: Option<Fault>,
 }
 
 impl GemmOnGpu {
@@ -132,12 +136,34 @@ impl GemmOnGpu {
         caps: &DeviceCaps,
         inputs: &GemmInputs,
     ) -> Result<GemmOnGpu, GpuError> {
+        GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, None)
+    }
+
+    /// [`GemmOnGpu::new`], failing on purpose with `fault` where the device would report it:
+    /// `PipelineCreation` here, `OutOfMemory`, `DeviceLost` and `Timeout` in
+    /// [`GemmOnGpu::run_once`] (other faults are not device-side and are ignored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_fault(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+        w: &GemmWorkload,
+        s: &GemmSchedule,
+        caps: &DeviceCaps,
+        inputs: &GemmInputs,
+        fault: Option<Fault>,
+    ) -> Result<GemmOnGpu, GpuError> {
         let slices = n_slices(
             w,
             caps.max_storage_buffer_range,
             u64::from(caps.min_storage_buffer_offset_alignment),
         )
         .map_err(GpuError::Refused)?;
+        if fault == Some(Fault::PipelineCreation) {
+            // Instead of calling the driver, whose compiler would have failed.
+            let e = fault::pipeline_creation_error(&kernel.meta.name);
+            return Err(device_error(e));
+        }
         let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
         let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
         // Kernels read whole u32 words: the weight buffer is padded to 4 bytes.
@@ -167,6 +193,7 @@ impl GemmOnGpu {
             bias,
             slices,
             timeout: DEFAULT_TIMEOUT,
+            fault,
         })
     }
 
@@ -205,7 +232,7 @@ impl GemmOnGpu {
     pub fn run_once(&self, ctx: &Context) -> Result<Vec<f32>, GpuError> {
         let mut rec = Recorder::new(ctx).map_err(device_error)?;
         self.record(&mut rec)?;
-        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        self.submit_and_wait(&mut rec).map_err(device_error)?;
         drop(rec);
         let count = self.w.m as usize * self.w.n as usize;
         match self.w.act {
@@ -216,6 +243,31 @@ impl GemmOnGpu {
                 .map(|v| v.into_iter().map(f16::to_f32).collect()),
         }
         .map_err(device_error)
+    }
+
+    /// Submits the checked run and waits for it; an injected device fault fails it here, at
+    /// the call where a driver reports that failure.
+    fn submit_and_wait(&self, rec: &mut Recorder<'_>) -> Result<(), RuntimeError> {
+        let what = format!("a command buffer of {} dispatches", rec.dispatch_count());
+        match self.fault {
+            // Nothing is submitted: the driver fails vkEndCommandBuffer.
+            Some(Fault::OutOfMemory) => Err(fault::command_buffer_out_of_memory(rec)),
+            Some(Fault::DeviceLost) => {
+                // The work really runs (so nothing is left in flight); the wait reports the
+                // loss. The tuner then drops this context and opens a new one.
+                rec.submit_and_wait(self.timeout)?;
+                Err(fault::device_lost_error(&what))
+            }
+            Some(Fault::Timeout) => {
+                rec.submit()?;
+                let waited = rec.wait(fault::TIMEOUT_WAIT);
+                // Drain before returning: the recorder and the buffers it uses are dropped on
+                // the way out, and destroying what the GPU still runs is undefined behaviour.
+                rec.wait(self.timeout)?;
+                Err(fault::timeout_error(waited, &what))
+            }
+            _ => rec.submit_and_wait(self.timeout),
+        }
     }
 
     /// GPU time of `runs` back-to-back runs (all N-slices each), one command buffer.

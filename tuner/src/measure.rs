@@ -1,14 +1,18 @@
 //! One trial: the measurement protocol of DESIGN.md §6 for a GEMM (schedule) on the device.
 //!
-//! compile (done by the caller, in parallel) → pipeline and buffers → one run on seeded
-//! inputs checked against the CPU reference (all columns, or a seeded sample on big shapes;
-//! it is followed by one untimed warm-up batch) → `runs` timed runs with GPU timestamps → median, min, max.
+//! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
+//! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a
+//! seeded sample on big shapes; it is followed by one untimed warm-up batch) → `runs` timed
+//! runs with GPU timestamps → median, min, max.
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
 
+use crate::fault::{self, Fault, FaultPlan, INJECTED};
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
+use crate::spirv_val::{self, spirv_val_path, ValidationError};
 use rocky_compiler::{CompiledKernel, DeviceCaps, GemmSchedule, GemmWorkload, Refusal, Schedule};
 use rocky_runtime::{Context, PipelineCache, RuntimeError};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// Workloads up to this many multiply-adds are checked in full; bigger ones on sampled columns.
@@ -26,6 +30,12 @@ pub struct MeasureOptions {
     pub seed: u64,
     /// Longest wait for one submission before the trial counts as hung.
     pub timeout: Duration,
+    /// Validate each kernel with spirv-val before its pipeline is created. Default: on when
+    /// a `spirv-val` executable is on `PATH`.
+    pub validate: bool,
+    /// Trials to fail on purpose (testing; empty by default). The tuner passes each trial
+    /// its fault, see [`FaultPlan`].
+    pub faults: FaultPlan,
 }
 
 impl Default for MeasureOptions {
@@ -36,12 +46,15 @@ impl Default for MeasureOptions {
             check_columns: 64,
             seed: 7,
             timeout: Duration::from_secs(120),
+            validate: spirv_val_path().is_some(),
+            faults: FaultPlan::new(),
         }
     }
 }
 
 /// Measures `schedule` for `w` given its compile result; never fails, a problem is a failed
-/// trial. `host` goes into the trial.
+/// trial. `fault` makes the trial fail on purpose at that failure's stage (its message then
+/// starts with [`INJECTED`]). `host` goes into the trial.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_gemm(
     ctx: &Context,
@@ -52,6 +65,7 @@ pub fn measure_gemm(
     compiled: Result<CompiledKernel, Refusal>,
     inputs: &GemmInputs,
     options: &MeasureOptions,
+    fault: Option<Fault>,
     host: &str,
 ) -> Trial {
     let failed = |kind: FailureKind, message: String| {
@@ -61,7 +75,13 @@ pub fn measure_gemm(
         Ok(k) => k,
         Err(r) => return failed(FailureKind::Refused, r.to_string()),
     };
-    match run_trial(ctx, cache, caps, w, schedule, &kernel, inputs, options) {
+    let trial = (|| {
+        check_spirv(&kernel, options.validate, fault)?;
+        run_trial(
+            ctx, cache, caps, w, schedule, &kernel, inputs, options, fault,
+        )
+    })();
+    match trial {
         Ok(timing) => Trial {
             schedule: Schedule::Gemm(*schedule),
             status: TrialStatus::Ok,
@@ -72,7 +92,54 @@ pub fn measure_gemm(
             date: Trial::now_unix_s(),
             host: host.to_string(),
         },
-        Err((kind, message)) => failed(kind, message),
+        Err((kind, message)) => match fault {
+            Some(f) if f.kind() == kind => failed(kind, format!("{INJECTED} {message}")),
+            _ => failed(kind, message),
+        },
+    }
+}
+
+/// The spirv-val stage: Err when the validator rejects the kernel (or cannot run). An
+/// injected `spirv_val` fault validates the kernel without its last instruction; those
+/// words are only ever shown to the validator, never to the driver.
+fn check_spirv(
+    kernel: &CompiledKernel,
+    validate: bool,
+    fault: Option<Fault>,
+) -> Result<(), (FailureKind, String)> {
+    let inject = fault == Some(Fault::SpirvVal);
+    if !validate && !inject {
+        return Ok(());
+    }
+    let words: Cow<[u32]> = if inject {
+        let cut = fault::drop_last_instruction(&kernel.spirv).ok_or_else(|| {
+            let m = "the compiled kernel is not a SPIR-V module with instructions";
+            (FailureKind::SpirvVal, m.to_string())
+        })?;
+        Cow::Owned(cut)
+    } else {
+        Cow::Borrowed(&kernel.spirv)
+    };
+    let Some(exe) = spirv_val_path() else {
+        return Err(if inject {
+            let m = "spirv-val is not on PATH, so the corrupted module was not validated \
+                     (and is never given to the driver, which may crash on it)";
+            (FailureKind::SpirvVal, m.to_string())
+        } else {
+            let m = "kernel validation is on but spirv-val is not on PATH: install \
+                     spirv-tools (apt-get install spirv-tools) or turn validation off";
+            (FailureKind::Other, m.to_string())
+        });
+    };
+    match spirv_val::validate(exe, &words, kernel.meta.spirv_version) {
+        Ok(()) if inject => Err((
+            FailureKind::Other,
+            "spirv-val accepted the module with its last instruction removed".into(),
+        )),
+        Ok(()) => Ok(()),
+        Err(e @ ValidationError::Rejected { .. }) => Err((FailureKind::SpirvVal, e.to_string())),
+        // The validator's own trouble (e.g. it cannot start) is not the kernel's fault.
+        Err(e @ ValidationError::CannotRun(_)) => Err((FailureKind::Other, e.to_string())),
     }
 }
 
@@ -86,11 +153,13 @@ fn run_trial(
     kernel: &CompiledKernel,
     inputs: &GemmInputs,
     options: &MeasureOptions,
+    fault: Option<Fault>,
 ) -> Result<Timing, (FailureKind, String)> {
-    let mut gpu = GemmOnGpu::new(ctx, cache, kernel, w, s, caps, inputs).map_err(classify)?;
+    let mut gpu =
+        GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
     gpu.timeout = options.timeout;
     let start = Instant::now();
-    let got = gpu.run_once(ctx).map_err(classify)?;
+    let mut got = gpu.run_once(ctx).map_err(classify)?;
     let one_run = start.elapsed();
     let macs = u64::from(w.m) * u64::from(w.n) * u64::from(w.k);
     let cols = if macs <= FULL_CHECK_MACS {
@@ -98,6 +167,10 @@ fn run_trial(
     } else {
         gemm_gpu::sampled_columns(w, &gpu.slices, options.check_columns, options.seed)
     };
+    if fault == Some(Fault::Mismatch) {
+        // Row 0 of the first checked column: the check must see it.
+        fault::perturb(&mut got, cols[0] as usize);
+    }
     gemm_gpu::check(w, s, inputs, &got, &cols).map_err(|e| (FailureKind::Mismatch, e))?;
     // The checked run (with its download) bounds one run's time from above.
     let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);

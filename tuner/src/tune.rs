@@ -116,6 +116,8 @@ pub struct Tuner<'db> {
     device: DeviceFingerprint,
     compiler_version: String,
     host: String,
+    /// Devices opened so far: 1, plus one per recovery from a lost device.
+    contexts_opened: usize,
 }
 
 impl<'db> Tuner<'db> {
@@ -130,7 +132,13 @@ impl<'db> Tuner<'db> {
             selector,
             ctx,
             db,
+            contexts_opened: 1,
         }
+    }
+
+    /// How many devices this tuner has used: 1, plus one per device loss it recovered from.
+    pub fn contexts_opened(&self) -> usize {
+        self.contexts_opened
     }
 
     pub fn device(&self) -> &DeviceFingerprint {
@@ -222,7 +230,7 @@ impl<'db> Tuner<'db> {
         let mut recorded = existing.len();
         // The default first, always: "best" can then never be slower than the default.
         if report.default.is_none() {
-            let trial = self.measure(&workload, &default, &inputs, options)?;
+            let trial = self.measure(&workload, &default, &inputs, options, recorded + 1)?;
             search.mark_tried(&default, trial.is_ok().then_some(trial.median_s));
             recorded += 1;
             self.after_trial(&key, &trial, &mut report, index, count, recorded, progress)?;
@@ -257,7 +265,9 @@ impl<'db> Tuner<'db> {
                 if self.db.has_trial(&key, schedule)? {
                     continue;
                 }
-                let trial = self.measure_compiled(&workload, schedule, kernel, &inputs, options)?;
+                let number = recorded + 1;
+                let trial =
+                    self.measure_compiled(&workload, schedule, kernel, &inputs, options, number)?;
                 search.record(i, trial.is_ok().then_some(trial.median_s));
                 recorded += 1;
                 self.after_trial(&key, &trial, &mut report, index, count, recorded, progress)?;
@@ -300,11 +310,14 @@ impl<'db> Tuner<'db> {
         schedule: &Schedule,
         inputs: &GemmInputs,
         options: &TuneOptions,
+        number: usize,
     ) -> Result<Trial, TuneError> {
         let kernel = instantiate(workload, schedule, &self.caps);
-        self.measure_compiled(workload, schedule, kernel, inputs, options)
+        self.measure_compiled(workload, schedule, kernel, inputs, options, number)
     }
 
+    /// Measures trial `number` (1-based among the key's trials; it picks the trial's fault
+    /// in `options.measure.faults`).
     fn measure_compiled(
         &mut self,
         workload: &Workload,
@@ -312,6 +325,7 @@ impl<'db> Tuner<'db> {
         kernel: Result<rocky_compiler::CompiledKernel, rocky_compiler::Refusal>,
         inputs: &GemmInputs,
         options: &TuneOptions,
+        number: usize,
     ) -> Result<Trial, TuneError> {
         let (Workload::Gemm(w), Schedule::Gemm(s)) = (workload, schedule) else {
             return Ok(Trial::failed(
@@ -334,6 +348,7 @@ impl<'db> Tuner<'db> {
             kernel,
             inputs,
             &options.measure,
+            options.measure.faults.at(number),
             &self.host,
         );
         if matches!(
@@ -346,6 +361,7 @@ impl<'db> Tuner<'db> {
             // Everything made from the lost device is unusable: start over on a new one.
             self.cache = None;
             self.ctx = Context::new(&self.selector)?;
+            self.contexts_opened += 1;
             self.cache = PipelineCache::open_default(&self.ctx).ok();
         }
         Ok(trial)
