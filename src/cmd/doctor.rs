@@ -2,9 +2,11 @@
 //! environment) and every Vulkan device, and says what to do about each problem.
 //!
 //! The board checks read files only (sysfs, /proc, firmware, ICD manifests) under `--root`, so
-//! tests run them on fixture trees; the Vulkan checks always use the real loader.
+//! tests run them on fixture trees; the Vulkan checks always use the real loader, and the
+//! tuning lines the real (or `--db`) tuning database.
 
 mod board;
+mod tuning;
 mod vulkan;
 
 use crate::error::{CliError, CmdResult};
@@ -23,9 +25,14 @@ pub struct Args {
     /// (for testing on a copy of a board's files).
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
-    /// Print the checks as a JSON array of {check, status, detail, fix}.
+    /// Print the checks as a JSON array of {check, status, detail, fix}; the tuning lines
+    /// also carry their counts under `tuning`.
     #[arg(long)]
     pub json: bool,
+    /// Tuning database to report on (default: $ROCKY_DB, else
+    /// ~/.local/share/rocky/tuning.sled). Only read: the doctor never creates one.
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
 }
 
 /// The outcome of one check. Only `Fail` makes `rocky doctor` exit non-zero.
@@ -63,6 +70,9 @@ pub struct CheckResult {
     pub detail: String,
     /// What to do; `None` when there is nothing to do.
     pub fix: Option<String>,
+    /// The counts behind a tuning line (absent from the other lines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<tuning::TuningCounts>,
 }
 
 impl CheckResult {
@@ -72,6 +82,7 @@ impl CheckResult {
             status,
             detail: detail.into(),
             fix: None,
+            tuning: None,
         }
     }
 
@@ -82,8 +93,9 @@ impl CheckResult {
 }
 
 /// Every check, in the order a user should fix them (kernel first, then firmware, driver,
-/// environment, and what Vulkan finally sees).
-pub fn all_checks(root: &std::path::Path) -> Vec<CheckResult> {
+/// environment, what Vulkan finally sees, and what the tuning database `db` (from `--db`, else
+/// the default location) holds for each device).
+pub fn all_checks(root: &std::path::Path, db: Option<&std::path::Path>) -> Vec<CheckResult> {
     let board = board::Board::read(root);
     let mut checks = vec![
         board.identity(),
@@ -92,7 +104,7 @@ pub fn all_checks(root: &std::path::Path) -> Vec<CheckResult> {
         board.panvk_icd(),
         vulkan::xdg_runtime_dir(),
     ];
-    checks.extend(vulkan::loader_and_devices(board.is_rk3588));
+    checks.extend(vulkan::loader_and_devices(board.is_rk3588, db));
     checks
 }
 
@@ -103,7 +115,7 @@ pub fn run(args: Args) -> CmdResult {
             args.root.display()
         )));
     }
-    let checks = all_checks(&args.root);
+    let checks = all_checks(&args.root, args.db.as_deref());
     let text = if args.json {
         serde_json::to_string_pretty(&checks)
             .map_err(|e| CliError::internal(format!("cannot serialize the checks: {e}")))?

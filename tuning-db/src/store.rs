@@ -397,14 +397,16 @@ fn check_path_before_open(path: &Path) -> Result<(), DbError> {
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name())
                 .collect();
-            let looks_like_sled = names.iter().any(|n| n == "conf" || n == "db");
+            // sled writes `conf` first; a directory with a `db` but no `conf` would be taken
+            // for a new database and its `db` file overwritten, so it is refused instead.
+            let looks_like_sled = names.iter().any(|n| n == "conf");
             if names.is_empty() || looks_like_sled {
                 Ok(())
             } else {
                 Err(DbError::NotADatabase {
                     path: path.to_path_buf(),
                     reason: format!(
-                        "a non-empty directory ({} entries) without a sled `conf` or `db` file",
+                        "a non-empty directory ({} entries) without sled's `conf` file",
                         names.len()
                     ),
                 })

@@ -2,6 +2,7 @@
 //! features rocky uses, and each device's tuning state. These use the real loader whatever
 //! `--root` says.
 
+use super::tuning::{self, TuningDbState};
 use super::{CheckResult, Status};
 use rocky_runtime::{probe_devices, DeviceInfo, DeviceType, RuntimeError};
 use std::path::Path;
@@ -44,9 +45,9 @@ pub fn xdg_runtime_dir() -> CheckResult {
     }
 }
 
-/// The loader check, then one check (and one tuning line) per device, then on an RK3588
-/// whether panvk's integrated GPU is among them.
-pub fn loader_and_devices(is_rk3588: bool) -> Vec<CheckResult> {
+/// The loader check, then one check (and one tuning line, from the database `--db` or the
+/// default location) per device, then on an RK3588 whether panvk's integrated GPU is among them.
+pub fn loader_and_devices(is_rk3588: bool, db: Option<&Path>) -> Vec<CheckResult> {
     const LOADER: &str = "vulkan-loader";
     const DEVICES: &str = "vulkan-devices";
     let devices = match probe_devices() {
@@ -93,9 +94,11 @@ pub fn loader_and_devices(is_rk3588: bool) -> Vec<CheckResult> {
         Status::Pass,
         format!("libvulkan.so.1 loaded, {} device(s)", devices.len()),
     )];
+    // Opened once for every device (sled locks the database while it is open).
+    let db = TuningDbState::open(crate::cmd::gpu::db_path(db), db.is_some());
     for d in &devices {
         checks.push(device_check(d));
-        checks.push(tuning_db_state(d));
+        checks.push(tuning::check(d, &db));
     }
     checks.push(panvk_device(&devices, is_rk3588));
     checks
@@ -198,19 +201,6 @@ fn device_check(d: &DeviceInfo) -> CheckResult {
         )
         .with_fix(fix)
     }
-}
-
-/// Whether this device has tuned schedules.
-///
-/// The tuner and its database are not built yet, so every device is "not tuned"; the tuner's
-/// engineer fills this in (look the device's fingerprint up in the tuning database, report the
-/// number of tuned workloads and the database path).
-pub fn tuning_db_state(device: &DeviceInfo) -> CheckResult {
-    CheckResult::new(
-        format!("tuning-{}", device.index),
-        Status::Info,
-        "not tuned (tuning database not built yet)",
-    )
 }
 
 fn yes_no(b: bool) -> &'static str {
@@ -327,13 +317,6 @@ mod tests {
         assert_eq!(only_cpu.status, Status::Warn);
         assert!(only_cpu.detail.contains("panvk is not enumerating"));
         assert_eq!(panvk_device(&[lavapipe_like()], false).status, Status::Skip);
-    }
-
-    #[test]
-    fn tuning_state_is_reported_per_device() {
-        let t = tuning_db_state(&lavapipe_like());
-        assert_eq!((t.check.as_str(), t.status), ("tuning-1", Status::Info));
-        assert!(t.detail.contains("not tuned"));
     }
 
     #[test]
