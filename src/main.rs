@@ -2,6 +2,7 @@
 
 mod cmd;
 mod error;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum Command {
     Devices(cmd::devices::Args),
     /// Build one kernel for a workload and schedule: dump, run, check and time it.
     Kernel(cmd::kernel::Args),
+    /// Prefill throughput, llama-bench style: tuned, default and CPU-reference rows.
+    Bench(cmd::bench::Args),
     /// Time the Qwen2.5-3B prefill GEMMs (Q4_K, Q6_K) against the device's FMA ceiling.
     BenchGemm(cmd::bench_gemm::Args),
     /// Check the board's GPU stack (panthor, firmware, panvk, environment) and Vulkan devices.
@@ -44,7 +47,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    restore_sigpipe();
+    let cli = Cli::parse_from(llama_bench_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => cmd::synth::run(a),
         Command::Devices(a) => cmd::devices::run(a),
         Command::Kernel(a) => cmd::kernel::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
         Command::BenchGemm(a) => cmd::bench_gemm::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Tune(a) => cmd::tune::run(a),
@@ -63,5 +68,22 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             e.exit_code()
         }
+    }
+}
+
+/// `-ub 256` as llama-bench spells it: clap's short flags are one letter, so the two-letter
+/// `-ub` is rewritten to `--ubatch` before parsing (everywhere; no other flag is spelled so).
+fn llama_bench_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| if a == "-ub" { "--ubatch".into() } else { a })
+        .collect()
+}
+
+/// Rust ignores SIGPIPE, so writing to a closed pipe (`rocky db list | head`) makes println!
+/// panic; a command-line tool should simply stop, as `cat` does.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -147,6 +147,8 @@ fn tune(db: &Path) -> Output {
         "3",
         "--seed",
         "5",
+        "--graph-time",
+        "5",
         "--db",
         s(db),
         "--json",
@@ -204,6 +206,10 @@ fn tune_resume_tuned_prefill_and_export_import() {
     );
     let stats2 = ok_json(&rocky(&["db", "stats", "--db", s(&db), "--json"]));
     assert_eq!(stats2, stats);
+    // The graph-level choice was made once (the first setting is always timed) and kept.
+    let graph = &first["graph"];
+    assert!(graph["ubatch"].as_u64().unwrap() >= 1, "{first}");
+    assert_eq!(&second["graph"], graph, "{}", text(&second_out));
 
     // 3. The prefill uses the tuned schedules and still matches the CPU reference.
     let ids: Vec<String> = (100..121).map(|i| i.to_string()).collect();
@@ -260,6 +266,20 @@ fn tune_resume_tuned_prefill_and_export_import() {
         r >= 0.999,
         "GPU logits with tuned schedules correlate {r} with the CPU reference"
     );
+
+    // Without --ubatch the prefill takes the graph-level choice.
+    let chosen = ok_json(&rocky(&[
+        "prefill",
+        s(&model()),
+        "--token-ids",
+        &ids,
+        "--db",
+        s(&db),
+        "--json",
+    ]));
+    assert_eq!(chosen["ubatch_origin"], "tuned", "{chosen}");
+    let expect_ub = graph["ubatch"].as_u64().unwrap().min(21);
+    assert_eq!(chosen["ubatch"].as_u64().unwrap(), expect_ub, "{chosen}");
 
     // 4. Export, import into an empty database: the same best schedules.
     let export = dir.join("export.jsonl");
@@ -325,5 +345,105 @@ fn a_malformed_database_is_a_clear_error_not_a_silent_default() {
         !dir.join("missing.sled").exists(),
         "listing created a database"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every stored trial per workload, as `workload JSON → schedule JSONs`.
+fn stored_trials(db: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    let v = ok_json(&rocky(&["db", "show", "--db", s(db), "--json"]));
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let schedules = r["trials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["trial"]["schedule"].to_string())
+                .collect();
+            (r["key"]["workload"].to_string(), schedules)
+        })
+        .collect()
+}
+
+/// SIGKILL in the middle of `rocky tune` (after the first workload finished and the second
+/// began): every trial it announced is in the database, the database opens, and a second run
+/// resumes where it stopped, keeping the earlier trials and measuring none twice.
+#[cfg(unix)]
+#[test]
+fn tune_killed_mid_run_resumes_with_every_finished_trial() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = temp_dir("kill");
+    let db = dir.join("tuning.sled");
+    let budget = 3;
+    let model = model();
+    let args = [
+        "tune",
+        s(&model),
+        "--ubatch",
+        "8",
+        "--trials",
+        "3",
+        "--runs",
+        "2",
+        "--graph-time",
+        "0",
+        "--db",
+        s(&db),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocky"))
+        .args(args)
+        .env_remove("ROCKY_DB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut announced = 0;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Kill right after the first trial of the second workload was announced.
+    while let Some(Ok(line)) = lines.next() {
+        if line.contains("] trial ") {
+            announced += 1;
+        }
+        if line.starts_with("[2/") && line.contains("] trial ") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        announced > budget,
+        "the run ended before the second workload"
+    );
+
+    let before = stored_trials(&db);
+    let stored: usize = before.values().map(Vec::len).sum();
+    // Trials are stored before they are announced: at most one more than announced.
+    assert!(
+        stored >= announced && stored <= announced + 1,
+        "{stored} stored, {announced} announced"
+    );
+    assert!(before.values().any(|t| t.len() == budget));
+
+    let resumed = rocky(&args);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let out = text(&resumed);
+    assert!(out.contains("(budget reached: skipped)"), "{out}");
+    assert!(out.contains("(resuming)"), "{out}");
+    let after = stored_trials(&db);
+    assert_eq!(after.len(), expected_gemms(&model, 8).len());
+    for (workload, trials) in &after {
+        assert_eq!(trials.len(), budget, "{workload}: {trials:?}");
+        let distinct: BTreeSet<_> = trials.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            trials.len(),
+            "a schedule measured twice: {workload}"
+        );
+        if let Some(earlier) = before.get(workload) {
+            assert!(earlier.iter().all(|t| trials.contains(t)), "{workload}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,10 +1,12 @@
 //! Opening a model on a Vulkan device for prefill: the flags every GPU command shares.
 
 use crate::error::CliError;
+use crate::progress::{bytes, Bar};
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector, RuntimeError};
+use rocky_tuner::graph::model_shape_key;
 use rocky_tuner::DbSchedules;
 use rocky_tuning_db::DbError;
 use std::path::{Path, PathBuf};
@@ -15,9 +17,10 @@ pub struct GpuArgs {
     /// Vulkan device: index or part of its name (see `rocky devices`); default: the best GPU.
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Tokens per ubatch (1 to 4096).
-    #[arg(long, short = 'u', default_value_t = 512)]
-    pub ubatch: usize,
+    /// Tokens per ubatch (1 to 4096); default: the one `rocky tune` chose for this model and
+    /// device, else 512.
+    #[arg(long, short = 'u')]
+    pub ubatch: Option<usize>,
     /// Estimated driver memory per command buffer before it is submitted, in MiB (default:
     /// derived from the device's driver).
     #[arg(long)]
@@ -69,7 +72,12 @@ pub struct GpuSession<'m> {
     executor: Executor<'m>,
     /// Tuned schedules of this device from the database, defaults for the rest.
     schedules: DbSchedules,
+    /// Where the ubatch size came from: "flag", "tuned" (graph-level choice) or "default".
+    pub ubatch_origin: &'static str,
 }
+
+/// The ubatch when neither a flag nor a tuned graph-level choice gives one.
+pub const DEFAULT_UBATCH: usize = 512;
 
 impl<'m> GpuSession<'m> {
     pub fn open(
@@ -79,10 +87,9 @@ impl<'m> GpuSession<'m> {
         n_tokens: usize,
         profile: bool,
     ) -> Result<GpuSession<'m>, CliError> {
-        if args.ubatch == 0 || args.ubatch > 4096 {
+        if let Some(u) = args.ubatch.filter(|&u| u == 0 || u > 4096) {
             return Err(CliError::usage(format!(
-                "--ubatch {} is out of range: use 1 to 4096",
-                args.ubatch
+                "--ubatch {u} is out of range: use 1 to 4096"
             )));
         }
         let selector: DeviceSelector = args
@@ -90,7 +97,21 @@ impl<'m> GpuSession<'m> {
             .parse()
             .map_err(|e| CliError::usage(format!("--device {}: {e}", args.device)))?;
         let ctx = Context::new(&selector).map_err(device_error)?;
+        // A missing database means "not tuned yet"; a damaged one is an error, not a
+        // silent fallback to defaults.
+        let shape = model_shape_key(file, model);
+        let schedules = match db_path(args.db.as_deref()) {
+            Some(path) => {
+                DbSchedules::open_for_model(&path, ctx.info(), &shape).map_err(db_error)?
+            }
+            None => DbSchedules::empty(),
+        };
+        // Flags win over the graph-level choice of `rocky tune`, which wins over defaults.
+        let graph = schedules.graph_choice();
         let mut budget = CommandBudget::for_device(ctx.info());
+        if let Some(g) = graph {
+            budget.max_dispatches = g.max_dispatches_per_cb;
+        }
         if let Some(mib) = args.cb_budget_mib {
             budget.max_driver_bytes = mib << 20;
         }
@@ -100,15 +121,15 @@ impl<'m> GpuSession<'m> {
             }
             budget.max_dispatches = n;
         }
-        // A missing database means "not tuned yet"; a damaged one is an error, not a
-        // silent fallback to defaults.
-        let schedules = match db_path(args.db.as_deref()) {
-            Some(path) => DbSchedules::open_if_exists(&path, ctx.info()).map_err(db_error)?,
-            None => DbSchedules::empty(),
+        let (ubatch, ubatch_origin) = match (args.ubatch, graph) {
+            (Some(u), _) => (u, "flag"),
+            (None, Some(g)) => (g.ubatch as usize, "tuned"),
+            (None, None) => (DEFAULT_UBATCH, "default"),
         };
-        let weights = GpuWeights::upload(&ctx, file, model).map_err(exec_error)?;
+        let weights = GpuWeights::upload_with_progress(&ctx, file, model, &mut upload_bar(&ctx))
+            .map_err(exec_error)?;
         let options = ExecutorOptions {
-            ubatch: args.ubatch.min(n_tokens.max(1)),
+            ubatch: ubatch.min(n_tokens.max(1)),
             budget,
             timeout: Duration::from_secs(600),
             profile,
@@ -118,12 +139,18 @@ impl<'m> GpuSession<'m> {
         Ok(GpuSession {
             executor,
             schedules,
+            ubatch_origin,
         })
     }
 
     /// Builds every pipeline the prefill needs (not counted in its time).
     pub fn prepare(&mut self) -> Result<(), CliError> {
         self.executor.prepare(&self.schedules).map_err(exec_error)
+    }
+
+    /// Tokens per ubatch actually run.
+    pub fn ubatch(&self) -> usize {
+        self.executor.options().ubatch
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
@@ -229,5 +256,17 @@ pub fn print_profile(rows: &[ProfileRow]) {
             r.kernel,
             r.shape
         );
+    }
+}
+
+/// A progress callback for a weight upload to `ctx`'s device (a bar on a terminal).
+pub fn upload_bar(ctx: &Context) -> impl FnMut(u64, u64) {
+    let mut bar = Bar::new(format!("uploading weights to {}", ctx.info().name), 0);
+    move |done, total| {
+        bar.set_total(total);
+        bar.set(done, &format!("{} of {}", bytes(done), bytes(total)));
+        if done >= total {
+            bar.clear();
+        }
     }
 }

@@ -44,6 +44,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CmdResult {
+    // Checked for both backends: a bad value is a mistake even where it is not used.
+    if let Some(u) = args.gpu.ubatch.filter(|&u| u == 0 || u > 4096) {
+        return Err(CliError::usage(format!(
+            "--ubatch {u} is out of range: use 1 to 4096"
+        )));
+    }
     let file = super::open_gguf(&args.model)?;
     let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
     let ids = prompt::token_ids(&args.prompt, &file)?;
@@ -51,6 +57,7 @@ pub fn run(args: Args) -> CmdResult {
     // GPU time excludes weight upload and pipeline builds (as llama-bench's pp figure does).
     let mut gpu_seconds = None;
     let mut profile = None;
+    let mut ubatch = None;
     let logits = match args.backend {
         Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
             .map_err(|e| CliError::input(e.to_string()))?,
@@ -61,6 +68,7 @@ pub fn run(args: Args) -> CmdResult {
             let start = Instant::now();
             let logits = session.prefill(&ids)?;
             gpu_seconds = Some(start.elapsed().as_secs_f64());
+            ubatch = Some((session.ubatch(), session.ubatch_origin));
             if args.profile {
                 profile = Some(session.profile_table());
             }
@@ -91,6 +99,8 @@ pub fn run(args: Args) -> CmdResult {
             "model": args.model,
             "backend": format!("{:?}", args.backend).to_lowercase(),
             "n_tokens": ids.len(),
+            "ubatch": ubatch.map(|u| u.0),
+            "ubatch_origin": ubatch.map(|u| u.1),
             "seconds": seconds,
             "tokens_per_second": tok_s,
             "profile": profile,
@@ -99,11 +109,14 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
     } else {
         println!(
-            "prompt {} tokens, {:.3} s, {:.1} tok/s ({:?} backend)",
+            "prompt {} tokens, {:.3} s, {:.1} tok/s ({:?} backend{})",
             ids.len(),
             seconds,
             tok_s,
-            args.backend
+            args.backend,
+            ubatch.map_or(String::new(), |(u, origin)| format!(
+                ", ubatch {u} ({origin})"
+            ))
         );
         println!("next-token candidates:");
         for (id, l) in top {

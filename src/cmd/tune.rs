@@ -1,13 +1,23 @@
 //! `rocky tune`: search the schedules of a model's GEMM workloads on this device and store
 //! every trial in the tuning database, which `rocky prefill` then uses.
 
-use super::gpu::{db_error, db_path, device_error, exec_error};
+use super::gpu::{db_error, db_path, device_error, exec_error, upload_bar};
 use super::kernel::gemm_gpu::summary;
 use crate::error::{CliError, CmdResult};
+use crate::progress::Bar;
 use rocky_compiler::{Schedule, Workload};
 use rocky_models::arch;
+use rocky_models::arch::Model;
+use rocky_models::gguf::GgufFile;
+use rocky_runtime::CommandBudget;
 use rocky_runtime::{Context, DeviceSelector};
-use rocky_tuner::{model_workloads, MeasureOptions, Progress, TuneOptions, Tuner, WorkloadReport};
+use rocky_tuner::db_schedules::graph_choice_key;
+use rocky_tuner::graph::{self, GraphTuneOptions, PrefillRig};
+use rocky_tuner::{
+    model_workloads_with_progress, MeasureOptions, Progress, TuneOptions, Tuner, WorkloadReport,
+};
+use rocky_tuner::{DbSchedules, FaultPlan};
+use rocky_tuning_db::GraphChoice;
 use rocky_tuning_db::{Trial, TrialStatus, TuningDb};
 use serde_json::json;
 use std::path::PathBuf;
@@ -59,6 +69,18 @@ pub struct Args {
     /// Print the summary as JSON (progress goes to standard error).
     #[arg(long)]
     pub json: bool,
+    /// Seconds for graph-level tuning after the kernels (ubatch size and dispatches per
+    /// command buffer, by timing whole prefills); 0 skips it.
+    #[arg(long, default_value_t = 120)]
+    pub graph_time: u64,
+    /// Prompt length of the graph-level prefills (default: twice --ubatch).
+    #[arg(long)]
+    pub graph_tokens: Option<usize>,
+    /// Make trials fail on purpose, e.g. `spirv_val@2,device_lost@3` (trial numbers of every
+    /// workload): checks how the tuner survives failures. The failures are stored like real
+    /// ones, so use a scratch --db.
+    #[arg(long, hide = true)]
+    pub inject_faults: Option<String>,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -71,18 +93,27 @@ pub fn run(args: Args) -> CmdResult {
     if args.trials == 0 || args.runs == 0 {
         return Err(CliError::usage("--trials and --runs must be at least 1"));
     }
+    let faults = match &args.inject_faults {
+        Some(text) => {
+            FaultPlan::parse(text).map_err(|e| CliError::usage(format!("--inject-faults: {e}")))?
+        }
+        None => FaultPlan::default(),
+    };
     let file = super::open_gguf(&args.model)?;
     let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
     let path = db_path(args.db.as_deref()).ok_or_else(|| {
         CliError::usage("no tuning database location: pass --db PATH or set ROCKY_DB")
     })?;
-    let db = TuningDb::open(&path).map_err(db_error)?;
     let selector: DeviceSelector = args
         .device
         .parse()
         .map_err(|e| CliError::usage(format!("--device {}: {e}", args.device)))?;
     let ctx = Context::new(&selector).map_err(device_error)?;
-    let workloads = model_workloads(&ctx, &file, &model, args.ubatch).map_err(exec_error)?;
+    let workloads =
+        model_workloads_with_progress(&ctx, &file, &model, args.ubatch, &mut upload_bar(&ctx))
+            .map_err(exec_error)?;
+    // Opened only now: a model or device that cannot be tuned leaves no empty database behind.
+    let db = TuningDb::open(&path).map_err(db_error)?;
     let options = TuneOptions {
         strategy: match args.strategy {
             StrategyArg::Evolutionary => rocky_tuner::Strategy::Evolutionary,
@@ -95,10 +126,11 @@ pub fn run(args: Args) -> CmdResult {
         measure: MeasureOptions {
             runs: args.runs,
             seed: args.seed,
+            faults,
             ..MeasureOptions::default()
         },
     };
-    let mut tuner = Tuner::new(ctx.clone(), selector, &db);
+    let mut tuner = Tuner::new(ctx.clone(), selector.clone(), &db);
     let say = |line: String| {
         if args.json {
             eprintln!("{line}")
@@ -122,8 +154,33 @@ pub fn run(args: Args) -> CmdResult {
                 .into(),
         );
     }
+    let mut bar = Bar::new("tuning", args.trials as u64);
     let reports = tuner
         .tune(&workloads, &options, &mut |p| {
+            // On a terminal the trials move a bar; in logs and pipes each is a line.
+            if let (
+                true,
+                Progress::Trial {
+                    index,
+                    count,
+                    number,
+                    best,
+                    ..
+                },
+            ) = (bar.is_live(), &p)
+            {
+                let best = best.map_or("none yet".into(), |t| timing(t));
+                bar.set(
+                    *number as u64,
+                    &format!(
+                        "workload {}/{count}, trial {number}/{}, best {best}",
+                        index + 1,
+                        args.trials
+                    ),
+                );
+                return;
+            }
+            bar.clear();
             say(progress_line(&p, args.trials))
         })
         .map_err(|e| match e {
@@ -131,9 +188,28 @@ pub fn run(args: Args) -> CmdResult {
             rocky_tuner::TuneError::Device(e) => device_error(e),
             rocky_tuner::TuneError::Unsupported(m) => CliError::internal(m),
         })?;
+    drop(bar);
+    let device = tuner.device().clone();
+    drop(tuner);
+    let graph = if args.graph_time > 0 {
+        let nothing_new = reports.iter().all(|r| r.measured == 0);
+        tune_graph_level(
+            &args,
+            &file,
+            &model,
+            &selector,
+            &db,
+            &device,
+            nothing_new,
+            &say,
+        )?
+    } else {
+        None
+    };
     if args.json {
         let out = json!({
-            "device": tuner.device(),
+            "graph": graph,
+            "device": device,
             "db": path,
             "ubatch": args.ubatch,
             "skipped": reports.iter().map(|r| r.skipped).sum::<usize>(),
@@ -143,8 +219,77 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
         print!("{}", summary_table(&reports));
+        if let Some(g) = &graph {
+            println!(
+                "graph: ubatch {} with at most {} dispatches per command buffer ({:.1} tok/s); \
+                 `rocky prefill` uses it when --ubatch is not given",
+                g.ubatch, g.max_dispatches_per_cb, g.tok_s
+            );
+        }
     }
     Ok(())
+}
+
+/// Times whole prefills around the kernel-tuned ubatch (see `rocky_tuner::graph`) with the
+/// schedules just tuned and stores the fastest setting for this device and model shape.
+#[allow(clippy::too_many_arguments)]
+fn tune_graph_level(
+    args: &Args,
+    file: &GgufFile,
+    model: &Model,
+    selector: &DeviceSelector,
+    db: &TuningDb,
+    device: &rocky_tuning_db::DeviceFingerprint,
+    kernels_unchanged: bool,
+    say: &dyn Fn(String),
+) -> Result<Option<GraphChoice>, CliError> {
+    let key = graph_choice_key(&graph::model_shape_key(file, model));
+    if kernels_unchanged {
+        if let Some(done) = db.graph_choice(device, &key).map_err(db_error)? {
+            say("graph-level choice already stored and no kernel changed: skipped".into());
+            return Ok(Some(done));
+        }
+    }
+    let n_tokens = args.graph_tokens.unwrap_or(2 * args.ubatch).clamp(1, 4096);
+    // A fresh context: the tuner may have re-created its own after a lost device.
+    let ctx = Context::new(selector).map_err(device_error)?;
+    let budget = CommandBudget::for_device(ctx.info());
+    let schedules = DbSchedules::load(db, device).map_err(db_error)?;
+    let options = GraphTuneOptions {
+        candidates: graph::default_candidates(args.ubatch, n_tokens, &budget),
+        n_tokens,
+        runs: 2,
+        time: Duration::from_secs(args.graph_time),
+        seed: args.seed,
+    };
+    say(format!(
+        "graph-level tuning: up to {} settings, prefills of {n_tokens} tokens, {} s",
+        options.candidates.len(),
+        args.graph_time
+    ));
+    let mut rig =
+        PrefillRig::new(&ctx, file, model, n_tokens, &mut upload_bar(&ctx)).map_err(exec_error)?;
+    let (trials, error) = graph::tune_graph(&mut rig, &schedules, &options, &budget, &mut |t| {
+        say(format!(
+            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer: {:.1} tok/s",
+            t.candidate.ubatch,
+            t.candidate.max_dispatches,
+            t.tok_s()
+        ))
+    });
+    if let Some(e) = error {
+        // A bigger ubatch that does not fit is an answer, not a failure of the run.
+        say(format!(
+            "graph: stopped at a setting the device could not run: {}",
+            first_line(&exec_error(e).message)
+        ));
+    }
+    let Some(choice) = graph::best_choice(&trials, &budget) else {
+        return Ok(None);
+    };
+    db.set_graph_choice(device, &key, &choice)
+        .map_err(db_error)?;
+    Ok(Some(choice))
 }
 
 /// `m=16 n=896 k=896 q4_k +bias`.

@@ -5,7 +5,7 @@ use crate::fingerprint::fingerprint;
 use rocky_compiler::{compiler_version, default_schedule, DeviceCaps, Schedule, Workload};
 use rocky_runtime::executor::{ScheduleOrigin, ScheduleSource};
 use rocky_runtime::DeviceInfo;
-use rocky_tuning_db::{DbError, DeviceFingerprint, Lookup, TuningDb};
+use rocky_tuning_db::{DbError, DeviceFingerprint, GraphChoice, Lookup, TuningDb};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -13,6 +13,15 @@ use std::path::Path;
 /// and a database error must surface before the prefill, not as a silent default).
 pub struct DbSchedules {
     best: HashMap<Workload, Schedule>,
+    /// The graph-level choice (ubatch, dispatches per command buffer) for the model, when
+    /// loaded with [`DbSchedules::open_for_model`] and one was tuned.
+    graph: Option<GraphChoice>,
+}
+
+/// The database key of a model's graph-level choice: the model shape and the compiler version
+/// (the choice was timed with this compiler's kernels).
+pub fn graph_choice_key(model_shape_key: &str) -> String {
+    format!("{model_shape_key}@{}", compiler_version())
 }
 
 impl DbSchedules {
@@ -29,7 +38,28 @@ impl DbSchedules {
                 best.insert(key.workload, t.schedule);
             }
         }
-        Ok(DbSchedules { best })
+        Ok(DbSchedules { best, graph: None })
+    }
+
+    /// Like [`DbSchedules::open_if_exists`], also reading the graph-level choice stored for
+    /// `model_shape_key` (see `graph::model_shape_key`) on this device.
+    pub fn open_for_model(
+        path: &Path,
+        info: &DeviceInfo,
+        model_shape_key: &str,
+    ) -> Result<DbSchedules, DbError> {
+        if !path.exists() {
+            return Ok(DbSchedules::empty());
+        }
+        let db = TuningDb::open(path)?;
+        let device = fingerprint(info);
+        let mut out = DbSchedules::load(&db, &device)?;
+        out.graph = db.graph_choice(&device, &graph_choice_key(model_shape_key))?;
+        Ok(out)
+    }
+
+    pub fn graph_choice(&self) -> Option<&GraphChoice> {
+        self.graph.as_ref()
     }
 
     /// Opens the database at `path` only if it exists (no database: defaults everywhere, and
@@ -46,6 +76,7 @@ impl DbSchedules {
     pub fn empty() -> DbSchedules {
         DbSchedules {
             best: HashMap::new(),
+            graph: None,
         }
     }
 

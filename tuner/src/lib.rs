@@ -3,23 +3,30 @@
 //!
 //! - [`workloads`]: the distinct GEMM workloads of a model at a ubatch;
 //! - [`search`]: exhaustive, random and evolutionary candidate selection (pure);
-//! - [`measure`]: one trial (compile → check against the CPU reference → timed runs);
+//! - [`measure`]: one trial (compile → spirv-val → check against the CPU reference → timed
+//!   runs);
+//! - [`spirv_val`]: the validation stage of a trial;
+//! - [`fault`]: [`FaultPlan`], trials made to fail on purpose at each failure's real stage;
 //! - [`gemm_gpu`]: a GEMM on the device (also used by `rocky kernel` and `bench-gemm`);
 //! - [`tune`]: the loop with trial and time budgets, resume and device-loss recovery;
 //! - [`db_schedules`]: [`DbSchedules`], tuned schedules for the prefill;
 //! - [`fingerprint()`]: the database identity of a device.
 
 pub mod db_schedules;
+pub mod fault;
 pub mod fingerprint;
 pub mod gemm_gpu;
+pub mod graph;
 pub mod measure;
 pub mod search;
+pub mod spirv_val;
 pub mod tune;
 pub mod workloads;
 
 pub use db_schedules::DbSchedules;
+pub use fault::{Fault, FaultPlan, FaultPlanError};
 pub use fingerprint::fingerprint;
 pub use measure::{measure_gemm, MeasureOptions};
 pub use search::{Search, Strategy};
 pub use tune::{host_name, Progress, StopReason, TuneError, TuneOptions, Tuner, WorkloadReport};
-pub use workloads::{model_workloads, ModelWorkload};
+pub use workloads::{model_workloads, model_workloads_with_progress, ModelWorkload};

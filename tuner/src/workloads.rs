@@ -28,7 +28,18 @@ pub fn model_workloads(
     model: &Model,
     ubatch: usize,
 ) -> Result<Vec<ModelWorkload>, ExecError> {
-    let weights = GpuWeights::upload(ctx, file, model)?;
+    model_workloads_with_progress(ctx, file, model, ubatch, &mut |_, _| {})
+}
+
+/// [`model_workloads`], reporting the weight upload as `progress(bytes done, bytes in all)`.
+pub fn model_workloads_with_progress(
+    ctx: &Context,
+    file: &GgufFile,
+    model: &Model,
+    ubatch: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<ModelWorkload>, ExecError> {
+    let weights = GpuWeights::upload_with_progress(ctx, file, model, progress)?;
     let options = ExecutorOptions {
         ubatch,
         budget: CommandBudget::for_device(ctx.info()),

@@ -103,6 +103,17 @@ pub struct GpuWeights {
 impl GpuWeights {
     /// Uploads every tensor the graph uses except the embedding table (gathered on the host).
     pub fn upload(ctx: &Context, file: &GgufFile, model: &Model) -> Result<GpuWeights, ExecError> {
+        Self::upload_with_progress(ctx, file, model, &mut |_, _| {})
+    }
+
+    /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
+    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus).
+    pub fn upload_with_progress(
+        ctx: &Context,
+        file: &GgufFile,
+        model: &Model,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GpuWeights, ExecError> {
         let mut names: Vec<&str> = Vec::new();
         for node in &model.graph.nodes {
             match &node.op {
@@ -118,16 +129,25 @@ impl GpuWeights {
         }
         names.sort_unstable();
         names.dedup();
+        let tensors = names
+            .iter()
+            .map(|&name| {
+                file.tensor(name).ok_or_else(|| {
+                    ExecError::Unsupported(format!("tensor {name} is missing from the model"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let total: u64 = tensors.iter().map(|t| t.size).sum();
+        let mut done = 0;
         let mut buffers = HashMap::new();
-        for name in names {
-            let t = file.tensor(name).ok_or_else(|| {
-                ExecError::Unsupported(format!("tensor {name} is missing from the model"))
-            })?;
+        for (name, t) in names.into_iter().zip(tensors) {
             let data = file.tensor_data(t);
             // Kernels read weights as u32 words: pad to a multiple of 4 bytes.
             let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), name)?;
             buf.upload_bytes(0, data)?;
             buffers.insert(name.to_string(), (buf, t.ggml_type));
+            done += t.size;
+            progress(done, total);
         }
         Ok(GpuWeights { buffers })
     }
@@ -242,6 +262,28 @@ impl<'m> Executor<'m> {
 
     pub fn caps(&self) -> &DeviceCaps {
         &self.caps
+    }
+
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.options
+    }
+
+    /// Forgets the prompt so far: the next prefill starts at position 0 (benchmarks and the
+    /// graph tuner run the same prompt many times on one executor).
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+        self.profile.clear();
+    }
+
+    /// Changes how dispatches are split into command buffers from the next prefill on.
+    pub fn set_budget(&mut self, budget: CommandBudget) {
+        self.options.budget = budget;
+    }
+
+    /// Gives the uploaded weights back, so an executor with another ubatch can reuse them
+    /// instead of uploading the model again.
+    pub fn into_weights(self) -> GpuWeights {
+        self.weights
     }
 
     /// Runs the whole prompt in ubatches and returns the last position's logits.

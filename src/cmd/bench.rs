@@ -1,0 +1,319 @@
+//! `rocky bench`: llama-bench-style prefill throughput of a model with tuned schedules, with
+//! the compiler's defaults and on the CPU reference, measured side by side in one run.
+//!
+//! Tuned and default prefills alternate repetition by repetition on one executor (same weights,
+//! same buffers), so drift in a shared machine's speed lands on both rows alike and their ratio
+//! means something.
+
+mod table;
+
+use super::gpu::{db_error, db_path, device_error, exec_error, upload_bar};
+use crate::error::{CliError, CmdResult};
+use rocky_compiler::Workload;
+use rocky_models::arch::{self, Model};
+use rocky_models::gguf::GgufFile;
+use rocky_models::reference::{self, ReferenceOptions};
+use rocky_runtime::executor::{Executor, ScheduleOrigin, ScheduleSource};
+use rocky_runtime::{CommandBudget, Context, DeviceSelector};
+use rocky_tuner::graph::{random_prompt, PrefillRig};
+use rocky_tuner::DbSchedules;
+use std::path::PathBuf;
+use std::time::Instant;
+pub use table::BenchRow;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchBackend {
+    /// rocky's kernels with the tuning database's schedules (defaults where none).
+    Tuned,
+    /// rocky's kernels with the compiler's default schedules only.
+    Default,
+    /// The CPU reference (f32, all cores).
+    Cpu,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:\n  rocky bench model.gguf\n  \
+rocky bench model.gguf -p 512,4096 -ub 256,512 -r 5 --md\n  \
+rocky bench model.gguf --backends tuned,default --json\n\n\
+Rows: `Vulkan tuned` uses the tuning database (run `rocky tune` first), `Vulkan default` the \
+compiler's default schedules, `CPU reference` the f32 CPU forward pass. Prompts are random \
+token ids; t/s is the mean over repetitions ± the sample standard deviation, each after an \
+untimed warm-up.")]
+pub struct Args {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Prompt lengths to time (comma-separated).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub prompts: Vec<usize>,
+    /// Tokens per ubatch (comma-separated; also `-ub` as in llama-bench).
+    #[arg(
+        short = 'u',
+        long = "ubatch",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub ubatches: Vec<usize>,
+    /// Timed repetitions per row.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: u32,
+    /// Which rows to measure (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tuned,default,cpu"
+    )]
+    pub backends: Vec<BenchBackend>,
+    /// Vulkan device: index or part of its name (see `rocky devices`).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Seed of the random prompt.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON rows (with every repetition's figure).
+    #[arg(long, conflicts_with = "md")]
+    pub json: bool,
+    /// Print llama-bench's markdown table.
+    #[arg(long)]
+    pub md: bool,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    check_args(&args)?;
+    let file = super::open_gguf(&args.model)?;
+    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
+    let identity = ModelIdentity::of(&file, &model);
+    let max_prompt = *args.prompts.iter().max().unwrap_or(&1);
+    let mut rows = Vec::new();
+    let gpu_backends: Vec<BenchBackend> = args
+        .backends
+        .iter()
+        .copied()
+        .filter(|b| *b != BenchBackend::Cpu)
+        .collect();
+    if !gpu_backends.is_empty() {
+        rows.extend(bench_gpu(
+            &args,
+            &file,
+            &model,
+            &identity,
+            &gpu_backends,
+            max_prompt,
+        )?);
+    }
+    if args.backends.contains(&BenchBackend::Cpu) {
+        for &n in &args.prompts {
+            let ids = random_prompt(model.config.n_vocab, n, args.seed);
+            eprintln!(
+                "bench: CPU reference pp{n}: warm-up + {} runs",
+                args.repetitions
+            );
+            let mut samples = Vec::new();
+            for rep in 0..=args.repetitions {
+                let start = Instant::now();
+                reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
+                    .map_err(|e| CliError::input(e.to_string()))?;
+                if rep > 0 {
+                    samples.push(start.elapsed().as_secs_f64());
+                }
+            }
+            rows.push(identity.row("CPU reference", "CPU", None, n, None, samples));
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&table::json(&rows)).unwrap_or_default()
+        );
+    } else if args.md {
+        print!("{}", table::markdown(&rows));
+    } else {
+        print!("{}", table::text(&rows));
+    }
+    Ok(())
+}
+
+fn check_args(args: &Args) -> CmdResult {
+    if let Some(&u) = args.ubatches.iter().find(|&&u| u == 0 || u > 4096) {
+        return Err(CliError::usage(format!(
+            "-ub {u} is out of range: use 1 to 4096"
+        )));
+    }
+    if args.prompts.iter().any(|&p| p == 0) {
+        return Err(CliError::usage("-p: prompt lengths must be at least 1"));
+    }
+    if args.repetitions == 0 {
+        return Err(CliError::usage("-r must be at least 1"));
+    }
+    Ok(())
+}
+
+/// The GPU rows: per ubatch one executor; per prompt length the backends alternate.
+fn bench_gpu(
+    args: &Args,
+    file: &GgufFile,
+    model: &Model,
+    identity: &ModelIdentity,
+    backends: &[BenchBackend],
+    max_prompt: usize,
+) -> Result<Vec<BenchRow>, CliError> {
+    let selector: DeviceSelector = args
+        .device
+        .parse()
+        .map_err(|e| CliError::usage(format!("--device {}: {e}", args.device)))?;
+    let ctx = Context::new(&selector).map_err(device_error)?;
+    let device = ctx.info().name.clone();
+    let tuned = match db_path(args.db.as_deref()) {
+        Some(path) => DbSchedules::open_if_exists(&path, ctx.info()).map_err(db_error)?,
+        None => DbSchedules::empty(),
+    };
+    if tuned.is_empty() && backends.contains(&BenchBackend::Tuned) {
+        eprintln!(
+            "bench: no tuned schedules for {device} in the tuning database: the tuned row \
+             runs defaults (run `rocky tune {}` first)",
+            args.model.display()
+        );
+    }
+    let defaults = DbSchedules::empty();
+    let budget = CommandBudget::for_device(ctx.info());
+    eprintln!("bench: uploading {} to {device}", args.model.display());
+    let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))
+        .map_err(exec_error)?;
+    let mut rows = Vec::new();
+    for &ubatch in &args.ubatches {
+        let mut executor = rig
+            .executor(ubatch.min(max_prompt), budget)
+            .map_err(exec_error)?;
+        for &n in &args.prompts {
+            let ids = random_prompt(model.config.n_vocab, n, args.seed);
+            eprintln!(
+                "bench: ubatch {ubatch} pp{n}: {} × (warm-up + {} runs)",
+                backends.len(),
+                args.repetitions
+            );
+            let sources: Vec<&dyn ScheduleSource> = backends
+                .iter()
+                .map(|b| match b {
+                    BenchBackend::Tuned => &tuned as &dyn ScheduleSource,
+                    _ => &defaults,
+                })
+                .collect();
+            let mut samples = vec![Vec::new(); backends.len()];
+            let mut tuned_counts = vec![(0, 0); backends.len()];
+            // Round 0 is the warm-up (pipelines built, clocks up); then round-robin.
+            for rep in 0..=args.repetitions {
+                for (i, source) in sources.iter().enumerate() {
+                    let seconds = timed_prefill(&mut executor, &ids, *source)?;
+                    if rep > 0 {
+                        samples[i].push(seconds);
+                    } else {
+                        tuned_counts[i] = tuned_gemms(&executor);
+                    }
+                }
+            }
+            for (i, b) in backends.iter().enumerate() {
+                let name = match b {
+                    BenchBackend::Tuned => "Vulkan tuned",
+                    _ => "Vulkan default",
+                };
+                rows.push(identity.row(
+                    name,
+                    &device,
+                    Some(executor.options().ubatch),
+                    n,
+                    Some(tuned_counts[i]),
+                    std::mem::take(&mut samples[i]),
+                ));
+            }
+        }
+        rig.give_back(executor);
+    }
+    Ok(rows)
+}
+
+/// One prefill of `ids` from position 0, timed from the first upload to the logits.
+fn timed_prefill(
+    executor: &mut Executor,
+    ids: &[u32],
+    schedules: &dyn ScheduleSource,
+) -> Result<f64, CliError> {
+    executor.reset();
+    let start = Instant::now();
+    executor.prefill(ids, schedules).map_err(exec_error)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// (GEMM nodes with a tuned schedule, all GEMM nodes) of the executor's last prepare.
+fn tuned_gemms(executor: &Executor) -> (usize, usize) {
+    let gemms = executor
+        .used
+        .iter()
+        .filter(|(_, w, _, _)| matches!(w, Workload::Gemm(_)));
+    gemms.fold((0, 0), |(t, n), (_, _, _, origin)| {
+        (t + usize::from(*origin == ScheduleOrigin::Tuned), n + 1)
+    })
+}
+
+/// What the model columns of every row say.
+struct ModelIdentity {
+    name: String,
+    size_bytes: u64,
+    n_params: u64,
+}
+
+impl ModelIdentity {
+    fn of(file: &GgufFile, model: &Model) -> ModelIdentity {
+        let size_bytes = file.tensors.iter().map(|t| t.size).sum();
+        let n_params = model.config.n_params();
+        // The weight type holding the most bytes names the quantization (Q4_K for a
+        // Q4_K_M file, whose Q6_K and Q8_0 tensors are the minority).
+        let mut bytes_per_type = std::collections::BTreeMap::new();
+        for t in file.tensors.iter().filter(|t| t.dims.len() >= 2) {
+            *bytes_per_type.entry(t.ggml_type.name()).or_insert(0u64) += t.size;
+        }
+        let main_type = bytes_per_type
+            .into_iter()
+            .max_by_key(|&(_, b)| b)
+            .map_or("?", |(t, _)| t);
+        let params = if n_params >= 1_000_000_000 {
+            format!("{:.1}B", n_params as f64 / 1e9)
+        } else {
+            format!("{}M", (n_params as f64 / 1e6).round())
+        };
+        ModelIdentity {
+            name: format!("{} {params} {main_type}", model.config.architecture),
+            size_bytes,
+            n_params,
+        }
+    }
+
+    fn row(
+        &self,
+        backend: &str,
+        device: &str,
+        n_ubatch: Option<usize>,
+        n_prompt: usize,
+        tuned_gemms: Option<(usize, usize)>,
+        samples_s: Vec<f64>,
+    ) -> BenchRow {
+        BenchRow {
+            model: self.name.clone(),
+            model_size_bytes: self.size_bytes,
+            n_params: self.n_params,
+            backend: backend.into(),
+            device: device.into(),
+            n_ubatch,
+            n_prompt,
+            tuned_gemms,
+            samples_s,
+        }
+    }
+}

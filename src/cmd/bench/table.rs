@@ -1,0 +1,241 @@
+//! The rows of `rocky bench` and their three renderings: an aligned text table (default),
+//! llama-bench's markdown table (`--md`) and JSON (`--json`). Pure formatting, so the snapshot
+//! tests pin it down without a GPU.
+
+use serde::Serialize;
+
+/// One row: a backend at one ubatch and prompt length, over `samples_s` repetitions.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    /// `qwen2 494M Q4_K`: architecture, parameters, main weight type.
+    pub model: String,
+    pub model_size_bytes: u64,
+    pub n_params: u64,
+    /// `Vulkan tuned`, `Vulkan default`, `CPU reference`.
+    pub backend: String,
+    pub device: String,
+    /// `None` for the CPU reference (it runs the whole prompt at once).
+    pub n_ubatch: Option<usize>,
+    pub n_prompt: usize,
+    /// GEMM nodes that ran a tuned schedule, of all GEMM nodes (GPU rows).
+    pub tuned_gemms: Option<(usize, usize)>,
+    /// Seconds of each repetition.
+    pub samples_s: Vec<f64>,
+}
+
+impl BenchRow {
+    /// Tokens per second of each repetition.
+    pub fn samples_ts(&self) -> Vec<f64> {
+        self.samples_s
+            .iter()
+            .map(|s| self.n_prompt as f64 / s)
+            .collect()
+    }
+
+    /// Mean and sample standard deviation of the tokens per second, as llama-bench reports.
+    pub fn ts_mean_stddev(&self) -> (f64, f64) {
+        let ts = self.samples_ts();
+        let n = ts.len() as f64;
+        let mean = ts.iter().sum::<f64>() / n;
+        let var = if ts.len() > 1 {
+            ts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        (mean, var.sqrt())
+    }
+
+    pub fn test(&self) -> String {
+        format!("pp{}", self.n_prompt)
+    }
+
+    fn cells(&self) -> [String; 8] {
+        let (mean, sd) = self.ts_mean_stddev();
+        [
+            self.model.clone(),
+            human_bytes(self.model_size_bytes),
+            human_count(self.n_params),
+            self.backend.clone(),
+            self.device.clone(),
+            self.n_ubatch.map_or("-".into(), |u| u.to_string()),
+            self.test(),
+            format!("{mean:.2} ± {sd:.2}"),
+        ]
+    }
+}
+
+const HEADER: [&str; 8] = [
+    "model", "size", "params", "backend", "device", "ubatch", "test", "t/s",
+];
+/// Numbers right-aligned, words left-aligned (as llama-bench does).
+const RIGHT: [bool; 8] = [false, true, true, false, false, true, true, true];
+
+/// llama-bench's markdown table.
+pub fn markdown(rows: &[BenchRow]) -> String {
+    let mut out = format!("| {} |\n", HEADER.join(" | "));
+    let rule: Vec<&str> = RIGHT
+        .iter()
+        .map(|&r| if r { "---:" } else { "---" })
+        .collect();
+    out += &format!("| {} |\n", rule.join(" | "));
+    for r in rows {
+        out += &format!("| {} |\n", r.cells().join(" | "));
+    }
+    out
+}
+
+/// Columns padded to their widest cell.
+pub fn text(rows: &[BenchRow]) -> String {
+    let cells: Vec<[String; 8]> = rows.iter().map(BenchRow::cells).collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .chain([HEADER[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..8).map(width).collect();
+    let line = |c: &[String]| {
+        let parts: Vec<String> = (0..8)
+            .map(|i| {
+                let pad = widths[i] - c[i].chars().count();
+                if RIGHT[i] {
+                    format!("{}{}", " ".repeat(pad), c[i])
+                } else {
+                    format!("{}{}", c[i], " ".repeat(pad))
+                }
+            })
+            .collect();
+        format!("{}\n", parts.join("  ").trim_end())
+    };
+    let header: Vec<String> = HEADER.iter().map(|h| h.to_string()).collect();
+    let mut out = line(&header);
+    for c in &cells {
+        out += &line(c);
+    }
+    out
+}
+
+/// The rows as JSON, with the per-repetition figures and their summary.
+pub fn json(rows: &[BenchRow]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let (mean, sd) = r.ts_mean_stddev();
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("test".into(), r.test().into());
+                o.insert("samples_ts".into(), r.samples_ts().into());
+                o.insert("avg_ts".into(), mean.into());
+                o.insert("stddev_ts".into(), sd.into());
+            }
+            v
+        })
+        .collect();
+    serde_json::Value::Array(rows)
+}
+
+/// `468.64 MiB`, `1.79 GiB` (llama-bench's size column).
+pub fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", n / (1u64 << 30) as f64)
+    } else {
+        format!("{:.2} MiB", n / (1u64 << 20) as f64)
+    }
+}
+
+/// `494.03 M`, `3.09 B` (llama-bench's params column).
+pub fn human_count(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.2} M", n / 1e6)
+    } else {
+        format!("{:.2} K", n / 1e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows with round timings, so every figure in the snapshots can be checked by hand:
+    /// 512 tokens in 0.25 s and 0.5 s → 2048 and 1024 t/s, mean 1536, stddev 724.08.
+    fn rows() -> Vec<BenchRow> {
+        let base = BenchRow {
+            model: "qwen2 494M Q4_K".into(),
+            model_size_bytes: 491_400_032,
+            n_params: 494_032_768,
+            backend: "Vulkan tuned".into(),
+            device: "NVIDIA H200".into(),
+            n_ubatch: Some(512),
+            n_prompt: 512,
+            tuned_gemms: Some((169, 169)),
+            samples_s: vec![0.25, 0.5],
+        };
+        vec![
+            base.clone(),
+            BenchRow {
+                backend: "Vulkan default".into(),
+                tuned_gemms: Some((0, 169)),
+                samples_s: vec![0.5, 0.5],
+                ..base.clone()
+            },
+            BenchRow {
+                backend: "CPU reference".into(),
+                device: "CPU".into(),
+                n_ubatch: None,
+                tuned_gemms: None,
+                samples_s: vec![16.0],
+                ..base
+            },
+        ]
+    }
+
+    #[test]
+    fn statistics_match_the_closed_form() {
+        let (mean, sd) = rows()[0].ts_mean_stddev();
+        assert_eq!(mean, 1536.0);
+        // Sample stddev of {2048, 1024}: |2048 - 1024| / sqrt(2).
+        assert!((sd - 1024.0 / 2f64.sqrt()).abs() < 1e-9);
+        assert_eq!(rows()[2].ts_mean_stddev(), (32.0, 0.0));
+    }
+
+    #[test]
+    fn markdown_table_matches_the_snapshot() {
+        assert_eq!(
+            markdown(&rows()),
+            include_str!("../../../tests/snapshots/bench-table.md")
+        );
+    }
+
+    #[test]
+    fn text_table_matches_the_snapshot() {
+        assert_eq!(
+            text(&rows()),
+            include_str!("../../../tests/snapshots/bench-table.txt")
+        );
+    }
+
+    #[test]
+    fn json_rows_carry_samples_and_summary() {
+        let v = json(&rows());
+        let first = &v[0];
+        assert_eq!(first["test"], "pp512");
+        assert_eq!(first["samples_ts"], serde_json::json!([2048.0, 1024.0]));
+        assert_eq!(first["avg_ts"], 1536.0);
+        assert_eq!(v[2]["n_ubatch"], serde_json::Value::Null);
+        assert_eq!(v[1]["tuned_gemms"], serde_json::json!([0, 169]));
+    }
+
+    #[test]
+    fn sizes_and_counts_read_like_llama_bench() {
+        assert_eq!(human_bytes(491_400_032), "468.64 MiB");
+        assert_eq!(human_bytes(1_929_903_264), "1.80 GiB");
+        assert_eq!(human_count(3_085_938_688), "3.09 B");
+        assert_eq!(human_count(494_032_768), "494.03 M");
+    }
+}
