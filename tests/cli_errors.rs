@@ -411,7 +411,7 @@ fn unwritable_database_path_is_an_output_error_naming_it() {
                         "cannot create or write the tuning database at {}",
                         db.display()
                     ),
-                    "point ROCKY_DB at a writable location",
+                    "choose a writable location (--db PATH or ROCKY_DB)",
                 ],
             );
         }

@@ -55,6 +55,27 @@ pub enum DbCommand {
     },
     /// Merge JSON lines from `rocky db export` (all or nothing; the faster record wins).
     Import { file: PathBuf },
+    /// Replay a budgeted search on the trials of an exhaustive run (`rocky tune --strategy
+    /// exhaustive`) and report how close it gets to the exhaustive best, over many seeds.
+    Replay {
+        /// Only records whose device or workload contains this text.
+        text: Option<String>,
+        #[arg(long, value_enum, default_value = "evolutionary")]
+        strategy: super::tune::StrategyArg,
+        /// Trial budget: at most this many, and at most --fraction of the recorded space.
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        #[arg(long, default_value_t = 0.1)]
+        fraction: f64,
+        /// Seeds replayed per record (1..=N).
+        #[arg(long, default_value_t = 20)]
+        seeds: u64,
+        /// Records with fewer trials than this are not exhaustive runs and are skipped.
+        #[arg(long, default_value_t = 100)]
+        min_trials: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -76,6 +97,23 @@ pub fn run(args: Args) -> CmdResult {
             all_trials,
         ),
         DbCommand::Import { file } => import(&path, &file),
+        DbCommand::Replay {
+            text,
+            strategy,
+            trials,
+            fraction,
+            seeds,
+            min_trials,
+            json,
+        } => replay(
+            &open_existing(&path)?,
+            text.as_deref(),
+            strategy.into(),
+            (trials, fraction),
+            seeds,
+            min_trials,
+            json,
+        ),
     }
 }
 
@@ -283,5 +321,85 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
         summary.trials_added,
         summary.duplicate_trials
     );
+    Ok(())
+}
+
+/// `rocky db replay`: one line per exhaustively measured record.
+fn replay(
+    db: &TuningDb,
+    text: Option<&str>,
+    strategy: rocky_tuner::Strategy,
+    (max_trials, fraction): (usize, f64),
+    seeds: u64,
+    min_trials: usize,
+    as_json: bool,
+) -> CmdResult {
+    use rocky_tuner::replay::RecordedSpace;
+    if !(fraction > 0.0 && fraction <= 1.0) || max_trials == 0 || seeds == 0 {
+        return Err(CliError::usage(
+            "--fraction must be in (0, 1], --trials and --seeds at least 1",
+        ));
+    }
+    let mut out = Vec::new();
+    if !as_json {
+        println!(
+            "{:<36} {:>6} {:>6} {:>11} {:>11} {:>9} {:>9} {:>8}",
+            "workload", "space", "budget", "default ms", "best ms", "median", "worst", "≤5% off"
+        );
+    }
+    for key in db.all_keys().map_err(db_error)? {
+        if !matches(&key, text) {
+            continue;
+        }
+        let trials = db.trials(&key).map_err(db_error)?;
+        if trials.len() < min_trials {
+            continue;
+        }
+        let table: Vec<_> = trials
+            .iter()
+            .map(|t| (t.schedule, t.is_ok().then_some(t.median_s)))
+            .collect();
+        let Some(space) = RecordedSpace::new(&table) else {
+            continue;
+        };
+        let n = space.schedules.len();
+        let budget = max_trials.min(((n as f64 * fraction).ceil() as usize).max(1));
+        let mut ratios: Vec<f64> = (1..=seeds)
+            .map(|seed| space.replay(strategy, budget, seed).ratio)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = ratios[ratios.len() / 2];
+        let worst = ratios[ratios.len() - 1];
+        let within = ratios.iter().filter(|&&r| r <= 1.05).count();
+        let default_ms = table[0].1.map(|t| t * 1e3);
+        if as_json {
+            out.push(json!({
+                "device": key.device,
+                "workload": key.workload,
+                "space": n,
+                "budget": budget,
+                "default_ms": default_ms,
+                "best_ms": space.best_s() * 1e3,
+                "ratios": ratios,
+                "within_5_percent": within,
+                "seeds": seeds,
+            }));
+        } else {
+            println!(
+                "{:<36} {:>6} {:>6} {:>11} {:>11.4} {:>8.3}x {:>8.3}x {:>5}/{seeds}",
+                describe_workload(&key.workload),
+                n,
+                budget,
+                default_ms.map_or("-".into(), |d| format!("{d:.4}")),
+                space.best_s() * 1e3,
+                median,
+                worst,
+                within
+            );
+        }
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    }
     Ok(())
 }

@@ -76,11 +76,24 @@ pub struct Args {
     /// Prompt length of the graph-level prefills (default: twice --ubatch).
     #[arg(long)]
     pub graph_tokens: Option<usize>,
+    /// Tune only the workloads whose description (`m=512 n=896 k=896 q4_k`) contains this text.
+    #[arg(long)]
+    pub workload: Option<String>,
     /// Make trials fail on purpose, e.g. `spirv_val@2,device_lost@3` (trial numbers of every
     /// workload): checks how the tuner survives failures. The failures are stored like real
     /// ones, so use a scratch --db.
     #[arg(long, hide = true)]
     pub inject_faults: Option<String>,
+}
+
+impl From<StrategyArg> for rocky_tuner::Strategy {
+    fn from(s: StrategyArg) -> Self {
+        match s {
+            StrategyArg::Evolutionary => rocky_tuner::Strategy::Evolutionary,
+            StrategyArg::Random => rocky_tuner::Strategy::Random,
+            StrategyArg::Exhaustive => rocky_tuner::Strategy::Exhaustive,
+        }
+    }
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -112,14 +125,24 @@ pub fn run(args: Args) -> CmdResult {
     let workloads =
         model_workloads_with_progress(&ctx, &file, &model, args.ubatch, &mut upload_bar(&ctx))
             .map_err(exec_error)?;
+    let workloads: Vec<_> = match &args.workload {
+        Some(text) => workloads
+            .into_iter()
+            .filter(|w| describe_workload(&w.workload).contains(text.as_str()))
+            .collect(),
+        None => workloads,
+    };
+    if workloads.is_empty() {
+        return Err(CliError::usage(format!(
+            "--workload {:?} matches none of the model's GEMM workloads at ubatch {}",
+            args.workload.as_deref().unwrap_or(""),
+            args.ubatch
+        )));
+    }
     // Opened only now: a model or device that cannot be tuned leaves no empty database behind.
     let db = TuningDb::open(&path).map_err(db_error)?;
     let options = TuneOptions {
-        strategy: match args.strategy {
-            StrategyArg::Evolutionary => rocky_tuner::Strategy::Evolutionary,
-            StrategyArg::Random => rocky_tuner::Strategy::Random,
-            StrategyArg::Exhaustive => rocky_tuner::Strategy::Exhaustive,
-        },
+        strategy: args.strategy.into(),
         trials: args.trials,
         time: Duration::from_secs(args.time),
         seed: args.seed,

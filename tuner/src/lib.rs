@@ -18,6 +18,7 @@ pub mod fingerprint;
 pub mod gemm_gpu;
 pub mod graph;
 pub mod measure;
+pub mod replay;
 pub mod search;
 pub mod spirv_val;
 pub mod tune;

@@ -51,6 +51,8 @@ pub struct Search {
     proposed: HashSet<usize>,
     /// (index, median seconds) of every successful trial; failures are `None`.
     results: Vec<(usize, Option<f64>)>,
+    /// Schedules to try before the strategy's own picks (see [`Search::seed`]).
+    seeds: std::collections::VecDeque<usize>,
 }
 
 impl Search {
@@ -69,7 +71,26 @@ impl Search {
             next_in_order: 0,
             proposed: HashSet::new(),
             results: Vec::new(),
+            seeds: Default::default(),
         }
+    }
+
+    /// Schedules known to be good elsewhere — the best of this workload under another driver
+    /// version, the winners of the model's other workloads — tried first (random and
+    /// evolutionary searches; the exhaustive order stays the space order). Schedules outside
+    /// the space or already tried are ignored. Returns how many were queued.
+    pub fn seed(&mut self, schedules: &[Schedule]) -> usize {
+        if self.strategy == Strategy::Exhaustive {
+            return 0;
+        }
+        for schedule in schedules {
+            if let Some(i) = self.space.iter().position(|s| s == schedule) {
+                if !self.proposed.contains(&i) && !self.seeds.contains(&i) {
+                    self.seeds.push_back(i);
+                }
+            }
+        }
+        self.seeds.len()
     }
 
     pub fn space(&self) -> &[Schedule] {
@@ -94,6 +115,17 @@ impl Search {
     pub fn next_batch(&mut self, max: usize) -> Vec<usize> {
         let max = max.max(1);
         let mut batch = Vec::new();
+        while batch.len() < max {
+            let Some(i) = self.seeds.pop_front() else {
+                break;
+            };
+            if self.proposed.insert(i) {
+                batch.push(i);
+            }
+        }
+        if !batch.is_empty() {
+            return batch;
+        }
         if self.strategy == Strategy::Evolutionary {
             // First the random initial population, then mutations of the fastest.
             let population = POPULATION.min(self.space.len());
@@ -313,6 +345,30 @@ mod tests {
             seen.dedup();
             assert_eq!(seen.len(), n, "{strategy:?} proposed a schedule twice");
         }
+    }
+
+    #[test]
+    fn seeds_come_first_once_and_only_from_the_space() {
+        let sp = space();
+        let outside = Schedule::Gemm(rocky_compiler::templates::gemm::GemmSchedule {
+            bm: 999,
+            ..match sp[0] {
+                Schedule::Gemm(g) => g,
+                _ => unreachable!("a gemm space"),
+            }
+        });
+        let mut s = Search::new(Strategy::Evolutionary, sp.clone(), 5);
+        s.mark_tried(&sp[3], Some(1.0));
+        // sp[3] is tried already and `outside` is not in the space: only 2 are queued.
+        assert_eq!(s.seed(&[sp[10], sp[3], outside, sp[20], sp[10]]), 2);
+        assert_eq!(s.next_batch(1), vec![10]);
+        assert_eq!(s.next_batch(4)[..1], [20]);
+        let all = drain(&mut s);
+        assert!(!all.contains(&10) && !all.contains(&20) && !all.contains(&3));
+        // The exhaustive order is the yardstick and takes no seeds.
+        let mut e = Search::new(Strategy::Exhaustive, sp.clone(), 5);
+        assert_eq!(e.seed(&[sp[10]]), 0);
+        assert_eq!(e.next_batch(1), vec![0]);
     }
 
     #[test]

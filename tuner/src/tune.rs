@@ -13,7 +13,7 @@ use rocky_compiler::{
 };
 use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache, RuntimeError};
 use rocky_tuning_db::{
-    DbError, DeviceFingerprint, FailureKind, RecordKey, Trial, TrialStatus, TuningDb,
+    DbError, DeviceFingerprint, FailureKind, Lookup, RecordKey, Trial, TrialStatus, TuningDb,
 };
 use std::time::{Duration, Instant};
 
@@ -226,6 +226,7 @@ impl<'db> Tuner<'db> {
         for t in &existing {
             search.mark_tried(&t.schedule, t.is_ok().then_some(t.median_s));
         }
+        search.seed(&self.seed_schedules(&workload, options.trials)?);
         let inputs = GemmInputs::random(&gemm, options.measure.seed);
         let mut recorded = existing.len();
         // The default first, always: "best" can then never be slower than the default.
@@ -275,6 +276,39 @@ impl<'db> Tuner<'db> {
         };
         report.best = self.db.best(&key)?;
         Ok(report)
+    }
+
+    /// Schedules worth trying first for `workload`: its best under another driver version of
+    /// this GPU (a seed, never used blindly), then the winners of this device's other
+    /// workloads of the same template, nearest shapes first (a model's GEMMs share much of
+    /// their best tiling). At most a quarter of the trial budget.
+    fn seed_schedules(&self, workload: &Workload, trials: usize) -> Result<Vec<Schedule>, DbError> {
+        let max = (trials / 4).min(MAX_SEEDS);
+        let mut seeds = Vec::new();
+        if let Lookup::SeedOnly(t) =
+            self.db
+                .lookup_for_device(&self.device, &self.compiler_version, workload)?
+        {
+            seeds.push(t.schedule);
+        }
+        let mut others = Vec::new();
+        for key in self.db.keys_for_device(&self.device)? {
+            let same_template = key.workload.kind() == workload.kind();
+            if key.compiler_version != self.compiler_version
+                || !same_template
+                || key.workload == *workload
+            {
+                continue;
+            }
+            if let Some(best) = self.db.best(&key)? {
+                others.push((shape_distance(&key.workload, workload), best.schedule));
+            }
+        }
+        others.sort_by(|a, b| a.0.total_cmp(&b.0));
+        seeds.extend(others.into_iter().map(|(_, s)| s));
+        seeds.dedup();
+        seeds.truncate(max);
+        Ok(seeds)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -366,6 +400,23 @@ impl<'db> Tuner<'db> {
         }
         Ok(trial)
     }
+}
+
+/// Most schedules seeded into one workload's search from elsewhere.
+const MAX_SEEDS: usize = 6;
+
+/// How far apart two workloads' shapes are: the log-ratios of m, n and k, plus one for a
+/// different weight format or bias (other templates: equal kinds are 0 apart).
+fn shape_distance(a: &Workload, b: &Workload) -> f64 {
+    let (Workload::Gemm(a), Workload::Gemm(b)) = (a, b) else {
+        return 0.0;
+    };
+    let log_ratio = |x: u32, y: u32| (f64::from(x.max(1)) / f64::from(y.max(1))).log2().abs();
+    log_ratio(a.m, b.m)
+        + log_ratio(a.n, b.n)
+        + log_ratio(a.k, b.k)
+        + f64::from(u8::from(a.weight != b.weight))
+        + f64::from(u8::from(a.bias != b.bias))
 }
 
 /// Different workloads get different (but reproducible) search orders from one `--seed`.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 pub enum DbError {
     #[error(
         "cannot create or write the tuning database at {path}: {source}; \
-         fix the permissions or point ROCKY_DB at a writable location"
+         fix the permissions or choose a writable location (--db PATH or ROCKY_DB)"
     )]
     NotWritable {
         path: PathBuf,
@@ -16,7 +16,7 @@ pub enum DbError {
 
     #[error(
         "{path} is not a rocky tuning database ({reason}); \
-         point ROCKY_DB at a new path or at an existing database directory"
+         choose a new path or an existing database directory (--db PATH or ROCKY_DB)"
     )]
     NotADatabase { path: PathBuf, reason: String },
 
@@ -28,7 +28,7 @@ pub enum DbError {
 
     #[error(
         "the tuning database at {path} is in use by another process ({detail}); \
-         wait for it to finish or use another ROCKY_DB"
+         wait for it to finish or use another database (--db PATH or ROCKY_DB)"
     )]
     Locked { path: PathBuf, detail: String },
 

@@ -1,0 +1,151 @@
+//! Replaying a search strategy on the measurements of an exhaustive run.
+//!
+//! An exhaustive run records the time of every schedule of a workload's space. Replaying a
+//! budgeted strategy against that table (the table answers instead of the GPU) says how close
+//! the strategy gets to the true best, for many seeds and at no device cost: the yardstick the
+//! tuner's budgets are judged by. As in the real tuner, the default schedule (the first trial
+//! an exhaustive run stores) is known before the search starts.
+
+use crate::search::{Search, Strategy};
+use rocky_compiler::Schedule;
+use std::collections::HashMap;
+
+/// How one seeded replay ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayOutcome {
+    pub seed: u64,
+    /// Trials used, the default's included.
+    pub trials: usize,
+    /// Fastest time the replayed search saw.
+    pub best_s: f64,
+    /// `best_s / exhaustive best` (1.0 = found the best).
+    pub ratio: f64,
+}
+
+/// The recorded space: every schedule with its median time (`None`: the trial failed).
+pub struct RecordedSpace {
+    pub schedules: Vec<Schedule>,
+    times: HashMap<Schedule, Option<f64>>,
+    default: Schedule,
+    best_s: f64,
+}
+
+impl RecordedSpace {
+    /// `trials` in the order they were stored; the first is the default schedule. `None` when
+    /// nothing succeeded.
+    pub fn new(trials: &[(Schedule, Option<f64>)]) -> Option<RecordedSpace> {
+        let default = trials.first()?.0;
+        let mut times = HashMap::new();
+        let mut schedules = Vec::new();
+        for &(s, t) in trials {
+            if times.insert(s, t).is_none() {
+                schedules.push(s);
+            }
+        }
+        let best_s = times
+            .values()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        best_s.is_finite().then_some(RecordedSpace {
+            schedules,
+            times,
+            default,
+            best_s,
+        })
+    }
+
+    pub fn best_s(&self) -> f64 {
+        self.best_s
+    }
+
+    /// Runs `strategy` for `budget` trials (the default's included) with `seed`.
+    pub fn replay(&self, strategy: Strategy, budget: usize, seed: u64) -> ReplayOutcome {
+        let mut search = Search::new(strategy, self.schedules.clone(), seed);
+        let default_time = self.times[&self.default];
+        search.mark_tried(&self.default, default_time);
+        let mut best = default_time.unwrap_or(f64::INFINITY);
+        let mut trials = 1;
+        while trials < budget {
+            // Batches of the tuner's size, so the search sees results as often as it would.
+            let batch = search.next_batch(8.min(budget - trials));
+            if batch.is_empty() {
+                break;
+            }
+            for i in batch {
+                let t = self.times[&search.space()[i]];
+                search.record(i, t);
+                if let Some(t) = t {
+                    best = best.min(t);
+                }
+                trials += 1;
+            }
+        }
+        ReplayOutcome {
+            seed,
+            trials,
+            best_s: best,
+            ratio: best / self.best_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocky_compiler::templates::gemm::{GemmSchedule, Math, Precision};
+
+    /// A space of distinct GEMM schedules (bm and bn vary) with times from `time(i)`.
+    fn space(n: usize, time: impl Fn(usize) -> Option<f64>) -> Vec<(Schedule, Option<f64>)> {
+        (0..n)
+            .map(|i| {
+                let s = GemmSchedule {
+                    bm: 1 + (i / 32) as u32,
+                    bn: 1 + (i % 32) as u32,
+                    bk: 32,
+                    tm: 1,
+                    tn: 1,
+                    split_k: 1,
+                    vector_width: 1,
+                    stage_a: false,
+                    stage_b: false,
+                    accumulate: Precision::F32,
+                    math: Math::FmaF32,
+                };
+                (Schedule::Gemm(s), time(i))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exhaustive_replay_with_the_whole_space_finds_the_best() {
+        let recorded =
+            RecordedSpace::new(&space(100, |i| Some(1.0 + ((i * 37) % 100) as f64))).unwrap();
+        assert_eq!(recorded.best_s(), 1.0);
+        let out = recorded.replay(Strategy::Exhaustive, 100, 1);
+        assert_eq!(out.trials, 100);
+        assert_eq!(out.ratio, 1.0);
+    }
+
+    #[test]
+    fn a_budget_of_one_keeps_the_default_and_failures_never_count_as_fast() {
+        // The default (first) takes 10 s, the best 1 s; failed trials have no time.
+        let recorded = RecordedSpace::new(&space(50, |i| match i {
+            0 => Some(10.0),
+            7 => Some(1.0),
+            i if i % 2 == 1 => None,
+            _ => Some(5.0),
+        }))
+        .unwrap();
+        let out = recorded.replay(Strategy::Random, 1, 3);
+        assert_eq!((out.trials, out.best_s, out.ratio), (1, 10.0, 10.0));
+        let all = recorded.replay(Strategy::Random, 50, 3);
+        assert_eq!(all.best_s, 1.0);
+    }
+
+    #[test]
+    fn nothing_successful_is_no_yardstick() {
+        assert!(RecordedSpace::new(&space(4, |_| None)).is_none());
+        assert!(RecordedSpace::new(&[]).is_none());
+    }
+}
