@@ -300,6 +300,30 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let before = best_schedules(&db);
     assert_eq!(before.len(), expected.len());
     assert_eq!(best_schedules(&other), before);
+    // ... and the prefill picks the same kernel for every op with either database.
+    let kernels = |db: &Path| -> BTreeSet<String> {
+        let v = ok_json(&rocky(&[
+            "prefill",
+            s(&model()),
+            "--token-ids",
+            &ids,
+            "--ubatch",
+            UBATCH,
+            "--db",
+            s(db),
+            "--profile",
+            "--json",
+        ]));
+        v["profile"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("{} {} tuned={}", r["op"], r["kernel"], r["tuned"]))
+            .collect()
+    };
+    let with_imported = kernels(&other);
+    assert!(with_imported.iter().any(|k| k.ends_with("tuned=true")));
+    assert_eq!(with_imported, kernels(&db));
 
     // 5. A malformed file is refused with its line number and changes nothing.
     let lines: Vec<String> = std::fs::read_to_string(&export)

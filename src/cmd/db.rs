@@ -273,11 +273,19 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
         None => vec![None],
         Some(text) => {
             let text = text.to_lowercase();
-            let found: BTreeSet<DeviceFingerprint> = db
+            // Devices with kernel records or graph choices (a device may have only one kind).
+            let with_records = db
                 .all_keys()
                 .map_err(db_error)?
                 .into_iter()
-                .map(|k| k.device)
+                .map(|k| k.device);
+            let with_choices = db
+                .graph_choices(None)
+                .map_err(db_error)?
+                .into_iter()
+                .map(|c| c.device);
+            let found: BTreeSet<DeviceFingerprint> = with_records
+                .chain(with_choices)
                 .filter(|d| d.describe().to_lowercase().contains(&text))
                 .collect();
             if found.is_empty() {
@@ -291,17 +299,22 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
     let file = std::fs::File::create(output)
         .map_err(|e| CliError::output(format!("cannot create {}: {e}", output.display())))?;
     let mut writer = BufWriter::new(file);
-    let mut lines = 0;
+    let (mut records, mut graph_choices) = (0, 0);
     for device in devices {
         let filter = ExportFilter {
             device,
             workload_kind: None,
             all_trials,
         };
-        lines += export_jsonl(db, &mut writer, &filter)
+        let written = export_jsonl(db, &mut writer, &filter)
             .map_err(|e| CliError::output(format!("cannot write {}: {e}", output.display())))?;
+        records += written.records;
+        graph_choices += written.graph_choices;
     }
-    println!("exported {lines} records to {}", output.display());
+    println!(
+        "exported {records} records and {graph_choices} graph choices to {}",
+        output.display()
+    );
     Ok(())
 }
 
@@ -312,14 +325,18 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
     let summary =
         import_jsonl(&db, BufReader::new(input), &file.display().to_string()).map_err(db_error)?;
     println!(
-        "imported {} lines into {}: {} new records, {} improved, {} kept local, {} trials added, {} duplicates skipped",
+        "imported {} lines into {}: {} new records, {} improved, {} kept local, {} trials added, {} duplicates skipped; \
+         graph choices: {} new, {} improved, {} kept local",
         summary.lines,
         db_path.display(),
         summary.new_keys,
         summary.improved_keys,
         summary.kept_local,
         summary.trials_added,
-        summary.duplicate_trials
+        summary.duplicate_trials,
+        summary.graph_choices_added,
+        summary.graph_choices_improved,
+        summary.graph_choices_kept_local
     );
     Ok(())
 }

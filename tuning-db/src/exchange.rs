@@ -1,18 +1,28 @@
-//! Sharing records as JSON lines: export, and an all-or-nothing validating import that merges
+//! Sharing tuning as JSON lines: export, and an all-or-nothing validating import that merges
 //! by keeping the faster record per key.
+//!
+//! A file holds two kinds of line, each tagged by `format` and `version`:
+//! - `"rocky-tuning-record"` ([`ExportRecord`]): a kernel record key with its best trial
+//!   (and optionally every trial);
+//! - `"rocky-graph-choice"` ([`ExportGraphChoice`]): the graph-level settings chosen for a
+//!   model shape on a device, after the records. Files from before graph choices were
+//!   exported simply have none.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::DbError;
 use crate::fingerprint::DeviceFingerprint;
-use crate::record::{validate_trial, Provenance, RecordKey, StoredTrial, Trial};
-use crate::store::{fastest, TuningDb};
+use crate::record::{validate_trial, GraphChoice, Provenance, RecordKey, StoredTrial, Trial};
+use crate::store::{fastest, validate_graph_choice, StoredGraphChoice, TuningDb};
 
-/// Tag of every exported line, so a stray JSON file is recognised as not ours.
+/// Tag of every exported kernel-record line, so a stray JSON file is recognised as not ours.
 pub const EXPORT_FORMAT: &str = "rocky-tuning-record";
-/// Version of the exported line format; import accepts exactly this.
+/// Tag of every exported graph-choice line.
+pub const GRAPH_CHOICE_FORMAT: &str = "rocky-graph-choice";
+/// Version of the exported line formats (both kinds); import accepts exactly this.
 pub const EXPORT_VERSION: u32 = 1;
 
 /// One exported line: the key, its best trial and where that came from, and optionally every
@@ -31,11 +41,45 @@ pub struct ExportRecord {
     pub trials: Option<Vec<StoredTrial>>,
 }
 
+/// One exported graph choice: the device and model shape key it is stored under, and the
+/// settings with the throughput they were measured at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportGraphChoice {
+    pub format: String,
+    pub version: u32,
+    pub device: DeviceFingerprint,
+    /// The model shape key exactly as stored (the tuner's includes the compiler version).
+    pub model: String,
+    #[serde(with = "StrictGraphChoice")]
+    pub choice: GraphChoice,
+}
+
+/// [`GraphChoice`]'s fields with unknown ones refused on import (the stored type itself is
+/// lenient). A remote definition, so adding a field to `GraphChoice` fails to compile here
+/// instead of silently dropping it from exports.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "GraphChoice", deny_unknown_fields)]
+struct StrictGraphChoice {
+    ubatch: u32,
+    max_dispatches_per_cb: u32,
+    budget_bytes: u64,
+    tok_s: f64,
+}
+
+/// One parsed and validated line of an export file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExportLine {
+    Record(ExportRecord),
+    GraphChoice(ExportGraphChoice),
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ExportFilter {
     /// Only this exact device (driver version included).
     pub device: Option<DeviceFingerprint>,
-    /// Only workloads of this template kind (`Workload::kind()`, e.g. `gemm`).
+    /// Only workloads of this template kind (`Workload::kind()`, e.g. `gemm`). Graph
+    /// choices belong to no kernel template, so they are left out when this is set.
     pub workload_kind: Option<String>,
     /// Also write every trial (failures included), not only the best.
     pub all_trials: bool,
@@ -53,19 +97,41 @@ pub struct ImportSummary {
     pub trials_added: usize,
     /// Trials already present (same trial, same measuring host): importing twice is a no-op.
     pub duplicate_trials: usize,
+    /// Graph-choice lines for a (device, model shape) the database had no choice for.
+    pub graph_choices_added: usize,
+    /// Graph-choice lines that replaced a local choice of lower throughput.
+    pub graph_choices_improved: usize,
+    /// Graph-choice lines not stored because the local choice was as fast or faster.
+    pub graph_choices_kept_local: usize,
 }
 
-/// Writes one [`ExportRecord`] per key that passes `filter`; returns the number of lines.
+/// What [`export_jsonl`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportSummary {
+    /// Kernel-record lines.
+    pub records: usize,
+    /// Graph-choice lines.
+    pub graph_choices: usize,
+}
+
+/// Writes one [`ExportRecord`] per key that passes `filter`, then one [`ExportGraphChoice`]
+/// per stored graph choice of the filtered device (none when `filter.workload_kind` is set).
 pub fn export_jsonl<W: Write>(
     db: &TuningDb,
     mut writer: W,
     filter: &ExportFilter,
-) -> Result<usize, DbError> {
+) -> Result<ExportSummary, DbError> {
+    let mut write_line = |line: String| {
+        writeln!(writer, "{line}").map_err(|source| DbError::Io {
+            context: "writing the export".into(),
+            source,
+        })
+    };
     let keys = match &filter.device {
         Some(d) => db.keys_for_device(d)?,
         None => db.all_keys()?,
     };
-    let mut lines = 0;
+    let mut summary = ExportSummary::default();
     for key in keys {
         if let Some(kind) = &filter.workload_kind {
             if key.workload.kind() != kind {
@@ -85,33 +151,48 @@ pub fn export_jsonl<W: Write>(
             best: best.map(|b| b.trial),
             trials: filter.all_trials.then_some(stored),
         };
-        let line = serde_json::to_string(&record).expect("export records serialize");
-        writeln!(writer, "{line}").map_err(|source| DbError::Io {
-            context: "writing the export".into(),
-            source,
-        })?;
-        lines += 1;
+        write_line(serde_json::to_string(&record).expect("export records serialize"))?;
+        summary.records += 1;
+    }
+    if filter.workload_kind.is_none() {
+        for stored in db.graph_choices(filter.device.as_ref())? {
+            let line = ExportGraphChoice {
+                format: GRAPH_CHOICE_FORMAT.into(),
+                version: EXPORT_VERSION,
+                device: stored.device,
+                model: stored.model_shape_key,
+                choice: stored.choice,
+            };
+            write_line(serde_json::to_string(&line).expect("graph choices serialize"))?;
+            summary.graph_choices += 1;
+        }
     }
     writer.flush().map_err(|source| DbError::Io {
         context: "writing the export".into(),
         source,
     })?;
-    Ok(lines)
+    Ok(summary)
 }
 
-/// Parses and checks one line; the error text is the reason only (the caller adds the line).
-pub fn parse_record_line(line: &str) -> Result<ExportRecord, String> {
+/// Parses and checks one line of either kind; the error text is the reason only (the caller
+/// adds the line number).
+pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
     // Look at format and version first so a newer file gets "unsupported version", not a
     // confusing missing-field error.
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
     let format = value.get("format").and_then(|v| v.as_str());
-    if format != Some(EXPORT_FORMAT) {
-        return Err(format!(
-            "`format` is {:?}, expected \"{EXPORT_FORMAT}\" (is this a rocky export?)",
-            value.get("format")
-        ));
-    }
+    let is_record = match format {
+        Some(EXPORT_FORMAT) => true,
+        Some(GRAPH_CHOICE_FORMAT) => false,
+        _ => {
+            return Err(format!(
+                "`format` is {:?}, expected \"{EXPORT_FORMAT}\" or \"{GRAPH_CHOICE_FORMAT}\" \
+                 (is this a rocky export?)",
+                value.get("format")
+            ))
+        }
+    };
     match value.get("version").and_then(|v| v.as_u64()) {
         Some(v) if v == u64::from(EXPORT_VERSION) => {}
         other => {
@@ -120,6 +201,14 @@ pub fn parse_record_line(line: &str) -> Result<ExportRecord, String> {
             ))
         }
     }
+    if is_record {
+        parse_record(value).map(ExportLine::Record)
+    } else {
+        parse_graph_choice(value).map(ExportLine::GraphChoice)
+    }
+}
+
+fn parse_record(value: serde_json::Value) -> Result<ExportRecord, String> {
     let record: ExportRecord =
         serde_json::from_value(value).map_err(|e| format!("bad record: {e}"))?;
     record.key.validate()?;
@@ -142,13 +231,22 @@ pub fn parse_record_line(line: &str) -> Result<ExportRecord, String> {
     Ok(record)
 }
 
+fn parse_graph_choice(value: serde_json::Value) -> Result<ExportGraphChoice, String> {
+    let line: ExportGraphChoice =
+        serde_json::from_value(value).map_err(|e| format!("bad graph choice: {e}"))?;
+    validate_graph_choice(&line.device, &line.model, &line.choice)
+        .map_err(|e| format!("graph choice for {:?}: {e}", line.model))?;
+    Ok(line)
+}
+
 /// Imports JSON lines written by [`export_jsonl`] (blank lines are skipped).
 ///
 /// Every line is read and validated before anything is written; one bad line fails the whole
-/// import with its line number, and nothing is stored. Then all new trials go in with one
-/// atomic batch. Merge: imported trials join the key's trials (marked `imported_from:
-/// source_name`), so the key's best is the faster of local and imported; trials already
-/// present are skipped.
+/// import with its line number, and nothing is stored. Then all new trials and graph choices
+/// go in with one atomic transaction. Merge: imported trials join the key's trials (marked
+/// `imported_from: source_name`), so the key's best is the faster of local and imported;
+/// trials already present are skipped. An imported graph choice replaces the local one only
+/// when there is none or it has a lower `tok_s`.
 pub fn import_jsonl<R: BufRead>(
     db: &TuningDb,
     reader: R,
@@ -160,6 +258,7 @@ pub fn import_jsonl<R: BufRead>(
         message,
     };
     let mut records = Vec::new();
+    let mut graph_choices = Vec::new();
     let mut summary = ImportSummary::default();
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| line_error(i + 1, format!("cannot read: {e}")))?;
@@ -167,9 +266,24 @@ pub fn import_jsonl<R: BufRead>(
         if line.trim().is_empty() {
             continue;
         }
-        records.push(parse_record_line(&line).map_err(|m| line_error(i + 1, m))?);
+        match parse_export_line(&line).map_err(|m| line_error(i + 1, m))? {
+            ExportLine::Record(r) => records.push(r),
+            ExportLine::GraphChoice(c) => graph_choices.push(c),
+        }
     }
+    let trials = merge_records(db, records, source_name, &mut summary)?;
+    let choices = merge_graph_choices(db, graph_choices, &mut summary)?;
+    db.insert_import_atomically(&trials, &choices)?;
+    Ok(summary)
+}
 
+/// The imported trials not already stored, counting keys new, improved and kept local.
+fn merge_records(
+    db: &TuningDb,
+    records: Vec<ExportRecord>,
+    source_name: &str,
+    summary: &mut ImportSummary,
+) -> Result<Vec<(RecordKey, StoredTrial)>, DbError> {
     let now = crate::record::Trial::now_unix_s();
     let mut to_insert: Vec<(RecordKey, StoredTrial)> = Vec::new();
     for record in records {
@@ -230,6 +344,39 @@ pub fn import_jsonl<R: BufRead>(
         summary.trials_added += added.len();
         to_insert.extend(added.into_iter().map(|s| (record.key.clone(), s)));
     }
-    db.insert_trials_atomically(&to_insert)?;
-    Ok(summary)
+    Ok(to_insert)
+}
+
+/// The imported graph choices faster than what is stored (or pending from earlier lines of
+/// the same file) for their (device, model shape); at most one per pair.
+fn merge_graph_choices(
+    db: &TuningDb,
+    lines: Vec<ExportGraphChoice>,
+    summary: &mut ImportSummary,
+) -> Result<Vec<StoredGraphChoice>, DbError> {
+    let mut winners: BTreeMap<(DeviceFingerprint, String), GraphChoice> = BTreeMap::new();
+    for line in lines {
+        let pair = (line.device, line.model);
+        let current = match winners.get(&pair) {
+            Some(pending) => Some(pending.clone()),
+            None => db.graph_choice(&pair.0, &pair.1)?,
+        };
+        match current {
+            None => summary.graph_choices_added += 1,
+            Some(c) if line.choice.tok_s > c.tok_s => summary.graph_choices_improved += 1,
+            Some(_) => {
+                summary.graph_choices_kept_local += 1;
+                continue;
+            }
+        }
+        winners.insert(pair, line.choice);
+    }
+    Ok(winners
+        .into_iter()
+        .map(|((device, model_shape_key), choice)| StoredGraphChoice {
+            device,
+            model_shape_key,
+            choice,
+        })
+        .collect())
 }

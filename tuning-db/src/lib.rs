@@ -5,7 +5,8 @@
 //! - [`fingerprint`]: which GPU and driver a record belongs to;
 //! - [`record`]: keys, trials, provenance and their validation;
 //! - [`store`]: [`TuningDb`] over sled;
-//! - [`exchange`]: export and the all-or-nothing, faster-wins import;
+//! - [`exchange`]: export (kernel records and graph choices) and the all-or-nothing,
+//!   faster-wins import;
 //! - [`paths`]: the default database location; [`presets`]: shipped records.
 
 pub mod error;
@@ -18,8 +19,8 @@ pub mod store;
 
 pub use error::DbError;
 pub use exchange::{
-    export_jsonl, import_jsonl, ExportFilter, ExportRecord, ImportSummary, EXPORT_FORMAT,
-    EXPORT_VERSION,
+    export_jsonl, import_jsonl, parse_export_line, ExportFilter, ExportGraphChoice, ExportLine,
+    ExportRecord, ExportSummary, ImportSummary, EXPORT_FORMAT, EXPORT_VERSION, GRAPH_CHOICE_FORMAT,
 };
 pub use fingerprint::DeviceFingerprint;
 pub use paths::default_db_path;
@@ -28,4 +29,4 @@ pub use record::{
     validate_trial, FailureKind, GraphChoice, Provenance, RecordKey, StoredTrial, Trial,
     TrialStatus,
 };
-pub use store::{Lookup, Stats, TuningDb, FORMAT_VERSION};
+pub use store::{Lookup, Stats, StoredGraphChoice, TuningDb, FORMAT_VERSION};

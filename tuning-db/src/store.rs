@@ -8,9 +8,11 @@
 //! - `meta`: `format_version` → decimal string.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
 use rocky_compiler::{Schedule, Workload};
+use sled::transaction::{TransactionError, Transactional};
 
 use crate::error::DbError;
 use crate::fingerprint::DeviceFingerprint;
@@ -278,21 +280,16 @@ impl TuningDb {
         model_shape_key: &str,
         choice: &GraphChoice,
     ) -> Result<(), DbError> {
-        let valid = choice.ubatch > 0
-            && choice.max_dispatches_per_cb > 0
-            && choice.tok_s.is_finite()
-            && choice.tok_s > 0.0;
-        if !valid {
-            return Err(DbError::Invalid {
+        validate_graph_choice(device, model_shape_key, choice).map_err(|reason| {
+            DbError::Invalid {
                 what: "graph choice",
-                detail: format!(
-                    "{choice:?}: ubatch, dispatches per command buffer and tok/s must be positive"
-                ),
-            });
-        }
-        let value = serde_json::to_vec(choice).expect("graph choice serializes");
-        self.graph_choices
-            .insert(graph_key(device, model_shape_key), value)?;
+                detail: format!("{model_shape_key:?} {choice:?}: {reason}"),
+            }
+        })?;
+        self.graph_choices.insert(
+            graph_key(device, model_shape_key),
+            encode_graph_choice(choice),
+        )?;
         self.graph_choices.flush()?;
         Ok(())
     }
@@ -304,29 +301,112 @@ impl TuningDb {
     ) -> Result<Option<GraphChoice>, DbError> {
         match self.graph_choices.get(graph_key(device, model_shape_key))? {
             None => Ok(None),
-            Some(v) => serde_json::from_slice(&v)
-                .map(Some)
-                .map_err(|e| DbError::BadStoredValue {
-                    what: "graph choice",
-                    detail: e.to_string(),
-                }),
+            Some(v) => decode_graph_choice(&v).map(Some),
         }
     }
 
-    /// Inserts many trials atomically (all or none) and flushes; for imports.
-    pub(crate) fn insert_trials_atomically(
+    /// Every stored graph choice of exactly `device` (driver version included), or of every
+    /// device when `None`; in key order, so each device's choices are adjacent.
+    pub fn graph_choices(
+        &self,
+        device: Option<&DeviceFingerprint>,
+    ) -> Result<Vec<StoredGraphChoice>, DbError> {
+        let prefix = device.map(device_prefix).unwrap_or_default();
+        let mut out = Vec::new();
+        for kv in self.graph_choices.scan_prefix(prefix) {
+            let (k, v) = kv?;
+            let (device, model_shape_key) =
+                decode_graph_key(&k).map_err(|detail| DbError::BadStoredValue {
+                    what: "graph choice key",
+                    detail,
+                })?;
+            out.push(StoredGraphChoice {
+                device,
+                model_shape_key,
+                choice: decode_graph_choice(&v)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Stores an import in one sled transaction over both trees, so trials and graph choices
+    /// land together or not at all, then flushes. Graph choices replace the stored ones (the
+    /// caller has already decided they are faster).
+    pub(crate) fn insert_import_atomically(
         &self,
         trials: &[(RecordKey, StoredTrial)],
+        graph_choices: &[StoredGraphChoice],
     ) -> Result<(), DbError> {
-        let mut batch = sled::Batch::default();
+        // Ids are drawn before the transaction: its closure may run more than once, and
+        // the keys it writes must be the same each time.
+        let mut trial_batch = sled::Batch::default();
         for (key, stored) in trials {
             let id = self.db.generate_id()?;
-            batch.insert(trial_key(&key.encode(), id), encode_stored(stored));
+            trial_batch.insert(trial_key(&key.encode(), id), encode_stored(stored));
         }
-        self.trials.apply_batch(batch)?;
-        self.trials.flush()?;
+        let mut choice_batch = sled::Batch::default();
+        for c in graph_choices {
+            choice_batch.insert(
+                graph_key(&c.device, &c.model_shape_key),
+                encode_graph_choice(&c.choice),
+            );
+        }
+        (&self.trials, &self.graph_choices)
+            .transaction(|(trials, choices)| {
+                trials.apply_batch(&trial_batch)?;
+                choices.apply_batch(&choice_batch)?;
+                Ok(())
+            })
+            .map_err(|e: TransactionError<Infallible>| match e {
+                TransactionError::Storage(e) => DbError::Storage(e),
+                TransactionError::Abort(never) => match never {},
+            })?;
+        self.db.flush()?;
         Ok(())
     }
+}
+
+/// A graph choice with the (device, model shape key) it is stored under.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredGraphChoice {
+    pub device: DeviceFingerprint,
+    pub model_shape_key: String,
+    pub choice: GraphChoice,
+}
+
+/// The largest ubatch rocky runs (`--ubatch` accepts 1 to 4096).
+pub const MAX_UBATCH: u32 = 4096;
+
+/// Checks what every stored or imported graph choice must satisfy: a named device and model
+/// shape, a ubatch rocky can run, at least one dispatch per command buffer, and a measured
+/// (finite, positive) throughput for the faster-wins merge to compare.
+pub(crate) fn validate_graph_choice(
+    device: &DeviceFingerprint,
+    model_shape_key: &str,
+    choice: &GraphChoice,
+) -> Result<(), String> {
+    if device.device_name.trim().is_empty() {
+        return Err("device.device_name is empty".into());
+    }
+    if model_shape_key.trim().is_empty() {
+        return Err("the model shape key is empty".into());
+    }
+    if !(1..=MAX_UBATCH).contains(&choice.ubatch) {
+        return Err(format!(
+            "ubatch = {} is out of range 1..={MAX_UBATCH}",
+            choice.ubatch
+        ));
+    }
+    if choice.max_dispatches_per_cb == 0 {
+        return Err("max_dispatches_per_cb = 0: a command buffer needs at least 1 dispatch".into());
+    }
+    if !(choice.tok_s.is_finite() && choice.tok_s > 0.0) {
+        return Err(format!(
+            "tok_s = {} is not a finite positive throughput",
+            choice.tok_s
+        ));
+    }
+    Ok(())
 }
 
 /// The fastest Ok trial; the earlier on ties.
@@ -367,6 +447,31 @@ fn graph_key(device: &DeviceFingerprint, model_shape_key: &str) -> Vec<u8> {
     let mut k = device_prefix(device);
     k.extend_from_slice(canonical_json(&model_shape_key).as_bytes());
     k
+}
+
+/// Inverse of [`graph_key`]: compact JSON holds no raw newline, so the first one ends the
+/// device part.
+fn decode_graph_key(bytes: &[u8]) -> Result<(DeviceFingerprint, String), String> {
+    let mut parts = bytes.splitn(2, |b| *b == SEP);
+    let device = parts.next().unwrap_or_default();
+    let model = parts
+        .next()
+        .ok_or_else(|| "key has no model shape part".to_string())?;
+    Ok((
+        serde_json::from_slice(device).map_err(|e| format!("device: {e}"))?,
+        serde_json::from_slice(model).map_err(|e| format!("model shape key: {e}"))?,
+    ))
+}
+
+fn encode_graph_choice(choice: &GraphChoice) -> Vec<u8> {
+    serde_json::to_vec(choice).expect("graph choices serialize")
+}
+
+fn decode_graph_choice(bytes: &[u8]) -> Result<GraphChoice, DbError> {
+    serde_json::from_slice(bytes).map_err(|e| DbError::BadStoredValue {
+        what: "graph choice",
+        detail: e.to_string(),
+    })
 }
 
 fn encode_stored(stored: &StoredTrial) -> Vec<u8> {
