@@ -471,3 +471,71 @@ fn tune_killed_mid_run_resumes_with_every_finished_trial() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `rocky db replay` on a real (partial) exhaustive run: the budget rule, one ratio per seed,
+/// never better than the recorded best, and exactly the best when the whole recorded space is
+/// replayed in order (closed form).
+#[test]
+fn replay_scores_a_search_against_an_exhaustive_run() {
+    let dir = temp_dir("replay");
+    let db = dir.join("tuning.sled");
+    let o = rocky(&[
+        "tune",
+        s(&model()),
+        "--ubatch",
+        "8",
+        "--workload",
+        "m=1 ",
+        "--strategy",
+        "exhaustive",
+        "--trials",
+        "24",
+        "--runs",
+        "2",
+        "--graph-time",
+        "0",
+        "--db",
+        s(&db),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let replay = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "db",
+            "replay",
+            "--db",
+            s(&db),
+            "--min-trials",
+            "24",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        ok_json(&rocky(&args))
+    };
+    let v = replay(&["--fraction", "0.25", "--seeds", "5"]);
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    let r = &rows[0];
+    assert_eq!(r["space"], 24);
+    assert_eq!(r["budget"], 6, "ceil(0.25 × 24)");
+    let ratios: Vec<f64> = r["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(ratios.len(), 5);
+    assert!(ratios.iter().all(|&x| x >= 1.0), "{ratios:?}");
+    let all = replay(&[
+        "--strategy",
+        "exhaustive",
+        "--fraction",
+        "1",
+        "--trials",
+        "24",
+        "--seeds",
+        "2",
+    ]);
+    let ratios = all[0]["ratios"].as_array().unwrap();
+    assert!(ratios.iter().all(|x| x.as_f64() == Some(1.0)), "{all}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

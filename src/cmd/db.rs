@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  rocky db list\n  rocky db export -o mali.jsonl --device G610\n  \
-rocky db import mali.jsonl --db ~/tuning.sled"
+rocky db import mali.jsonl --db ~/tuning.sled\n  \
+rocky db replay --strategy evolutionary --trials 64 --seeds 20   # after an exhaustive tune"
 )]
 pub struct Args {
     #[command(subcommand)]

@@ -2,7 +2,7 @@
 //!
 //! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
 //! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a
-//! seeded sample on big shapes; it is followed by one untimed warm-up batch) → `runs` timed
+//! seeded sample on big shapes; it is followed by untimed warm-up batches) → `runs` timed
 //! runs with GPU timestamps → median, min, max.
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
 
@@ -14,6 +14,9 @@ use rocky_runtime::{Context, PipelineCache, RuntimeError};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
+
+/// Bound on warm-up batches, for kernels so fast that `warmup` takes very many.
+const MAX_WARMUP_BATCHES: u32 = 64;
 
 /// Workloads up to this many multiply-adds are checked in full; bigger ones on sampled columns.
 pub const FULL_CHECK_MACS: u64 = 1 << 26;
@@ -30,6 +33,8 @@ pub struct MeasureOptions {
     pub seed: u64,
     /// Longest wait for one submission before the trial counts as hung.
     pub timeout: Duration,
+    /// Least time of untimed runs before the timed ones (GPU clocks ramp up after idling).
+    pub warmup: Duration,
     /// Validate each kernel with spirv-val before its pipeline is created. Default: on when
     /// a `spirv-val` executable is on `PATH`.
     pub validate: bool,
@@ -46,6 +51,7 @@ impl Default for MeasureOptions {
             check_columns: 64,
             seed: 7,
             timeout: Duration::from_secs(120),
+            warmup: Duration::from_millis(30),
             validate: spirv_val_path().is_some(),
             faults: FaultPlan::new(),
         }
@@ -175,10 +181,18 @@ fn run_trial(
     // The checked run (with its download) bounds one run's time from above.
     let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
     let runs = options.runs.min(affordable.floor() as u32).max(1);
-    // One untimed batch first: the checked run is followed by CPU-side checking, long enough
-    // for a desktop GPU to drop its clocks, and the first trial of a workload (the default
-    // schedule) was measured up to 5x slow on the H200 without this.
-    gpu.time(ctx, runs).map_err(classify)?;
+    // Untimed batches first, for at least `options.warmup`: the checked run is followed by
+    // CPU-side checking, long enough for a GPU to lower its clocks (DVFS), and one batch of a
+    // fast kernel lasts well under a millisecond. (On the H200 the first trials of a workload
+    // still read 3-5x slower than the same kernel in `rocky bench-gemm`; 30 ms of warm-up did
+    // not change that, so clocks are not the whole story. Open.)
+    let warm_start = Instant::now();
+    for _ in 0..MAX_WARMUP_BATCHES {
+        gpu.time(ctx, runs).map_err(classify)?;
+        if warm_start.elapsed() >= options.warmup {
+            break;
+        }
+    }
     let times = gpu.time(ctx, runs).map_err(classify)?;
     let timing = Timing::of(&times, w.flops());
     if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
