@@ -147,7 +147,7 @@ fn check_args(args: &Args) -> CmdResult {
             "-ub {u} is out of range: use 1 to 4096"
         )));
     }
-    if args.prompts.iter().any(|&p| p == 0) {
+    if args.prompts.contains(&0) {
         return Err(CliError::usage("-p: prompt lengths must be at least 1"));
     }
     if args.repetitions == 0 {

@@ -192,7 +192,7 @@ pub fn run(args: Args) -> CmdResult {
                 },
             ) = (bar.is_live(), &p)
             {
-                let best = best.map_or("none yet".into(), |t| timing(t));
+                let best = best.map_or("none yet".into(), timing);
                 bar.set(
                     *number as u64,
                     &format!(
