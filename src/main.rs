@@ -3,6 +3,7 @@
 mod cmd;
 mod error;
 mod progress;
+mod units;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

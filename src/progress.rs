@@ -83,15 +83,6 @@ fn render(label: &str, done: u64, total: u64, detail: &str) -> String {
     )
 }
 
-/// `1.23 GiB` / `456.7 MiB`.
-pub fn bytes(n: u64) -> String {
-    if n >= 1 << 30 {
-        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
-    } else {
-        format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,23 +3,7 @@
 
 mod common;
 
-use common::{asset, shared};
-use std::process::{Command, Output};
-
-fn rocky(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rocky"))
-        .args(args)
-        .output()
-        .expect("rocky runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::{asset, rocky, shared, text};
 
 #[test]
 fn info_describes_a_quantized_qwen2() {

@@ -5,25 +5,9 @@
 
 mod common;
 
+use common::{rocky, text};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn rocky(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rocky"))
-        .args(args)
-        .env_remove("ROCKY_DB")
-        .output()
-        .expect("rocky runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn model() -> String {
     common::shared()

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{asset, shared};
+use common::{asset, shared, text};
 use rocky_models::formats::GgmlType;
 use rocky_models::gguf::{GgufFile, GgufWriter, TensorSpec};
 use serde_json::Value;
@@ -57,14 +57,6 @@ fn rocky_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn rocky(args: &[&str]) -> Output {
     rocky_env(args, &[])
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Asserts the exit code, that the error is a message rather than a panic, and that it

@@ -2,6 +2,9 @@
 //! enough): trials for every GEMM of the model, resume, tuned prefill still matching the CPU
 //! reference, export/import round trip, and the all-or-nothing import of a bad file.
 
+mod common;
+
+use common::{rocky, shared, text};
 use rocky_models::gguf::GgufFile;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -11,31 +14,8 @@ use std::process::{Command, Output};
 const UBATCH: &str = "16";
 const TRIALS: &str = "4";
 
-fn rocky(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rocky"))
-        .args(args)
-        // Never touch the user's database or the shared pipeline cache location rules.
-        .env_remove("ROCKY_DB")
-        .output()
-        .expect("rocky runs")
-}
-
-fn shared() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
 fn model() -> PathBuf {
     shared().join("models/qwen2-tiny-q4_k_m.gguf")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn ok_json(o: &Output) -> Value {

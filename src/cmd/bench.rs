@@ -15,7 +15,7 @@ use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_runtime::executor::{Executor, ScheduleOrigin, ScheduleSource};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
-use rocky_tuner::graph::{random_prompt, PrefillRig};
+use rocky_tuner::graph::{model_shape_key, prefill_seconds, random_prompt, PrefillRig};
 use rocky_tuner::DbSchedules;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -172,7 +172,8 @@ fn bench_gpu(
     let ctx = Context::new(&selector).map_err(device_error)?;
     let device = ctx.info().name.clone();
     let tuned = match db_path(args.db.as_deref()) {
-        Some(path) => DbSchedules::open_if_exists(&path, ctx.info()).map_err(db_error)?,
+        Some(path) => DbSchedules::open_for_model(&path, ctx.info(), &model_shape_key(file, model))
+            .map_err(db_error)?,
         None => DbSchedules::empty(),
     };
     if tuned.is_empty() && backends.contains(&BenchBackend::Tuned) {
@@ -211,7 +212,8 @@ fn bench_gpu(
             // Round 0 is the warm-up (pipelines built, clocks up); then round-robin.
             for rep in 0..=args.repetitions {
                 for (i, source) in sources.iter().enumerate() {
-                    let seconds = timed_prefill(&mut executor, &ids, *source)?;
+                    let seconds =
+                        prefill_seconds(&mut executor, &ids, *source).map_err(exec_error)?;
                     if rep > 0 {
                         samples[i].push(seconds);
                     } else {
@@ -237,18 +239,6 @@ fn bench_gpu(
         rig.give_back(executor);
     }
     Ok(rows)
-}
-
-/// One prefill of `ids` from position 0, timed from the first upload to the logits.
-fn timed_prefill(
-    executor: &mut Executor,
-    ids: &[u32],
-    schedules: &dyn ScheduleSource,
-) -> Result<f64, CliError> {
-    executor.reset();
-    let start = Instant::now();
-    executor.prefill(ids, schedules).map_err(exec_error)?;
-    Ok(start.elapsed().as_secs_f64())
 }
 
 /// (GEMM nodes with a tuned schedule, all GEMM nodes) of the executor's last prepare.

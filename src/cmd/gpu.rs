@@ -1,7 +1,8 @@
 //! Opening a model on a Vulkan device for prefill: the flags every GPU command shares.
 
 use crate::error::CliError;
-use crate::progress::{bytes, Bar};
+use crate::progress::Bar;
+use crate::units::human_bytes;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights};
@@ -264,7 +265,10 @@ pub fn upload_bar(ctx: &Context) -> impl FnMut(u64, u64) {
     let mut bar = Bar::new(format!("uploading weights to {}", ctx.info().name), 0);
     move |done, total| {
         bar.set_total(total);
-        bar.set(done, &format!("{} of {}", bytes(done), bytes(total)));
+        bar.set(
+            done,
+            &format!("{} of {}", human_bytes(done), human_bytes(total)),
+        );
         if done >= total {
             bar.clear();
         }

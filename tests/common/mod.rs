@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
 
 /// ../shared beside the checkout (override: ROCKY_SHARED).
 pub fn shared() -> PathBuf {
@@ -26,4 +27,23 @@ pub fn asset(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Runs this build's `rocky` with `args`, never with the user's tuning database (ROCKY_DB is
+/// removed from its environment).
+pub fn rocky(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rocky"))
+        .args(args)
+        .env_remove("ROCKY_DB")
+        .output()
+        .expect("rocky runs")
+}
+
+/// Standard output then standard error, for assertion messages and searches.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }

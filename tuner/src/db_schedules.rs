@@ -41,8 +41,9 @@ impl DbSchedules {
         Ok(DbSchedules { best, graph: None })
     }
 
-    /// Like [`DbSchedules::open_if_exists`], also reading the graph-level choice stored for
-    /// `model_shape_key` (see `graph::model_shape_key`) on this device.
+    /// Opens the database at `path` only if it exists (no database: defaults everywhere, and
+    /// nothing is created); then loads this device's records and the graph-level choice stored
+    /// for `model_shape_key` (see `graph::model_shape_key`).
     pub fn open_for_model(
         path: &Path,
         info: &DeviceInfo,
@@ -60,16 +61,6 @@ impl DbSchedules {
 
     pub fn graph_choice(&self) -> Option<&GraphChoice> {
         self.graph.as_ref()
-    }
-
-    /// Opens the database at `path` only if it exists (no database: defaults everywhere, and
-    /// nothing is created); then loads this device's records.
-    pub fn open_if_exists(path: &Path, info: &DeviceInfo) -> Result<DbSchedules, DbError> {
-        if !path.exists() {
-            return Ok(DbSchedules::empty());
-        }
-        let db = TuningDb::open(path)?;
-        DbSchedules::load(&db, &fingerprint(info))
     }
 
     /// No tuned schedules.

@@ -307,11 +307,7 @@ impl Timing {
     pub fn of(times: &[Duration], flops: u64) -> Timing {
         let mut ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
-        let median = match ms.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => ms[n / 2],
-            n => (ms[n / 2 - 1] + ms[n / 2]) / 2.0,
-        };
+        let median = crate::graph::median(&ms);
         Timing {
             runs: ms.len(),
             median_ms: median,

@@ -174,17 +174,24 @@ pub fn time_prefills(
     schedules: &dyn ScheduleSource,
     runs: u32,
 ) -> Result<Vec<f64>, ExecError> {
+    prefill_seconds(executor, ids, schedules)?;
+    (0..runs.max(1))
+        .map(|_| prefill_seconds(executor, ids, schedules))
+        .collect()
+}
+
+/// Seconds of one prefill of `ids` from position 0 (the executor's earlier prompt forgotten),
+/// from the first upload to the logits read back; pipelines are built first, untimed.
+pub fn prefill_seconds(
+    executor: &mut Executor,
+    ids: &[u32],
+    schedules: &dyn ScheduleSource,
+) -> Result<f64, ExecError> {
     executor.prepare(schedules)?;
     executor.reset();
+    let start = Instant::now();
     executor.prefill(ids, schedules)?;
-    let mut seconds = Vec::new();
-    for _ in 0..runs.max(1) {
-        executor.reset();
-        let start = Instant::now();
-        executor.prefill(ids, schedules)?;
-        seconds.push(start.elapsed().as_secs_f64());
-    }
-    Ok(seconds)
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// Times the candidates in order (the first always, the rest while `options.time` lasts) and
