@@ -60,6 +60,10 @@ pub struct Args {
     /// Timed runs per trial (fewer for slow kernels).
     #[arg(long, default_value_t = 10)]
     pub runs: u32,
+    /// A candidate whose first timed run is this many times slower than the best so far is
+    /// recorded after that run instead of timed `--runs` times; 0 times every one in full.
+    #[arg(long, default_value_t = rocky_tuner::DEFAULT_PRUNE_FACTOR)]
+    pub prune: f64,
     /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
     #[arg(long)]
     pub db: Option<PathBuf>,
@@ -106,6 +110,12 @@ pub fn run(args: Args) -> CmdResult {
     if args.trials == 0 || args.runs == 0 {
         return Err(CliError::usage("--trials and --runs must be at least 1"));
     }
+    if !(args.prune == 0.0 || args.prune >= 1.0) {
+        return Err(CliError::usage(format!(
+            "--prune {}: use 0 (off) or a factor of at least 1",
+            args.prune
+        )));
+    }
     let faults = match &args.inject_faults {
         Some(text) => {
             FaultPlan::parse(text).map_err(|e| CliError::usage(format!("--inject-faults: {e}")))?
@@ -150,6 +160,7 @@ pub fn run(args: Args) -> CmdResult {
             runs: args.runs,
             seed: args.seed,
             faults,
+            prune_factor: (args.prune > 0.0).then_some(args.prune),
             ..MeasureOptions::default()
         },
     };

@@ -3,7 +3,8 @@
 //! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
 //! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a
 //! seeded sample on big shapes; it is followed by untimed warm-up batches) → `runs` timed
-//! runs with GPU timestamps → median, min, max.
+//! runs with GPU timestamps → median, min, max. A candidate whose first timed run is far
+//! slower than the workload's best so far stops there (see [`MeasureOptions::prune_factor`]).
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
 
 use crate::fault::{self, Fault, FaultPlan, INJECTED};
@@ -17,6 +18,10 @@ use std::time::{Duration, Instant};
 
 /// Bound on warm-up batches, for kernels so fast that `warmup` takes very many.
 const MAX_WARMUP_BATCHES: u32 = 64;
+
+/// Default of [`MeasureOptions::prune_factor`]: far beyond the run-to-run noise of a shared
+/// CPU device (lavapipe runs of one kernel vary by up to ~2x under load).
+pub const DEFAULT_PRUNE_FACTOR: f64 = 4.0;
 
 /// Workloads up to this many multiply-adds are checked in full; bigger ones on sampled columns.
 pub const FULL_CHECK_MACS: u64 = 1 << 26;
@@ -41,6 +46,11 @@ pub struct MeasureOptions {
     /// Trials to fail on purpose (testing; empty by default). The tuner passes each trial
     /// its fault, see [`FaultPlan`].
     pub faults: FaultPlan,
+    /// A candidate whose first timed run (after the warm-up) takes more than this many times
+    /// the best median so far is recorded with that one run: more runs cannot make it the
+    /// winner, and in an exhaustive run most of the space is such candidates. `None` times
+    /// every candidate in full.
+    pub prune_factor: Option<f64>,
 }
 
 impl Default for MeasureOptions {
@@ -54,13 +64,15 @@ impl Default for MeasureOptions {
             warmup: Duration::from_millis(30),
             validate: spirv_val_path().is_some(),
             faults: FaultPlan::new(),
+            prune_factor: Some(DEFAULT_PRUNE_FACTOR),
         }
     }
 }
 
 /// Measures `schedule` for `w` given its compile result; never fails, a problem is a failed
 /// trial. `fault` makes the trial fail on purpose at that failure's stage (its message then
-/// starts with [`INJECTED`]). `host` goes into the trial.
+/// starts with [`INJECTED`]). `incumbent_s` is the workload's best median so far (for
+/// `options.prune_factor`). `host` goes into the trial.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_gemm(
     ctx: &Context,
@@ -72,6 +84,7 @@ pub fn measure_gemm(
     inputs: &GemmInputs,
     options: &MeasureOptions,
     fault: Option<Fault>,
+    incumbent_s: Option<f64>,
     host: &str,
 ) -> Trial {
     let failed = |kind: FailureKind, message: String| {
@@ -84,7 +97,16 @@ pub fn measure_gemm(
     let trial = (|| {
         check_spirv(&kernel, options.validate, fault)?;
         run_trial(
-            ctx, cache, caps, w, schedule, &kernel, inputs, options, fault,
+            ctx,
+            cache,
+            caps,
+            w,
+            schedule,
+            &kernel,
+            inputs,
+            options,
+            fault,
+            incumbent_s,
         )
     })();
     match trial {
@@ -160,6 +182,7 @@ fn run_trial(
     inputs: &GemmInputs,
     options: &MeasureOptions,
     fault: Option<Fault>,
+    incumbent_s: Option<f64>,
 ) -> Result<Timing, (FailureKind, String)> {
     let mut gpu =
         GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
@@ -183,17 +206,28 @@ fn run_trial(
     let runs = options.runs.min(affordable.floor() as u32).max(1);
     // Untimed batches first, for at least `options.warmup`: the checked run is followed by
     // CPU-side checking, long enough for a GPU to lower its clocks (DVFS), and one batch of a
-    // fast kernel lasts well under a millisecond. (On the H200 the first trials of a workload
-    // still read 3-5x slower than the same kernel in `rocky bench-gemm`; 30 ms of warm-up did
-    // not change that, so clocks are not the whole story. Open.)
+    // fast kernel lasts well under a millisecond. Batches are sized from the checked run so a
+    // slow kernel warms up with one run, not `runs`. (On the H200 the first trials of a
+    // workload still read 3-5x slower than the same kernel in `rocky bench-gemm`; 30 ms of
+    // warm-up did not change that, so clocks are not the whole story. Open.)
+    let per_batch = (options.warmup.as_secs_f64() / one_run.as_secs_f64().max(1e-9)).ceil();
+    let warm_batch = (per_batch as u32).clamp(1, runs);
     let warm_start = Instant::now();
     for _ in 0..MAX_WARMUP_BATCHES {
-        gpu.time(ctx, runs).map_err(classify)?;
+        gpu.time(ctx, warm_batch).map_err(classify)?;
         if warm_start.elapsed() >= options.warmup {
             break;
         }
     }
-    let times = gpu.time(ctx, runs).map_err(classify)?;
+    // One timed run decides whether the rest are worth it; it counts among the `runs`.
+    let mut times = gpu.time(ctx, 1).map_err(classify)?;
+    let hopeless = match (options.prune_factor, incumbent_s, times.first()) {
+        (Some(factor), Some(best), Some(first)) => first.as_secs_f64() > factor * best,
+        _ => false,
+    };
+    if !hopeless && runs > 1 {
+        times.extend(gpu.time(ctx, runs - 1).map_err(classify)?);
+    }
     let timing = Timing::of(&times, w.flops());
     if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
         return Err((

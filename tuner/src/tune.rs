@@ -373,6 +373,9 @@ impl<'db> Tuner<'db> {
                 self.host.clone(),
             ));
         };
+        // The best so far, for pruning hopeless candidates early (never the default: it is
+        // measured first, against nothing).
+        let incumbent_s = self.db.best(&self.key(workload))?.map(|t| t.median_s);
         let trial = measure_gemm(
             &self.ctx,
             self.cache.as_ref(),
@@ -383,6 +386,7 @@ impl<'db> Tuner<'db> {
             inputs,
             &options.measure,
             options.measure.faults.at(number),
+            incumbent_s,
             &self.host,
         );
         if matches!(
