@@ -602,7 +602,10 @@ mod tests {
             hits >= 15,
             "{hits} of 20 Parzen picks hold the fast value (its share of the space: {share:.2})"
         );
-        assert!(picks.iter().all(|i| !seen.contains(i)), "a pick was tried already");
+        assert!(
+            picks.iter().all(|i| !seen.contains(i)),
+            "a pick was tried already"
+        );
     }
 
     /// On a synthetic landscape whose optimum lies far from most schedules (a hidden target,
