@@ -505,6 +505,10 @@ fn replay_scores_a_search_against_an_exhaustive_run() {
         .collect();
     assert_eq!(ratios.len(), 5);
     assert!(ratios.iter().all(|&x| x >= 1.0), "{ratios:?}");
+    // One workload has nobody to carry winners over from: the same searches, the same ratios.
+    let carried = replay(&["--fraction", "0.25", "--seeds", "5", "--carry-over"]);
+    assert_eq!(carried[0]["carry_over"], true);
+    assert_eq!(carried[0]["ratios"], r["ratios"]);
     let all = replay(&[
         "--strategy",
         "exhaustive",

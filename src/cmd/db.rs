@@ -74,6 +74,11 @@ pub enum DbCommand {
         /// Records with fewer trials than this are not exhaustive runs and are skipped.
         #[arg(long, default_value_t = 100)]
         min_trials: usize,
+        /// Replay each device's workloads one after another in the order they were tuned,
+        /// seeding each search with the winners of the earlier replays, as `rocky tune` does
+        /// across a model's workloads. Without it every workload is searched from scratch.
+        #[arg(long)]
+        carry_over: bool,
         #[arg(long)]
         json: bool,
     },
@@ -105,14 +110,19 @@ pub fn run(args: Args) -> CmdResult {
             fraction,
             seeds,
             min_trials,
+            carry_over,
             json,
         } => replay(
             &open_existing(&path)?,
             text.as_deref(),
-            strategy.into(),
-            (trials, fraction),
-            seeds,
-            min_trials,
+            &ReplayPlan {
+                strategy: strategy.into(),
+                max_trials: trials,
+                fraction,
+                seeds,
+                min_trials,
+                carry_over,
+            },
             json,
         ),
     }
@@ -342,35 +352,51 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
     Ok(())
 }
 
-/// `rocky db replay`: one line per exhaustively measured record.
-fn replay(
-    db: &TuningDb,
-    text: Option<&str>,
+/// What `rocky db replay` replays, and under which budget.
+struct ReplayPlan {
     strategy: rocky_tuner::Strategy,
-    (max_trials, fraction): (usize, f64),
+    max_trials: usize,
+    fraction: f64,
     seeds: u64,
     min_trials: usize,
-    as_json: bool,
-) -> CmdResult {
-    use rocky_tuner::replay::RecordedSpace;
-    if !(fraction > 0.0 && fraction <= 1.0) || max_trials == 0 || seeds == 0 {
+    carry_over: bool,
+}
+
+impl ReplayPlan {
+    /// Trials for a space of `n`: at most `max_trials` and at most `fraction` of it.
+    fn budget(&self, n: usize) -> usize {
+        self.max_trials
+            .min(((n as f64 * self.fraction).ceil() as usize).max(1))
+    }
+}
+
+/// One exhaustively measured record, ready to replay.
+struct ReplayRecord {
+    key: RecordKey,
+    /// When its first trial was stored: records replay in the order they were tuned.
+    first_date: u64,
+    default_ms: Option<f64>,
+    space: rocky_tuner::replay::RecordedSpace,
+}
+
+/// `rocky db replay`: one line per exhaustively measured record.
+fn replay(db: &TuningDb, text: Option<&str>, plan: &ReplayPlan, as_json: bool) -> CmdResult {
+    use rocky_tuner::replay::{replay_model, RecordedSpace};
+    let fraction = plan.fraction;
+    if !(fraction > 0.0 && fraction <= 1.0) || plan.max_trials == 0 || plan.seeds == 0 {
         return Err(CliError::usage(
             "--fraction must be in (0, 1], --trials and --seeds at least 1",
         ));
     }
-    let mut out = Vec::new();
-    if !as_json {
-        println!(
-            "{:<36} {:>6} {:>6} {:>11} {:>11} {:>9} {:>9} {:>8}",
-            "workload", "space", "budget", "default ms", "best ms", "median", "worst", "≤5% off"
-        );
-    }
+    // The exhaustively measured records, grouped per device and compiler version (the unit
+    // a tuning run works in), each group in the order its records were first measured.
+    let mut groups: Vec<Vec<ReplayRecord>> = Vec::new();
     for key in db.all_keys().map_err(db_error)? {
         if !matches(&key, text) {
             continue;
         }
         let trials = db.trials(&key).map_err(db_error)?;
-        if trials.len() < min_trials {
+        if trials.len() < plan.min_trials {
             continue;
         }
         let table: Vec<_> = trials
@@ -380,40 +406,85 @@ fn replay(
         let Some(space) = RecordedSpace::new(&table) else {
             continue;
         };
-        let n = space.schedules.len();
-        let budget = max_trials.min(((n as f64 * fraction).ceil() as usize).max(1));
-        let mut ratios: Vec<f64> = (1..=seeds)
-            .map(|seed| space.replay(strategy, budget, seed).ratio)
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        let median = ratios[ratios.len() / 2];
-        let worst = ratios[ratios.len() - 1];
-        let within = ratios.iter().filter(|&&r| r <= 1.05).count();
+        let first_date = trials.iter().map(|t| t.date).min().unwrap_or(0);
         let default_ms = table[0].1.map(|t| t * 1e3);
-        if as_json {
-            out.push(json!({
-                "device": key.device,
-                "workload": key.workload,
-                "space": n,
-                "budget": budget,
-                "default_ms": default_ms,
-                "best_ms": space.best_s() * 1e3,
-                "ratios": ratios,
-                "within_5_percent": within,
-                "seeds": seeds,
-            }));
-        } else {
-            println!(
-                "{:<36} {:>6} {:>6} {:>11} {:>11.4} {:>8.3}x {:>8.3}x {:>5}/{seeds}",
-                describe_workload(&key.workload),
-                n,
-                budget,
-                default_ms.map_or("-".into(), |d| format!("{d:.4}")),
-                space.best_s() * 1e3,
-                median,
-                worst,
-                within
-            );
+        let same_run = |g: &Vec<ReplayRecord>| {
+            g[0].key.device == key.device && g[0].key.compiler_version == key.compiler_version
+        };
+        let record = ReplayRecord {
+            key: key.clone(),
+            first_date,
+            default_ms,
+            space,
+        };
+        match groups.iter_mut().find(|g| same_run(g)) {
+            Some(g) => g.push(record),
+            None => groups.push(vec![record]),
+        }
+    }
+    for g in &mut groups {
+        g.sort_by_key(|r| r.first_date);
+    }
+    let mut out = Vec::new();
+    if !as_json {
+        println!(
+            "{:<36} {:>6} {:>6} {:>11} {:>11} {:>9} {:>9} {:>8}",
+            "workload", "space", "budget", "default ms", "best ms", "median", "worst", "≤5% off"
+        );
+    }
+    for group in &groups {
+        // ratios[record][seed]
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); group.len()];
+        for seed in 1..=plan.seeds {
+            if plan.carry_over {
+                let model: Vec<_> = group.iter().map(|r| (r.key.workload, &r.space)).collect();
+                let outcomes = replay_model(&model, plan.strategy, |n| plan.budget(n), seed);
+                for (r, o) in ratios.iter_mut().zip(outcomes) {
+                    r.push(o.ratio);
+                }
+            } else {
+                for (r, record) in ratios.iter_mut().zip(group) {
+                    let space = &record.space;
+                    let budget = plan.budget(space.schedules.len());
+                    r.push(space.replay(plan.strategy, budget, seed).ratio);
+                }
+            }
+        }
+        for (record, mut ratios) in group.iter().zip(ratios) {
+            let (key, default_ms, space) = (&record.key, record.default_ms, &record.space);
+            let n = space.schedules.len();
+            let budget = plan.budget(n);
+            let seeds = plan.seeds;
+            ratios.sort_by(f64::total_cmp);
+            let median = ratios[ratios.len() / 2];
+            let worst = ratios[ratios.len() - 1];
+            let within = ratios.iter().filter(|&&r| r <= 1.05).count();
+            if as_json {
+                out.push(json!({
+                    "device": key.device,
+                    "workload": key.workload,
+                    "space": n,
+                    "budget": budget,
+                    "carry_over": plan.carry_over,
+                    "default_ms": default_ms,
+                    "best_ms": space.best_s() * 1e3,
+                    "ratios": ratios,
+                    "within_5_percent": within,
+                    "seeds": seeds,
+                }));
+            } else {
+                println!(
+                    "{:<36} {:>6} {:>6} {:>11} {:>11.4} {:>8.3}x {:>8.3}x {:>5}/{seeds}",
+                    describe_workload(&key.workload),
+                    n,
+                    budget,
+                    default_ms.map_or("-".into(), |d| format!("{d:.4}")),
+                    space.best_s() * 1e3,
+                    median,
+                    worst,
+                    within
+                );
+            }
         }
     }
     if as_json {

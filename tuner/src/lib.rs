@@ -2,6 +2,7 @@
 //! tuning database; and the executor's database-backed schedule source.
 //!
 //! - [`workloads`]: the distinct GEMM workloads of a model at a ubatch;
+//! - [`carry_over`]: what a workload's search takes from the model's other workloads;
 //! - [`search`]: exhaustive, random and evolutionary candidate selection (pure);
 //! - [`measure`]: one trial (compile → spirv-val → check against the CPU reference → timed
 //!   runs);
@@ -12,6 +13,7 @@
 //! - [`db_schedules`]: [`DbSchedules`], tuned schedules for the prefill;
 //! - [`fingerprint()`]: the database identity of a device.
 
+pub mod carry_over;
 pub mod db_schedules;
 pub mod fault;
 pub mod fingerprint;

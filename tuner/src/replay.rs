@@ -4,10 +4,13 @@
 //! budgeted strategy against that table (the table answers instead of the GPU) says how close
 //! the strategy gets to the true best, for many seeds and at no device cost: the yardstick the
 //! tuner's budgets are judged by. As in the real tuner, the default schedule (the first trial
-//! an exhaustive run stores) is known before the search starts.
+//! an exhaustive run stores) is known before the search starts, and [`replay_model`] replays a
+//! model's workloads one after another, each search seeded with the winners the earlier
+//! replays found ([`carry_over`](crate::carry_over)), as `rocky tune` does.
 
+use crate::carry_over::{nearest_winners, seed_budget};
 use crate::search::{Search, Strategy};
-use rocky_compiler::Schedule;
+use rocky_compiler::{Schedule, Workload};
 use std::collections::HashMap;
 
 /// How one seeded replay ended.
@@ -20,6 +23,8 @@ pub struct ReplayOutcome {
     pub best_s: f64,
     /// `best_s / exhaustive best` (1.0 = found the best).
     pub ratio: f64,
+    /// The schedule behind `best_s`.
+    pub best: Schedule,
 }
 
 /// The recorded space: every schedule with its median time (`None`: the trial failed).
@@ -61,10 +66,23 @@ impl RecordedSpace {
 
     /// Runs `strategy` for `budget` trials (the default's included) with `seed`.
     pub fn replay(&self, strategy: Strategy, budget: usize, seed: u64) -> ReplayOutcome {
+        self.replay_seeded(strategy, budget, seed, &[])
+    }
+
+    /// [`RecordedSpace::replay`] with `seeds` queued first, as the tuner queues them.
+    pub fn replay_seeded(
+        &self,
+        strategy: Strategy,
+        budget: usize,
+        seed: u64,
+        seeds: &[Schedule],
+    ) -> ReplayOutcome {
         let mut search = Search::new(strategy, self.schedules.clone(), seed);
+        search.seed(seeds);
         let default_time = self.times[&self.default];
         search.mark_tried(&self.default, default_time);
         let mut best = default_time.unwrap_or(f64::INFINITY);
+        let mut best_schedule = self.default;
         let mut trials = 1;
         while trials < budget {
             // Batches of the tuner's size, so the search sees results as often as it would.
@@ -73,10 +91,12 @@ impl RecordedSpace {
                 break;
             }
             for i in batch {
-                let t = self.times[&search.space()[i]];
+                let schedule = search.space()[i];
+                let t = self.times[&schedule];
                 search.record(i, t);
-                if let Some(t) = t {
-                    best = best.min(t);
+                if let Some(t) = t.filter(|&t| t < best) {
+                    best = t;
+                    best_schedule = schedule;
                 }
                 trials += 1;
             }
@@ -86,8 +106,30 @@ impl RecordedSpace {
             trials,
             best_s: best,
             ratio: best / self.best_s,
+            best: best_schedule,
         }
     }
+}
+
+/// Replays a model's workloads in the order given (the order they were tuned in), each with
+/// `budget(space size)` trials, seeding each search with the winners of the replays before it
+/// the way `rocky tune` seeds from the database. One outcome per workload, in order.
+pub fn replay_model(
+    model: &[(Workload, &RecordedSpace)],
+    strategy: Strategy,
+    budget: impl Fn(usize) -> usize,
+    seed: u64,
+) -> Vec<ReplayOutcome> {
+    let mut winners: Vec<(Workload, Schedule)> = Vec::new();
+    let mut outcomes = Vec::new();
+    for (workload, space) in model {
+        let trials = budget(space.schedules.len());
+        let seeds = nearest_winners(workload, &winners, seed_budget(trials));
+        let outcome = space.replay_seeded(strategy, trials, seed, &seeds);
+        winners.push((*workload, outcome.best));
+        outcomes.push(outcome);
+    }
+    outcomes
 }
 
 #[cfg(test)]
@@ -141,6 +183,41 @@ mod tests {
         assert_eq!((out.trials, out.best_s, out.ratio), (1, 10.0, 10.0));
         let all = recorded.replay(Strategy::Random, 50, 3);
         assert_eq!(all.best_s, 1.0);
+    }
+
+    #[test]
+    fn a_model_replay_starts_each_search_from_the_earlier_winners() {
+        use rocky_compiler::dequant::WeightFormat;
+        use rocky_compiler::templates::gemm::{ActType, GemmWorkload};
+        let gemm = |n| {
+            Workload::Gemm(GemmWorkload {
+                m: 8,
+                n,
+                k: 64,
+                act: ActType::F32,
+                weight: WeightFormat::Q8_0,
+                bias: false,
+            })
+        };
+        // Two workloads whose fastest schedule is the same (index 37). The first (100
+        // schedules) is replayed exhaustively; the second (60) gets 4 trials: the default,
+        // one carried-over seed (a quarter of the budget) and two of its own.
+        let fastest_at_37 = |i: usize| Some(if i == 37 { 1.0 } else { 2.0 + (i % 7) as f64 });
+        let first = RecordedSpace::new(&space(100, fastest_at_37)).unwrap();
+        let second = RecordedSpace::new(&space(60, fastest_at_37)).unwrap();
+        let model = [(gemm(64), &first), (gemm(128), &second)];
+        let budget = |n: usize| if n == 100 { 100 } else { 4 };
+        for seed in 1..=10 {
+            let out = replay_model(&model, Strategy::Random, budget, seed);
+            assert_eq!(out[0].ratio, 1.0);
+            assert_eq!((out[1].trials, out[1].ratio), (4, 1.0), "seed {seed}");
+            assert_eq!(out[1].best, out[0].best);
+        }
+        // Without the carry-over, 4 random trials of 60 mostly miss index 37.
+        let alone = (1..=10)
+            .filter(|&seed| second.replay(Strategy::Random, 4, seed).ratio == 1.0)
+            .count();
+        assert!(alone < 10);
     }
 
     #[test]

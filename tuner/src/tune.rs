@@ -2,6 +2,7 @@
 //! candidates (compiled in parallel, measured one at a time) under a trial budget and a time
 //! budget, storing every trial in the database as it completes.
 
+use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
 use crate::gemm_gpu::GemmInputs;
 use crate::measure::{measure_gemm, MeasureOptions};
@@ -280,10 +281,9 @@ impl<'db> Tuner<'db> {
 
     /// Schedules worth trying first for `workload`: its best under another driver version of
     /// this GPU (a seed, never used blindly), then the winners of this device's other
-    /// workloads of the same template, nearest shapes first (a model's GEMMs share much of
-    /// their best tiling). At most a quarter of the trial budget.
+    /// workloads ([`carry_over`](crate::carry_over)).
     fn seed_schedules(&self, workload: &Workload, trials: usize) -> Result<Vec<Schedule>, DbError> {
-        let max = (trials / 4).min(MAX_SEEDS);
+        let max = seed_budget(trials);
         let mut seeds = Vec::new();
         if let Lookup::SeedOnly(t) =
             self.db
@@ -291,22 +291,20 @@ impl<'db> Tuner<'db> {
         {
             seeds.push(t.schedule);
         }
-        let mut others = Vec::new();
+        let mut winners = Vec::new();
         for key in self.db.keys_for_device(&self.device)? {
-            let same_template = key.workload.kind() == workload.kind();
-            if key.compiler_version != self.compiler_version
-                || !same_template
-                || key.workload == *workload
-            {
+            if key.compiler_version != self.compiler_version {
                 continue;
             }
             if let Some(best) = self.db.best(&key)? {
-                others.push((shape_distance(&key.workload, workload), best.schedule));
+                winners.push((key.workload, best.schedule));
             }
         }
-        others.sort_by(|a, b| a.0.total_cmp(&b.0));
-        seeds.extend(others.into_iter().map(|(_, s)| s));
-        seeds.dedup();
+        for s in nearest_winners(workload, &winners, max) {
+            if !seeds.contains(&s) {
+                seeds.push(s);
+            }
+        }
         seeds.truncate(max);
         Ok(seeds)
     }
@@ -404,23 +402,6 @@ impl<'db> Tuner<'db> {
         }
         Ok(trial)
     }
-}
-
-/// Most schedules seeded into one workload's search from elsewhere.
-const MAX_SEEDS: usize = 6;
-
-/// How far apart two workloads' shapes are: the log-ratios of m, n and k, plus one for a
-/// different weight format or bias (other templates: equal kinds are 0 apart).
-fn shape_distance(a: &Workload, b: &Workload) -> f64 {
-    let (Workload::Gemm(a), Workload::Gemm(b)) = (a, b) else {
-        return 0.0;
-    };
-    let log_ratio = |x: u32, y: u32| (f64::from(x.max(1)) / f64::from(y.max(1))).log2().abs();
-    log_ratio(a.m, b.m)
-        + log_ratio(a.n, b.n)
-        + log_ratio(a.k, b.k)
-        + f64::from(u8::from(a.weight != b.weight))
-        + f64::from(u8::from(a.bias != b.bias))
 }
 
 /// Different workloads get different (but reproducible) search orders from one `--seed`.
