@@ -64,6 +64,11 @@ pub struct Args {
     /// recorded after that run instead of timed `--runs` times; 0 times every one in full.
     #[arg(long, default_value_t = rocky_tuner::DEFAULT_PRUNE_FACTOR)]
     pub prune: f64,
+    /// Milliseconds of warm-up before each candidate is timed (it then goes on until the
+    /// device's speed has settled). Default: measured on this device before the first
+    /// workload, from how long its clocks take to ramp up under load (at least 30 ms).
+    #[arg(long)]
+    pub warmup_ms: Option<u64>,
     /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
     #[arg(long)]
     pub db: Option<PathBuf>,
@@ -161,8 +166,12 @@ pub fn run(args: Args) -> CmdResult {
             seed: args.seed,
             faults,
             prune_factor: (args.prune > 0.0).then_some(args.prune),
+            warmup: args
+                .warmup_ms
+                .map_or(MeasureOptions::default().warmup, Duration::from_millis),
             ..MeasureOptions::default()
         },
+        calibrate_warmup: args.warmup_ms.is_none(),
     };
     let mut tuner = Tuner::new(ctx.clone(), selector.clone(), &db);
     let say = |line: String| {
@@ -354,6 +363,13 @@ fn timing(t: &Trial) -> String {
 
 fn progress_line(p: &Progress, budget: usize) -> String {
     match p {
+        Progress::WarmupCalibrated(c) => format!(
+            "warm-up: {:.0} ms per candidate (under load this device reached its sustained speed \
+             after {:.0} ms; a run of the calibration kernel then took {:.4} ms)",
+            c.warmup.as_secs_f64() * 1e3,
+            c.ramp.as_secs_f64() * 1e3,
+            c.sustained.as_secs_f64() * 1e3
+        ),
         Progress::WorkloadStart {
             index,
             count,

@@ -29,7 +29,9 @@ pub mod workloads;
 pub use db_schedules::DbSchedules;
 pub use fault::{Fault, FaultPlan, FaultPlanError};
 pub use fingerprint::fingerprint;
-pub use measure::{measure_gemm, MeasureOptions, DEFAULT_PRUNE_FACTOR};
+pub use measure::{
+    calibrate_warmup, measure_gemm, MeasureOptions, WarmupCalibration, DEFAULT_PRUNE_FACTOR,
+};
 pub use search::{Search, Strategy};
 pub use tune::{host_name, Progress, StopReason, TuneError, TuneOptions, Tuner, WorkloadReport};
 pub use workloads::{model_workloads, model_workloads_with_progress, ModelWorkload};

@@ -2,9 +2,10 @@
 //!
 //! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
 //! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a
-//! seeded sample on big shapes; it is followed by untimed warm-up batches) → `runs` timed
-//! runs with GPU timestamps → median, min, max. A candidate whose first timed run is far
-//! slower than the workload's best so far stops there (see [`MeasureOptions::prune_factor`]).
+//! seeded sample on big shapes) → warm-up batches until the device runs at steady speed →
+//! `runs` timed runs with GPU timestamps → median, min, max. A candidate whose steady speed
+//! is far slower than the workload's best so far stops there (see
+//! [`MeasureOptions::prune_factor`]).
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
 
 use crate::fault::{self, Fault, FaultPlan, INJECTED};
@@ -16,8 +17,8 @@ use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-/// Bound on warm-up batches, for kernels so fast that `warmup` takes very many.
-const MAX_WARMUP_BATCHES: u32 = 64;
+/// Bound on warm-up batches; `max_timed` bounds their time.
+const MAX_WARMUP_BATCHES: u32 = 1000;
 
 /// Default of [`MeasureOptions::prune_factor`]: far beyond the run-to-run noise of a shared
 /// CPU device (lavapipe runs of one kernel vary by up to ~2x under load).
@@ -38,7 +39,8 @@ pub struct MeasureOptions {
     pub seed: u64,
     /// Longest wait for one submission before the trial counts as hung.
     pub timeout: Duration,
-    /// Least time of untimed runs before the timed ones (GPU clocks ramp up after idling).
+    /// Least time of warm-up before the timed runs (GPU clocks ramp up after idling); the
+    /// warm-up goes on until the device's speed has settled.
     pub warmup: Duration,
     /// Validate each kernel with spirv-val before its pipeline is created. Default: on when
     /// a `spirv-val` executable is on `PATH`.
@@ -46,7 +48,7 @@ pub struct MeasureOptions {
     /// Trials to fail on purpose (testing; empty by default). The tuner passes each trial
     /// its fault, see [`FaultPlan`].
     pub faults: FaultPlan,
-    /// A candidate whose first timed run (after the warm-up) takes more than this many times
+    /// A candidate whose steady speed (the last warm-up batch's median run) takes more than this many times
     /// the best median so far is recorded with that one run: more runs cannot make it the
     /// winner, and in an exhaustive run most of the space is such candidates. `None` times
     /// every candidate in full.
@@ -204,30 +206,25 @@ fn run_trial(
     // The checked run (with its download) bounds one run's time from above.
     let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
     let runs = options.runs.min(affordable.floor() as u32).max(1);
-    // Untimed batches first, for at least `options.warmup`: the checked run is followed by
-    // CPU-side checking, long enough for a GPU to lower its clocks (DVFS), and one batch of a
-    // fast kernel lasts well under a millisecond. Batches are sized from the checked run so a
-    // slow kernel warms up with one run, not `runs`. (On the H200 the first trials of a
-    // workload still read 3-5x slower than the same kernel in `rocky bench-gemm`; 30 ms of
-    // warm-up did not change that, so clocks are not the whole story. Open.)
-    let per_batch = (options.warmup.as_secs_f64() / one_run.as_secs_f64().max(1e-9)).ceil();
-    let warm_batch = (per_batch as u32).clamp(1, runs);
-    let warm_start = Instant::now();
-    for _ in 0..MAX_WARMUP_BATCHES {
-        gpu.time(ctx, warm_batch).map_err(classify)?;
-        if warm_start.elapsed() >= options.warmup {
-            break;
-        }
-    }
-    // One timed run decides whether the rest are worth it; it counts among the `runs`.
-    let mut times = gpu.time(ctx, 1).map_err(classify)?;
-    let hopeless = match (options.prune_factor, incumbent_s, times.first()) {
-        (Some(factor), Some(best), Some(first)) => first.as_secs_f64() > factor * best,
+    let steady = warm_up(ctx, &gpu, one_run, options)?;
+    // The steady batch's median decides whether the `runs` timed runs are worth it.
+    let probe = median(&steady);
+    let hopeless = match (options.prune_factor, incumbent_s) {
+        (Some(factor), Some(best)) => probe.as_secs_f64() > factor * best,
         _ => false,
     };
-    if !hopeless && runs > 1 {
-        times.extend(gpu.time(ctx, runs - 1).map_err(classify)?);
-    }
+    // The steady batch was timed at steady speed: its runs count among the `runs`.
+    let runs = runs as usize;
+    let times = if hopeless {
+        vec![probe]
+    } else if steady.len() >= runs {
+        steady[steady.len() - runs..].to_vec()
+    } else {
+        let mut times = steady;
+        let more = (runs - times.len()) as u32;
+        times.extend(gpu.time(ctx, more).map_err(classify)?);
+        times
+    };
     let timing = Timing::of(&times, w.flops());
     if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
         return Err((
@@ -236,6 +233,141 @@ fn run_trial(
         ));
     }
     Ok(timing)
+}
+
+/// GPU time one warm-up batch aims at: long enough that a batch's submission overhead is
+/// small against it, so the device is busy (and raises its clocks) for most of the warm-up.
+const WARMUP_BATCH_GPU: Duration = Duration::from_millis(10);
+/// A batch whose median run is within this fraction of the previous batch's (not faster by
+/// more) means the device's clocks have settled.
+const STEADY_TOLERANCE: f64 = 0.02;
+
+/// Runs untimed-for-the-record batches until the device is at steady speed, and returns the
+/// per-run GPU times of the last batch.
+///
+/// GPUs lower their clocks while idle (DVFS), and between two trials the device idles while
+/// the pipeline is created and the result is checked on the CPU. Without this, a trial is
+/// timed partly at idle clocks: on the H200 a 0.19 ms GEMM then read 0.6-1.8 ms, while a
+/// prefill, which keeps the GPU busy, runs at full clocks. Batches are sized from GPU time
+/// (not the checked run's wall time, which is mostly submission and download), and the
+/// warm-up ends once it has lasted `options.warmup` and a batch is no faster than the one
+/// before it, or after `options.max_timed` or `MAX_WARMUP_BATCHES` batches. No clock speed or ramp time is assumed:
+/// a device without DVFS (lavapipe) settles after two batches.
+fn warm_up(
+    ctx: &Context,
+    gpu: &GemmOnGpu,
+    one_run: Duration,
+    options: &MeasureOptions,
+) -> Result<Vec<Duration>, (FailureKind, String)> {
+    let start = Instant::now();
+    // The checked run's wall time bounds one run's GPU time from above.
+    let mut per_run = one_run.max(Duration::from_nanos(1));
+    let mut previous: Option<Duration> = None;
+    let mut batch = Vec::new();
+    for _ in 0..MAX_WARMUP_BATCHES {
+        let size = (WARMUP_BATCH_GPU.as_secs_f64() / per_run.as_secs_f64()).ceil();
+        let size = (size as u32).clamp(1, options.runs.max(1) * 100);
+        batch = gpu.time(ctx, size).map_err(classify)?;
+        let now = median(&batch);
+        let settled = previous
+            .is_some_and(|p| now.as_secs_f64() >= p.as_secs_f64() * (1.0 - STEADY_TOLERANCE));
+        // `max_timed` also bounds the warm-up of a device whose speed keeps moving (a
+        // shared CPU device under load).
+        if (settled && start.elapsed() >= options.warmup) || start.elapsed() >= options.max_timed {
+            break;
+        }
+        previous = Some(now);
+        per_run = now.max(Duration::from_nanos(1));
+    }
+    Ok(batch)
+}
+
+/// How long this device must be kept busy before a kernel runs at its sustained speed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WarmupCalibration {
+    /// Load, from idle, until a run first came within [`RAMP_TOLERANCE`] of the sustained
+    /// speed.
+    pub ramp: Duration,
+    /// The warm-up to use per candidate: the ramp with a margin, within the floor and cap.
+    pub warmup: Duration,
+    /// A run at sustained speed.
+    pub sustained: Duration,
+}
+
+/// Idle time before the calibration, so the device starts from a low-clock state like the
+/// one tuning leaves it in (between trials the GPU is busy only a small part of the time:
+/// pipelines are being created, results checked). The tuner starts right after the model's
+/// upload, which leaves clocks high for a while: 250 ms of idle did not show the H200's ramp.
+const CALIBRATION_IDLE: Duration = Duration::from_secs(2);
+/// How long the calibration keeps the device busy.
+const CALIBRATION_LOAD: Duration = Duration::from_millis(1200);
+/// A run within this fraction of the sustained run time counts as at speed.
+pub const RAMP_TOLERANCE: f64 = 0.03;
+
+/// Measures how long `gpu`'s kernel needs from idle to its sustained speed: after
+/// `CALIBRATION_IDLE`, back-to-back batches for `CALIBRATION_LOAD`; the sustained time is the
+/// median of the last quarter of the batches, the ramp the load before the first batch at
+/// that speed. GPUs change clocks with load (DVFS) on their own schedule: on the H200 a 30 ms
+/// warm-up left trials timed at 2-2.5x their sustained time while 300 ms gave it, and a
+/// Mali's devfreq governor has its own period. Measuring it keeps the protocol free of any
+/// device's constants: a device at constant speed (lavapipe) gets `floor`.
+pub fn calibrate_warmup(
+    ctx: &Context,
+    gpu: &GemmOnGpu,
+    floor: Duration,
+    cap: Duration,
+) -> Result<WarmupCalibration, GpuError> {
+    // A first run outside the measurement: pipeline and memory are then resident.
+    let first = gpu.time(ctx, 1)?;
+    let mut per_run = median(&first).max(Duration::from_nanos(1));
+    std::thread::sleep(CALIBRATION_IDLE);
+    let start = Instant::now();
+    // (load before the batch, the batch's median run)
+    let mut samples: Vec<(Duration, Duration)> = Vec::new();
+    while start.elapsed() < CALIBRATION_LOAD || samples.len() < 4 {
+        let before = start.elapsed();
+        let size = (WARMUP_BATCH_GPU.as_secs_f64() / 2.0 / per_run.as_secs_f64()).ceil();
+        let batch = gpu.time(ctx, (size as u32).clamp(1, 10_000))?;
+        per_run = median(&batch).max(Duration::from_nanos(1));
+        samples.push((before, per_run));
+        if samples.len() >= 4 && start.elapsed() >= 2 * CALIBRATION_LOAD {
+            break;
+        }
+    }
+    let (ramp, sustained) = ramp_and_sustained(&samples, start.elapsed());
+    // Half again the ramp: the clock governor's period varies from one ramp to the next.
+    let warmup = ramp.mul_f64(1.5).clamp(floor, cap.max(floor));
+    Ok(WarmupCalibration {
+        ramp,
+        warmup,
+        sustained,
+    })
+}
+
+/// From `(load before the batch, its median run)` samples in order: the sustained run time
+/// (median of the last quarter) and the load before the first batch within
+/// [`RAMP_TOLERANCE`] of it, or within the last quarter's own spread where that is wider (a
+/// shared CPU device's noise is no clock ramp); `total` if none.
+fn ramp_and_sustained(samples: &[(Duration, Duration)], total: Duration) -> (Duration, Duration) {
+    let tail: Vec<Duration> = samples[samples.len() * 3 / 4..]
+        .iter()
+        .map(|s| s.1)
+        .collect();
+    let sustained = median(&tail);
+    let slowest = tail.iter().max().copied().unwrap_or_default();
+    let limit = (sustained.as_secs_f64() * (1.0 + RAMP_TOLERANCE)).max(slowest.as_secs_f64());
+    let ramp = samples
+        .iter()
+        .find(|s| s.1.as_secs_f64() <= limit)
+        .map_or(total, |s| s.0);
+    (ramp, sustained)
+}
+
+/// The middle of `times` (the upper middle for an even count); zero when empty.
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied().unwrap_or_default()
 }
 
 /// Maps a runtime failure to the trial's failure kind.
@@ -257,5 +389,51 @@ fn runtime_failure_kind(e: &RuntimeError) -> FailureKind {
         | RuntimeError::KernelExceedsLimits { .. }
         | RuntimeError::MissingFeatures { .. } => FailureKind::PipelineCreation,
         _ => FailureKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: f64) -> Duration {
+        Duration::from_secs_f64(x / 1e3)
+    }
+
+    #[test]
+    fn the_ramp_ends_at_the_first_batch_at_sustained_speed() {
+        // A clock step after 200 ms of load: 0.5 ms runs before it, 0.2 ms after.
+        let samples: Vec<_> = (0..60)
+            .map(|i| {
+                let at = ms(20.0 * i as f64);
+                (at, if at < ms(200.0) { ms(0.5) } else { ms(0.2) })
+            })
+            .collect();
+        assert_eq!(
+            ramp_and_sustained(&samples, ms(1200.0)),
+            (ms(200.0), ms(0.2))
+        );
+        // A constant-speed device (noise within the tolerance) is at speed at once.
+        let flat: Vec<_> = (0..8)
+            .map(|i| {
+                (
+                    ms(100.0 * i as f64),
+                    ms(if i % 2 == 0 { 10.0 } else { 10.2 }),
+                )
+            })
+            .collect();
+        assert_eq!(ramp_and_sustained(&flat, ms(800.0)).0, ms(0.0));
+        // Noise of ±20% throughout (a loaded CPU device) is no ramp either.
+        let noisy: Vec<_> = (0..16)
+            .map(|i| (ms(50.0 * i as f64), ms([10.0, 12.0, 9.0, 11.5][i % 4])))
+            .collect();
+        assert_eq!(ramp_and_sustained(&noisy, ms(800.0)).0, ms(0.0));
+    }
+
+    #[test]
+    fn the_median_is_the_upper_middle() {
+        assert_eq!(median(&[ms(3.0), ms(1.0), ms(2.0)]), ms(2.0));
+        assert_eq!(median(&[ms(4.0), ms(1.0), ms(3.0), ms(2.0)]), ms(3.0));
+        assert_eq!(median(&[]), Duration::ZERO);
     }
 }

@@ -4,8 +4,8 @@
 
 use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
-use crate::gemm_gpu::GemmInputs;
-use crate::measure::{measure_gemm, MeasureOptions};
+use crate::gemm_gpu::{GemmInputs, GemmOnGpu};
+use crate::measure::{calibrate_warmup, measure_gemm, MeasureOptions, WarmupCalibration};
 use crate::search::{Search, Strategy};
 use crate::workloads::ModelWorkload;
 use rayon::prelude::*;
@@ -31,6 +31,10 @@ pub struct TuneOptions {
     pub time: Duration,
     pub seed: u64,
     pub measure: MeasureOptions,
+    /// Measure, before the first workload, how long this device needs to reach its sustained
+    /// speed, and warm each candidate up that long (at least `measure.warmup`); see
+    /// [`calibrate_warmup`].
+    pub calibrate_warmup: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +89,8 @@ pub struct WorkloadReport {
 /// What the tuner tells its caller as it goes.
 #[derive(Debug)]
 pub enum Progress<'a> {
+    /// The warm-up every candidate gets, measured on this device.
+    WarmupCalibrated(WarmupCalibration),
     WorkloadStart {
         index: usize,
         count: usize,
@@ -162,6 +168,14 @@ impl<'db> Tuner<'db> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<WorkloadReport>, TuneError> {
         let start = Instant::now();
+        let mut options = options.clone();
+        if options.calibrate_warmup {
+            if let Some(c) = self.calibrate(workloads, &options.measure) {
+                options.measure.warmup = c.warmup;
+                progress(Progress::WarmupCalibrated(c));
+            }
+        }
+        let options = &options;
         let mut reports = Vec::new();
         for (index, mw) in workloads.iter().enumerate() {
             let left = options.time.saturating_sub(start.elapsed());
@@ -179,6 +193,39 @@ impl<'db> Tuner<'db> {
             let _ = cache.save();
         }
         Ok(reports)
+    }
+
+    /// Calibrates the warm-up on the default schedule of the cheapest workload. `None` when
+    /// that kernel cannot run: the trials will then record why, and use the floor.
+    fn calibrate(
+        &self,
+        workloads: &[ModelWorkload],
+        measure: &MeasureOptions,
+    ) -> Option<WarmupCalibration> {
+        let gemm = workloads
+            .iter()
+            .filter_map(|mw| match mw.workload {
+                Workload::Gemm(g) => Some(g),
+                _ => None,
+            })
+            .min_by_key(|g| g.flops())?;
+        let workload = Workload::Gemm(gemm);
+        let Schedule::Gemm(schedule) = default_schedule(&workload, &self.caps) else {
+            return None;
+        };
+        let kernel = instantiate(&workload, &Schedule::Gemm(schedule), &self.caps).ok()?;
+        let inputs = GemmInputs::random(&gemm, measure.seed);
+        let gpu = GemmOnGpu::new(
+            &self.ctx,
+            self.cache.as_ref(),
+            &kernel,
+            &gemm,
+            &schedule,
+            &self.caps,
+            &inputs,
+        )
+        .ok()?;
+        calibrate_warmup(&self.ctx, &gpu, measure.warmup, MAX_CALIBRATED_WARMUP).ok()
     }
 
     fn tune_one(
@@ -403,6 +450,9 @@ impl<'db> Tuner<'db> {
         Ok(trial)
     }
 }
+
+/// Longest warm-up a calibration may ask of every candidate.
+const MAX_CALIBRATED_WARMUP: Duration = Duration::from_secs(1);
 
 /// Different workloads get different (but reproducible) search orders from one `--seed`.
 fn workload_seed(w: &Workload) -> u64 {

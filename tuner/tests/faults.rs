@@ -111,6 +111,8 @@ fn each_injected_failure_is_recorded_and_survived() {
             faults: plan.clone(),
             ..MeasureOptions::default()
         },
+        // The calibration runs before the first trial and must not disturb the plan.
+        calibrate_warmup: true,
     };
     let workloads = [ModelWorkload {
         workload: workload(),
