@@ -59,7 +59,7 @@ pub fn shape_distance(a: &Workload, b: &Workload) -> f64 {
 mod tests {
     use super::*;
     use rocky_compiler::dequant::WeightFormat;
-    use rocky_compiler::templates::gemm::{ActType, GemmSchedule, GemmWorkload, Math, Precision};
+    use rocky_compiler::templates::gemm::{ActType, GemmWorkload};
 
     fn gemm(n: u32, k: u32, weight: WeightFormat) -> Workload {
         Workload::Gemm(GemmWorkload {
@@ -73,19 +73,7 @@ mod tests {
     }
 
     fn schedule(bn: u32) -> Schedule {
-        Schedule::Gemm(GemmSchedule {
-            bm: 8,
-            bn,
-            bk: 64,
-            tm: 1,
-            tn: 1,
-            split_k: 1,
-            vector_width: 1,
-            stage_a: false,
-            stage_b: false,
-            accumulate: Precision::F32,
-            math: Math::FmaF32,
-        })
+        crate::replay::tests::tile(8, bn)
     }
 
     #[test]

@@ -133,29 +133,31 @@ pub fn replay_model(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rocky_compiler::templates::gemm::{GemmSchedule, Math, Precision};
+
+    /// A plain f32 GEMM schedule with tile `bm`×`bn` (tests tell schedules apart by them).
+    pub(crate) fn tile(bm: u32, bn: u32) -> Schedule {
+        Schedule::Gemm(GemmSchedule {
+            bm,
+            bn,
+            bk: 32,
+            tm: 1,
+            tn: 1,
+            split_k: 1,
+            vector_width: 1,
+            stage_a: false,
+            stage_b: false,
+            accumulate: Precision::F32,
+            math: Math::FmaF32,
+        })
+    }
 
     /// A space of distinct GEMM schedules (bm and bn vary) with times from `time(i)`.
     fn space(n: usize, time: impl Fn(usize) -> Option<f64>) -> Vec<(Schedule, Option<f64>)> {
         (0..n)
-            .map(|i| {
-                let s = GemmSchedule {
-                    bm: 1 + (i / 32) as u32,
-                    bn: 1 + (i % 32) as u32,
-                    bk: 32,
-                    tm: 1,
-                    tn: 1,
-                    split_k: 1,
-                    vector_width: 1,
-                    stage_a: false,
-                    stage_b: false,
-                    accumulate: Precision::F32,
-                    math: Math::FmaF32,
-                };
-                (Schedule::Gemm(s), time(i))
-            })
+            .map(|i| (tile(1 + (i / 32) as u32, 1 + (i % 32) as u32), time(i)))
             .collect()
     }
 
