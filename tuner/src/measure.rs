@@ -48,10 +48,10 @@ pub struct MeasureOptions {
     /// Trials to fail on purpose (testing; empty by default). The tuner passes each trial
     /// its fault, see [`FaultPlan`].
     pub faults: FaultPlan,
-    /// A candidate whose steady speed (the last warm-up batch's median run) takes more than this many times
-    /// the best median so far is recorded with that one run: more runs cannot make it the
-    /// winner, and in an exhaustive run most of the space is such candidates. `None` times
-    /// every candidate in full.
+    /// A candidate whose steady speed (the last warm-up batch's median run) is more than this
+    /// many times the best median so far is recorded with that one run: more runs cannot make
+    /// it the winner, and in an exhaustive run most of the space is such candidates. `None`
+    /// times every candidate in full.
     pub prune_factor: Option<f64>,
 }
 
@@ -247,12 +247,12 @@ const STEADY_TOLERANCE: f64 = 0.02;
 ///
 /// GPUs lower their clocks while idle (DVFS), and between two trials the device idles while
 /// the pipeline is created and the result is checked on the CPU. Without this, a trial is
-/// timed partly at idle clocks: on the H200 a 0.19 ms GEMM then read 0.6-1.8 ms, while a
+/// timed partly at idle clocks: on the H200 a 0.12 ms GEMM then read 0.66 ms, while a
 /// prefill, which keeps the GPU busy, runs at full clocks. Batches are sized from GPU time
 /// (not the checked run's wall time, which is mostly submission and download), and the
 /// warm-up ends once it has lasted `options.warmup` and a batch is no faster than the one
-/// before it, or after `options.max_timed` or `MAX_WARMUP_BATCHES` batches. No clock speed or ramp time is assumed:
-/// a device without DVFS (lavapipe) settles after two batches.
+/// before it, or after `options.max_timed` or `MAX_WARMUP_BATCHES` batches. No clock speed or
+/// ramp time is assumed: a device without DVFS settles after two batches.
 fn warm_up(
     ctx: &Context,
     gpu: &GemmOnGpu,
