@@ -71,7 +71,7 @@ fn gpu_logits(
         timeout: Duration::from_secs(600),
         profile: false,
     };
-    let mut ex = Executor::new(ctx, file, model, weights, options, ids.len()).unwrap();
+    let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     ex.prefill(ids, schedules).unwrap()
 }
 

@@ -278,22 +278,34 @@ fn embedding_gathers_bit_exact_rows_for_every_format() {
         let w = EmbeddingWorkload { m: 6, width, table };
         let rows = 9usize;
         let raw = random_weights(table, rows, width as usize, 21);
-        // Ids out of order, repeated, and one past the table (clamped to the last row).
-        let ids = [4u32, 0, 8, 4, 1000, 3];
+        let rb = w.row_bytes() as usize;
+        // Ids out of order and repeated; the table is bound in two pieces (rows 0..5 and
+        // 5..9, as the executor splits a table over maxStorageBufferRange), each dispatch
+        // writing only its own ids' rows.
+        let ids = [4u32, 0, 8, 4, 6, 3];
         let m_run = 5;
         let expected = embedding::reference(&w, m_run, &ids, &raw, rows);
-        let mut padded = raw.clone();
-        padded.resize(raw.len().div_ceil(4) * 4, 0);
+        let piece = |from: usize, to: usize| {
+            let mut bytes = raw[from * rb..to * rb].to_vec();
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+            bytes
+        };
         for (caps, sg) in profiles().into_iter().take(1) {
             for s in embedding::search_space(&w, &caps) {
                 embedding::instantiate(&w, &s, &caps).unwrap();
                 let module = embedding::kernel_ir(&w, &s);
-                let mut idb = bytes_u32(&ids);
-                let mut tb = padded.clone();
-                let mut y = bytes_f32(&vec![SENTINEL; 6 * width as usize]);
-                let push = EmbeddingPush { m: m_run as u32 }.to_bytes();
                 let grid = embedding::dispatch_grid(&w, &s);
-                run(&module, &mut [&mut idb, &mut tb, &mut y], &push, grid, sg);
+                let mut idb = bytes_u32(&ids);
+                let mut y = bytes_f32(&vec![SENTINEL; 6 * width as usize]);
+                for (from, to) in [(0usize, 5usize), (5, rows)] {
+                    let mut tb = piece(from, to);
+                    let push = EmbeddingPush {
+                        m: m_run as u32,
+                        row_base: from as u32,
+                    }
+                    .to_bytes();
+                    run(&module, &mut [&mut idb, &mut tb, &mut y], &push, grid, sg);
+                }
                 let y = f32s(&y);
                 check(
                     &expected,
@@ -307,6 +319,41 @@ fn embedding_gathers_bit_exact_rows_for_every_format() {
         }
     }
     eprintln!("checked {checked} embedding kernels");
+    assert!(checked > 10);
+}
+
+#[test]
+fn embedding_leaves_rows_of_ids_outside_the_bound_piece_unwritten() {
+    let (width, rows) = (64u32, 4usize);
+    let w = EmbeddingWorkload {
+        m: 3,
+        width,
+        table: WeightFormat::Q8_0,
+    };
+    let raw = random_weights(w.table, rows, width as usize, 5);
+    let (caps, sg) = profiles().into_iter().next().unwrap();
+    let s = embedding::default_schedule(&w, &caps);
+    let module = embedding::kernel_ir(&w, &s);
+    // Piece = rows 2..4: id 1 lies below it, id 7 past it, id 3 inside.
+    let mut idb = bytes_u32(&[1, 7, 3]);
+    let mut tb = raw[2 * w.row_bytes() as usize..].to_vec();
+    let mut y = bytes_f32(&vec![SENTINEL; 3 * width as usize]);
+    let push = EmbeddingPush { m: 3, row_base: 2 }.to_bytes();
+    run(
+        &module,
+        &mut [&mut idb, &mut tb, &mut y],
+        &push,
+        embedding::dispatch_grid(&w, &s),
+        sg,
+    );
+    let y = f32s(&y);
+    let wd = width as usize;
+    assert!(
+        y[..2 * wd].iter().all(|&v| v == SENTINEL),
+        "rows of outside ids were written"
+    );
+    let expected = embedding::reference(&w, 1, &[3], &raw, rows);
+    check(&expected, &y[2 * wd..], wd, &module.name);
 }
 
 /// f32 values whose f16 rounding is delicate, plus random ones over the whole f16 range.

@@ -66,7 +66,7 @@ fn contract(w: &Workload) -> (Vec<&'static str>, u32) {
         Workload::RopeNeox(_) => (vec!["x"], 8),
         Workload::SwiGlu(_) => (vec!["gate", "up", "y"], 4),
         Workload::Add(_) => (vec!["a", "b", "y"], 4),
-        Workload::Embedding(_) => (vec!["ids", "table", "y"], 4),
+        Workload::Embedding(_) => (vec!["ids", "table", "y"], 8),
         Workload::KvWrite(_) => (vec!["src", "cache"], 8),
         other => panic!("not a glue workload: {other:?}"),
     }

@@ -21,6 +21,7 @@ mod memory;
 mod pipeline;
 mod pipeline_cache;
 mod select;
+mod stream;
 mod submit;
 mod timing;
 mod transfer;
@@ -38,6 +39,7 @@ pub use info::{
 pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
 pub use select::{list_devices, select_device, DeviceSelector};
+pub use stream::{Stream, StreamStats, StreamTimestamps, Ticket, RING_DEPTH};
 pub use timing::{time_dispatches, TickScale, TimestampQueries};
 
 /// The compiler's kernel contract, re-exported so users need not depend on both crates.

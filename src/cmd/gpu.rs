@@ -5,7 +5,7 @@ use crate::progress::Bar;
 use crate::units::human_bytes;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
-use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights};
+use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights, PrefillStats};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector, RuntimeError};
 use rocky_tuner::graph::model_shape_key;
 use rocky_tuner::DbSchedules;
@@ -136,7 +136,7 @@ impl<'m> GpuSession<'m> {
             profile,
         };
         let executor =
-            Executor::new(&ctx, file, model, weights, options, n_tokens).map_err(exec_error)?;
+            Executor::new(&ctx, model, weights, options, n_tokens).map_err(exec_error)?;
         Ok(GpuSession {
             executor,
             schedules,
@@ -152,6 +152,11 @@ impl<'m> GpuSession<'m> {
     /// Tokens per ubatch actually run.
     pub fn ubatch(&self) -> usize {
         self.executor.options().ubatch
+    }
+
+    /// Where the time of the last prefill went.
+    pub fn stats(&self) -> Option<&PrefillStats> {
+        self.executor.last_stats.as_ref()
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
@@ -258,6 +263,44 @@ pub fn print_profile(rows: &[ProfileRow]) {
             r.shape
         );
     }
+}
+
+/// The time-accounting lines of `--profile`: how busy the GPU was and what the host did.
+pub fn print_stats(stats: &PrefillStats) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let s = &stats.stream;
+    let wall = ms(stats.wall);
+    if let Some(busy) = s.gpu_busy {
+        println!(
+            "GPU busy {:.1}% of {wall:.2} ms wall: {:.2} ms in kernels, {:.2} ms outside them",
+            stats.gpu_busy_share().unwrap_or(0.0) * 100.0,
+            ms(busy),
+            (wall - ms(busy)).max(0.0),
+        );
+    }
+    println!(
+        "host: {:.2} ms recording and submitting, {:.2} ms waiting for the GPU; {} dispatches in {} command buffers, {} ubatch(es)",
+        ms(s.host_busy),
+        ms(s.host_wait),
+        s.dispatches,
+        s.command_buffers,
+        stats.ubatches
+    );
+}
+
+/// JSON of [`PrefillStats`] for `--json`.
+pub fn stats_json(stats: &PrefillStats) -> serde_json::Value {
+    let s = &stats.stream;
+    serde_json::json!({
+        "wall_seconds": stats.wall.as_secs_f64(),
+        "gpu_busy_seconds": s.gpu_busy.map(|d| d.as_secs_f64()),
+        "gpu_busy_share": stats.gpu_busy_share(),
+        "host_busy_seconds": s.host_busy.as_secs_f64(),
+        "host_wait_seconds": s.host_wait.as_secs_f64(),
+        "dispatches": s.dispatches,
+        "command_buffers": s.command_buffers,
+        "ubatches": stats.ubatches,
+    })
 }
 
 /// A progress callback for a weight upload to `ctx`'s device (a bar on a terminal).

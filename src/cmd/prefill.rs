@@ -58,6 +58,7 @@ pub fn run(args: Args) -> CmdResult {
     let mut gpu_seconds = None;
     let mut profile = None;
     let mut ubatch = None;
+    let mut stats = None;
     let logits = match args.backend {
         Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
             .map_err(|e| CliError::input(e.to_string()))?,
@@ -69,6 +70,7 @@ pub fn run(args: Args) -> CmdResult {
             let logits = session.prefill(&ids)?;
             gpu_seconds = Some(start.elapsed().as_secs_f64());
             ubatch = Some((session.ubatch(), session.ubatch_origin));
+            stats = session.stats().cloned();
             if args.profile {
                 profile = Some(session.profile_table());
             }
@@ -104,6 +106,7 @@ pub fn run(args: Args) -> CmdResult {
             "seconds": seconds,
             "tokens_per_second": tok_s,
             "profile": profile,
+            "stats": stats.as_ref().map(super::gpu::stats_json),
             "top5": top.iter().map(|&(id, l)| json!({"id": id, "text": piece(id), "logit": l})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
@@ -125,6 +128,10 @@ pub fn run(args: Args) -> CmdResult {
         if let Some(rows) = &profile {
             println!();
             super::gpu::print_profile(rows);
+            if let Some(stats) = &stats {
+                println!();
+                super::gpu::print_stats(stats);
+            }
         }
     }
     Ok(())

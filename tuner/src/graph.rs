@@ -114,7 +114,6 @@ pub fn random_prompt(n_vocab: usize, n: usize, seed: u64) -> Vec<u32> {
 /// Makes executors of one model at several ubatch sizes, uploading the weights once.
 pub struct PrefillRig<'m> {
     ctx: Context,
-    file: &'m GgufFile,
     model: &'m Model,
     weights: Option<GpuWeights>,
     n_ctx: usize,
@@ -134,7 +133,6 @@ impl<'m> PrefillRig<'m> {
                 ctx, file, model, progress,
             )?),
             ctx: ctx.clone(),
-            file,
             model,
             n_ctx,
         })
@@ -155,9 +153,7 @@ impl<'m> PrefillRig<'m> {
             timeout: Duration::from_secs(600),
             profile: false,
         };
-        Executor::new(
-            &self.ctx, self.file, self.model, weights, options, self.n_ctx,
-        )
+        Executor::new(&self.ctx, self.model, weights, options, self.n_ctx)
     }
 
     pub fn give_back(&mut self, executor: Executor<'m>) {

@@ -46,7 +46,7 @@ pub fn model_workloads_with_progress(
         timeout: Duration::from_secs(600),
         profile: false,
     };
-    let mut executor = Executor::new(ctx, file, model, weights, options, ubatch)?;
+    let mut executor = Executor::new(ctx, model, weights, options, ubatch)?;
     executor.prepare(&DefaultSchedules)?;
     Ok(distinct_gemms(
         executor

@@ -5,14 +5,15 @@
 //! - bindings: 0 `ids` u32 [m] (read), 1 `table` raw GGUF blocks as u32 words (read; the
 //!   same convention as GEMM's weight binding: the bound range is a multiple of 4 bytes,
 //!   rows back to back from its start), 2 `y` f32 [m × width] (written);
-//! - push constants ([`EmbeddingPush`], 4 bytes): `m`;
+//! - push constants ([`EmbeddingPush`], 8 bytes): `m`, `row_base`;
 //! - grid `[ceil(width/(4·chunks_per_thread) / threads), m, 1]`.
 //!
-//! An id past the rows of the bound table is clamped to the last row (the executor validates
-//! ids beforehand; the clamp only guarantees that nothing is read out of bounds). The number of
-//! rows is taken from the binding's length (`OpArrayLength`), so a table bound in a range
-//! holding fewer rows stays in bounds too. The dequantization is the shared IR fragment,
-//! bit-exact to the CPU dequantizers.
+//! The bound range holds table rows `row_base..row_base + n` (n from the binding's length,
+//! `OpArrayLength`): a table larger than the device's `maxStorageBufferRange` is gathered by
+//! one dispatch per piece, each writing the rows whose ids fall in its piece and leaving the
+//! others untouched. An id outside every piece is never read out of bounds and its row is not
+//! written (the executor validates ids beforehand). The dequantization is the shared IR
+//! fragment, bit-exact to the CPU dequantizers.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,17 +50,18 @@ impl EmbeddingWorkload {
     }
 }
 
-/// Push constants: `m` (u32).
+/// Push constants: `m` (u32), `row_base` (u32: the table row at the start of the binding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmbeddingPush {
     pub m: u32,
+    pub row_base: u32,
 }
 
 impl EmbeddingPush {
-    pub const BYTES: u32 = 4;
+    pub const BYTES: u32 = 8;
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        push_bytes(&[self.m])
+        push_bytes(&[self.m, self.row_base])
     }
 }
 
@@ -181,6 +183,7 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
     let v4 = Type::vec(Scalar::F32, 4);
     let y = b.buffer(BINDING_Y, "y", v4, Access::WriteOnly);
     let p_m = b.push_field("m", Type::U32);
+    let p_base = b.push_field("row_base", Type::U32);
     let row_bytes = w.row_bytes() as u32;
     let cpt = s.chunks_per_thread;
     let threads_per_unit = CHUNKS / cpt;
@@ -191,24 +194,25 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
         b.builtin(Builtin::LocalInvocationIndex),
     );
     let table_rows = b.div(b.muli(b.array_length(table), 4), b.c_u32(row_bytes));
-    let inside = b.logical_and(
-        b.logical_and(b.lt(row, b.push(p_m)), b.lt(j, b.c_u32(s.row_threads(w)))),
-        b.gt(table_rows, b.c_u32(0)),
-    );
-    b.if_(inside, || {
-        let id = b.min(b.load(ids, row), b.sub(table_rows, b.c_u32(1)));
-        let unit = b.div(j, b.c_u32(threads_per_unit));
-        let c0 = b.muli(b.rem(j, b.c_u32(threads_per_unit)), cpt);
-        let rows = WeightRows {
-            buffer: table,
-            format: w.table,
-        };
-        let u = open_unit(&b, rows, b.muli(id, row_bytes), unit, false);
-        let out0 = b.add(b.muli(row, w.width / 4), b.add(b.muli(unit, CHUNKS), c0));
-        for c in 0..cpt {
-            let chunk = u.chunk_f32(&b, b.addi(c0, c));
-            b.store(y, b.addi(out0, c), chunk);
-        }
+    let in_grid = b.logical_and(b.lt(row, b.push(p_m)), b.lt(j, b.c_u32(s.row_threads(w))));
+    b.if_(in_grid, || {
+        // Relative to the piece; unsigned wrap-around puts ids below the piece past its end,
+        // so one comparison keeps the read inside the binding.
+        let id = b.sub(b.load(ids, row), b.push(p_base));
+        b.if_(b.lt(id, table_rows), || {
+            let unit = b.div(j, b.c_u32(threads_per_unit));
+            let c0 = b.muli(b.rem(j, b.c_u32(threads_per_unit)), cpt);
+            let rows = WeightRows {
+                buffer: table,
+                format: w.table,
+            };
+            let u = open_unit(&b, rows, b.muli(id, row_bytes), unit, false);
+            let out0 = b.add(b.muli(row, w.width / 4), b.add(b.muli(unit, CHUNKS), c0));
+            for c in 0..cpt {
+                let chunk = u.chunk_f32(&b, b.addi(c0, c));
+                b.store(y, b.addi(out0, c), chunk);
+            }
+        });
     });
     b.finish()
 }
@@ -216,8 +220,9 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
 // ---- CPU reference ------------------------------------------------------------------------
 
 /// The first `m` rows of the lookup, with the CPU dequantizer: `table` holds the raw bytes of
-/// `table_rows` rows; ids past the end are clamped to the last row as the kernel does. The
-/// kernel's dequantization is bit-exact, so nothing may differ (allowed error 0).
+/// `table_rows` rows and every id must be one of them (the executor validates ids; the kernel
+/// leaves rows of other ids unwritten). The kernel's dequantization is bit-exact, so nothing
+/// may differ (allowed error 0).
 pub fn reference(
     w: &EmbeddingWorkload,
     m: usize,
@@ -226,10 +231,14 @@ pub fn reference(
     table_rows: usize,
 ) -> Expected {
     let (width, rb) = (w.width as usize, w.row_bytes() as usize);
-    assert!(ids.len() >= m && table_rows > 0 && table.len() >= table_rows * rb);
+    assert!(ids.len() >= m && table.len() >= table_rows * rb);
     let mut values = Vec::with_capacity(m * width);
     for &id in &ids[..m] {
-        let r = (id as usize).min(table_rows - 1);
+        let r = id as usize;
+        assert!(
+            r < table_rows,
+            "id {id} is outside the table of {table_rows} rows"
+        );
         let row = dequantize(w.table, &table[r * rb..(r + 1) * rb], 1, width)
             .expect("a whole row of the table");
         values.extend(row);

@@ -2,20 +2,23 @@
 //! cache across them, with every kernel from rocky's compiler and command buffers split by the
 //! driver-memory budget.
 //!
-//! Per ubatch: the token embeddings are gathered on the host (a few rows; it keeps the
-//! 150k-row table out of a storage binding), then every graph node becomes one or more
-//! dispatches recorded into budgeted command buffers. Logits are read back for the last
-//! position of the last ubatch only.
+//! A prefill is one stream of dispatches (`Stream`): the token ids of the whole prompt are
+//! uploaded once, then every ubatch's nodes, from the embedding gather on, become dispatches
+//! recorded into a ring of budgeted command buffers that the GPU runs while the host records
+//! the next. The host waits once, at the end, for the logits. The last-row ops (final norm and
+//! the vocabulary-wide output projection) run in the last ubatch only, and their logits are
+//! the only ones read back.
 
 mod slots;
 
-use crate::budget::{Admit, BudgetTracker, CommandBudget};
+use crate::budget::CommandBudget;
+use crate::stream::{Stream, StreamStats, StreamTimestamps};
 use crate::{
-    device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder,
-    RuntimeError,
+    device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
 use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
 use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload};
+use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
 use rocky_compiler::templates::gemm::{n_slices, GemmPush};
 use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
@@ -25,11 +28,12 @@ use rocky_compiler::{
     WeightFormat, Workload,
 };
 use rocky_models::arch::Model;
-use rocky_models::formats::{self, GgmlType};
+use rocky_models::formats::GgmlType;
 use rocky_models::gguf::GgufFile;
 use rocky_models::graph::Op;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::ops::Range;
+use std::time::{Duration, Instant};
 
 /// Where a node's schedule came from (shown by `--profile`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +79,27 @@ pub struct DispatchTime {
     pub seconds: f64,
 }
 
+/// Where the wall time of the last prefill went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrefillStats {
+    /// From the call to the logits in host memory.
+    pub wall: Duration,
+    /// Ubatches run.
+    pub ubatches: usize,
+    /// The stream's own accounting (dispatches, command buffers, host busy and waiting time,
+    /// GPU busy time when profiling).
+    pub stream: StreamStats,
+}
+
+impl PrefillStats {
+    /// GPU busy share: kernel time (timestamps) over wall time; `None` without timestamps.
+    pub fn gpu_busy_share(&self) -> Option<f64> {
+        let busy = self.stream.gpu_busy?.as_secs_f64();
+        let wall = self.wall.as_secs_f64();
+        (wall > 0.0).then(|| busy / wall)
+    }
+}
+
 /// Errors of the executor, each saying what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -101,7 +126,9 @@ pub struct GpuWeights {
 }
 
 impl GpuWeights {
-    /// Uploads every tensor the graph uses except the embedding table (gathered on the host).
+    /// Uploads every tensor the graph uses, the embedding table included (the gather runs on
+    /// the GPU, so no ubatch waits for the host; Qwen2.5 up to 3B ties it to the output
+    /// projection, which needs it on the device anyway).
     pub fn upload(ctx: &Context, file: &GgufFile, model: &Model) -> Result<GpuWeights, ExecError> {
         Self::upload_with_progress(ctx, file, model, &mut |_, _| {})
     }
@@ -117,6 +144,7 @@ impl GpuWeights {
         let mut names: Vec<&str> = Vec::new();
         for node in &model.graph.nodes {
             match &node.op {
+                Op::Embedding { table, .. } => names.push(table),
                 Op::RmsNorm { weight, .. } => names.push(weight),
                 Op::Linear { weight, bias, .. } => {
                     names.push(weight);
@@ -173,44 +201,39 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
     })
 }
 
-/// One recorded dispatch, resolved to buffers.
-struct Dispatch<'a> {
-    label: String,
-    workload: Workload,
-    origin: ScheduleOrigin,
-    pipeline: &'a ComputePipeline,
-    bindings: Vec<BufferRange<'a>>,
-    push: Vec<u8>,
-    groups: [u32; 3],
-}
-
 /// The prefill session: activations, KV cache, pipelines.
 pub struct Executor<'m> {
     ctx: Context,
     caps: DeviceCaps,
-    file: &'m GgufFile,
     model: &'m Model,
     weights: GpuWeights,
     options: ExecutorOptions,
     plan: slots::SlotPlan,
     slots: Vec<Buffer>,
+    /// The prompt's token ids, one region per ubatch at an offset the device can bind.
     ids: Buffer,
+    ids_stride: u64,
     /// Per layer (K, V) caches of packed f16, `n_ctx × kv_width`.
     kv: Vec<(Buffer, Buffer)>,
     n_ctx: usize,
     n_past: usize,
     pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
     cache: Option<PipelineCache>,
-    /// The schedule used per node label, for profiles.
+    /// Pipelines built since the cache was last saved.
+    unsaved_pipelines: bool,
+    /// The schedule used per node label, for profiles (in graph order).
     pub used: Vec<(String, Workload, Schedule, ScheduleOrigin)>,
+    /// `used[kernels_of[node]]` are the kernels of graph node `node`.
+    kernels_of: Vec<Range<usize>>,
     /// Per-dispatch GPU times of every prefill so far (when `options.profile`).
     pub profile: Vec<DispatchTime>,
+    /// Where the time of the last prefill went.
+    pub last_stats: Option<PrefillStats>,
 }
 
 impl<'m> Executor<'m> {
     pub fn new(
         ctx: &Context,
-        file: &'m GgufFile,
         model: &'m Model,
         weights: GpuWeights,
         options: ExecutorOptions,
@@ -225,12 +248,14 @@ impl<'m> Executor<'m> {
         let cfg = &model.config;
         let caps = device_caps(ctx.info(), ctx.caps());
         let plan = slots::plan(&model.graph);
-        let slot_bytes = (options.ubatch * plan.max_width * 4) as u64;
-        let slots = (0..plan.n_slots)
-            .map(|i| Buffer::new(ctx, slot_bytes, &format!("activations[{i}]")))
+        let slots = plan
+            .slot_bytes(options.ubatch)
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| Buffer::new(ctx, bytes.max(4), &format!("activations[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         let kv_width = cfg.n_head_kv * cfg.head_dim;
-        let kv_bytes = (n_ctx * kv_width * 2) as u64;
+        let kv_bytes = (n_ctx.max(1) * kv_width * 2) as u64;
         let kv = (0..cfg.n_layer)
             .map(|l| {
                 Ok((
@@ -239,24 +264,30 @@ impl<'m> Executor<'m> {
                 ))
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let ids = Buffer::new(ctx, (options.ubatch * 4) as u64, "token ids")?;
+        let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
+        let ids_stride = ((options.ubatch * 4) as u64).next_multiple_of(align);
+        let regions = n_ctx.max(1).div_ceil(options.ubatch) as u64;
+        let ids = Buffer::new(ctx, regions * ids_stride, "token ids")?;
         Ok(Executor {
             ctx: ctx.clone(),
             caps,
-            file,
             model,
             weights,
             options,
             plan,
             slots,
             ids,
+            ids_stride,
             kv,
             n_ctx,
             n_past: 0,
             pipelines: HashMap::new(),
             cache: PipelineCache::open_default(ctx).ok(),
+            unsaved_pipelines: false,
             used: Vec::new(),
+            kernels_of: Vec::new(),
             profile: Vec::new(),
+            last_stats: None,
         })
     }
 
@@ -292,6 +323,7 @@ impl<'m> Executor<'m> {
         tokens: &[u32],
         schedules: &dyn ScheduleSource,
     ) -> Result<Vec<f32>, ExecError> {
+        let start = Instant::now();
         let cfg = &self.model.config;
         if tokens.is_empty() {
             return Err(ExecError::Unsupported("the prompt is empty".into()));
@@ -310,15 +342,53 @@ impl<'m> Executor<'m> {
             )));
         }
         self.prepare(schedules)?;
-        let mut logits = Vec::new();
-        let chunks: Vec<&[u32]> = tokens.chunks(self.options.ubatch).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
-            logits = self.run_ubatch(chunk, last)?;
-            self.n_past += chunk.len();
+        let ubatch = self.options.ubatch;
+        for (i, chunk) in tokens.chunks(ubatch).enumerate() {
+            self.ids.upload_u32(i as u64 * self.ids_stride, chunk)?;
         }
-        if let Some(c) = &self.cache {
-            let _ = c.save();
+        let timestamps = match self.options.profile {
+            true => Some(StreamTimestamps::new(
+                &self.ctx,
+                self.options.budget.max_dispatches.max(1),
+            )?),
+            false => None,
+        };
+        let (times, stream_stats, mut log) = {
+            let mut stream = Stream::new(
+                &self.ctx,
+                self.options.budget,
+                self.options.timeout,
+                timestamps.as_ref(),
+            )?;
+            let mut log = Vec::new();
+            let n_chunks = tokens.len().div_ceil(ubatch);
+            for (i, chunk) in tokens.chunks(ubatch).enumerate() {
+                let pos0 = (self.n_past + i * ubatch) as u32;
+                let last = i + 1 == n_chunks;
+                self.record_ubatch(&mut stream, i, chunk.len() as u32, pos0, last, &mut log)?;
+            }
+            let (times, stats) = stream.finish().map_err(|e| self.submit_error(e))?;
+            (times, stats, log)
+        };
+        self.n_past += tokens.len();
+        let logits_slot = self.plan.slot_of[self.model.graph.logits].unwrap();
+        let logits = self.slots[logits_slot].download_f32(0, cfg.n_vocab)?;
+        if self.options.profile {
+            for (t, seconds) in log.iter_mut().zip(times) {
+                t.seconds = seconds;
+            }
+            self.profile.extend(log);
+        }
+        self.last_stats = Some(PrefillStats {
+            wall: start.elapsed(),
+            ubatches: tokens.len().div_ceil(ubatch),
+            stream: stream_stats,
+        });
+        if self.unsaved_pipelines {
+            if let Some(c) = &self.cache {
+                let _ = c.save();
+            }
+            self.unsaved_pipelines = false;
         }
         Ok(logits)
     }
@@ -330,7 +400,14 @@ impl<'m> Executor<'m> {
         for node in &self.model.graph.nodes {
             let mut w = Vec::new();
             match &node.op {
-                Op::Embedding { .. } => {}
+                Op::Embedding { table, width } => {
+                    let (_, ty) = self.weights.get(table);
+                    w.push(Workload::Embedding(EmbeddingWorkload {
+                        m: rows,
+                        width: *width as u32,
+                        table: weight_format(*ty, table)?,
+                    }))
+                }
                 Op::LastRow { .. } => rows = 1,
                 Op::RmsNorm { eps, width, .. } => w.push(Workload::RmsNorm(RmsNormWorkload::new(
                     rows,
@@ -397,51 +474,96 @@ impl<'m> Executor<'m> {
     pub fn prepare(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
         let workloads = self.node_workloads(self.options.ubatch as u32)?;
         self.used.clear();
-        for (label, w) in workloads.into_iter().flatten() {
-            let (s, origin) = schedules.schedule(&w, &self.caps);
-            if !self.pipelines.contains_key(&(w, s)) {
-                let kernel = instantiate(&w, &s, &self.caps).map_err(|r| ExecError::Refused {
-                    label: label.clone(),
-                    reason: r.to_string(),
-                })?;
-                let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
-                self.pipelines.insert((w, s), p);
+        self.kernels_of.clear();
+        for node in workloads {
+            let first = self.used.len();
+            for (label, w) in node {
+                let (s, origin) = schedules.schedule(&w, &self.caps);
+                if !self.pipelines.contains_key(&(w, s)) {
+                    let kernel =
+                        instantiate(&w, &s, &self.caps).map_err(|r| ExecError::Refused {
+                            label: label.clone(),
+                            reason: r.to_string(),
+                        })?;
+                    let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
+                    self.pipelines.insert((w, s), p);
+                    self.unsaved_pipelines = true;
+                }
+                self.used.push((label, w, s, origin));
             }
-            self.used.push((label, w, s, origin));
+            self.kernels_of.push(first..self.used.len());
         }
         Ok(())
     }
 
-    fn run_ubatch(&mut self, tokens: &[u32], want_logits: bool) -> Result<Vec<f32>, ExecError> {
-        let m = tokens.len() as u32;
-        let graph = &self.model.graph;
-        // Host-side embedding gather into the first node's slot.
-        let embd_node = &graph.nodes[0];
-        let Op::Embedding { table, width } = &embd_node.op else {
-            return Err(ExecError::Unsupported(
-                "the graph does not start with an embedding".into(),
-            ));
-        };
-        let x = gather_embeddings(self.file, table, *width, tokens)?;
-        let embd_slot = self.plan.slot_of[embd_node.output].unwrap();
-        self.slots[embd_slot].upload_f32(0, &x)?;
-        self.ids.upload_u32(0, tokens)?;
+    /// An error of the stream as the executor reports it: an out-of-memory closing or
+    /// submitting a command buffer names the budget that caused it.
+    fn submit_error(&self, e: RuntimeError) -> ExecError {
+        if matches!(e, RuntimeError::CommandBufferOutOfMemory { .. }) {
+            let budget = self.options.budget;
+            ExecError::CommandBufferOom {
+                ubatch: self.options.ubatch,
+                budget_bytes: budget.max_driver_bytes,
+                max_dispatches: budget.max_dispatches,
+                source: e,
+            }
+        } else {
+            e.into()
+        }
+    }
 
-        let ub = self.options.ubatch as u32;
-        let full = self.node_workloads(ub)?;
-        let pos0 = self.n_past as u32;
+    /// Records ubatch `index` (`m` tokens from position `pos0`) into the stream. Only the last
+    /// ubatch runs the ops after the last row (final norm, output projection).
+    fn record_ubatch<'s>(
+        &'s self,
+        stream: &mut Stream<'s>,
+        index: usize,
+        m: u32,
+        pos0: u32,
+        last: bool,
+        log: &mut Vec<DispatchTime>,
+    ) -> Result<(), ExecError> {
+        let graph = &self.model.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
-        let mut dispatches: Vec<Dispatch> = Vec::new();
         let mut rows = m;
         let mut row_offset_of: HashMap<usize, u64> = HashMap::new();
         let slot_range =
-            |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'_>, RuntimeError> {
+            |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'s>, RuntimeError> {
                 let slot = self.plan.slot_of[value].expect("activation has a slot");
                 let width = self.plan.width_of[value] as u64;
                 self.slots[slot].range(offset, u64::from(rows) * width * 4)
             };
-        for (node, ws) in graph.nodes.iter().zip(&full) {
+        let mut emit = |label: &str,
+                        workload: Workload,
+                        origin: ScheduleOrigin,
+                        pipeline: &'s ComputePipeline,
+                        named: Vec<(&str, BufferRange<'s>)>,
+                        push: &[u8],
+                        groups: [u32; 3]|
+         -> Result<(), ExecError> {
+            let bindings = order_bindings(pipeline, named, label)?;
+            stream
+                .dispatch(pipeline, &bindings, push, groups)
+                .map_err(|e| match e {
+                    RuntimeError::InvalidDispatch { kernel, reason } => ExecError::Refused {
+                        label: label.to_string(),
+                        reason: format!("{kernel}: {reason}"),
+                    },
+                    e => self.submit_error(e),
+                })?;
+            if self.options.profile {
+                log.push(DispatchTime {
+                    label: label.to_string(),
+                    kernel: pipeline.meta().name.clone(),
+                    workload,
+                    origin,
+                    seconds: 0.0,
+                });
+            }
+            Ok(())
+        };
+        for (node_index, node) in graph.nodes.iter().enumerate() {
             let in_off: Vec<u64> = node
                 .inputs
                 .iter()
@@ -449,7 +571,9 @@ impl<'m> Executor<'m> {
                 .collect();
             let input_offset = |i: usize| in_off[i];
             match &node.op {
-                Op::Embedding { .. } => {}
+                // What follows the last row only makes the logits, which only the last
+                // ubatch returns.
+                Op::LastRow { .. } if !last => break,
                 Op::LastRow { width } => {
                     let off = u64::from(rows - 1) * (*width as u64) * 4 + input_offset(0);
                     if off % align != 0 {
@@ -465,37 +589,70 @@ impl<'m> Executor<'m> {
                 }
                 _ => {}
             }
-            for (label, w) in ws {
-                let (s, origin) = self
-                    .used
-                    .iter()
-                    .find(|(l, uw, _, _)| l == label && uw == w)
-                    .map(|(_, _, s, o)| (*s, *o))
-                    .expect("pipelines prepared for every workload");
-                let pipeline = &self.pipelines[&(*w, s)];
+            for (label, w, s, origin) in &self.used[self.kernels_of[node_index].clone()] {
+                let (label, origin) = (label.as_str(), *origin);
+                let pipeline = &self.pipelines[&(*w, *s)];
                 let actual = with_rows(w, rows);
-                let groups = dispatch_grid(&actual, &s).map_err(|r| ExecError::Refused {
-                    label: label.clone(),
+                let refused = |r: rocky_compiler::Refusal| ExecError::Refused {
+                    label: label.to_string(),
                     reason: r.to_string(),
-                })?;
+                };
+                let groups = dispatch_grid(&actual, s).map_err(refused)?;
                 let mut named: Vec<(&str, BufferRange)> = Vec::new();
                 let push: Vec<u8>;
-                match (&node.op, w) {
+                match (&node.op, &actual) {
+                    (Op::Embedding { table, .. }, Workload::Embedding(e)) => {
+                        // One dispatch per bindable piece of the table; each writes the rows
+                        // of the ids in its piece.
+                        let table_buf = &self.weights.get(table).0;
+                        let as_rows = GemmWorkload {
+                            m: 1,
+                            n: self.model.config.n_vocab as u32,
+                            k: e.width,
+                            act: ActType::F32,
+                            weight: e.table,
+                            bias: false,
+                        };
+                        let ids = self
+                            .ids
+                            .range(index as u64 * self.ids_stride, u64::from(rows) * 4)?;
+                        for piece in n_slices(&as_rows, max_range, align).map_err(refused)? {
+                            let named = vec![
+                                ("ids", ids),
+                                (
+                                    "table",
+                                    table_buf.range(piece.weight_offset, piece.weight_range)?,
+                                ),
+                                ("y", slot_range(node.output, rows, 0)?),
+                            ];
+                            let push = EmbeddingPush {
+                                m: rows,
+                                row_base: piece.n_offset,
+                            };
+                            emit(
+                                label,
+                                actual,
+                                origin,
+                                pipeline,
+                                named,
+                                &push.to_bytes(),
+                                groups,
+                            )?;
+                        }
+                        continue;
+                    }
                     (Op::RmsNorm { weight, .. }, _) => {
                         named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
                         named.push(("weight", self.weights.get(weight).0.whole()));
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: rows }.to_bytes();
                     }
-                    (Op::Linear { weight, bias, .. }, Workload::Gemm(g)) => {
-                        let gw = GemmWorkload { m: rows, ..*g };
+                    (Op::Linear { weight, bias, .. }, Workload::Gemm(gw)) => {
                         let wbuf = &self.weights.get(weight).0;
-                        let slices =
-                            n_slices(&gw, max_range, align).map_err(|r| ExecError::Refused {
-                                label: label.clone(),
-                                reason: r.to_string(),
-                            })?;
-                        for slice in slices {
+                        let Schedule::Gemm(gs) = s else {
+                            unreachable!("a GEMM workload has a GEMM schedule")
+                        };
+                        for slice in n_slices(gw, max_range, align).map_err(refused)? {
                             let mut named: Vec<(&str, BufferRange)> = vec![
                                 ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
                                 (
@@ -508,22 +665,17 @@ impl<'m> Executor<'m> {
                                 named.push(("bias", self.weights.get(b).0.whole()));
                             }
                             let groups = rocky_compiler::templates::gemm::dispatch_grid_for(
-                                rows,
-                                slice.n,
-                                match &s {
-                                    Schedule::Gemm(gs) => gs,
-                                    _ => unreachable!("a GEMM workload has a GEMM schedule"),
-                                },
+                                rows, slice.n, gs,
                             );
-                            dispatches.push(Dispatch {
-                                label: label.clone(),
-                                workload: Workload::Gemm(GemmWorkload { n: slice.n, ..gw }),
+                            emit(
+                                label,
+                                Workload::Gemm(GemmWorkload { n: slice.n, ..*gw }),
                                 origin,
                                 pipeline,
-                                bindings: order_bindings(pipeline, named, label)?,
-                                push: GemmPush::for_slice(&gw, &slice).to_bytes().to_vec(),
+                                named,
+                                &GemmPush::for_slice(gw, &slice).to_bytes(),
                                 groups,
-                            });
+                            )?;
                         }
                         continue;
                     }
@@ -543,15 +695,8 @@ impl<'m> Executor<'m> {
                                 ),
                                 ("cache", cache.whole()),
                             ];
-                            dispatches.push(Dispatch {
-                                label: label.clone(),
-                                workload: with_rows(w, rows),
-                                origin,
-                                pipeline,
-                                bindings: order_bindings(pipeline, named, label)?,
-                                push: KvWritePush { m: rows, pos0 }.to_bytes(),
-                                groups,
-                            });
+                            let push = KvWritePush { m: rows, pos0 }.to_bytes();
+                            emit(label, actual, origin, pipeline, named, &push, groups)?;
                         }
                         continue;
                     }
@@ -580,115 +725,11 @@ impl<'m> Executor<'m> {
                         )))
                     }
                 }
-                dispatches.push(Dispatch {
-                    label: label.clone(),
-                    workload: actual,
-                    origin,
-                    pipeline,
-                    bindings: order_bindings(pipeline, named, label)?,
-                    push,
-                    groups,
-                });
+                emit(label, actual, origin, pipeline, named, &push, groups)?;
             }
         }
-        let times = self.submit_budgeted(dispatches)?;
-        self.profile.extend(times);
-        if !want_logits {
-            return Ok(Vec::new());
-        }
-        let logits_slot = self.plan.slot_of[graph.logits].unwrap();
-        Ok(self.slots[logits_slot].download_f32(0, self.model.config.n_vocab)?)
+        Ok(())
     }
-
-    /// Records dispatches into command buffers, submitting whenever the budget says so.
-    /// With profiling on, a timestamp follows every dispatch (and opens each command buffer).
-    fn submit_budgeted(
-        &self,
-        dispatches: Vec<Dispatch<'_>>,
-    ) -> Result<Vec<DispatchTime>, ExecError> {
-        let budget = self.options.budget;
-        let per_cb = (budget.max_dispatches as usize)
-            .min(dispatches.len())
-            .max(1) as u32;
-        let queries = match self.options.profile {
-            true => Some(crate::TimestampQueries::new(&self.ctx, per_cb + 1)?),
-            false => None,
-        };
-        let mut times = Vec::new();
-        let mut tracker = BudgetTracker::new(budget);
-        let mut rec = Recorder::new(&self.ctx)?;
-        let oom = |e: RuntimeError| -> ExecError {
-            if matches!(e, RuntimeError::CommandBufferOutOfMemory { .. }) {
-                ExecError::CommandBufferOom {
-                    ubatch: self.options.ubatch,
-                    budget_bytes: budget.max_driver_bytes,
-                    max_dispatches: budget.max_dispatches,
-                    source: e,
-                }
-            } else {
-                e.into()
-            }
-        };
-        // Labels and kernels of the dispatches in the command buffer being recorded.
-        let mut pending: Vec<DispatchTime> = Vec::new();
-        let mut finish =
-            |rec: &mut Recorder, pending: &mut Vec<DispatchTime>| -> Result<(), ExecError> {
-                rec.submit_and_wait(self.options.timeout).map_err(oom)?;
-                if let Some(q) = &queries {
-                    let ticks = q.read(0, pending.len() as u32 + 1)?;
-                    let scale = q.scale();
-                    for (i, mut t) in pending.drain(..).enumerate() {
-                        t.seconds = scale.elapsed(ticks[i], ticks[i + 1]).as_secs_f64();
-                        times.push(t);
-                    }
-                }
-                pending.clear();
-                Ok(())
-            };
-        open_timestamps(&mut rec, queries.as_ref(), per_cb)?;
-        for d in dispatches {
-            let cost = budget.dispatch_bytes(d.pipeline.meta().shared_bytes, d.groups);
-            if tracker.admit(cost) == Admit::SubmitFirst {
-                finish(&mut rec, &mut pending)?;
-                rec.reset()?;
-                open_timestamps(&mut rec, queries.as_ref(), per_cb)?;
-            }
-            rec.dispatch(d.pipeline, &d.bindings, &d.push, d.groups)
-                .map_err(|e| match e {
-                    RuntimeError::InvalidDispatch { kernel, reason } => ExecError::Refused {
-                        label: d.label.clone(),
-                        reason: format!("{kernel}: {reason}"),
-                    },
-                    e => e.into(),
-                })?;
-            pending.push(DispatchTime {
-                label: d.label.clone(),
-                kernel: d.pipeline.meta().name.clone(),
-                workload: d.workload,
-                origin: d.origin,
-                seconds: 0.0,
-            });
-            if let Some(q) = &queries {
-                rec.write_timestamp(q, pending.len() as u32)?;
-            }
-        }
-        finish(&mut rec, &mut pending)?;
-        drop(finish);
-        Ok(times)
-    }
-}
-
-/// Resets the profile's queries and writes the opening timestamp of a command buffer.
-fn open_timestamps<'a>(
-    rec: &mut Recorder<'a>,
-    queries: Option<&'a crate::TimestampQueries>,
-    per_cb: u32,
-) -> Result<(), ExecError> {
-    if let Some(q) = queries {
-        rec.reset_timestamps(q, 0, per_cb + 1)?;
-        rec.write_timestamp(q, 0)?;
-    }
-    Ok(())
 }
 
 /// The same workload with `rows` rows (the last, shorter ubatch; the m = 1 tail).
@@ -701,7 +742,7 @@ fn with_rows(w: &Workload, rows: u32) -> Workload {
         Workload::SwiGlu(x) | Workload::Add(x) => x.m = rows,
         Workload::KvWrite(x) => x.m = rows,
         Workload::Attention(x) => x.m = rows,
-        _ => {}
+        Workload::Embedding(x) => x.m = rows,
     }
     w
 }
@@ -729,25 +770,4 @@ fn order_bindings<'a>(
                 })
         })
         .collect()
-}
-
-/// Dequantizes the embedding rows of `tokens` on the host.
-fn gather_embeddings(
-    file: &GgufFile,
-    table: &str,
-    width: usize,
-    tokens: &[u32],
-) -> Result<Vec<f32>, ExecError> {
-    let t = file
-        .tensor(table)
-        .ok_or_else(|| ExecError::Unsupported(format!("tensor {table} is missing")))?;
-    let row_bytes = t.ggml_type.row_bytes(width as u64).unwrap_or(0) as usize;
-    let data = file.tensor_data(t);
-    let mut out = vec![0f32; tokens.len() * width];
-    for (row, &tok) in out.chunks_mut(width).zip(tokens) {
-        let start = tok as usize * row_bytes;
-        formats::dequantize(t.ggml_type, &data[start..start + row_bytes], row)
-            .map_err(|e| ExecError::Unsupported(format!("tensor {table}: {e}")))?;
-    }
-    Ok(out)
 }

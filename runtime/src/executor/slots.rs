@@ -10,10 +10,26 @@ pub struct SlotPlan {
     /// `slot_of[value]`: the slot holding the value (`None` for the token ids).
     pub slot_of: Vec<Option<usize>>,
     pub n_slots: usize,
-    /// Widest row of any value (f32 elements): every slot holds `ubatch × max_width`.
-    pub max_width: usize,
     /// Row width of each value.
     pub width_of: Vec<usize>,
+    /// Values of one row whatever the ubatch: the last row and what is computed from it
+    /// (the logits).
+    pub one_row: Vec<bool>,
+}
+
+impl SlotPlan {
+    /// Bytes of each slot at `ubatch` rows: the largest value it ever holds, so a slot of
+    /// logits holds one row of the vocabulary, not `ubatch` rows.
+    pub fn slot_bytes(&self, ubatch: usize) -> Vec<u64> {
+        let mut bytes = vec![0u64; self.n_slots];
+        for (v, slot) in self.slot_of.iter().enumerate() {
+            if let Some(s) = *slot {
+                let rows = if self.one_row[v] { 1 } else { ubatch };
+                bytes[s] = bytes[s].max((rows * self.width_of[v] * 4) as u64);
+            }
+        }
+        bytes
+    }
 }
 
 /// Ops that rewrite or view their input instead of producing a new buffer.
@@ -48,12 +64,15 @@ pub fn plan(graph: &Graph) -> SlotPlan {
     }
     last_use[graph.logits] = usize::MAX;
     let mut width_of = vec![0usize; n];
+    let mut one_row = vec![false; n];
     let mut slot_of: Vec<Option<usize>> = vec![None; n];
     // Values still alive per slot; a slot is free when it reaches zero.
     let mut live_in_slot: Vec<usize> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         width_of[node.output] = output_width(&node.op);
+        one_row[node.output] =
+            matches!(node.op, Op::LastRow { .. }) || node.inputs.iter().any(|&v| one_row[v]);
         let slot = if aliases_input(&node.op) {
             slot_of[node.inputs[0]].expect("aliased input has a slot")
         } else if let Some(s) = free.pop() {
@@ -80,9 +99,9 @@ pub fn plan(graph: &Graph) -> SlotPlan {
         }
     }
     SlotPlan {
-        max_width: width_of.iter().copied().max().unwrap_or(1),
         n_slots: live_in_slot.len(),
         slot_of,
         width_of,
+        one_row,
     }
 }

@@ -1,0 +1,281 @@
+//! A stream of dependent dispatches that keeps the GPU fed: dispatches are recorded into a small
+//! ring of command buffers, each submitted as soon as the command-buffer budget closes it, and
+//! the host waits only when it needs a ring slot back or a result.
+//!
+//! Why: waiting for every command buffer before recording the next leaves the GPU idle for the
+//! whole recording time of the next one (on the H200 that was a third of a prefill's wall time,
+//! and a board's Cortex-A76 records far slower). With a ring the host records command buffer
+//! n+1 while the GPU runs n.
+//!
+//! All command buffers go to one queue, in order. A barrier opens every command buffer, so
+//! its first dispatch sees the writes of every earlier one (the hazard tracker only sees one
+//! command buffer). The first command buffers of a stream are kept short, so the GPU starts
+//! after a few dispatches instead of after a whole budget's worth of recording.
+//!
+//! With timestamps on, each ring slot has its own query pool; a slot's timestamps are read when
+//! the slot comes round again or at `finish`.
+
+use crate::budget::{Admit, BudgetTracker, CommandBudget};
+use crate::buffer::BufferRange;
+use crate::commands::Recorder;
+use crate::device::Context;
+use crate::error::{Result, RuntimeError};
+use crate::pipeline::ComputePipeline;
+use crate::timing::{TickScale, TimestampQueries};
+use std::time::{Duration, Instant};
+
+/// Command buffers in flight or being recorded. Three let the host record one while the GPU
+/// runs one and the next waits queued behind it. On panvk each one holds its shared-memory
+/// allocations until it is reset, so driver memory in use is up to this many budgets.
+pub const RING_DEPTH: usize = 3;
+
+/// Dispatches in the first command buffer of a stream; each next one may hold twice as many,
+/// up to the budget's cap.
+const FIRST_COMMAND_BUFFER_DISPATCHES: u32 = 16;
+
+/// Timestamp pools for a stream's ring, one per slot, made before the stream (which borrows
+/// them for the lifetime of what it records).
+pub struct StreamTimestamps {
+    pools: Vec<TimestampQueries>,
+}
+
+impl StreamTimestamps {
+    /// Pools for a stream whose command buffers hold at most `max_dispatches` each.
+    pub fn new(ctx: &Context, max_dispatches: u32) -> Result<StreamTimestamps> {
+        let pools = (0..RING_DEPTH)
+            .map(|_| TimestampQueries::new(ctx, max_dispatches + 1))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(StreamTimestamps { pools })
+    }
+}
+
+/// Where the time of a stream went.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StreamStats {
+    pub dispatches: u64,
+    pub command_buffers: u64,
+    /// Host time spent recording and submitting (everything but waiting).
+    pub host_busy: Duration,
+    /// Host time spent waiting for the GPU (ring slots and the final wait).
+    pub host_wait: Duration,
+    /// With timestamps: GPU time from each command buffer's first to last timestamp, summed.
+    pub gpu_busy: Option<Duration>,
+}
+
+struct Slot<'a> {
+    rec: Recorder<'a>,
+    queries: Option<&'a TimestampQueries>,
+    /// Indices (in stream order) of the dispatches recorded in this slot's command buffer.
+    first_dispatch: u64,
+    dispatches: u32,
+    /// This slot's submission, numbered in stream order; its timestamps are still unread.
+    submitted: Option<u64>,
+}
+
+/// See the module documentation.
+pub struct Stream<'a> {
+    slots: Vec<Slot<'a>>,
+    current: usize,
+    budget: CommandBudget,
+    tracker: BudgetTracker,
+    /// Dispatch cap of the command buffer being recorded (ramps up to the budget's).
+    cap: u32,
+    timeout: Duration,
+    /// Command buffers submitted so far.
+    submitted: u64,
+    /// Command buffers known to have finished (every one numbered below this).
+    finished: u64,
+    dispatches: u64,
+    /// GPU seconds per dispatch in stream order, filled as timestamps are read.
+    times: Vec<f64>,
+    gpu_busy: Duration,
+    host_wait: Duration,
+    started: Instant,
+    scale: Option<TickScale>,
+}
+
+/// A position in a stream: "everything recorded up to here". Waiting for a ticket makes the
+/// host free to reuse what those dispatches read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket(u64);
+
+impl<'a> Stream<'a> {
+    /// A stream over `ctx`'s queue; `timestamps` times every dispatch.
+    pub fn new(
+        ctx: &Context,
+        budget: CommandBudget,
+        timeout: Duration,
+        timestamps: Option<&'a StreamTimestamps>,
+    ) -> Result<Stream<'a>> {
+        let max = budget.max_dispatches.max(1);
+        if let Some(t) = timestamps {
+            if t.pools.iter().any(|p| p.capacity() < max + 1) {
+                return Err(RuntimeError::InvalidDispatch {
+                    kernel: "(stream)".to_string(),
+                    reason: "timestamp pools smaller than the command-buffer budget".to_string(),
+                });
+            }
+        }
+        let slots = (0..RING_DEPTH)
+            .map(|i| {
+                Ok(Slot {
+                    rec: Recorder::new(ctx)?,
+                    queries: timestamps.map(|t| &t.pools[i]),
+                    first_dispatch: 0,
+                    dispatches: 0,
+                    submitted: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut stream = Stream {
+            slots,
+            current: 0,
+            budget,
+            tracker: BudgetTracker::new(budget),
+            cap: FIRST_COMMAND_BUFFER_DISPATCHES.min(max),
+            timeout,
+            submitted: 0,
+            finished: 0,
+            dispatches: 0,
+            times: Vec::new(),
+            gpu_busy: Duration::ZERO,
+            host_wait: Duration::ZERO,
+            started: Instant::now(),
+            scale: timestamps.map(|t| t.pools[0].scale()),
+        };
+        stream.open_current()?;
+        Ok(stream)
+    }
+
+    /// Records one dispatch (see `Recorder::dispatch`), first submitting the command buffer
+    /// being recorded when the budget says this dispatch does not fit in it.
+    pub fn dispatch(
+        &mut self,
+        pipeline: &'a ComputePipeline,
+        bindings: &[BufferRange<'a>],
+        push_constants: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let cost = self
+            .budget
+            .dispatch_bytes(pipeline.meta().shared_bytes, groups);
+        if self.slots[self.current].dispatches >= self.cap {
+            self.flush()?;
+        }
+        if self.tracker.admit(cost) == Admit::SubmitFirst {
+            self.flush()?;
+            self.tracker.admit(cost);
+        }
+        let slot = &mut self.slots[self.current];
+        slot.rec
+            .dispatch(pipeline, bindings, push_constants, groups)?;
+        slot.dispatches += 1;
+        if let Some(q) = slot.queries {
+            slot.rec.write_timestamp(q, slot.dispatches)?;
+        }
+        self.dispatches += 1;
+        Ok(())
+    }
+
+    /// A ticket for everything recorded so far.
+    pub fn ticket(&self) -> Ticket {
+        match self.slots[self.current].dispatches {
+            0 => Ticket(self.submitted),
+            _ => Ticket(self.submitted + 1),
+        }
+    }
+
+    /// Returns once the GPU has finished everything recorded before `ticket` was taken,
+    /// submitting the command buffer being recorded if the ticket needs it.
+    pub fn wait_for(&mut self, ticket: Ticket) -> Result<()> {
+        if ticket.0 > self.submitted {
+            self.flush()?;
+        }
+        while self.finished < ticket.0 {
+            let oldest = self
+                .slots
+                .iter()
+                .position(|s| s.submitted == Some(self.finished))
+                .expect("every unfinished submission has a slot");
+            self.retire(oldest)?;
+        }
+        Ok(())
+    }
+
+    /// Submits what is recorded, waits for all of it and returns the per-dispatch GPU seconds
+    /// (empty without timestamps) and where the time went.
+    pub fn finish(mut self) -> Result<(Vec<f64>, StreamStats)> {
+        let ticket = self.ticket();
+        self.wait_for(ticket)?;
+        let wall = self.started.elapsed();
+        let stats = StreamStats {
+            dispatches: self.dispatches,
+            command_buffers: self.submitted,
+            host_busy: wall.saturating_sub(self.host_wait),
+            host_wait: self.host_wait,
+            gpu_busy: self.scale.map(|_| self.gpu_busy),
+        };
+        Ok((std::mem::take(&mut self.times), stats))
+    }
+
+    /// Submits the current command buffer (if it holds anything) and moves to the next slot,
+    /// waiting for that slot's previous submission first.
+    fn flush(&mut self) -> Result<()> {
+        let slot = &mut self.slots[self.current];
+        if slot.dispatches == 0 {
+            return Ok(());
+        }
+        slot.rec.submit()?;
+        slot.submitted = Some(self.submitted);
+        self.submitted += 1;
+        self.cap = (self.cap * 2).min(self.budget.max_dispatches.max(1));
+        self.tracker.reset();
+        self.current = (self.current + 1) % self.slots.len();
+        if self.slots[self.current].submitted.is_some() {
+            self.retire(self.current)?;
+        }
+        self.open_current()
+    }
+
+    /// Waits for slot `i`'s submission, reads its timestamps and resets it for recording.
+    fn retire(&mut self, i: usize) -> Result<()> {
+        let waited = Instant::now();
+        let timeout = self.timeout;
+        let slot = &mut self.slots[i];
+        let Some(number) = slot.submitted else {
+            return Ok(());
+        };
+        slot.rec.wait(timeout)?;
+        self.host_wait += waited.elapsed();
+        if let (Some(q), Some(scale)) = (slot.queries, self.scale) {
+            let ticks = q.read(0, slot.dispatches + 1)?;
+            let first = slot.first_dispatch as usize;
+            if self.times.len() < first + slot.dispatches as usize {
+                self.times.resize(first + slot.dispatches as usize, 0.0);
+            }
+            for k in 0..slot.dispatches as usize {
+                self.times[first + k] = scale.elapsed(ticks[k], ticks[k + 1]).as_secs_f64();
+            }
+            self.gpu_busy += scale.elapsed(ticks[0], ticks[slot.dispatches as usize]);
+        }
+        slot.submitted = None;
+        slot.dispatches = 0;
+        self.finished = self.finished.max(number + 1);
+        Ok(())
+    }
+
+    /// Starts recording into the current slot: reset, the opening barrier, the first timestamp.
+    fn open_current(&mut self) -> Result<()> {
+        let first_dispatch = self.dispatches;
+        let slot = &mut self.slots[self.current];
+        slot.rec.reset()?;
+        slot.rec.barrier()?;
+        slot.first_dispatch = first_dispatch;
+        slot.dispatches = 0;
+        if let Some(q) = slot.queries {
+            slot.rec.reset_timestamps(q, 0, q.capacity())?;
+            slot.rec.write_timestamp(q, 0)?;
+        }
+        Ok(())
+    }
+}
