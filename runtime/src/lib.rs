@@ -20,6 +20,7 @@ mod instance;
 mod memory;
 mod pipeline;
 mod pipeline_cache;
+mod promoted;
 mod select;
 mod submit;
 mod timing;
