@@ -402,6 +402,45 @@ mod tests {
     }
 
     #[test]
+    fn missing_features_are_named_with_what_provides_them() {
+        let mut caps = caps_of(&panvk_25(), (1, 1), &[]);
+        (
+            caps.float16,
+            caps.int8,
+            caps.int16,
+            caps.storage_16bit,
+            caps.storage_8bit,
+        ) = (false, false, false, false, false);
+        (caps.subgroup_arithmetic, caps.subgroup_shuffle) = (false, false);
+        let everything = RequiredFeatures {
+            float16: true,
+            storage_16bit: true,
+            storage_8bit: true,
+            int8: true,
+            int16: true,
+            integer_dot_product: true,
+            subgroup_arithmetic: true,
+            subgroup_shuffle: true,
+        };
+        let missing = caps.missing(&everything);
+        assert_eq!(missing.len(), 8, "{missing:?}");
+        let err = RuntimeError::MissingFeatures {
+            kernel: "k".into(),
+            missing: missing.clone(),
+        }
+        .to_string();
+        // Each name is followed by its source in parentheses.
+        for name in missing {
+            assert!(err.contains(&format!("{name} (")), "{name}: {err}");
+        }
+        assert!(
+            err.contains("shaderInt8 (VK_KHR_shader_float16_int8 or Vulkan 1.2)"),
+            "{err}"
+        );
+        assert!(err.contains("install a driver"), "{err}");
+    }
+
+    #[test]
     fn a_vulkan_1_0_device_is_refused_naming_the_requirement() {
         let mut info = panvk_25();
         info.api_version = "1.0.0".into();

@@ -76,6 +76,29 @@ impl Extensions {
     }
 }
 
+/// Where a feature named by `RuntimeCaps::missing` comes from, so an error can say what a
+/// driver must offer: `shaderInt8 (VK_KHR_shader_float16_int8 or Vulkan 1.2)`.
+pub(crate) fn describe_features(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|&name| {
+            let source = match name {
+                "shaderFloat16" | "shaderInt8" => "VK_KHR_shader_float16_int8 or Vulkan 1.2",
+                "storageBuffer8BitAccess" => "VK_KHR_8bit_storage or Vulkan 1.2",
+                "storageBuffer16BitAccess" => "Vulkan 1.1's 16-bit storage feature",
+                "shaderInt16" => "a Vulkan 1.0 core feature",
+                "shaderIntegerDotProduct" => "VK_KHR_shader_integer_dot_product or Vulkan 1.3",
+                "subgroup arithmetic" | "subgroup shuffle" => {
+                    "Vulkan 1.1 subgroupSupportedOperations in compute"
+                }
+                _ => return name.to_string(),
+            };
+            format!("{name} ({source})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The feature structures of a Vulkan 1.1 device: filled by the query, or holding the values
 /// to enable at device creation.
 #[derive(Default)]
