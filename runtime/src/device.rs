@@ -2,7 +2,7 @@
 //! where the device has it.
 
 use crate::error::{Result, RuntimeError};
-use crate::info::{probe_all, DeviceInfo, Probed};
+use crate::info::{probe_all, spirv_version_for, DeviceInfo, Probed};
 use crate::instance::Instance;
 use crate::promoted;
 use crate::select::{select_device, DeviceSelector};
@@ -346,16 +346,8 @@ fn caps_of(info: &DeviceInfo, usable_version: (u32, u32), extensions: &[&CStr]) 
         min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
         max_storage_buffers_per_kernel: l.max_per_stage_descriptor_storage_buffers,
         uma: info.memory.uma,
-        timestamps: info
-            .compute_queue
-            .as_ref()
-            .is_some_and(|q| q.timestamp_valid_bits > 0),
-        max_spirv_version: match usable_version {
-            (1, 0) => (1, 0),
-            (1, 1) => (1, 3),
-            (1, 2) => (1, 5),
-            _ => (1, 6),
-        },
+        timestamps: info.has_timestamps(),
+        max_spirv_version: spirv_version_for(usable_version),
     }
 }
 

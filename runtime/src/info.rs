@@ -228,6 +228,31 @@ impl DeviceInfo {
         None
     }
 
+    /// The Vulkan version rocky uses on this device, as (major, minor).
+    pub fn usable_version(&self) -> (u32, u32) {
+        // `usable_api_version` is written by the probe as "major.minor"; a hand-made
+        // description without it falls back to the device's own version.
+        let parsed = self
+            .usable_api_version
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        parsed.unwrap_or_else(|| vk_minor_version(self.api_version_raw))
+    }
+
+    /// The highest SPIR-V version this device accepts, which rocky's kernels are emitted as.
+    pub fn max_spirv_version(&self) -> (u8, u8) {
+        spirv_version_for(self.usable_version())
+    }
+
+    /// Whether the compute queue has timestamps: GPU timing (`rocky tune`, `rocky kernel`,
+    /// `prefill --profile`) needs them; Mesa 25.0.7's panvk has none.
+    pub fn has_timestamps(&self) -> bool {
+        self.compute_queue
+            .as_ref()
+            .is_some_and(|q| q.timestamp_valid_bits > 0)
+            && self.limits.timestamp_period_ns > 0.0
+    }
+
     /// One line for lists in errors and logs: `0: llvmpipe (…) [CPU, Vulkan 1.3.230, llvmpipe]`.
     pub fn summary_line(&self) -> String {
         format!(
@@ -238,6 +263,17 @@ impl DeviceInfo {
             self.api_version,
             self.driver.name
         )
+    }
+}
+
+/// The highest SPIR-V version a Vulkan version must accept (Vulkan spec, "SPIR-V
+/// Environment"): 1.0 for 1.0, 1.3 for 1.1, 1.5 for 1.2, 1.6 from 1.3 on.
+pub fn spirv_version_for(vulkan: (u32, u32)) -> (u8, u8) {
+    match vulkan {
+        (1, 0) => (1, 0),
+        (1, 1) => (1, 3),
+        (1, 2) => (1, 5),
+        _ => (1, 6),
     }
 }
 
