@@ -14,7 +14,7 @@ use std::process::ExitCode;
     version,
     about = "Auto-tuned LLM prefill on GPUs without matrix cores (Vulkan)",
     long_about = "rocky compiles, tunes and runs the prefill of GGUF language models on any \
-                  Vulkan 1.2+ GPU; it is built for the Mali-G610 of RK3588 boards."
+                  Vulkan 1.1+ GPU; it is built for the Mali-G610 of RK3588 boards."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -2,8 +2,9 @@
 //! where the device has it.
 
 use crate::error::{Result, RuntimeError};
-use crate::info::{probe_all, DeviceInfo, Probed};
+use crate::info::{probe_all, spirv_version_for, DeviceInfo, Probed};
 use crate::instance::Instance;
+use crate::promoted;
 use crate::select::{select_device, DeviceSelector};
 use ash::vk;
 use rocky_compiler::kernel::RequiredFeatures;
@@ -196,6 +197,7 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
             reason: "it has no compute queue".into(),
         })?;
     let f = &info.features;
+    let v12 = p.usable_version >= (1, 2);
     let v13 = p.usable_version >= (1, 3);
     let on = |b: bool| if b { vk::TRUE } else { vk::FALSE };
 
@@ -232,7 +234,15 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
         ..Default::default()
     };
 
-    let mut extensions: Vec<&CStr> = Vec::new();
+    // On Vulkan 1.1 the 1.2-core features are enabled through their extensions' structures.
+    let promoted_ext = if v12 {
+        promoted::Extensions::default()
+    } else {
+        promoted::Extensions::offered(|name| p.has_extension(name)).to_enable(f)
+    };
+    let mut promoted_features = promoted::Features::enabling(f);
+
+    let mut extensions: Vec<&CStr> = promoted_ext.names();
     let use_dot_ext = !v13 && f.shader_integer_dot_product;
     let use_size_control_ext = !v13 && f.subgroup_size_control;
     if use_dot_ext {
@@ -255,8 +265,12 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
         .queue_create_infos(&queue_create)
         .enabled_extension_names(&extension_ptrs)
         .enabled_features(&core);
-    // `usable_version >= 1.2` is guaranteed by selection (`unusable_reason`).
-    create_info = create_info.push_next(&mut f11).push_next(&mut f12);
+    // `usable_version >= 1.1` is guaranteed by selection (`unusable_reason`).
+    if v12 {
+        create_info = create_info.push_next(&mut f11).push_next(&mut f12);
+    } else {
+        create_info = promoted_features.chain_create(promoted_ext, create_info);
+    }
     if v13 {
         create_info = create_info.push_next(&mut f13);
     }
@@ -332,15 +346,99 @@ fn caps_of(info: &DeviceInfo, usable_version: (u32, u32), extensions: &[&CStr]) 
         min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
         max_storage_buffers_per_kernel: l.max_per_stage_descriptor_storage_buffers,
         uma: info.memory.uma,
-        timestamps: info
-            .compute_queue
-            .as_ref()
-            .is_some_and(|q| q.timestamp_valid_bits > 0),
-        max_spirv_version: match usable_version {
-            (1, 0) => (1, 0),
-            (1, 1) => (1, 3),
-            (1, 2) => (1, 5),
-            _ => (1, 6),
-        },
+        timestamps: info.has_timestamps(),
+        max_spirv_version: spirv_version_for(usable_version),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::CommandBudget;
+    use crate::device_caps::device_caps;
+    use crate::select::{select_device, DeviceSelector};
+
+    /// Mali-G610 as Mesa 25.0.7's panvk (Debian 13) describes itself: `rocky devices --json`
+    /// recorded under the mali-shim. Vulkan 1.1; int8 and 8/16-bit storage through extensions;
+    /// no fp16, no int8 dot, no timestamps.
+    fn panvk_25() -> DeviceInfo {
+        serde_json::from_str(include_str!(
+            "../tests/fixtures/mali-g610-panvk-25.0.7.json"
+        ))
+        .expect("the fixture matches DeviceInfo")
+    }
+
+    #[test]
+    fn vulkan_1_1_panvk_is_usable_with_spirv_1_3_and_the_panvk_rules() {
+        let info = panvk_25();
+        assert_eq!(info.unusable_reason(), None);
+        assert_eq!(
+            select_device(std::slice::from_ref(&info), &DeviceSelector::Best).unwrap(),
+            0
+        );
+        // The driver id came through VK_KHR_driver_properties: the WLS budget applies.
+        assert!(CommandBudget::for_device(&info).wls.is_some());
+
+        let extensions = promoted::Extensions::offered(|n| {
+            [vk::KHR_SHADER_FLOAT16_INT8_NAME, vk::KHR_8BIT_STORAGE_NAME].contains(&n)
+        })
+        .to_enable(&info.features)
+        .names();
+        let caps = caps_of(&info, (1, 1), &extensions);
+        assert_eq!(caps.max_spirv_version, (1, 3));
+        assert!(caps.int8 && caps.storage_8bit && caps.storage_16bit);
+        assert!(!caps.float16 && !caps.integer_dot_product && !caps.timestamps);
+        let compiler = device_caps(&info, &caps);
+        assert_eq!(compiler.spirv_version, (1, 3));
+        assert!(compiler.shared_memory_is_slow, "panvk's device-class rule");
+    }
+
+    #[test]
+    fn missing_features_are_named_with_what_provides_them() {
+        let mut caps = caps_of(&panvk_25(), (1, 1), &[]);
+        (
+            caps.float16,
+            caps.int8,
+            caps.int16,
+            caps.storage_16bit,
+            caps.storage_8bit,
+        ) = (false, false, false, false, false);
+        (caps.subgroup_arithmetic, caps.subgroup_shuffle) = (false, false);
+        let everything = RequiredFeatures {
+            float16: true,
+            storage_16bit: true,
+            storage_8bit: true,
+            int8: true,
+            int16: true,
+            integer_dot_product: true,
+            subgroup_arithmetic: true,
+            subgroup_shuffle: true,
+        };
+        let missing = caps.missing(&everything);
+        assert_eq!(missing.len(), 8, "{missing:?}");
+        let err = RuntimeError::MissingFeatures {
+            kernel: "k".into(),
+            missing: missing.clone(),
+        }
+        .to_string();
+        // Each name is followed by its source in parentheses.
+        for name in missing {
+            assert!(err.contains(&format!("{name} (")), "{name}: {err}");
+        }
+        assert!(
+            err.contains("shaderInt8 (VK_KHR_shader_float16_int8 or Vulkan 1.2)"),
+            "{err}"
+        );
+        assert!(err.contains("install a driver"), "{err}");
+    }
+
+    #[test]
+    fn a_vulkan_1_0_device_is_refused_naming_the_requirement() {
+        let mut info = panvk_25();
+        info.api_version = "1.0.0".into();
+        info.api_version_raw = vk::make_api_version(0, 1, 0, 0);
+        let reason = info.unusable_reason().expect("refused");
+        assert!(reason.contains("needs Vulkan 1.1"), "{reason}");
+        assert!(reason.contains("install"), "{reason}");
     }
 }

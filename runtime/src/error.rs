@@ -110,7 +110,12 @@ pub enum RuntimeError {
     )]
     Timeout { what: String, waited: Duration },
 
-    #[error("kernel `{kernel}` needs device features this device lacks: {}", missing.join(", "))]
+    #[error(
+        "kernel `{kernel}` needs device features this device lacks: {}; this device's default \
+         schedules never need them (a schedule tuned on another device may): drop the tuned \
+         schedule, or install a driver that offers them (`rocky devices` lists what this one has)",
+        crate::promoted::describe_features(missing)
+    )]
     MissingFeatures {
         kernel: String,
         missing: Vec<&'static str>,

@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::instance::{version_string, vk_minor_version, Instance};
+use crate::promoted;
 use ash::vk;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -56,7 +57,8 @@ impl DeviceType {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DriverInfo {
-    /// `VkDriverId` name, e.g. `MESA_LLVMPIPE`, `NVIDIA_PROPRIETARY`, `MESA_PANVK` (Vulkan 1.2+).
+    /// `VkDriverId` name, e.g. `MESA_LLVMPIPE`, `NVIDIA_PROPRIETARY`, `MESA_PANVK` (Vulkan 1.2, or
+    /// VK_KHR_driver_properties on 1.1; `None` where neither is there).
     pub id: Option<String>,
     pub name: String,
     pub info: String,
@@ -208,9 +210,15 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// Why rocky cannot run on this device, or `None` if it can.
     pub fn unusable_reason(&self) -> Option<String> {
-        if vk_minor_version(self.api_version_raw) < (1, 2) {
+        // Features, not a version: every optional feature has a fallback (f32 math without
+        // fp16/int8, u32 loads without 8/16-bit storage); what cannot be done without is the
+        // Vulkan 1.1 core rocky probes and records with (features2 queries, subgroup
+        // properties, 16-bit storage structures) and a compute queue.
+        if vk_minor_version(self.api_version_raw) < (1, 1) {
             return Some(format!(
-                "it supports Vulkan {} but rocky needs 1.2 or newer (update the driver)",
+                "it supports Vulkan {} but rocky needs Vulkan 1.1 (core vkGetPhysicalDeviceFeatures2 \
+                 and subgroup properties); install a newer driver (on RK3588: Mesa's panvk, \
+                 Debian 13's 25.0.7 or newer)",
                 self.api_version
             ));
         }
@@ -218,6 +226,31 @@ impl DeviceInfo {
             return Some("it has no compute queue".to_string());
         }
         None
+    }
+
+    /// The Vulkan version rocky uses on this device, as (major, minor).
+    pub fn usable_version(&self) -> (u32, u32) {
+        // `usable_api_version` is written by the probe as "major.minor"; a hand-made
+        // description without it falls back to the device's own version.
+        let parsed = self
+            .usable_api_version
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        parsed.unwrap_or_else(|| vk_minor_version(self.api_version_raw))
+    }
+
+    /// The highest SPIR-V version this device accepts, which rocky's kernels are emitted as.
+    pub fn max_spirv_version(&self) -> (u8, u8) {
+        spirv_version_for(self.usable_version())
+    }
+
+    /// Whether the compute queue has timestamps: GPU timing (`rocky tune`, `rocky kernel`,
+    /// `prefill --profile`) needs them; Mesa 25.0.7's panvk has none.
+    pub fn has_timestamps(&self) -> bool {
+        self.compute_queue
+            .as_ref()
+            .is_some_and(|q| q.timestamp_valid_bits > 0)
+            && self.limits.timestamp_period_ns > 0.0
     }
 
     /// One line for lists in errors and logs: `0: llvmpipe (…) [CPU, Vulkan 1.3.230, llvmpipe]`.
@@ -230,6 +263,17 @@ impl DeviceInfo {
             self.api_version,
             self.driver.name
         )
+    }
+}
+
+/// The highest SPIR-V version a Vulkan version must accept (Vulkan spec, "SPIR-V
+/// Environment"): 1.0 for 1.0, 1.3 for 1.1, 1.5 for 1.2, 1.6 from 1.3 on.
+pub fn spirv_version_for(vulkan: (u32, u32)) -> (u8, u8) {
+    match vulkan {
+        (1, 0) => (1, 0),
+        (1, 1) => (1, 3),
+        (1, 2) => (1, 5),
+        _ => (1, 6),
     }
 }
 
@@ -273,13 +317,22 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
 
     let (inst_major, inst_minor) = vk_minor_version(instance.api_version);
     let usable_version = vk_minor_version(props.api_version).min((inst_major, inst_minor));
+    // The 1.1 structures (features2 chains, subgroup properties) need 1.1; a 1.0 device is
+    // only described, and `unusable_reason` refuses it.
+    let v11 = usable_version >= (1, 1);
     let v12 = usable_version >= (1, 2);
     let v13 = usable_version >= (1, 3);
+    // On 1.1, what 1.2 made core comes through the extensions it promoted (promoted.rs).
+    let promoted_ext = if v11 && !v12 {
+        promoted::Extensions::offered(has_ext)
+    } else {
+        promoted::Extensions::default()
+    };
     let dot_ext = !v13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
     let size_control_ext = !v13 && has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
 
     // Properties.
-    let mut subgroup_props = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut p_promoted = promoted::Properties::default();
     let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
     let mut p12 = vk::PhysicalDeviceVulkan12Properties::default();
     let mut p13 = vk::PhysicalDeviceVulkan13Properties::default();
@@ -289,8 +342,8 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
         let mut props2 = vk::PhysicalDeviceProperties2::default();
         if v12 {
             props2 = props2.push_next(&mut p11).push_next(&mut p12);
-        } else {
-            props2 = props2.push_next(&mut subgroup_props);
+        } else if v11 {
+            props2 = p_promoted.chain_query(promoted_ext, props2);
         }
         if v13 {
             props2 = props2.push_next(&mut p13);
@@ -308,6 +361,7 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+    let mut f_promoted = promoted::Features::default();
     let mut size_control_feat = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
     let mut dot_feat = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let core_features;
@@ -315,6 +369,8 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
         let mut features2 = vk::PhysicalDeviceFeatures2::default();
         if v12 {
             features2 = features2.push_next(&mut f11).push_next(&mut f12);
+        } else if v11 {
+            features2 = f_promoted.chain_query(promoted_ext, features2);
         }
         if v13 {
             features2 = features2.push_next(&mut f13);
@@ -343,11 +399,28 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
             p11.subgroup_supported_operations,
         )
     } else {
+        let sg = &p_promoted.subgroup;
         (
-            subgroup_props.subgroup_size,
-            subgroup_props.supported_stages,
-            subgroup_props.supported_operations,
+            sg.subgroup_size,
+            sg.supported_stages,
+            sg.supported_operations,
         )
+    };
+    // The features 1.2 made core, from the 1.2 structure or the 1.1 extension structures
+    // (all false on a 1.0 device, which nothing above queried).
+    let promoted_features = if v12 {
+        promoted::Supported {
+            shader_float16: f12.shader_float16 == vk::TRUE,
+            shader_int8: f12.shader_int8 == vk::TRUE,
+            storage_buffer_16bit_access: f11.storage_buffer16_bit_access == vk::TRUE,
+            storage_buffer_8bit_access: f12.storage_buffer8_bit_access == vk::TRUE,
+            shader_subgroup_extended_types: f12.shader_subgroup_extended_types == vk::TRUE,
+            vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
+        }
+    } else if v11 {
+        f_promoted.supported()
+    } else {
+        promoted::Supported::default()
     };
     let size_control_supported = if v13 {
         f13.subgroup_size_control == vk::TRUE
@@ -379,12 +452,12 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
     });
 
     let features = DeviceFeatures {
-        shader_float16: v12 && f12.shader_float16 == vk::TRUE,
-        shader_int8: v12 && f12.shader_int8 == vk::TRUE,
+        shader_float16: promoted_features.shader_float16,
+        shader_int8: promoted_features.shader_int8,
         shader_int16: core_features.shader_int16 == vk::TRUE,
         shader_int64: core_features.shader_int64 == vk::TRUE,
-        storage_buffer_16bit_access: v12 && f11.storage_buffer16_bit_access == vk::TRUE,
-        storage_buffer_8bit_access: v12 && f12.storage_buffer8_bit_access == vk::TRUE,
+        storage_buffer_16bit_access: promoted_features.storage_buffer_16bit_access,
+        storage_buffer_8bit_access: promoted_features.storage_buffer_8bit_access,
         shader_integer_dot_product: if v13 {
             f13.shader_integer_dot_product == vk::TRUE
         } else {
@@ -395,29 +468,30 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
         } else {
             dot_props.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE
         },
-        shader_subgroup_extended_types: v12 && f12.shader_subgroup_extended_types == vk::TRUE,
+        shader_subgroup_extended_types: promoted_features.shader_subgroup_extended_types,
         subgroup_size_control: size_control_supported,
         compute_full_subgroups: if v13 {
             f13.compute_full_subgroups == vk::TRUE
         } else {
             size_control_feat.compute_full_subgroups == vk::TRUE
         },
-        vulkan_memory_model: v12 && f12.vulkan_memory_model == vk::TRUE,
+        vulkan_memory_model: promoted_features.vulkan_memory_model,
         push_descriptor: has_ext(vk::KHR_PUSH_DESCRIPTOR_NAME),
     };
 
+    // Vulkan 1.2 core, or VK_KHR_driver_properties on 1.1 (panvk 25.0.7 has it).
+    let driver_props = if v12 {
+        Some((p12.driver_id, p12.driver_name, p12.driver_info))
+    } else {
+        let d = &p_promoted.driver;
+        promoted_ext
+            .driver_properties
+            .then_some((d.driver_id, d.driver_name, d.driver_info))
+    };
     let driver = DriverInfo {
-        id: v12.then(|| format!("{:?}", p12.driver_id)),
-        name: if v12 {
-            c_chars_to_string(&p12.driver_name)
-        } else {
-            String::new()
-        },
-        info: if v12 {
-            c_chars_to_string(&p12.driver_info)
-        } else {
-            String::new()
-        },
+        id: driver_props.map(|(id, _, _)| format!("{id:?}")),
+        name: driver_props.map_or_else(String::new, |(_, n, _)| c_chars_to_string(&n)),
+        info: driver_props.map_or_else(String::new, |(_, _, i)| c_chars_to_string(&i)),
         version_raw: props.driver_version,
         version: decode_driver_version(props.vendor_id, props.driver_version),
     };
@@ -446,7 +520,11 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
             max_push_constants_size: l.max_push_constants_size,
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
             max_per_stage_descriptor_storage_buffers: l.max_per_stage_descriptor_storage_buffers,
-            max_memory_allocation_size: v12.then_some(p11.max_memory_allocation_size),
+            max_memory_allocation_size: if v12 {
+                Some(p11.max_memory_allocation_size)
+            } else {
+                v11.then_some(p_promoted.maintenance3.max_memory_allocation_size)
+            },
             non_coherent_atom_size: l.non_coherent_atom_size,
             timestamp_period_ns: l.timestamp_period,
             timestamp_compute_and_graphics: l.timestamp_compute_and_graphics == vk::TRUE,

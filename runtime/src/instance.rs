@@ -33,7 +33,7 @@ impl Instance {
         if vk_minor_version(loader_version) < (1, 1) {
             return Err(RuntimeError::NoDevice {
                 detail: format!(
-                    " (the Vulkan loader only supports Vulkan {}; rocky needs 1.2 or newer)",
+                    " (the Vulkan loader only supports Vulkan {}; rocky needs 1.1 or newer)",
                     version_string(loader_version)
                 ),
                 hint: environment_hint(),

@@ -20,6 +20,7 @@ mod instance;
 mod memory;
 mod pipeline;
 mod pipeline_cache;
+mod promoted;
 mod select;
 mod stream;
 mod submit;
@@ -33,8 +34,8 @@ pub use device::{probe_devices, Context, RuntimeCaps};
 pub use device_caps::{device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET};
 pub use error::{format_bytes, OomKind, Result, RuntimeError, SubmitStage};
 pub use info::{
-    DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo, MemoryHeap, MemoryInfo,
-    MemoryType, QueueInfo, SubgroupInfo, SubgroupSizeControl,
+    spirv_version_for, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo,
+    MemoryHeap, MemoryInfo, MemoryType, QueueInfo, SubgroupInfo, SubgroupSizeControl,
 };
 pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};

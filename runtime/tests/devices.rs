@@ -189,8 +189,15 @@ fn enabled_caps_agree_with_the_probed_device() {
     );
     assert_eq!(caps.uma, info.memory.uma);
     assert!(caps.subgroup_size_range[0] <= caps.subgroup_size_range[1]);
-    assert!(
-        caps.max_spirv_version >= (1, 5),
-        "Vulkan 1.2 devices accept SPIR-V 1.5"
+    // The SPIR-V version each Vulkan version accepts (Vulkan spec, "SPIR-V Environment").
+    let spirv = match info.usable_api_version.as_str() {
+        "1.1" => (1, 3),
+        "1.2" => (1, 5),
+        _ => (1, 6),
+    };
+    assert_eq!(
+        caps.max_spirv_version, spirv,
+        "Vulkan {}",
+        info.usable_api_version
     );
 }

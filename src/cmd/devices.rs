@@ -81,7 +81,13 @@ fn describe(out: &mut String, d: &DeviceInfo, is_default: bool) {
     );
     let usable = match d.unusable_reason() {
         Some(reason) => format!("NOT USABLE: {reason}"),
-        None => format!("rocky uses {}", d.usable_api_version),
+        None => {
+            let (major, minor) = d.max_spirv_version();
+            format!(
+                "rocky uses {}, kernels as SPIR-V {major}.{minor}",
+                d.usable_api_version
+            )
+        }
     };
     line("Vulkan", format!("{} ({usable})", d.api_version));
 
@@ -156,13 +162,15 @@ fn describe(out: &mut String, d: &DeviceInfo, is_default: bool) {
         format!("{} bytes", l.max_push_constants_size),
     );
     let timestamps = match &d.compute_queue {
-        Some(q) if q.timestamp_valid_bits > 0 => {
+        Some(q) if d.has_timestamps() => {
             format!(
                 "{} ns per tick, {} valid bits",
                 l.timestamp_period_ns, q.timestamp_valid_bits
             )
         }
-        Some(_) => "not supported on the compute queue".to_string(),
+        Some(_) => "none on the compute queue (no GPU timing: tune, kernel and \
+                     prefill --profile cannot time here)"
+            .to_string(),
         None => "no compute queue".to_string(),
     };
     line("timestamps", timestamps);

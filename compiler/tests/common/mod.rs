@@ -85,6 +85,19 @@ pub fn mali_vk12() -> DeviceCaps {
     }
 }
 
+/// Mali-G610 as Mesa 25.0.7's panvk (Debian 13) reports it: Vulkan 1.1, so SPIR-V 1.3 at most,
+/// no fp16 and no int8 dot product; int8 arithmetic and 8/16-bit storage come through the
+/// extensions VK_KHR_shader_float16_int8, VK_KHR_8bit_storage and VK_KHR_16bit_storage (read
+/// from the mali-shim's vulkaninfo).
+pub fn mali_panvk25() -> DeviceCaps {
+    DeviceCaps {
+        spirv_version: (1, 3),
+        float16: false,
+        integer_dot_product: false,
+        ..DeviceCaps::mali_g610()
+    }
+}
+
 /// Runs `check` on every item on all cores; returns the failures.
 pub fn parallel<T: Sync>(
     items: &[T],

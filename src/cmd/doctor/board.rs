@@ -231,7 +231,7 @@ impl Board {
                     searched.join(", ")
                 ),
             )
-            .with_fix("install Mesa ≥ 25 with panvk (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or build Mesa with -Dvulkan-drivers=panfrost")
+            .with_fix("install Mesa's panvk driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`; Debian 13's Mesa 25.0.7 works), or build Mesa with -Dvulkan-drivers=panfrost")
         } else {
             CheckResult::new(ID, Status::Pass, found.join(", "))
         }

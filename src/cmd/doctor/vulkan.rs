@@ -140,9 +140,15 @@ fn device_check(d: &DeviceInfo) -> CheckResult {
         Some(c) => format!("subgroup {} ({}..{})", sg.size, c.min_size, c.max_size),
         None => format!("subgroup {}", sg.size),
     };
+    let (spv_major, spv_minor) = d.max_spirv_version();
     let facts = [
         format!("{} ({}, {})", d.name, d.device_type.as_str(), d.driver.name),
+        format!(
+            "Vulkan {} (SPIR-V {spv_major}.{spv_minor})",
+            d.usable_api_version
+        ),
         format!("fp16 {}", yes_no(f.shader_float16)),
+        format!("int8 {}", yes_no(f.shader_int8)),
         format!(
             "int8 dot {}{}",
             yes_no(f.shader_integer_dot_product),
@@ -162,37 +168,57 @@ fn device_check(d: &DeviceInfo) -> CheckResult {
             short_bytes(l.max_storage_buffer_range as u64)
         ),
         format!("UMA {}", yes_no(d.memory.uma)),
+        format!("timestamps {}", yes_no(d.has_timestamps())),
     ];
     let detail = facts.join(", ");
 
     if let Some(reason) = d.unusable_reason() {
         return CheckResult::new(id, Status::Fail, format!("{detail}; unusable: {reason}"))
-            .with_fix("update the Vulkan driver, or pick another device with --device");
+            .with_fix(
+                "install a driver that offers what is named, or pick another device with --device",
+            );
     }
 
-    // Each missing capability and what rocky does without it.
+    // Each missing capability, what rocky does without it, and the feature (and where it
+    // comes from) a driver must offer to lift it: features, not a Vulkan or Mesa version.
     let mut consequences: Vec<&str> = Vec::new();
+    let mut wanted: Vec<&str> = Vec::new();
     if d.is_cpu {
         consequences
             .push("CPU implementation: results are correct but slow; not for timings or tuning");
     }
     if !f.shader_float16 {
         consequences.push("no fp16: f32 math only (half the FP16 throughput on Mali)");
+        wanted.push("shaderFloat16 (VK_KHR_shader_float16_int8 or Vulkan 1.2)");
     }
     if !f.shader_integer_dot_product {
         consequences.push("no int8 dot product: kernels that use OpSDot cannot run");
+        wanted.push("shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product or Vulkan 1.3)");
     }
     if !sg.supports("arithmetic") {
         consequences
             .push("no subgroup arithmetic in compute: kernels that reduce with it cannot run");
+        wanted.push("subgroup arithmetic in compute (subgroupSupportedOperations)");
+    }
+    if !d.has_timestamps() {
+        consequences.push(
+            "no timestamps: prefill runs, but `rocky tune`, `rocky kernel` and \
+             `prefill --profile` cannot time kernels here",
+        );
+        wanted.push("timestamps on the compute queue (timestampValidBits > 0)");
     }
     if consequences.is_empty() {
         CheckResult::new(id, Status::Pass, detail)
     } else {
         let fix = if d.is_cpu {
             "use it for correctness checks; time and tune on a GPU (select one with --device)"
+                .to_string()
         } else {
-            "update the driver (on RK3588: Mesa ≥ 25 with panvk)"
+            format!(
+                "rocky runs without them; to get them install a driver that offers {} \
+                 (on RK3588: a newer Mesa panvk; Mesa 26 reports fp16 and int8 dot product)",
+                wanted.join(", ")
+            )
         };
         CheckResult::new(
             id,
@@ -298,13 +324,49 @@ mod tests {
     }
 
     #[test]
-    fn device_below_vulkan_1_2_fails() {
+    fn device_below_vulkan_1_1_fails_naming_the_requirement() {
         let mut d = mali();
-        d.api_version = "1.1.0".into();
-        d.api_version_raw = (1 << 22) | (1 << 12);
+        d.api_version = "1.0.0".into();
+        d.api_version_raw = 1 << 22;
+        d.usable_api_version = "1.0".into();
         let c = device_check(&d);
         assert_eq!(c.status, Status::Fail, "{c:?}");
-        assert!(c.detail.contains("1.2"), "{}", c.detail);
+        assert!(c.detail.contains("needs Vulkan 1.1"), "{}", c.detail);
+    }
+
+    /// Mesa 25.0.7's panvk (Debian 13) as `rocky devices --json` recorded it under the
+    /// mali-shim: Vulkan 1.1, no fp16, no int8 dot product, no timestamps.
+    fn panvk_25() -> DeviceInfo {
+        serde_json::from_str(include_str!(
+            "../../../runtime/tests/fixtures/mali-g610-panvk-25.0.7.json"
+        ))
+        .expect("the panvk 25.0.7 fixture matches DeviceInfo")
+    }
+
+    #[test]
+    fn vulkan_1_1_panvk_is_usable_and_its_gaps_name_features_not_versions() {
+        let c = device_check(&panvk_25());
+        // Usable (a warning, not a failure): what is missing has a fallback.
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        for fact in [
+            "(integrated GPU, panvk)",
+            "Vulkan 1.1 (SPIR-V 1.3)",
+            "fp16 no",
+            "int8 yes",
+            "int8 dot no",
+            "timestamps no",
+            "no timestamps: prefill runs",
+        ] {
+            assert!(c.detail.contains(fact), "{fact} missing: {}", c.detail);
+        }
+        let fix = c.fix.expect("a fix");
+        assert!(fix.contains("shaderFloat16"), "{fix}");
+        assert!(fix.contains("shaderIntegerDotProduct"), "{fix}");
+        assert!(fix.contains("timestampValidBits"), "{fix}");
+        assert!(
+            !fix.contains("Mesa ≥") && !fix.contains("1.2 or newer"),
+            "{fix}"
+        );
     }
 
     #[test]
