@@ -80,6 +80,19 @@ impl Buffer {
         Buffer::with_use(&ctx.shared, size, label, MemoryUse::Tensor)
     }
 
+    /// A small buffer the host writes and the GPU reads in place (host-visible memory): inputs
+    /// that change every call, such as a prompt's token ids, reach the GPU without a staging
+    /// copy and the wait for it.
+    pub fn host_input(ctx: &Context, size: u64, label: &str) -> Result<Buffer> {
+        Buffer::with_use(&ctx.shared, size, label, MemoryUse::StagingUpload)
+    }
+
+    /// A small buffer the GPU writes and the host reads in place (host-cached memory where the
+    /// device has it): results such as the logits, read without a staging copy.
+    pub fn host_output(ctx: &Context, size: u64, label: &str) -> Result<Buffer> {
+        Buffer::with_use(&ctx.shared, size, label, MemoryUse::StagingDownload)
+    }
+
     /// A tensor buffer holding `data`.
     pub fn from_slice<T: Plain>(ctx: &Context, data: &[T], label: &str) -> Result<Buffer> {
         let mut buffer = Buffer::new(ctx, std::mem::size_of_val(data) as u64, label)?;

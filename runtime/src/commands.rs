@@ -33,11 +33,41 @@ enum State {
     Executable,
 }
 
-pub struct Recorder<'a> {
-    // Field order matters for Drop: the command buffer waits for its work before the
-    // descriptor pools are destroyed.
+/// What a recorder owns and a later recorder can reuse: its command buffer (with pool and
+/// fence) and its descriptor pools. Creating these costs driver calls (about a millisecond
+/// for a stream's ring on the H200); a stream keeps them across prefills.
+pub struct RecorderParts {
+    // Field order matters: the command buffer waits for its work before the descriptor pools
+    // are destroyed.
     cb: CommandBuffer,
     descriptors: DescriptorPools,
+}
+
+impl RecorderParts {
+    pub fn new(ctx: &Context) -> Result<RecorderParts> {
+        Ok(RecorderParts {
+            cb: CommandBuffer::new(&ctx.shared)?,
+            descriptors: DescriptorPools::new(&ctx.shared),
+        })
+    }
+}
+
+impl Drop for RecorderParts {
+    fn drop(&mut self) {
+        if self.cb.is_pending()
+            && self
+                .cb
+                .wait(Duration::from_secs(10), "dropping a recorder")
+                .is_err()
+        {
+            // The GPU may still read these descriptor sets: leak rather than destroy.
+            self.descriptors.leak();
+        }
+    }
+}
+
+pub struct Recorder<'a> {
+    parts: RecorderParts,
     hazards: HazardTracker,
     state: State,
     dispatches: u32,
@@ -49,11 +79,25 @@ pub struct Recorder<'a> {
 impl<'a> Recorder<'a> {
     /// A new command buffer, ready to record.
     pub fn new(ctx: &Context) -> Result<Recorder<'a>> {
-        let mut cb = CommandBuffer::new(&ctx.shared)?;
-        cb.begin()?;
+        Recorder::from_parts(RecorderParts::new(ctx)?)
+    }
+
+    /// A recorder reusing `parts` (whose previous work must have finished): resets them and
+    /// starts recording.
+    pub fn from_parts(mut parts: RecorderParts) -> Result<Recorder<'a>> {
+        if parts.cb.is_pending() {
+            parts
+                .cb
+                .wait(Duration::ZERO, "reusing a command buffer")
+                .map_err(|_| RuntimeError::InvalidDispatch {
+                    kernel: "(recorder)".to_string(),
+                    reason: "cannot reuse a command buffer whose work is still running".to_string(),
+                })?;
+        }
+        parts.descriptors.reset()?;
+        parts.cb.begin()?;
         Ok(Recorder {
-            descriptors: DescriptorPools::new(&ctx.shared),
-            cb,
+            parts,
             hazards: HazardTracker::default(),
             state: State::Recording,
             dispatches: 0,
@@ -105,7 +149,7 @@ impl<'a> Recorder<'a> {
                 meta.push_constant_bytes
             ));
         }
-        let caps = &self.cb.shared.caps;
+        let caps = &self.parts.cb.shared.caps;
         for axis in 0..3 {
             if groups[axis] == 0 || groups[axis] > caps.max_workgroup_count[axis] {
                 return refuse(format!(
@@ -118,7 +162,7 @@ impl<'a> Recorder<'a> {
         for (range, binding) in bindings.iter().zip(&meta.bindings) {
             let name = &binding.name;
             let buffer = range.buffer;
-            if !Arc::ptr_eq(&buffer.shared, &self.cb.shared) {
+            if !Arc::ptr_eq(&buffer.shared, &self.parts.cb.shared) {
                 return refuse(format!(
                     "buffer for `{name}` belongs to another device context"
                 ));
@@ -161,6 +205,7 @@ impl<'a> Recorder<'a> {
         self.hazards.record(&accesses);
 
         let set = self
+            .parts
             .descriptors
             .allocate(pipeline.set_layout, bindings.len() as u32)?;
         let infos: Vec<vk::DescriptorBufferInfo> = bindings
@@ -183,14 +228,18 @@ impl<'a> Recorder<'a> {
                     .buffer_info(std::slice::from_ref(info))
             })
             .collect();
-        let device = &self.cb.shared.device;
+        let device = &self.parts.cb.shared.device;
         // SAFETY: recording state checked; the set, pipeline and buffers are alive for 'a,
         // which outlives this recorder and therefore its submissions.
         unsafe {
             device.update_descriptor_sets(&writes, &[]);
-            device.cmd_bind_pipeline(self.cb.raw, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+            device.cmd_bind_pipeline(
+                self.parts.cb.raw,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.raw,
+            );
             device.cmd_bind_descriptor_sets(
-                self.cb.raw,
+                self.parts.cb.raw,
                 vk::PipelineBindPoint::COMPUTE,
                 pipeline.layout,
                 0,
@@ -199,14 +248,14 @@ impl<'a> Recorder<'a> {
             );
             if !push_constants.is_empty() {
                 device.cmd_push_constants(
-                    self.cb.raw,
+                    self.parts.cb.raw,
                     pipeline.layout,
                     vk::ShaderStageFlags::COMPUTE,
                     0,
                     push_constants,
                 );
             }
-            device.cmd_dispatch(self.cb.raw, groups[0], groups[1], groups[2]);
+            device.cmd_dispatch(self.parts.cb.raw, groups[0], groups[1], groups[2]);
         }
         self.dispatches += 1;
         self.declared_shared_bytes += meta.shared_bytes as u64;
@@ -232,10 +281,12 @@ impl<'a> Recorder<'a> {
         queries.check_range(first, count)?;
         // SAFETY: recording; the pool outlives the recorder ('a).
         unsafe {
-            self.cb
-                .shared
-                .device
-                .cmd_reset_query_pool(self.cb.raw, queries.raw, first, count)
+            self.parts.cb.shared.device.cmd_reset_query_pool(
+                self.parts.cb.raw,
+                queries.raw,
+                first,
+                count,
+            )
         };
         Ok(())
     }
@@ -246,8 +297,8 @@ impl<'a> Recorder<'a> {
         queries.check_range(index, 1)?;
         // SAFETY: recording; the pool outlives the recorder ('a).
         unsafe {
-            self.cb.shared.device.cmd_write_timestamp(
-                self.cb.raw,
+            self.parts.cb.shared.device.cmd_write_timestamp(
+                self.parts.cb.raw,
                 vk::PipelineStageFlags::BOTTOM_OF_PIPE,
                 queries.raw,
                 index,
@@ -261,11 +312,12 @@ impl<'a> Recorder<'a> {
     pub fn submit(&mut self) -> Result<()> {
         if self.state == State::Recording {
             self.record_host_visibility();
-            let ended = self.cb.end();
+            let ended = self.parts.cb.end();
             self.state = State::Executable;
             ended.map_err(|r| self.submission_error(SubmitStage::End, r))?;
         }
-        self.cb
+        self.parts
+            .cb
             .submit()
             .map_err(|r| self.submission_error(SubmitStage::Submit, r))
     }
@@ -273,7 +325,7 @@ impl<'a> Recorder<'a> {
     /// Waits for the last submission; `Timeout` and `DeviceLost` are distinct errors.
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
         let what = format!("a command buffer of {} dispatches", self.dispatches);
-        self.cb.wait(timeout, &what)
+        self.parts.cb.wait(timeout, &what)
     }
 
     /// `submit` then `wait`. May be called again to run the same work again.
@@ -285,7 +337,7 @@ impl<'a> Recorder<'a> {
     /// Forgets everything recorded (and frees the driver memory it used) to record anew.
     /// The previous submission must have finished.
     pub fn reset(&mut self) -> Result<()> {
-        if self.cb.is_pending() {
+        if self.parts.cb.is_pending() {
             self.wait(Duration::ZERO)
                 .map_err(|_| RuntimeError::InvalidDispatch {
                     kernel: "(recorder)".to_string(),
@@ -293,14 +345,19 @@ impl<'a> Recorder<'a> {
                         .to_string(),
                 })?;
         }
-        self.descriptors.reset()?;
-        self.cb.begin()?;
+        self.parts.descriptors.reset()?;
+        self.parts.cb.begin()?;
         self.hazards.clear();
         self.state = State::Recording;
         self.dispatches = 0;
         self.barriers = 0;
         self.declared_shared_bytes = 0;
         Ok(())
+    }
+
+    /// The command buffer and descriptor pools, for a later recorder (`from_parts`) to reuse.
+    pub fn into_parts(self) -> RecorderParts {
+        self.parts
     }
 
     pub fn dispatch_count(&self) -> u32 {
@@ -335,8 +392,8 @@ impl<'a> Recorder<'a> {
             .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
         // SAFETY: recording (callers check).
         unsafe {
-            self.cb.shared.device.cmd_pipeline_barrier(
-                self.cb.raw,
+            self.parts.cb.shared.device.cmd_pipeline_barrier(
+                self.parts.cb.raw,
                 vk::PipelineStageFlags::COMPUTE_SHADER,
                 vk::PipelineStageFlags::COMPUTE_SHADER,
                 vk::DependencyFlags::empty(),
@@ -357,8 +414,8 @@ impl<'a> Recorder<'a> {
             .dst_access_mask(vk::AccessFlags::HOST_READ);
         // SAFETY: recording.
         unsafe {
-            self.cb.shared.device.cmd_pipeline_barrier(
-                self.cb.raw,
+            self.parts.cb.shared.device.cmd_pipeline_barrier(
+                self.parts.cb.raw,
                 vk::PipelineStageFlags::COMPUTE_SHADER,
                 vk::PipelineStageFlags::HOST,
                 vk::DependencyFlags::empty(),
@@ -384,20 +441,6 @@ impl<'a> Recorder<'a> {
                 },
                 r,
             ),
-        }
-    }
-}
-
-impl Drop for Recorder<'_> {
-    fn drop(&mut self) {
-        if self.cb.is_pending()
-            && self
-                .cb
-                .wait(Duration::from_secs(10), "dropping a recorder")
-                .is_err()
-        {
-            // The GPU may still read these descriptor sets: leak rather than destroy.
-            self.descriptors.leak();
         }
     }
 }

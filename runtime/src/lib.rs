@@ -29,7 +29,7 @@ mod transfer;
 
 pub use budget::{Admit, BudgetTracker, CommandBudget, WlsModel};
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
-pub use commands::Recorder;
+pub use commands::{Recorder, RecorderParts};
 pub use device::{probe_devices, Context, RuntimeCaps};
 pub use device_caps::{device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET};
 pub use error::{format_bytes, OomKind, Result, RuntimeError, SubmitStage};
@@ -40,7 +40,7 @@ pub use info::{
 pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
 pub use select::{list_devices, select_device, DeviceSelector};
-pub use stream::{Stream, StreamStats, StreamTimestamps, Ticket, RING_DEPTH};
+pub use stream::{Stream, StreamRing, StreamStats, Ticket, RING_DEPTH};
 pub use timing::{time_dispatches, TickScale, TimestampQueries};
 
 /// The compiler's kernel contract, re-exported so users need not depend on both crates.

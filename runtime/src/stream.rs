@@ -14,12 +14,16 @@
 //!
 //! With timestamps on, each ring slot has its own query pool; a slot's timestamps are read when
 //! the slot comes round again or at `finish`.
+//!
+//! The ring's command buffers, descriptor pools and query pools live in a [`StreamRing`] that
+//! the caller keeps: a stream borrows it and gives it back at `finish`, so they are made once
+//! per context, not once per prefill.
 
 use crate::budget::{Admit, BudgetTracker, CommandBudget};
 use crate::buffer::BufferRange;
-use crate::commands::Recorder;
+use crate::commands::{Recorder, RecorderParts};
 use crate::device::Context;
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 use crate::pipeline::ComputePipeline;
 use crate::timing::{TickScale, TimestampQueries};
 use std::time::{Duration, Instant};
@@ -33,19 +37,31 @@ pub const RING_DEPTH: usize = 3;
 /// up to the budget's cap.
 const FIRST_COMMAND_BUFFER_DISPATCHES: u32 = 16;
 
-/// Timestamp pools for a stream's ring, one per slot, made before the stream (which borrows
-/// them for the lifetime of what it records).
-pub struct StreamTimestamps {
-    pools: Vec<TimestampQueries>,
+/// The reusable resources of a stream's ring (see the module documentation). Empty until the
+/// first stream fills it; a stream that fails leaves it empty, and the next one refills it.
+#[derive(Default)]
+pub struct StreamRing {
+    parts: Vec<RecorderParts>,
+    /// One pool per slot, for command buffers of up to `capacity - 1` dispatches.
+    timestamps: Vec<TimestampQueries>,
 }
 
-impl StreamTimestamps {
-    /// Pools for a stream whose command buffers hold at most `max_dispatches` each.
-    pub fn new(ctx: &Context, max_dispatches: u32) -> Result<StreamTimestamps> {
-        let pools = (0..RING_DEPTH)
-            .map(|_| TimestampQueries::new(ctx, max_dispatches + 1))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(StreamTimestamps { pools })
+impl StreamRing {
+    /// Fills the ring: [`RING_DEPTH`] recorders and, when `profile`, timestamp pools for
+    /// command buffers of up to `max_dispatches`.
+    fn fill(&mut self, ctx: &Context, profile: bool, max_dispatches: u32) -> Result<()> {
+        while self.parts.len() < RING_DEPTH {
+            self.parts.push(RecorderParts::new(ctx)?);
+        }
+        let big_enough = |p: &TimestampQueries| p.capacity() > max_dispatches;
+        if profile
+            && !(self.timestamps.len() == RING_DEPTH && self.timestamps.iter().all(big_enough))
+        {
+            self.timestamps = (0..RING_DEPTH)
+                .map(|_| TimestampQueries::new(ctx, max_dispatches + 1))
+                .collect::<Result<Vec<_>>>()?;
+        }
+        Ok(())
     }
 }
 
@@ -75,6 +91,8 @@ struct Slot<'a> {
 /// See the module documentation.
 pub struct Stream<'a> {
     slots: Vec<Slot<'a>>,
+    /// Where the recorders' parts go back at `finish`.
+    home: &'a mut Vec<RecorderParts>,
     current: usize,
     budget: CommandBudget,
     tracker: BudgetTracker,
@@ -100,27 +118,26 @@ pub struct Stream<'a> {
 pub struct Ticket(u64);
 
 impl<'a> Stream<'a> {
-    /// A stream over `ctx`'s queue; `timestamps` times every dispatch.
+    /// A stream over `ctx`'s queue using `ring`'s resources (filled first if needed);
+    /// `profile` times every dispatch with GPU timestamps.
     pub fn new(
         ctx: &Context,
+        ring: &'a mut StreamRing,
         budget: CommandBudget,
         timeout: Duration,
-        timestamps: Option<&'a StreamTimestamps>,
+        profile: bool,
     ) -> Result<Stream<'a>> {
         let max = budget.max_dispatches.max(1);
-        if let Some(t) = timestamps {
-            if t.pools.iter().any(|p| p.capacity() < max + 1) {
-                return Err(RuntimeError::InvalidDispatch {
-                    kernel: "(stream)".to_string(),
-                    reason: "timestamp pools smaller than the command-buffer budget".to_string(),
-                });
-            }
-        }
-        let slots = (0..RING_DEPTH)
-            .map(|i| {
+        ring.fill(ctx, profile, max)?;
+        let StreamRing { parts, timestamps } = ring;
+        let timestamps: &'a [TimestampQueries] = timestamps;
+        let slots = std::mem::take(parts)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
                 Ok(Slot {
-                    rec: Recorder::new(ctx)?,
-                    queries: timestamps.map(|t| &t.pools[i]),
+                    rec: Recorder::from_parts(p)?,
+                    queries: profile.then(|| &timestamps[i]),
                     first_dispatch: 0,
                     dispatches: 0,
                     submitted: None,
@@ -129,6 +146,7 @@ impl<'a> Stream<'a> {
             .collect::<Result<Vec<_>>>()?;
         let mut stream = Stream {
             slots,
+            home: parts,
             current: 0,
             budget,
             tracker: BudgetTracker::new(budget),
@@ -141,7 +159,7 @@ impl<'a> Stream<'a> {
             gpu_busy: Duration::ZERO,
             host_wait: Duration::ZERO,
             started: Instant::now(),
-            scale: timestamps.map(|t| t.pools[0].scale()),
+            scale: profile.then(|| timestamps[0].scale()),
         };
         stream.open_current()?;
         Ok(stream)
@@ -215,6 +233,7 @@ impl<'a> Stream<'a> {
             host_wait: self.host_wait,
             gpu_busy: self.scale.map(|_| self.gpu_busy),
         };
+        *self.home = self.slots.drain(..).map(|s| s.rec.into_parts()).collect();
         Ok((std::mem::take(&mut self.times), stats))
     }
 

@@ -279,9 +279,11 @@ pub fn print_stats(stats: &PrefillStats) {
         );
     }
     println!(
-        "host: {:.2} ms recording and submitting, {:.2} ms waiting for the GPU; {} dispatches in {} command buffers, {} ubatch(es)",
+        "host: {:.2} ms setting up, {:.2} ms recording and submitting, {:.2} ms waiting for the GPU, {:.2} ms reading the logits; {} dispatches in {} command buffers, {} ubatch(es)",
+        ms(stats.setup),
         ms(s.host_busy),
         ms(s.host_wait),
+        ms(stats.readback),
         s.dispatches,
         s.command_buffers,
         stats.ubatches
@@ -295,6 +297,8 @@ pub fn stats_json(stats: &PrefillStats) -> serde_json::Value {
         "wall_seconds": stats.wall.as_secs_f64(),
         "gpu_busy_seconds": s.gpu_busy.map(|d| d.as_secs_f64()),
         "gpu_busy_share": stats.gpu_busy_share(),
+        "setup_seconds": stats.setup.as_secs_f64(),
+        "readback_seconds": stats.readback.as_secs_f64(),
         "host_busy_seconds": s.host_busy.as_secs_f64(),
         "host_wait_seconds": s.host_wait.as_secs_f64(),
         "dispatches": s.dispatches,

@@ -12,7 +12,7 @@
 mod slots;
 
 use crate::budget::CommandBudget;
-use crate::stream::{Stream, StreamStats, StreamTimestamps};
+use crate::stream::{Stream, StreamRing, StreamStats};
 use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
@@ -86,6 +86,11 @@ pub struct PrefillStats {
     pub wall: Duration,
     /// Ubatches run.
     pub ubatches: usize,
+    /// Host time before the first dispatch: schedules and pipelines, the token ids, the
+    /// command buffers of the stream.
+    pub setup: Duration,
+    /// Host time reading the logits back.
+    pub readback: Duration,
     /// The stream's own accounting (dispatches, command buffers, host busy and waiting time,
     /// GPU busy time when profiling).
     pub stream: StreamStats,
@@ -210,8 +215,11 @@ pub struct Executor<'m> {
     options: ExecutorOptions,
     plan: slots::SlotPlan,
     slots: Vec<Buffer>,
-    /// The prompt's token ids, one region per ubatch at an offset the device can bind.
+    /// The prompt's token ids, one region per ubatch at an offset the device can bind
+    /// (host-visible: written in place, no staging copy).
     ids: Buffer,
+    /// The last position's logits (host-readable: read in place).
+    logits: Buffer,
     ids_stride: u64,
     /// Per layer (K, V) caches of packed f16, `n_ctx × kv_width`.
     kv: Vec<(Buffer, Buffer)>,
@@ -219,6 +227,8 @@ pub struct Executor<'m> {
     n_past: usize,
     pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
     cache: Option<PipelineCache>,
+    /// The stream's command buffers and pools, kept across prefills.
+    ring: StreamRing,
     /// Pipelines built since the cache was last saved.
     unsaved_pipelines: bool,
     /// The schedule used per node label, for profiles (in graph order).
@@ -267,7 +277,8 @@ impl<'m> Executor<'m> {
         let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
         let ids_stride = ((options.ubatch * 4) as u64).next_multiple_of(align);
         let regions = n_ctx.max(1).div_ceil(options.ubatch) as u64;
-        let ids = Buffer::new(ctx, regions * ids_stride, "token ids")?;
+        let ids = Buffer::host_input(ctx, regions * ids_stride, "token ids")?;
+        let logits = Buffer::host_output(ctx, (cfg.n_vocab * 4) as u64, "logits")?;
         Ok(Executor {
             ctx: ctx.clone(),
             caps,
@@ -278,11 +289,13 @@ impl<'m> Executor<'m> {
             slots,
             ids,
             ids_stride,
+            logits,
             kv,
             n_ctx,
             n_past: 0,
             pipelines: HashMap::new(),
             cache: PipelineCache::open_default(ctx).ok(),
+            ring: StreamRing::default(),
             unsaved_pipelines: false,
             used: Vec::new(),
             kernels_of: Vec::new(),
@@ -346,20 +359,17 @@ impl<'m> Executor<'m> {
         for (i, chunk) in tokens.chunks(ubatch).enumerate() {
             self.ids.upload_u32(i as u64 * self.ids_stride, chunk)?;
         }
-        let timestamps = match self.options.profile {
-            true => Some(StreamTimestamps::new(
-                &self.ctx,
-                self.options.budget.max_dispatches.max(1),
-            )?),
-            false => None,
-        };
-        let (times, stream_stats, mut log) = {
+        // Out of `self` while the stream borrows it and `self`'s buffers; back when it is done.
+        let mut ring = std::mem::take(&mut self.ring);
+        let (times, stream_stats, mut log, setup) = {
             let mut stream = Stream::new(
                 &self.ctx,
+                &mut ring,
                 self.options.budget,
                 self.options.timeout,
-                timestamps.as_ref(),
+                self.options.profile,
             )?;
+            let setup = start.elapsed();
             let mut log = Vec::new();
             let n_chunks = tokens.len().div_ceil(ubatch);
             for (i, chunk) in tokens.chunks(ubatch).enumerate() {
@@ -368,11 +378,13 @@ impl<'m> Executor<'m> {
                 self.record_ubatch(&mut stream, i, chunk.len() as u32, pos0, last, &mut log)?;
             }
             let (times, stats) = stream.finish().map_err(|e| self.submit_error(e))?;
-            (times, stats, log)
+            (times, stats, log, setup)
         };
+        self.ring = ring;
         self.n_past += tokens.len();
-        let logits_slot = self.plan.slot_of[self.model.graph.logits].unwrap();
-        let logits = self.slots[logits_slot].download_f32(0, cfg.n_vocab)?;
+        let readback = Instant::now();
+        let logits = self.logits.download_f32(0, cfg.n_vocab)?;
+        let readback = readback.elapsed();
         if self.options.profile {
             for (t, seconds) in log.iter_mut().zip(times) {
                 t.seconds = seconds;
@@ -382,6 +394,8 @@ impl<'m> Executor<'m> {
         self.last_stats = Some(PrefillStats {
             wall: start.elapsed(),
             ubatches: tokens.len().div_ceil(ubatch),
+            setup,
+            readback,
             stream: stream_stats,
         });
         if self.unsaved_pipelines {
@@ -530,9 +544,13 @@ impl<'m> Executor<'m> {
         let mut row_offset_of: HashMap<usize, u64> = HashMap::new();
         let slot_range =
             |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'s>, RuntimeError> {
-                let slot = self.plan.slot_of[value].expect("activation has a slot");
                 let width = self.plan.width_of[value] as u64;
-                self.slots[slot].range(offset, u64::from(rows) * width * 4)
+                let buffer = if value == graph.logits {
+                    &self.logits
+                } else {
+                    &self.slots[self.plan.slot_of[value].expect("activation has a slot")]
+                };
+                buffer.range(offset, u64::from(rows) * width * 4)
             };
         let mut emit = |label: &str,
                         workload: Workload,

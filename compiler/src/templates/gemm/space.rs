@@ -39,8 +39,9 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
     for (math, accumulate, vector_width) in math_variants(w, caps) {
         for tm in [1, 2, 4, 8].into_iter().filter(|&t| t <= m_cap) {
             for tn in [1, 2, 4, 8] {
-                // Tiny micro-tiles reuse nothing (except in matrix-vector shapes); huge ones spill.
-                if tm * tn > 16 || (tm * tn == 1 && m_cap > 1) {
+                // Tiny micro-tiles reuse nothing (except in matrix-vector shapes); big ones
+                // are kept only where the register budget allows them (`validate`).
+                if tm * tn == 1 && m_cap > 1 {
                     continue;
                 }
                 for &split_k in splits {
