@@ -5,11 +5,11 @@
 //!   occupancy above 32 registers); f16 packed math where the device has it, accumulating
 //!   in f32; 64 threads.
 //! - Devices that emulate f16 (CPU implementations) keep f32 math.
-//! - Otherwise: stage both operands, f32 math, 16×16 threads: 8×8 micro-tiles (128×128
-//!   tiles) where the register budget allows them and the grid still has at least
-//!   [`BIG_TILE_MIN_WORKGROUPS`] workgroups, else 4×4 micro-tiles (64×64), with 64-deep K
-//!   slabs when there are at most 64 rows (half the barriers per FMA; on the H200 1.03-1.3x
-//!   at m = 64).
+//! - Otherwise: stage both operands, f32 math, 16×16 threads, and the biggest tile whose grid
+//!   still fills the GPU: 128×128 (8×8 micro-tiles, where the register budget allows them)
+//!   with at least [`BIG_TILE_MIN_WORKGROUPS`] workgroups, 64×64 (4×4) with half as many,
+//!   32×32 (2×2) with a quarter, else 16×32 (1×2). 64-deep K slabs at m ≤ 64 and for the
+//!   small tiles (half the barriers per FMA; on the H200 1.03-1.3x at m = 64).
 //! - Few rows (m ≤ 4, decode-like): one row per workgroup; split-K across 4 threads where
 //!   shared memory is on-chip, none at all where it is not (panvk allocates workgroup memory
 //!   for every dispatch that declares any).
@@ -23,9 +23,11 @@ use super::space::search_space;
 use super::workload::GemmWorkload;
 use crate::caps::DeviceCaps;
 
-/// Workgroups a 128×128 tile grid must keep for the big-tile rule: below it the GPU is not
-/// filled (on the H200 the 512×2048 GEMMs, 64 such tiles, ran 1.4-1.7x slower than with
-/// 64×64 tiles; the 512×11008 ones, 344 tiles, 1.31x faster).
+/// Workgroups a 128×128 tile grid must keep for the big-tile rule (halved for 64×64, quartered
+/// for 32×32): below it the GPU is not filled. On the H200 the 512×2048 GEMMs (64 tiles of
+/// 128×128) ran 1.4-1.7x slower than with 64×64 tiles, the 512×11008 ones (344 tiles) 1.31x
+/// faster; at m = 64, n = 2048 (32 tiles of 64×64) 32×32 tiles were 1.7x faster than 64×64,
+/// at n = 11008 (172 tiles) 1.3x slower (docs/measurements/2026-12-02-h200.md).
 pub const BIG_TILE_MIN_WORKGROUPS: u32 = 256;
 
 fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
@@ -113,20 +115,38 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             stage_b: true,
             ..base
         };
-        if w.m.div_ceil(128) * w.n.div_ceil(128) >= BIG_TILE_MIN_WORKGROUPS {
-            c.push(GemmSchedule {
-                bm: 128,
-                bn: 128,
-                bk: 32,
-                tm: 8,
-                tn: 8,
-                ..fma32
-            });
+        // The biggest tile whose grid still fills the GPU (measured on the H200: each step
+        // down in tile size was 1.3-2.1x faster where the bigger tile left too few
+        // workgroups, and slower where it did not).
+        let tiles = [
+            (128, 128, 8, 8, BIG_TILE_MIN_WORKGROUPS),
+            (64, 64, 4, 4, BIG_TILE_MIN_WORKGROUPS / 2),
+            (32, 32, 2, 2, BIG_TILE_MIN_WORKGROUPS / 4),
+        ];
+        for (bm, bn, tm, tn, min_groups) in tiles {
+            if w.m.div_ceil(bm) * w.n.div_ceil(bn) >= min_groups {
+                c.push(GemmSchedule {
+                    bm,
+                    bn,
+                    bk: if w.m <= 64 || bm == 32 { 64 } else { 32 },
+                    tm,
+                    tn,
+                    ..fma32
+                });
+            }
         }
+        c.push(GemmSchedule {
+            bm: 16,
+            bn: 32,
+            bk: 64,
+            tm: 1,
+            tn: 2,
+            ..fma32
+        });
         c.push(GemmSchedule {
             bm: 64,
             bn: 64,
-            bk: if w.m <= 64 { 64 } else { 32 },
+            bk: 32,
             tm: 4,
             tn: 4,
             ..fma32
