@@ -182,6 +182,11 @@ impl<'m> PrefillRig<'m> {
         Executor::new(&self.ctx, self.model, weights, options, self.n_ctx)
     }
 
+    /// The longest prompt the rig's executors take.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     pub fn give_back(&mut self, executor: Executor<'m>) {
         self.weights = Some(executor.into_weights());
     }
@@ -234,30 +239,37 @@ pub struct DeviceCheck {
     pub result: Result<Agreement, String>,
 }
 
-/// Runs a seeded prompt of `n_tokens` tokens ([`CHECK_TOKENS`] is a good length; at most the
-/// executor's context) through `executor` with the compiler's default schedules and
-/// through the CPU reference (`rocky_models::reference::forward`, f16 KV cache as on the GPU),
-/// and compares the logits ([`CPU_TOLERANCE`]). This is what makes anything else this device
-/// computes checkable: under a driver that executes nothing (the mali-shim) or computes
-/// garbage, it fails, and the caller must not store or report results.
+/// The seeded prompt of `n_tokens` tokens the device checks run ([`CHECK_TOKENS`] is a good
+/// length; at most the executor's context).
+pub fn check_prompt(model: &Model, n_tokens: usize, seed: u64) -> Vec<u32> {
+    random_prompt(model.config.n_vocab, n_tokens.max(1), seed ^ 0xC0FF_EE00)
+}
+
+/// The CPU reference's logits of `ids` (`rocky_models::reference::forward`, f16 KV cache as
+/// on the GPU): the independent side of every device check.
+pub fn cpu_logits(file: &GgufFile, model: &Model, ids: &[u32]) -> Result<Vec<f32>, String> {
+    reference::forward(file, model, ids, ReferenceOptions::llama_cpp())
+        .map_err(|e| format!("the CPU reference cannot run this model: {e}"))
+}
+
+/// Runs `ids` through `executor` with `schedules` and compares the logits with `cpu` (from
+/// [`cpu_logits`], [`CPU_TOLERANCE`]). This is what makes anything else this device computes
+/// checkable: under a driver that executes nothing (the mali-shim) or computes garbage it
+/// fails, and the caller must not store or report results.
 pub fn verify_device(
     executor: &mut Executor,
-    file: &GgufFile,
-    model: &Model,
-    n_tokens: usize,
-    seed: u64,
+    schedules: &dyn ScheduleSource,
+    ids: &[u32],
+    cpu: &Result<Vec<f32>, String>,
 ) -> Result<DeviceCheck, ExecError> {
-    let n = n_tokens.max(1);
-    let ids = random_prompt(model.config.n_vocab, n, seed ^ 0xC0FF_EE00);
-    let (_, gpu) = timed_prefill(executor, &ids, &DefaultSchedules)?;
-    let result = match reference::forward(file, model, &ids, ReferenceOptions::llama_cpp()) {
-        Ok(cpu) => check_logits(&cpu, &gpu, CPU_TOLERANCE),
-        Err(e) => Err(format!("the CPU reference cannot run this model: {e}")),
-    };
+    let (_, gpu) = timed_prefill(executor, ids, schedules)?;
     Ok(DeviceCheck {
-        n_tokens: n,
+        n_tokens: ids.len(),
         ubatch: executor.options().ubatch,
-        result,
+        result: match cpu {
+            Ok(cpu) => check_logits(cpu, &gpu, CPU_TOLERANCE),
+            Err(e) => Err(e.clone()),
+        },
     })
 }
 
@@ -374,8 +386,9 @@ fn default_reference(
 ) -> Result<(DeviceCheck, Option<Vec<f32>>), ExecError> {
     let mut executor = rig.executor(ubatch, *budget)?;
     let checked = (|| {
-        let n = CHECK_TOKENS.min(rig.n_ctx);
-        let mut check = verify_device(&mut executor, rig.file, rig.model, n, seed)?;
+        let short = check_prompt(rig.model, CHECK_TOKENS.min(rig.n_ctx), seed);
+        let cpu = cpu_logits(rig.file, rig.model, &short);
+        let mut check = verify_device(&mut executor, &DefaultSchedules, &short, &cpu)?;
         if check.result.is_err() {
             return Ok((check, None));
         }
