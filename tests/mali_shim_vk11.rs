@@ -147,3 +147,59 @@ fn panvk_25_0_7_is_usable_and_prefill_records_and_submits() {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// Nothing executes under the shim and panvk 25.0.7 has no timestamps: `rocky tune` must time
+/// kernels by the host clock, find that no result matches the CPU reference, and store no
+/// kernel winner and no graph choice (before the check it stored a ~47000 tok/s "winner").
+#[test]
+fn panvk_25_0_7_tune_stores_nothing_it_cannot_check() {
+    let Some(prefix) = shim_prefix() else { return };
+    let model = shared().join("models/qwen2-tiny-q8_0.gguf");
+    if !model.exists() {
+        eprintln!("SKIPPED: {} missing", model.display());
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("rocky-mali-shim-tune-{}", std::process::id()));
+    let db = scratch.join("t.sled");
+    let rocky = env!("CARGO_BIN_EXE_rocky");
+    let args = [
+        "tune",
+        model.to_str().unwrap(),
+        "--ubatch",
+        "16",
+        "--trials",
+        "2",
+        "--time",
+        "20",
+        "--graph-time",
+        "10",
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let out = on_shim(&prefix, rocky, &args, &scratch);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("has no GPU timestamps"), "{log}");
+    assert!(
+        log.contains("results do not match the CPU reference") && log.contains("nothing stored"),
+        "{log}"
+    );
+    assert!(!log.contains("`rocky prefill` uses it"), "{log}");
+    // The database, read without the shim: failed kernel trials only, no graph choice.
+    let list = common::rocky(&["db", "list", "--db", db.to_str().unwrap()]);
+    let listed = text(&list);
+    assert!(list.status.success(), "{listed}");
+    assert!(!listed.contains("graph choice"), "{listed}");
+    let json = common::rocky(&["db", "list", "--db", db.to_str().unwrap(), "--json"]);
+    let records: Value = serde_json::from_slice(&json.stdout).expect("db list JSON");
+    let records = records.as_array().unwrap();
+    assert!(!records.is_empty(), "{listed}");
+    for r in records {
+        assert_eq!(
+            r["best_schedule"],
+            Value::Null,
+            "an unchecked kernel winner: {r}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}

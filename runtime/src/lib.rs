@@ -41,7 +41,10 @@ pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
 pub use select::{list_devices, select_device, DeviceSelector};
 pub use stream::{Stream, StreamRing, StreamStats, Ticket, RING_DEPTH};
-pub use timing::{time_dispatches, TickScale, TimestampQueries};
+pub use timing::{
+    host_time_submit, host_timing_reason, time_dispatches, time_dispatches_with, TickScale,
+    TimestampQueries, TimingMethod, FORCE_HOST_TIMING_ENV,
+};
 
 /// The compiler's kernel contract, re-exported so users need not depend on both crates.
 pub use rocky_compiler::kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};

@@ -1,14 +1,81 @@
 //! GPU timestamps: a query pool, conversion of ticks to time with the device's
 //! `timestampPeriod` and `timestampValidBits`, and timing of repeated dispatches.
+//!
+//! Devices without timestamps (Mesa 25.0.7's panvk, Debian 13's driver) are timed by the host
+//! instead: [`TimingMethod::Host`] records many repetitions in one command buffer and reads the
+//! host clock around its submit and wait, so each figure includes a share of the submission
+//! latency. Callers say which method produced a figure.
 
 use crate::buffer::BufferRange;
 use crate::commands::Recorder;
 use crate::device::{Context, Shared};
 use crate::error::{Result, RuntimeError};
+use crate::info::DeviceInfo;
 use crate::pipeline::ComputePipeline;
 use ash::vk;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Environment variable that forces host timing on a device that has timestamps (`1`), so the
+/// fallback of devices without them is exercised (and tested) on any device.
+pub const FORCE_HOST_TIMING_ENV: &str = "ROCKY_HOST_TIMING";
+
+/// How kernel and prefill times are measured on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingMethod {
+    /// GPU timestamps around each run.
+    Gpu,
+    /// The host clock around the submit and wait of a command buffer of many runs.
+    Host,
+}
+
+impl TimingMethod {
+    /// `Gpu` when the compute queue has timestamps and `ROCKY_HOST_TIMING` is not `1`.
+    pub fn for_device(info: &DeviceInfo) -> TimingMethod {
+        match host_timing_reason(info) {
+            Some(_) => TimingMethod::Host,
+            None => TimingMethod::Gpu,
+        }
+    }
+
+    /// `"gpu"` or `"host"`, as JSON output and notes name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimingMethod::Gpu => "gpu",
+            TimingMethod::Host => "host",
+        }
+    }
+}
+
+/// Why `info`'s device is timed by the host, or `None` when it gets GPU timestamps.
+pub fn host_timing_reason(info: &DeviceInfo) -> Option<String> {
+    if !info.has_timestamps() {
+        return Some(format!(
+            "{} has no GPU timestamps on its compute queue",
+            info.name
+        ));
+    }
+    let forced = std::env::var(FORCE_HOST_TIMING_ENV).is_ok_and(|v| v.trim() == "1");
+    forced.then(|| format!("{FORCE_HOST_TIMING_ENV}=1 forces host timing"))
+}
+
+/// Submits `rec` (holding `runs` repetitions of the same work) and waits for it, timing both
+/// with the host clock; returns `runs` equal per-run times (the wall time over `runs`).
+/// Recording happens before and is not counted; ending the command buffer, submitting and
+/// waiting are. The caller makes `runs` large enough that this overhead is small.
+pub fn host_time_submit(
+    rec: &mut Recorder<'_>,
+    runs: u32,
+    timeout: Duration,
+) -> Result<Vec<Duration>> {
+    if runs == 0 {
+        return Ok(Vec::new());
+    }
+    let start = Instant::now();
+    rec.submit_and_wait(timeout)?;
+    let per_run = start.elapsed() / runs;
+    Ok(vec![per_run; runs as usize])
+}
 
 /// How raw timestamps become durations on one device.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -137,6 +204,7 @@ impl Drop for TimestampQueries {
 
 /// Runs one dispatch `runs` times back to back in one command buffer, each run fully after the
 /// previous one, and returns each run's GPU time (timestamp before and after it).
+/// `TimestampsUnsupported` on a device without timestamps: see [`time_dispatches_with`].
 pub fn time_dispatches(
     ctx: &Context,
     pipeline: &ComputePipeline,
@@ -146,8 +214,44 @@ pub fn time_dispatches(
     runs: u32,
     timeout: Duration,
 ) -> Result<Vec<Duration>> {
+    time_dispatches_with(
+        ctx,
+        TimingMethod::Gpu,
+        pipeline,
+        bindings,
+        push_constants,
+        groups,
+        runs,
+        timeout,
+    )
+}
+
+/// [`time_dispatches`] by `method`: with [`TimingMethod::Host`] the same `runs` repetitions
+/// (with the same barriers, without timestamps) are timed together by the host clock around
+/// their submit and wait, and each run gets the mean ([`host_time_submit`]).
+#[allow(clippy::too_many_arguments)]
+pub fn time_dispatches_with(
+    ctx: &Context,
+    method: TimingMethod,
+    pipeline: &ComputePipeline,
+    bindings: &[BufferRange<'_>],
+    push_constants: &[u8],
+    groups: [u32; 3],
+    runs: u32,
+    timeout: Duration,
+) -> Result<Vec<Duration>> {
     if runs == 0 {
         return Ok(Vec::new());
+    }
+    if method == TimingMethod::Host {
+        let mut rec = Recorder::new(ctx)?;
+        for run in 0..runs {
+            if run > 0 {
+                rec.barrier()?;
+            }
+            rec.dispatch(pipeline, bindings, push_constants, groups)?;
+        }
+        return host_time_submit(&mut rec, runs, timeout);
     }
     let count = runs
         .checked_mul(2)

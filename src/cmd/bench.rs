@@ -4,6 +4,11 @@
 //! Tuned and default prefills alternate repetition by repetition on one executor (same weights,
 //! same buffers), so drift in a shared machine's speed lands on both rows alike and their ratio
 //! means something.
+//!
+//! Every figure is host wall clock. Before any GPU row is timed, each GPU backend's prefill of a
+//! short prompt is checked against the CPU reference: a device whose results cannot be checked
+//! (the mali-shim executes nothing and is "fast") gets no figures at all. Rows of a device
+//! without GPU timestamps are marked, as nothing on the GPU side can cross-check them.
 
 mod table;
 
@@ -15,7 +20,11 @@ use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_runtime::executor::{Executor, ScheduleOrigin, ScheduleSource};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
-use rocky_tuner::graph::{model_shape_key, prefill_seconds, random_prompt, PrefillRig};
+use rocky_tuner::graph::{
+    check_prompt, cpu_logits, model_shape_key, prefill_seconds, random_prompt, verify_device,
+    PrefillRig,
+};
+use rocky_tuner::logits_check::CHECK_TOKENS;
 use rocky_tuner::DbSchedules;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -125,7 +134,7 @@ pub fn run(args: Args) -> CmdResult {
                     samples.push(start.elapsed().as_secs_f64());
                 }
             }
-            rows.push(identity.row("CPU reference", "CPU", None, n, None, samples));
+            rows.push(identity.row("CPU reference", "CPU", None, n, None, samples, None));
         }
     }
     if args.json {
@@ -188,6 +197,20 @@ fn bench_gpu(
     eprintln!("bench: uploading {} to {device}", args.model.display());
     let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))
         .map_err(exec_error)?;
+    let sources: Vec<&dyn ScheduleSource> = backends
+        .iter()
+        .map(|b| match b {
+            BenchBackend::Tuned => &tuned as &dyn ScheduleSource,
+            _ => &defaults,
+        })
+        .collect();
+    check_results(args, &mut rig, file, model, backends, &sources, budget)?;
+    let timestamps = ctx.info().has_timestamps();
+    if !timestamps {
+        eprintln!(
+            "bench: {device} has no GPU timestamps: its rows are host wall clock only (marked *)"
+        );
+    }
     let mut rows = Vec::new();
     for &ubatch in &args.ubatches {
         let mut executor = rig
@@ -200,13 +223,6 @@ fn bench_gpu(
                 backends.len(),
                 args.repetitions
             );
-            let sources: Vec<&dyn ScheduleSource> = backends
-                .iter()
-                .map(|b| match b {
-                    BenchBackend::Tuned => &tuned as &dyn ScheduleSource,
-                    _ => &defaults,
-                })
-                .collect();
             let mut samples = vec![Vec::new(); backends.len()];
             let mut tuned_counts = vec![(0, 0); backends.len()];
             // Round 0 is the warm-up (pipelines built, clocks up); then round-robin.
@@ -233,12 +249,49 @@ fn bench_gpu(
                     n,
                     Some(tuned_counts[i]),
                     std::mem::take(&mut samples[i]),
+                    Some(timestamps),
                 ));
             }
         }
         rig.give_back(executor);
     }
     Ok(rows)
+}
+
+/// Checks every GPU backend's prefill of a short prompt against the CPU reference before
+/// anything is timed: figures of a device that computes garbage (or nothing) are not results.
+fn check_results(
+    args: &Args,
+    rig: &mut PrefillRig,
+    file: &GgufFile,
+    model: &Model,
+    backends: &[BenchBackend],
+    sources: &[&dyn ScheduleSource],
+    budget: CommandBudget,
+) -> Result<(), CliError> {
+    let ids = check_prompt(model, CHECK_TOKENS.min(rig.n_ctx()), args.seed);
+    eprintln!(
+        "bench: checking the GPU's results against the CPU reference on {} tokens",
+        ids.len()
+    );
+    let cpu = cpu_logits(file, model, &ids);
+    let ubatch = args.ubatches.first().copied().unwrap_or(1).min(ids.len());
+    let mut executor = rig.executor(ubatch, budget).map_err(exec_error)?;
+    let mut checks = Vec::new();
+    for (b, source) in backends.iter().zip(sources) {
+        checks.push((*b, verify_device(&mut executor, *source, &ids, &cpu)));
+    }
+    rig.give_back(executor);
+    for (b, check) in checks {
+        let check = check.map_err(exec_error)?;
+        if let Err(why) = check.result {
+            return Err(CliError::device(format!(
+                "the {b:?} backend's results do not match the CPU reference ({why}): this \
+                 device's results cannot be checked, so no figures are reported"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// (GEMM nodes with a tuned schedule, all GEMM nodes) of the executor's last prepare.
@@ -285,6 +338,7 @@ impl ModelIdentity {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn row(
         &self,
         backend: &str,
@@ -293,6 +347,7 @@ impl ModelIdentity {
         n_prompt: usize,
         tuned_gemms: Option<(usize, usize)>,
         samples_s: Vec<f64>,
+        device_timestamps: Option<bool>,
     ) -> BenchRow {
         BenchRow {
             model: self.name.clone(),
@@ -304,6 +359,7 @@ impl ModelIdentity {
             n_prompt,
             tuned_gemms,
             samples_s,
+            device_timestamps,
         }
     }
 }

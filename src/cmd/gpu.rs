@@ -6,7 +6,7 @@ use crate::units::human_bytes;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights, PrefillStats};
-use rocky_runtime::{CommandBudget, Context, DeviceSelector, RuntimeError};
+use rocky_runtime::{host_timing_reason, CommandBudget, Context, DeviceSelector, RuntimeError};
 use rocky_tuner::graph::model_shape_key;
 use rocky_tuner::DbSchedules;
 use rocky_tuning_db::DbError;
@@ -75,6 +75,9 @@ pub struct GpuSession<'m> {
     schedules: DbSchedules,
     /// Where the ubatch size came from: "flag", "tuned" (graph-level choice) or "default".
     pub ubatch_origin: &'static str,
+    /// Why `--profile` gets no per-op GPU times on this device (no timestamps, or host timing
+    /// forced): the prefill then runs unprofiled and only host-side figures are shown.
+    pub no_gpu_profile: Option<String>,
 }
 
 /// The ubatch when neither a flag nor a tuned graph-level choice gives one.
@@ -127,13 +130,19 @@ impl<'m> GpuSession<'m> {
             (None, Some(g)) => (g.ubatch as usize, "tuned"),
             (None, None) => (DEFAULT_UBATCH, "default"),
         };
+        // Per-op times need timestamps; without them a profile is the host's accounting.
+        let no_gpu_profile = if profile {
+            host_timing_reason(ctx.info())
+        } else {
+            None
+        };
         let weights = GpuWeights::upload_with_progress(&ctx, file, model, &mut upload_bar(&ctx))
             .map_err(exec_error)?;
         let options = ExecutorOptions {
             ubatch: ubatch.min(n_tokens.max(1)),
             budget,
             timeout: Duration::from_secs(600),
-            profile,
+            profile: profile && no_gpu_profile.is_none(),
         };
         let executor =
             Executor::new(&ctx, model, weights, options, n_tokens).map_err(exec_error)?;
@@ -141,6 +150,7 @@ impl<'m> GpuSession<'m> {
             executor,
             schedules,
             ubatch_origin,
+            no_gpu_profile,
         })
     }
 

@@ -38,7 +38,8 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
-    /// Time every kernel with GPU timestamps and print a per-op table (GPU backend).
+    /// Time every kernel with GPU timestamps and print a per-op table (GPU backend). On a
+    /// device without timestamps: the wall time and the host's recording/waiting split only.
     #[arg(long)]
     pub profile: bool,
 }
@@ -59,6 +60,7 @@ pub fn run(args: Args) -> CmdResult {
     let mut profile = None;
     let mut ubatch = None;
     let mut stats = None;
+    let mut no_gpu_profile = None;
     let logits = match args.backend {
         Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
             .map_err(|e| CliError::input(e.to_string()))?,
@@ -71,7 +73,8 @@ pub fn run(args: Args) -> CmdResult {
             gpu_seconds = Some(start.elapsed().as_secs_f64());
             ubatch = Some((session.ubatch(), session.ubatch_origin));
             stats = session.stats().cloned();
-            if args.profile {
+            no_gpu_profile = session.no_gpu_profile.clone();
+            if args.profile && no_gpu_profile.is_none() {
                 profile = Some(session.profile_table());
             }
             logits
@@ -106,6 +109,8 @@ pub fn run(args: Args) -> CmdResult {
             "seconds": seconds,
             "tokens_per_second": tok_s,
             "profile": profile,
+            "profile_timing": args.profile.then(|| if no_gpu_profile.is_some() { "host" } else { "gpu" }),
+            "profile_note": no_gpu_profile.as_ref().map(|why| format!("per-op GPU times need timestamps: {why}")),
             "stats": stats.as_ref().map(super::gpu::stats_json),
             "top5": top.iter().map(|&(id, l)| json!({"id": id, "text": piece(id), "logit": l})).collect::<Vec<_>>(),
         });
@@ -132,6 +137,18 @@ pub fn run(args: Args) -> CmdResult {
                 println!();
                 super::gpu::print_stats(stats);
             }
+        }
+        if let (true, Some(why)) = (args.profile, &no_gpu_profile) {
+            // The host's side of the time is all a device without timestamps can tell.
+            println!();
+            if let Some(stats) = &stats {
+                println!(
+                    "wall {:.2} ms from the first upload to the logits read back (host clock)",
+                    stats.wall.as_secs_f64() * 1e3
+                );
+                super::gpu::print_stats(stats);
+            }
+            println!("no per-op table: per-op GPU times need timestamps ({why})");
         }
     }
     Ok(())

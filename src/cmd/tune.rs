@@ -9,10 +9,10 @@ use rocky_compiler::{Schedule, Workload};
 use rocky_models::arch;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
-use rocky_runtime::CommandBudget;
+use rocky_runtime::{host_timing_reason, CommandBudget, TimingMethod};
 use rocky_runtime::{Context, DeviceSelector};
 use rocky_tuner::db_schedules::graph_choice_key;
-use rocky_tuner::graph::{self, GraphTuneOptions, PrefillRig};
+use rocky_tuner::graph::{self, GraphOutcome, GraphTuneOptions, PrefillRig};
 use rocky_tuner::{
     model_workloads_with_progress, MeasureOptions, Progress, TuneOptions, Tuner, WorkloadReport,
 };
@@ -197,6 +197,18 @@ pub fn run(args: Args) -> CmdResult {
                 .into(),
         );
     }
+    let method = tuner.timing(&options.measure);
+    if method == TimingMethod::Host {
+        let reason = host_timing_reason(ctx.info()).unwrap_or_else(|| "forced".into());
+        say(format!(
+            "timing: host clock around the submit and wait of many runs per command buffer \
+             ({reason}): kernel times include a share of the submission latency"
+        ));
+    }
+    let tag = match method {
+        TimingMethod::Host => " (host-timed)",
+        TimingMethod::Gpu => "",
+    };
     let mut bar = Bar::new("tuning", args.trials as u64);
     let reports = tuner
         .tune(&workloads, &options, &mut |p| {
@@ -224,7 +236,11 @@ pub fn run(args: Args) -> CmdResult {
                 return;
             }
             bar.clear();
-            say(progress_line(&p, args.trials))
+            let mut line = progress_line(&p, args.trials);
+            if matches!(&p, Progress::Trial { trial, .. } if trial.is_ok()) {
+                line += tag;
+            }
+            say(line)
         })
         .map_err(|e| match e {
             rocky_tuner::TuneError::Db(e) => db_error(e),
@@ -234,7 +250,7 @@ pub fn run(args: Args) -> CmdResult {
     drop(bar);
     let device = tuner.device().clone();
     drop(tuner);
-    let graph = if args.graph_time > 0 {
+    let (graph, graph_report) = if args.graph_time > 0 {
         let nothing_new = reports.iter().all(|r| r.measured == 0);
         tune_graph_level(
             &args,
@@ -247,11 +263,13 @@ pub fn run(args: Args) -> CmdResult {
             &say,
         )?
     } else {
-        None
+        (None, json!(null))
     };
     if args.json {
         let out = json!({
             "graph": graph,
+            "graph_step": graph_report,
+            "timing": method.as_str(),
             "device": device,
             "db": path,
             "ubatch": args.ubatch,
@@ -262,6 +280,13 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
         print!("{}", summary_table(&reports));
+        let unchecked = reports.iter().filter(|r| r.best.is_none()).count();
+        if unchecked > 0 {
+            println!(
+                "{unchecked} workload(s) have no trial that passed its check against the CPU \
+                 reference: none is used, `rocky prefill` runs the default schedule there"
+            );
+        }
         if let Some(g) = &graph {
             println!(
                 "graph: ubatch {} with at most {} dispatches per command buffer ({:.1} tok/s); \
@@ -274,7 +299,9 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// Times whole prefills around the kernel-tuned ubatch (see `rocky_tuner::graph`) with the
-/// schedules just tuned and stores the fastest setting for this device and model shape.
+/// schedules just tuned and stores the fastest setting whose results passed their checks for
+/// this device and model shape; nothing when the device's results cannot be checked. Returns
+/// the stored choice and a JSON account of the step.
 #[allow(clippy::too_many_arguments)]
 fn tune_graph_level(
     args: &Args,
@@ -285,12 +312,12 @@ fn tune_graph_level(
     device: &rocky_tuning_db::DeviceFingerprint,
     kernels_unchanged: bool,
     say: &dyn Fn(String),
-) -> Result<Option<GraphChoice>, CliError> {
+) -> Result<(Option<GraphChoice>, serde_json::Value), CliError> {
     let key = graph_choice_key(&graph::model_shape_key(file, model));
     if kernels_unchanged {
         if let Some(done) = db.graph_choice(device, &key).map_err(db_error)? {
             say("graph-level choice already stored and no kernel changed: skipped".into());
-            return Ok(Some(done));
+            return Ok((Some(done), json!({"skipped": "already stored"})));
         }
     }
     let n_tokens = args.graph_tokens.unwrap_or(2 * args.ubatch).clamp(1, 4096);
@@ -298,41 +325,111 @@ fn tune_graph_level(
     let ctx = Context::new(selector).map_err(device_error)?;
     let budget = CommandBudget::for_device(ctx.info());
     let schedules = DbSchedules::load(db, device).map_err(db_error)?;
+    let faults = match &args.inject_faults {
+        Some(text) => FaultPlan::parse(text).unwrap_or_default(),
+        None => FaultPlan::default(),
+    };
     let options = GraphTuneOptions {
         candidates: graph::default_candidates(args.ubatch, n_tokens, &budget),
         n_tokens,
         runs: 2,
         time: Duration::from_secs(args.graph_time),
         seed: args.seed,
+        faults,
     };
     say(format!(
-        "graph-level tuning: up to {} settings, prefills of {n_tokens} tokens, {} s",
+        "graph-level tuning: up to {} settings, prefills of {n_tokens} tokens timed by the host \
+         clock, {} s; each checked against the default schedules, which are checked against \
+         the CPU reference first",
         options.candidates.len(),
         args.graph_time
     ));
     let mut rig =
         PrefillRig::new(&ctx, file, model, n_tokens, &mut upload_bar(&ctx)).map_err(exec_error)?;
-    let (trials, error) = graph::tune_graph(&mut rig, &schedules, &options, &budget, &mut |t| {
+    let mut outcome = graph::tune_graph(&mut rig, &schedules, &options, &budget, &mut |t| {
+        let result = match &t.failure {
+            None => format!("{:.1} tok/s", t.tok_s()),
+            Some(why) => format!("failed ({why})"),
+        };
         say(format!(
-            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer: {:.1} tok/s",
-            t.candidate.ubatch,
-            t.candidate.max_dispatches,
-            t.tok_s()
+            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer: {result}",
+            t.candidate.ubatch, t.candidate.max_dispatches,
         ))
     });
-    if let Some(e) = error {
+    if let Some(check) = &outcome.device_check {
+        if let Ok(a) = &check.result {
+            say(format!(
+                "graph: the default prefill agrees with the CPU reference on {} tokens \
+                 (largest |Δlogit| {:.2e}, allowed {:.2e})",
+                check.n_tokens,
+                a.max_abs_diff,
+                a.tolerance * a.scale
+            ));
+        }
+    }
+    let report = graph_report(&outcome);
+    if let Some(e) = outcome.error.take() {
         // A bigger ubatch that does not fit is an answer, not a failure of the run.
         say(format!(
             "graph: stopped at a setting the device could not run: {}",
             first_line(&exec_error(e).message)
         ));
     }
-    let Some(choice) = graph::best_choice(&trials, &budget) else {
-        return Ok(None);
+    if let Some(why) = outcome.unverifiable() {
+        say(match outcome.device_check {
+            Some(_) => format!(
+                "graph: results do not match the CPU reference: this device's results cannot \
+                 be checked, nothing stored ({})",
+                first_line(why)
+            ),
+            None => "graph: the default prefill could not run: nothing stored".into(),
+        });
+        return Ok((None, report));
+    }
+    let Some(choice) = graph::best_choice(&outcome.trials, &budget) else {
+        if !outcome.trials.is_empty() {
+            say("graph: no setting's results passed their check: nothing stored".into());
+        }
+        return Ok((None, report));
     };
     db.set_graph_choice(device, &key, &choice)
         .map_err(db_error)?;
-    Ok(Some(choice))
+    Ok((Some(choice), report))
+}
+
+/// The graph step for `--json`: the device check, every candidate and why nothing was stored.
+fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
+    let check = outcome.device_check.as_ref().map(|c| {
+        json!({
+            "n_tokens": c.n_tokens,
+            "ubatch": c.ubatch,
+            "passed": c.result.is_ok(),
+            "error_ratio": c.result.as_ref().ok().map(|a| a.error_ratio()),
+            "failure": c.result.as_ref().err(),
+        })
+    });
+    let trials: Vec<_> = outcome
+        .trials
+        .iter()
+        .map(|t| {
+            json!({
+                "ubatch": t.candidate.ubatch,
+                "max_dispatches": t.candidate.max_dispatches,
+                "seconds": t.seconds,
+                "tok_s": t.is_ok().then(|| t.tok_s()),
+                "passed": t.is_ok(),
+                "failure": t.failure,
+                "error_ratio": t.error_ratio.is_finite().then_some(t.error_ratio),
+            })
+        })
+        .collect();
+    json!({
+        "timing": "host",
+        "cpu_check": check,
+        "trials": trials,
+        "unverifiable": outcome.unverifiable(),
+        "error": outcome.error.as_ref().map(|e| e.to_string()),
+    })
 }
 
 /// `m=16 n=896 k=896 q4_k +bias`.
@@ -445,6 +542,7 @@ fn report_json(r: &WorkloadReport) -> serde_json::Value {
         "measured": r.measured,
         "failed": r.failed,
         "stop": r.stop.as_str(),
+        "timing": r.timing.as_str(),
     })
 }
 

@@ -24,6 +24,13 @@
 //! - `mismatch`, at the check: one downloaded output moved far off before the real check
 //!   against the CPU reference.
 //!
+//! The graph-level step (`graph`) has its own numbering, the candidates in the order they are
+//! timed (1 = the baseline), and one fault:
+//!
+//! - `graph_logits`, after each of the candidate's prefills: its lowest logit is moved far
+//!   above all others (so both its largest error and its top-1 token are wrong) before the
+//!   real check against the reference logits.
+//!
 //! Failure messages start with [`INJECTED`]; the classification into a `FailureKind`, the
 //! database writes and the recovery are the tuner's ordinary code paths.
 
@@ -87,10 +94,35 @@ impl fmt::Display for Fault {
     }
 }
 
+/// A failure injected into a candidate of the graph-level step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GraphFault {
+    /// The candidate's logits are corrupted before they are checked.
+    Logits,
+}
+
+impl GraphFault {
+    pub const ALL: [GraphFault; 1] = [GraphFault::Logits];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphFault::Logits => "graph_logits",
+        }
+    }
+}
+
+impl fmt::Display for GraphFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Which trials fail and how; empty by default (no injection).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     by_trial: BTreeMap<usize, Fault>,
+    /// Graph-level candidates (1-based, in timing order): a numbering of their own.
+    by_candidate: BTreeMap<usize, GraphFault>,
 }
 
 /// Text that is not a fault plan.
@@ -106,7 +138,9 @@ pub struct FaultPlanError {
 }
 
 fn kind_list() -> String {
-    Fault::ALL.map(Fault::name).join(", ")
+    let kernel = Fault::ALL.map(Fault::name).join(", ");
+    let graph = GraphFault::ALL.map(GraphFault::name).join(", ");
+    format!("{kernel} (kernel trials) or {graph} (graph-level candidates)")
 }
 
 impl FaultPlan {
@@ -137,15 +171,25 @@ impl FaultPlan {
                 return Err(error(format!("`{item}` has no `@TRIAL`")));
             };
             let (kind, number) = (kind.trim(), number.trim());
-            let fault = Fault::ALL
-                .into_iter()
-                .find(|f| f.name() == kind)
-                .ok_or_else(|| error(format!("`{kind}` is not a fault kind")))?;
+            let graph = GraphFault::ALL.into_iter().find(|f| f.name() == kind);
+            let fault = Fault::ALL.into_iter().find(|f| f.name() == kind);
+            if fault.is_none() && graph.is_none() {
+                return Err(error(format!("`{kind}` is not a fault kind")));
+            }
             let number: usize = number
                 .parse()
                 .ok()
                 .filter(|&n| n >= 1)
                 .ok_or_else(|| error(format!("`{number}` is not a trial number from 1")))?;
+            if let Some(graph) = graph {
+                if plan.by_candidate.insert(number, graph).is_some() {
+                    return Err(error(format!(
+                        "graph candidate {number} is given two faults"
+                    )));
+                }
+                continue;
+            }
+            let Some(fault) = fault else { continue };
             if let Some(earlier) = plan.at(number) {
                 return Err(error(format!(
                     "trial {number} is given two faults ({earlier} and {fault})"
@@ -161,8 +205,19 @@ impl FaultPlan {
         self.by_trial.get(&number).copied()
     }
 
+    /// This plan with graph-level candidate `number` (1-based) failing with `fault`.
+    pub fn with_graph(mut self, number: usize, fault: GraphFault) -> FaultPlan {
+        self.by_candidate.insert(number, fault);
+        self
+    }
+
+    /// The fault of graph-level candidate `number` (1-based, in timing order), if any.
+    pub fn graph_at(&self, number: usize) -> Option<GraphFault> {
+        self.by_candidate.get(&number).copied()
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.by_trial.is_empty()
+        self.by_trial.is_empty() && self.by_candidate.is_empty()
     }
 
     /// (trial number, fault) in trial order.
@@ -184,6 +239,7 @@ impl fmt::Display for FaultPlan {
         let items: Vec<String> = self
             .iter()
             .map(|(n, fault)| format!("{fault}@{n}"))
+            .chain(self.by_candidate.iter().map(|(n, f)| format!("{f}@{n}")))
             .collect();
         f.write_str(&items.join(","))
     }
@@ -257,6 +313,20 @@ pub fn perturb(got: &mut [f32], index: usize) {
     }
 }
 
+/// Corrupts a graph candidate's logits as a broken kernel would: the lowest logit becomes far
+/// larger than every other, so the largest error and the top-1 token are both wrong.
+pub fn corrupt_logits(logits: &mut [f32]) {
+    let lowest = logits
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i);
+    let highest = logits.iter().copied().fold(0f32, |m, v| m.max(v.abs()));
+    if let Some(i) = lowest {
+        logits[i] = 1.0e3 * (1.0 + highest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +340,27 @@ mod tests {
         assert_eq!(plan.at(1), None);
         assert_eq!(plan.to_string(), "spirv_val@2,timeout@3,mismatch@10");
         assert_eq!(FaultPlan::parse(&plan.to_string()).unwrap(), plan);
+    }
+
+    #[test]
+    fn graph_faults_have_their_own_numbering() {
+        let plan = FaultPlan::parse("mismatch@2,graph_logits@2,graph_logits@5").unwrap();
+        assert_eq!(plan.at(2), Some(Fault::Mismatch));
+        assert_eq!(plan.graph_at(2), Some(GraphFault::Logits));
+        assert_eq!(plan.graph_at(5), Some(GraphFault::Logits));
+        assert_eq!(plan.graph_at(1), None);
+        assert_eq!(plan.at(5), None);
+        assert_eq!(FaultPlan::parse(&plan.to_string()).unwrap(), plan);
+        let e = FaultPlan::parse("graph_logits@1,graph_logits@1").unwrap_err();
+        assert!(e.to_string().contains("graph candidate 1"), "{e}");
+    }
+
+    #[test]
+    fn corrupted_logits_change_the_top_token() {
+        let mut logits = vec![0.5f32, 3.0, -2.0, 1.0];
+        corrupt_logits(&mut logits);
+        assert_eq!(logits[1], 3.0);
+        assert!(logits[2] > 1000.0, "{logits:?}");
     }
 
     #[test]

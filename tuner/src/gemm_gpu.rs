@@ -1,5 +1,6 @@
 //! A GEMM on the GPU, for the tuner's trials, `rocky kernel` and `rocky bench-gemm`: seeded
-//! inputs, buffers, one dispatch per N-slice, timing with GPU timestamps, and the check against
+//! inputs, buffers, one dispatch per N-slice, timing with GPU timestamps (or the host clock
+//! on devices without them, see [`GemmOnGpu::timing`]), and the check against
 //! the compiler's CPU reference (for all outputs, or for a sample of columns on big workloads).
 //! The tuner's device-side fault injection hooks in here (see `fault`).
 
@@ -18,8 +19,8 @@ use rocky_compiler::templates::gemm::{
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
 use rocky_runtime::{
-    Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder, RuntimeError,
-    TimestampQueries,
+    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder,
+    RuntimeError, TimestampQueries, TimingMethod,
 };
 use serde::Serialize;
 use std::time::Duration;
@@ -122,6 +123,10 @@ pub struct GemmOnGpu {
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
     pub timeout: Duration,
+    /// How [`GemmOnGpu::time`] measures: GPU timestamps unless the caller chooses the host
+    /// clock (the tuner does on devices without timestamps). Never switched silently, so
+    /// `rocky kernel` and `bench-gemm` keep refusing a device without timestamps.
+    pub timing: TimingMethod,
     /// A failure to meet on purpose at its device stage (tuner fault injection).
     fault: Option<Fault>,
 }
@@ -193,6 +198,7 @@ impl GemmOnGpu {
             bias,
             slices,
             timeout: DEFAULT_TIMEOUT,
+            timing: TimingMethod::Gpu,
             fault,
         })
     }
@@ -270,8 +276,20 @@ impl GemmOnGpu {
         }
     }
 
-    /// GPU time of `runs` back-to-back runs (all N-slices each), one command buffer.
+    /// Time of each of `runs` back-to-back runs (all N-slices each), one command buffer. With
+    /// host timing every run gets the mean: the host clock around the whole submit and wait,
+    /// over `runs` (see [`host_time_submit`]).
     pub fn time(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        if self.timing == TimingMethod::Host {
+            let mut rec = Recorder::new(ctx).map_err(device_error)?;
+            for run in 0..runs {
+                if run > 0 {
+                    rec.barrier().map_err(device_error)?;
+                }
+                self.record(&mut rec)?;
+            }
+            return host_time_submit(&mut rec, runs, self.timeout).map_err(device_error);
+        }
         let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
         let mut rec = Recorder::new(ctx).map_err(device_error)?;
         rec.reset_timestamps(&queries, 0, 2 * runs)

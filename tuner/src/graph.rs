@@ -5,10 +5,23 @@
 //! kernels were tuned at runs default schedules; timing whole prefills is what tells whether
 //! that still wins (bigger ubatches amortize weight reads, smaller ones keep the working set
 //! in cache). The same timing loop serves `rocky bench`.
+//!
+//! Prefills are timed by the host clock, so nothing here needs GPU timestamps; but a fast
+//! prefill is worth nothing if its results are wrong (a driver that executes nothing is the
+//! fastest of all). So before any timing the device's default prefill is checked against the
+//! CPU reference on a short prompt ([`verify_device`]); when it disagrees nothing is timed and
+//! nothing may be stored. Every timed prefill's logits are then checked against the default
+//! schedules' logits of the same prompt ([`crate::logits_check`]); a candidate that fails is
+//! recorded as failed and is never the choice.
 
+use crate::fault::{self, FaultPlan, GraphFault, INJECTED};
+use crate::logits_check::{check_logits, Agreement, CHECK_TOKENS, CPU_TOLERANCE, GRAPH_TOLERANCE};
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
-use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights, ScheduleSource};
+use rocky_models::reference::{self, ReferenceOptions};
+use rocky_runtime::executor::{
+    DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights, ScheduleSource,
+};
 use rocky_runtime::{CommandBudget, Context};
 use rocky_tuning_db::GraphChoice;
 use std::collections::BTreeSet;
@@ -28,9 +41,18 @@ pub struct GraphTrial {
     /// Seconds of each timed prefill of the prompt.
     pub seconds: Vec<f64>,
     pub n_tokens: usize,
+    /// Why a prefill's logits failed their check against the default schedules' (the
+    /// candidate is then never chosen); `None` when every one passed.
+    pub failure: Option<String>,
+    /// The worst check: largest error over the allowed error (below 1 passed).
+    pub error_ratio: f32,
 }
 
 impl GraphTrial {
+    pub fn is_ok(&self) -> bool {
+        self.failure.is_none()
+    }
+
     /// Tokens per second of the median run.
     pub fn tok_s(&self) -> f64 {
         self.n_tokens as f64 / median(&self.seconds)
@@ -46,6 +68,8 @@ pub struct GraphTuneOptions {
     /// Candidates are timed in order until this budget is spent (the first always is).
     pub time: Duration,
     pub seed: u64,
+    /// Candidates to fail on purpose (see [`crate::fault`]); empty normally.
+    pub faults: FaultPlan,
 }
 
 /// The candidates worth timing around a kernel-tuned ubatch: half, the same and double
@@ -114,6 +138,7 @@ pub fn random_prompt(n_vocab: usize, n: usize, seed: u64) -> Vec<u32> {
 /// Makes executors of one model at several ubatch sizes, uploading the weights once.
 pub struct PrefillRig<'m> {
     ctx: Context,
+    file: &'m GgufFile,
     model: &'m Model,
     weights: Option<GpuWeights>,
     n_ctx: usize,
@@ -133,6 +158,7 @@ impl<'m> PrefillRig<'m> {
                 ctx, file, model, progress,
             )?),
             ctx: ctx.clone(),
+            file,
             model,
             n_ctx,
         })
@@ -154,6 +180,11 @@ impl<'m> PrefillRig<'m> {
             profile: false,
         };
         Executor::new(&self.ctx, self.model, weights, options, self.n_ctx)
+    }
+
+    /// The longest prompt the rig's executors take.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
     }
 
     pub fn give_back(&mut self, executor: Executor<'m>) {
@@ -183,26 +214,121 @@ pub fn prefill_seconds(
     ids: &[u32],
     schedules: &dyn ScheduleSource,
 ) -> Result<f64, ExecError> {
+    Ok(timed_prefill(executor, ids, schedules)?.0)
+}
+
+/// [`prefill_seconds`] with the logits of the prefill.
+pub fn timed_prefill(
+    executor: &mut Executor,
+    ids: &[u32],
+    schedules: &dyn ScheduleSource,
+) -> Result<(f64, Vec<f32>), ExecError> {
     executor.prepare(schedules)?;
     executor.reset();
     let start = Instant::now();
-    executor.prefill(ids, schedules)?;
-    Ok(start.elapsed().as_secs_f64())
+    let logits = executor.prefill(ids, schedules)?;
+    Ok((start.elapsed().as_secs_f64(), logits))
 }
 
-/// Times the candidates in order (the first always, the rest while `options.time` lasts) and
-/// returns every trial. A candidate the device cannot run (out of memory at a big ubatch)
-/// is an error for the caller to report: the earlier trials are still in the result.
+/// How the device's default prefill compared with the CPU reference.
+#[derive(Clone, Debug)]
+pub struct DeviceCheck {
+    pub n_tokens: usize,
+    pub ubatch: usize,
+    /// The comparison, or why the device's results cannot be trusted.
+    pub result: Result<Agreement, String>,
+}
+
+/// The seeded prompt of `n_tokens` tokens the device checks run ([`CHECK_TOKENS`] is a good
+/// length; at most the executor's context).
+pub fn check_prompt(model: &Model, n_tokens: usize, seed: u64) -> Vec<u32> {
+    random_prompt(model.config.n_vocab, n_tokens.max(1), seed ^ 0xC0FF_EE00)
+}
+
+/// The CPU reference's logits of `ids` (`rocky_models::reference::forward`, f16 KV cache as
+/// on the GPU): the independent side of every device check.
+pub fn cpu_logits(file: &GgufFile, model: &Model, ids: &[u32]) -> Result<Vec<f32>, String> {
+    reference::forward(file, model, ids, ReferenceOptions::llama_cpp())
+        .map_err(|e| format!("the CPU reference cannot run this model: {e}"))
+}
+
+/// Runs `ids` through `executor` with `schedules` and compares the logits with `cpu` (from
+/// [`cpu_logits`], [`CPU_TOLERANCE`]). This is what makes anything else this device computes
+/// checkable: under a driver that executes nothing (the mali-shim) or computes garbage it
+/// fails, and the caller must not store or report results.
+pub fn verify_device(
+    executor: &mut Executor,
+    schedules: &dyn ScheduleSource,
+    ids: &[u32],
+    cpu: &Result<Vec<f32>, String>,
+) -> Result<DeviceCheck, ExecError> {
+    let (_, gpu) = timed_prefill(executor, ids, schedules)?;
+    Ok(DeviceCheck {
+        n_tokens: ids.len(),
+        ubatch: executor.options().ubatch,
+        result: match cpu {
+            Ok(cpu) => check_logits(cpu, &gpu, CPU_TOLERANCE),
+            Err(e) => Err(e.clone()),
+        },
+    })
+}
+
+/// What the graph-level step found.
+pub struct GraphOutcome {
+    /// The device's default prefill against the CPU reference; when it failed nothing was
+    /// timed and `trials` is empty.
+    pub device_check: Option<DeviceCheck>,
+    /// The candidates timed, in order, each with the check of its logits.
+    pub trials: Vec<GraphTrial>,
+    /// The setting the device could not run, which ended the step (earlier trials stand).
+    pub error: Option<ExecError>,
+}
+
+impl GraphOutcome {
+    /// Why nothing of this step may be stored, when the device's results cannot be checked.
+    pub fn unverifiable(&self) -> Option<&str> {
+        match &self.device_check {
+            Some(DeviceCheck { result: Err(e), .. }) => Some(e),
+            Some(_) => None,
+            None => Some("the default prefill could not run"),
+        }
+    }
+}
+
+/// Checks the device against the CPU reference, computes the reference logits of the timed
+/// prompt with the default schedules at the first candidate's ubatch and the default budget,
+/// then times the candidates in order (the first always, the rest while `options.time` lasts),
+/// checking every timed prefill's logits against that reference. A candidate the device
+/// cannot run (out of memory at a big ubatch) ends the step with its error in the outcome.
 pub fn tune_graph(
     rig: &mut PrefillRig,
     schedules: &dyn ScheduleSource,
     options: &GraphTuneOptions,
     default_budget: &CommandBudget,
     progress: &mut dyn FnMut(&GraphTrial),
-) -> (Vec<GraphTrial>, Option<ExecError>) {
+) -> GraphOutcome {
     let start = Instant::now();
     let ids = random_prompt(rig.model.config.n_vocab, options.n_tokens, options.seed);
-    let mut trials = Vec::new();
+    let mut outcome = GraphOutcome {
+        device_check: None,
+        trials: Vec::new(),
+        error: None,
+    };
+    let ubatch = options.candidates.first().map_or(1, |c| c.ubatch);
+    let reference = match default_reference(rig, ubatch, default_budget, &ids, options.seed) {
+        Ok((check, reference)) => {
+            let verified = check.result.is_ok();
+            outcome.device_check = Some(check);
+            match reference {
+                Some(r) if verified => r,
+                _ => return outcome,
+            }
+        }
+        Err(e) => {
+            outcome.error = Some(e);
+            return outcome;
+        }
+    };
     for (i, c) in options.candidates.iter().enumerate() {
         if i > 0 && start.elapsed() >= options.time {
             break;
@@ -213,30 +339,115 @@ pub fn tune_graph(
         };
         let mut executor = match rig.executor(c.ubatch, budget) {
             Ok(e) => e,
-            Err(e) => return (trials, Some(e)),
+            Err(e) => {
+                outcome.error = Some(e);
+                return outcome;
+            }
         };
-        let timed = time_prefills(&mut executor, &ids, schedules, options.runs);
+        let fault = options.faults.graph_at(i + 1);
+        let timed = time_checked(
+            &mut executor,
+            &ids,
+            schedules,
+            options.runs,
+            &reference,
+            fault,
+        );
         rig.give_back(executor);
         match timed {
-            Ok(seconds) => {
+            Ok((seconds, failure, error_ratio)) => {
                 let trial = GraphTrial {
                     candidate: *c,
                     seconds,
                     n_tokens: ids.len(),
+                    failure,
+                    error_ratio,
                 };
                 progress(&trial);
-                trials.push(trial);
+                outcome.trials.push(trial);
             }
-            Err(e) => return (trials, Some(e)),
+            Err(e) => {
+                outcome.error = Some(e);
+                return outcome;
+            }
         }
     }
-    (trials, None)
+    outcome
 }
 
-/// The fastest trial as a record for the database.
+/// The device check, then (when it passed) the default schedules' logits of `ids`, which must
+/// themselves be finite and not all zero.
+fn default_reference(
+    rig: &mut PrefillRig,
+    ubatch: usize,
+    budget: &CommandBudget,
+    ids: &[u32],
+    seed: u64,
+) -> Result<(DeviceCheck, Option<Vec<f32>>), ExecError> {
+    let mut executor = rig.executor(ubatch, *budget)?;
+    let checked = (|| {
+        let short = check_prompt(rig.model, CHECK_TOKENS.min(rig.n_ctx), seed);
+        let cpu = cpu_logits(rig.file, rig.model, &short);
+        let mut check = verify_device(&mut executor, &DefaultSchedules, &short, &cpu)?;
+        if check.result.is_err() {
+            return Ok((check, None));
+        }
+        let (_, logits) = timed_prefill(&mut executor, ids, &DefaultSchedules)?;
+        // Against itself: fails only when not finite or all zero.
+        if let Err(e) = check_logits(&logits, &logits, GRAPH_TOLERANCE) {
+            check.result = Err(format!(
+                "the default schedules' prefill of the timed prompt: {e}"
+            ));
+            return Ok((check, None));
+        }
+        Ok((check, Some(logits)))
+    })();
+    rig.give_back(executor);
+    checked
+}
+
+/// An untimed warm-up prefill, then `runs` timed ones; every prefill's logits are checked
+/// against `reference`. Returns the seconds, the first failure and the worst error ratio.
+fn time_checked(
+    executor: &mut Executor,
+    ids: &[u32],
+    schedules: &dyn ScheduleSource,
+    runs: u32,
+    reference: &[f32],
+    fault: Option<GraphFault>,
+) -> Result<(Vec<f64>, Option<String>, f32), ExecError> {
+    let mut seconds = Vec::new();
+    let (mut failure, mut worst) = (None, 0f32);
+    for run in 0..=runs.max(1) {
+        let (s, mut logits) = timed_prefill(executor, ids, schedules)?;
+        if run > 0 {
+            seconds.push(s);
+        }
+        if fault == Some(GraphFault::Logits) {
+            fault::corrupt_logits(&mut logits);
+        }
+        match check_logits(reference, &logits, GRAPH_TOLERANCE) {
+            Ok(a) => worst = worst.max(a.error_ratio()),
+            Err(e) => {
+                worst = f32::INFINITY;
+                if failure.is_none() {
+                    let injected = if fault.is_some() { INJECTED } else { "" };
+                    failure = Some(format!(
+                        "{injected}{}logits differ from the default schedules': {e}",
+                        if injected.is_empty() { "" } else { " " }
+                    ));
+                }
+            }
+        }
+    }
+    Ok((seconds, failure, worst))
+}
+
+/// The fastest trial whose logits passed their check, as a record for the database.
 pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Option<GraphChoice> {
     trials
         .iter()
+        .filter(|t| t.is_ok())
         .max_by(|a, b| a.tok_s().total_cmp(&b.tok_s()))
         .map(|t| GraphChoice {
             ubatch: t.candidate.ubatch as u32,

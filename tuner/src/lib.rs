@@ -19,6 +19,7 @@ pub mod fault;
 pub mod fingerprint;
 pub mod gemm_gpu;
 pub mod graph;
+pub mod logits_check;
 pub mod measure;
 pub mod replay;
 pub mod search;
@@ -27,7 +28,7 @@ pub mod tune;
 pub mod workloads;
 
 pub use db_schedules::DbSchedules;
-pub use fault::{Fault, FaultPlan, FaultPlanError};
+pub use fault::{Fault, FaultPlan, FaultPlanError, GraphFault};
 pub use fingerprint::fingerprint;
 pub use measure::{
     calibrate_warmup, measure_gemm, MeasureOptions, WarmupCalibration, DEFAULT_PRUNE_FACTOR,

@@ -3,7 +3,10 @@
 //! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
 //! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a
 //! seeded sample on big shapes) → warm-up batches until the device runs at steady speed →
-//! `runs` timed runs with GPU timestamps → median, min, max. A candidate whose steady speed
+//! `runs` timed runs with GPU timestamps → median, min, max. On a device without timestamps
+//! (or with host timing forced) each timed figure is instead the mean run of a command buffer
+//! of many runs, timed by the host clock around its submit and wait (see
+//! [`host_samples`]). A candidate whose steady speed
 //! is far slower than the workload's best so far stops there (see
 //! [`MeasureOptions::prune_factor`]).
 //! Every failure becomes a failed [`Trial`]; a mismatch is never a winner.
@@ -12,7 +15,7 @@ use crate::fault::{self, Fault, FaultPlan, INJECTED};
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
 use crate::spirv_val::{self, spirv_val_path, ValidationError};
 use rocky_compiler::{CompiledKernel, DeviceCaps, GemmSchedule, GemmWorkload, Refusal, Schedule};
-use rocky_runtime::{Context, PipelineCache, RuntimeError};
+use rocky_runtime::{Context, PipelineCache, RuntimeError, TimingMethod};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -53,6 +56,9 @@ pub struct MeasureOptions {
     /// it the winner, and in an exhaustive run most of the space is such candidates. `None`
     /// times every candidate in full.
     pub prune_factor: Option<f64>,
+    /// Time with the host clock even when the device has timestamps (tests of the fallback
+    /// devices without timestamps get; `ROCKY_HOST_TIMING=1` does the same from outside).
+    pub force_host_timing: bool,
 }
 
 impl Default for MeasureOptions {
@@ -67,7 +73,17 @@ impl Default for MeasureOptions {
             validate: spirv_val_path().is_some(),
             faults: FaultPlan::new(),
             prune_factor: Some(DEFAULT_PRUNE_FACTOR),
+            force_host_timing: false,
         }
+    }
+}
+
+/// How trials on `ctx`'s device are timed under `options`.
+pub fn timing_method(ctx: &Context, options: &MeasureOptions) -> TimingMethod {
+    if options.force_host_timing {
+        TimingMethod::Host
+    } else {
+        TimingMethod::for_device(ctx.info())
     }
 }
 
@@ -189,6 +205,7 @@ fn run_trial(
     let mut gpu =
         GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
     gpu.timeout = options.timeout;
+    gpu.timing = timing_method(ctx, options);
     let start = Instant::now();
     let mut got = gpu.run_once(ctx).map_err(classify)?;
     let one_run = start.elapsed();
@@ -217,6 +234,8 @@ fn run_trial(
     let runs = runs as usize;
     let times = if hopeless {
         vec![probe]
+    } else if gpu.timing == TimingMethod::Host {
+        host_samples(ctx, &gpu, probe, runs, options)?
     } else if steady.len() >= runs {
         steady[steady.len() - runs..].to_vec()
     } else {
@@ -227,12 +246,39 @@ fn run_trial(
     };
     let timing = Timing::of(&times, w.flops());
     if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
+        let clock = match gpu.timing {
+            TimingMethod::Gpu => "GPU timestamps",
+            TimingMethod::Host => "the host clock",
+        };
         return Err((
             FailureKind::Other,
-            format!("GPU timestamps gave no usable time ({timing:?})"),
+            format!("{clock} gave no usable time ({timing:?})"),
         ));
     }
     Ok(timing)
+}
+
+/// Host timing: `runs` figures (the first is the steady warm-up batch's, `steady`), each the
+/// mean run of one command buffer holding enough runs to last about `WARMUP_BATCH_GPU`, so
+/// the submission latency (tens of microseconds to a millisecond) is a small part of it; fewer
+/// figures when they would take longer than `options.max_timed`.
+fn host_samples(
+    ctx: &Context,
+    gpu: &GemmOnGpu,
+    steady: Duration,
+    runs: usize,
+    options: &MeasureOptions,
+) -> Result<Vec<Duration>, (FailureKind, String)> {
+    let per_run = steady.max(Duration::from_nanos(1));
+    let reps = (WARMUP_BATCH_GPU.as_secs_f64() / per_run.as_secs_f64()).ceil();
+    let reps = (reps as u32).clamp(1, 10_000);
+    let per_sample = per_run.as_secs_f64() * f64::from(reps);
+    let affordable = (options.max_timed.as_secs_f64() / per_sample).floor() as usize;
+    let mut samples = vec![steady];
+    while samples.len() < runs.min(affordable.max(1)) {
+        samples.push(median(&gpu.time(ctx, reps).map_err(classify)?));
+    }
+    Ok(samples)
 }
 
 /// GPU time one warm-up batch aims at: long enough that a batch's submission overhead is

@@ -5,14 +5,18 @@
 use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
 use crate::gemm_gpu::{GemmInputs, GemmOnGpu};
-use crate::measure::{calibrate_warmup, measure_gemm, MeasureOptions, WarmupCalibration};
+use crate::measure::{
+    calibrate_warmup, measure_gemm, timing_method, MeasureOptions, WarmupCalibration,
+};
 use crate::search::{Search, Strategy};
 use crate::workloads::ModelWorkload;
 use rayon::prelude::*;
 use rocky_compiler::{
     compiler_version, default_schedule, instantiate, search_space, DeviceCaps, Schedule, Workload,
 };
-use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache, RuntimeError};
+use rocky_runtime::{
+    device_caps, Context, DeviceSelector, PipelineCache, RuntimeError, TimingMethod,
+};
 use rocky_tuning_db::{
     DbError, DeviceFingerprint, FailureKind, Lookup, RecordKey, Trial, TrialStatus, TuningDb,
 };
@@ -84,6 +88,9 @@ pub struct WorkloadReport {
     pub measured: usize,
     pub failed: usize,
     pub stop: StopReason,
+    /// How this run's trials were timed (GPU timestamps, or the host clock on a device
+    /// without them); trials found in the database may have been timed otherwise.
+    pub timing: TimingMethod,
 }
 
 /// What the tuner tells its caller as it goes.
@@ -160,6 +167,11 @@ impl<'db> Tuner<'db> {
         }
     }
 
+    /// How this tuner's trials are timed under `measure`.
+    pub fn timing(&self, measure: &MeasureOptions) -> TimingMethod {
+        timing_method(&self.ctx, measure)
+    }
+
     /// Tunes every workload in turn.
     pub fn tune(
         &mut self,
@@ -215,7 +227,7 @@ impl<'db> Tuner<'db> {
         };
         let kernel = instantiate(&workload, &Schedule::Gemm(schedule), &self.caps).ok()?;
         let inputs = GemmInputs::random(&gemm, measure.seed);
-        let gpu = GemmOnGpu::new(
+        let mut gpu = GemmOnGpu::new(
             &self.ctx,
             self.cache.as_ref(),
             &kernel,
@@ -225,6 +237,7 @@ impl<'db> Tuner<'db> {
             &inputs,
         )
         .ok()?;
+        gpu.timing = timing_method(&self.ctx, measure);
         calibrate_warmup(&self.ctx, &gpu, measure.warmup, MAX_CALIBRATED_WARMUP).ok()
     }
 
@@ -265,6 +278,7 @@ impl<'db> Tuner<'db> {
             measured: 0,
             failed: 0,
             stop: StopReason::AlreadyDone,
+            timing: timing_method(&self.ctx, &options.measure),
         };
         let mut search = Search::new(
             options.strategy,

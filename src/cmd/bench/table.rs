@@ -22,6 +22,9 @@ pub struct BenchRow {
     pub tuned_gemms: Option<(usize, usize)>,
     /// Seconds of each repetition.
     pub samples_s: Vec<f64>,
+    /// Whether the GPU has timestamps (GPU rows): without them nothing on the device side can
+    /// cross-check the host's wall clock, and the row is marked.
+    pub device_timestamps: Option<bool>,
 }
 
 impl BenchRow {
@@ -46,6 +49,11 @@ impl BenchRow {
         (mean, var.sqrt())
     }
 
+    /// A GPU row measured on a device without timestamps.
+    pub fn marked(&self) -> bool {
+        self.device_timestamps == Some(false)
+    }
+
     pub fn test(&self) -> String {
         format!("pp{}", self.n_prompt)
     }
@@ -60,7 +68,10 @@ impl BenchRow {
             self.device.clone(),
             self.n_ubatch.map_or("-".into(), |u| u.to_string()),
             self.test(),
-            format!("{mean:.2} ± {sd:.2}"),
+            format!(
+                "{mean:.2} ± {sd:.2}{}",
+                if self.marked() { " *" } else { "" }
+            ),
         ]
     }
 }
@@ -70,6 +81,18 @@ const HEADER: [&str; 8] = [
 ];
 /// Numbers right-aligned, words left-aligned (as llama-bench does).
 const RIGHT: [bool; 8] = [false, true, true, false, false, true, true, true];
+
+/// Below a table with marked rows: what the mark means.
+const MARK_NOTE: &str = "* device without GPU timestamps: host wall clock of whole prefills \
+(uploads, submits and waits included), nothing on the GPU side to cross-check it\n";
+
+fn footnote(rows: &[BenchRow]) -> &'static str {
+    if rows.iter().any(BenchRow::marked) {
+        MARK_NOTE
+    } else {
+        ""
+    }
+}
 
 /// llama-bench's markdown table.
 pub fn markdown(rows: &[BenchRow]) -> String {
@@ -81,6 +104,10 @@ pub fn markdown(rows: &[BenchRow]) -> String {
     out += &format!("| {} |\n", rule.join(" | "));
     for r in rows {
         out += &format!("| {} |\n", r.cells().join(" | "));
+    }
+    if !footnote(rows).is_empty() {
+        out += "\n";
+        out += footnote(rows);
     }
     out
 }
@@ -115,7 +142,7 @@ pub fn text(rows: &[BenchRow]) -> String {
     for c in &cells {
         out += &line(c);
     }
-    out
+    out + footnote(rows)
 }
 
 /// The rows as JSON, with the per-repetition figures and their summary.
@@ -130,6 +157,7 @@ pub fn json(rows: &[BenchRow]) -> serde_json::Value {
                 o.insert("samples_ts".into(), r.samples_ts().into());
                 o.insert("avg_ts".into(), mean.into());
                 o.insert("stddev_ts".into(), sd.into());
+                o.insert("timing".into(), "host wall clock".into());
             }
             v
         })
@@ -154,6 +182,7 @@ mod tests {
             n_prompt: 512,
             tuned_gemms: Some((169, 169)),
             samples_s: vec![0.25, 0.5],
+            device_timestamps: Some(true),
         };
         vec![
             base.clone(),
@@ -169,9 +198,24 @@ mod tests {
                 n_ubatch: None,
                 tuned_gemms: None,
                 samples_s: vec![16.0],
+                device_timestamps: None,
                 ..base
             },
         ]
+    }
+
+    #[test]
+    fn rows_of_a_device_without_timestamps_are_marked_and_explained() {
+        let mut r = rows();
+        assert!(!text(&r).contains('*') && !markdown(&r).contains('*'));
+        r[1].device_timestamps = Some(false);
+        for table in [text(&r), markdown(&r)] {
+            let marked: Vec<&str> = table.lines().filter(|l| l.contains(" *")).collect();
+            assert_eq!(marked.len(), 1, "{table}");
+            assert!(marked[0].contains("Vulkan default"), "{table}");
+            assert!(table.contains("device without GPU timestamps"), "{table}");
+        }
+        assert_eq!(json(&r)[1]["device_timestamps"], false);
     }
 
     #[test]
