@@ -164,6 +164,11 @@ impl<'m> GpuSession<'m> {
         self.executor.options().ubatch
     }
 
+    /// The device buffers of the session (see `Executor::memory_plan`).
+    pub fn memory_plan(&self) -> Vec<(String, u64)> {
+        self.executor.memory_plan()
+    }
+
     /// Where the time of the last prefill went.
     pub fn stats(&self) -> Option<&PrefillStats> {
         self.executor.last_stats.as_ref()

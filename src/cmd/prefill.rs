@@ -2,6 +2,7 @@
 
 use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
+use crate::units::human_bytes;
 use rocky_models::arch;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_models::tokenizer::Tokenizer;
@@ -42,6 +43,10 @@ pub struct Args {
     /// device without timestamps: the wall time and the host's recording/waiting split only.
     #[arg(long)]
     pub profile: bool,
+    /// Print the device memory plan (every buffer and its size) to standard error before the
+    /// prefill (GPU backend).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -67,6 +72,9 @@ pub fn run(args: Args) -> CmdResult {
         Backend::Gpu => {
             let mut session =
                 super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len(), args.profile)?;
+            if args.verbose {
+                print_memory_plan(&session.memory_plan(), session.ubatch());
+            }
             session.prepare()?;
             let start = Instant::now();
             let logits = session.prefill(&ids)?;
@@ -152,4 +160,18 @@ pub fn run(args: Args) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// The memory plan of `--verbose`, on standard error (stdout keeps the results).
+fn print_memory_plan(plan: &[(String, u64)], ubatch: usize) {
+    let total: u64 = plan
+        .iter()
+        .filter(|(what, _)| !what.starts_with(' '))
+        .map(|&(_, b)| b)
+        .sum();
+    eprintln!("device memory plan at ubatch {ubatch}:");
+    for (what, bytes) in plan {
+        eprintln!("  {what:<40} {:>12}", human_bytes(*bytes));
+    }
+    eprintln!("  {:<40} {:>12}", "total", human_bytes(total));
 }

@@ -185,6 +185,17 @@ impl GpuWeights {
         Ok(GpuWeights { buffers })
     }
 
+    /// Bytes of every weight buffer, and the largest one (name, bytes).
+    pub fn footprint(&self) -> (u64, Option<(&str, u64)>) {
+        let total = self.buffers.values().map(|(b, _)| b.size()).sum();
+        let largest = self
+            .buffers
+            .iter()
+            .map(|(name, (b, _))| (name.as_str(), b.size()))
+            .max_by_key(|&(_, bytes)| bytes);
+        (total, largest)
+    }
+
     fn get(&self, name: &str) -> &(Buffer, GgmlType) {
         &self.buffers[name]
     }
@@ -306,6 +317,28 @@ impl<'m> Executor<'m> {
 
     pub fn caps(&self) -> &DeviceCaps {
         &self.caps
+    }
+
+    /// The device buffers this executor holds, as (what, bytes): each activation slot (sized by
+    /// the largest value it holds at this ubatch), the KV cache, the token ids, the logits, and
+    /// the weights in all with their largest tensor. What `prefill --verbose` prints, to check
+    /// a plan against a driver's limits (panvk: 1 GiB per buffer, ~4 GiB in all).
+    pub fn memory_plan(&self) -> Vec<(String, u64)> {
+        let mut plan: Vec<(String, u64)> = self
+            .slots
+            .iter()
+            .map(|b| (b.label().to_string(), b.size()))
+            .collect();
+        let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
+        plan.push((format!("KV cache ({} layers, K and V)", self.kv.len()), kv));
+        plan.push(("token ids".to_string(), self.ids.size()));
+        plan.push(("logits".to_string(), self.logits.size()));
+        let (weights, largest) = self.weights.footprint();
+        plan.push(("weights".to_string(), weights));
+        if let Some((name, bytes)) = largest {
+            plan.push((format!("  largest weight: {name}"), bytes));
+        }
+        plan
     }
 
     pub fn options(&self) -> &ExecutorOptions {
