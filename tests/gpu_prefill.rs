@@ -200,6 +200,70 @@ fn one_dispatch_per_command_buffer_gives_the_same_logits() {
     assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
 }
 
+/// Every GEMM with a schedule that stages both operands in shared memory, as a tuned database
+/// might hold for a GPU with fast shared memory.
+struct StagedGemms;
+
+impl ScheduleSource for StagedGemms {
+    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
+        let staged = search_space(w, caps).into_iter().find(
+            |s| matches!(s, Schedule::Gemm(g) if g.stage_a && g.stage_b && g.math == Math::FmaF32),
+        );
+        match staged {
+            Some(s) => (s, ScheduleOrigin::Tuned),
+            None => (default_schedule(w, caps), ScheduleOrigin::Default),
+        }
+    }
+}
+
+#[test]
+fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
+    let path = shared().join("models/qwen2-tiny-q4_k_m.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let (ids, _) = golden("qwen2-tiny-q4_k_m", "ids_len072");
+    let ctx = ctx();
+    // panvk 25.x's model (shared memory sized for the whole grid) with a 1 MiB budget: every
+    // staged GEMM dispatch at ubatch 64 is over it.
+    let budget = CommandBudget {
+        wls: Some(rocky_runtime::WlsModel {
+            core_id_range: 19,
+            max_instances_per_core: u32::MAX,
+        }),
+        max_driver_bytes: 1 << 20,
+        max_dispatches: 128,
+    };
+    let options = ExecutorOptions {
+        ubatch: 64,
+        budget,
+        timeout: Duration::from_secs(600),
+        profile: false,
+    };
+    let weights = GpuWeights::upload(ctx, &file, &model).unwrap();
+    let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
+    ex.prepare(&StagedGemms).unwrap();
+    let gemms = ex
+        .used
+        .iter()
+        .filter(|(_, w, _, _)| matches!(w, Workload::Gemm(g) if g.m > 1))
+        .count();
+    assert!(gemms > 0);
+    assert!(
+        ex.notices.len() >= gemms,
+        "every staged GEMM replaced: {} notices for {gemms} GEMMs",
+        ex.notices.len()
+    );
+    for (label, w, s, origin) in &ex.used {
+        if matches!(w, Workload::Gemm(g) if g.m > 1) {
+            assert_eq!(*origin, ScheduleOrigin::Default, "{label}: {s:?}");
+        }
+    }
+    let fallback = ex.prefill(&ids, &StagedGemms).unwrap();
+    let default = gpu_logits(&file, &model, &ids, 64, None, &DefaultSchedules);
+    let c = compare_logits(&default, &fallback);
+    assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
+}
+
 /// A Qwen2.5-0.5B-shaped Q4_K_M model (random weights), made once into the test assets.
 fn synth_0_5b() -> PathBuf {
     use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};

@@ -37,8 +37,8 @@ impl WlsModel {
             .map(|&g| u64::from(g.max(1)).next_power_of_two())
             .product();
         per_instance
-            * instances.min(u64::from(self.max_instances_per_core))
-            * u64::from(self.core_id_range)
+            .saturating_mul(instances.min(u64::from(self.max_instances_per_core)))
+            .saturating_mul(u64::from(self.core_id_range))
     }
 }
 
@@ -55,20 +55,14 @@ pub struct CommandBudget {
 
 impl CommandBudget {
     /// Defaults derived from the device: the WLS model applies to panvk (the driver documents
-    /// its shared memory as "backed by global memory anyway" and allocates it per dispatch).
-    /// The Mali core count is not visible through Vulkan, so the model assumes the largest
-    /// core-id range of the Valhall parts panvk drives today (16) and a per-core instance cap
-    /// of 16, which over-estimates on a 4-core G610: budgeting errs on the safe side, and the
-    /// tuner can raise it on the board.
+    /// its shared memory as "backed by global memory anyway" and allocates it per dispatch),
+    /// sized by [`panvk_wls_model`].
     pub fn for_device(info: &DeviceInfo) -> CommandBudget {
         let panvk = info.driver.id.as_deref() == Some("MESA_PANVK")
             || info.driver.name.to_ascii_lowercase().contains("panvk");
         if panvk {
             CommandBudget {
-                wls: Some(WlsModel {
-                    core_id_range: 16,
-                    max_instances_per_core: 16,
-                }),
+                wls: Some(panvk_wls_model(info)),
                 max_driver_bytes: 64 << 20,
                 max_dispatches: 128,
             }
@@ -84,6 +78,48 @@ impl CommandBudget {
     /// Driver bytes of one dispatch under this budget's model.
     pub fn dispatch_bytes(&self, shared_bytes: u32, grid: [u32; 3]) -> u64 {
         self.wls.map_or(0, |m| m.dispatch_bytes(shared_bytes, grid))
+    }
+}
+
+/// Instances per core newer panvk sizes WLS for at most: Mesa 26 clamps the instances to
+/// what one core runs at once (`pan_calc_wls_instances`: workgroups per task × tasks per
+/// core, rounded to a power of two), which no Vulkan query reports; 16 bounds it for the
+/// workgroup sizes rocky's kernels use.
+const CLAMPED_INSTANCES_PER_CORE: u32 = 16;
+
+/// The shader-core id range of RK3588's Mali-G610 MC4 (its core ids run up to 18).
+const G610_CORE_ID_RANGE: u32 = 19;
+
+/// The largest core-id range among the Valhall GPUs panvk drives (MC10-class parts with gaps
+/// in their core masks), for GPUs whose range rocky does not know: an over-estimate only
+/// submits command buffers earlier.
+const MAX_PLAUSIBLE_CORE_ID_RANGE: u32 = 32;
+
+/// panvk's WLS allocation for `info`'s driver. Mesa 25.x sizes it for every workgroup of the
+/// grid (rounded to powers of two per dimension), uncapped: one 16 KiB dispatch at ubatch 512
+/// took 1.2 GiB under the 25.0.7 shim. Newer Mesa clamps the instances per core. The core-id
+/// range is not reported by Vulkan either: 19 on the G610 (RK3588), else the largest
+/// plausible.
+pub fn panvk_wls_model(info: &DeviceInfo) -> WlsModel {
+    let mesa_major = info
+        .driver
+        .version
+        .split('.')
+        .next()
+        .and_then(|m| m.trim().parse::<u32>().ok());
+    let max_instances_per_core = match mesa_major {
+        Some(major) if major >= 26 => CLAMPED_INSTANCES_PER_CORE,
+        // 25.x, and any version rocky cannot read: assume no clamp (the larger estimate).
+        _ => u32::MAX,
+    };
+    let core_id_range = if info.name.contains("G610") {
+        G610_CORE_ID_RANGE
+    } else {
+        MAX_PLAUSIBLE_CORE_ID_RANGE
+    };
+    WlsModel {
+        core_id_range,
+        max_instances_per_core,
     }
 }
 
@@ -166,6 +202,38 @@ mod tests {
             MODEL.dispatch_bytes(12 << 10, [5, 3, 1]),
             (16 << 10) * 16 * 4
         );
+    }
+
+    fn shim_panvk(version: &str) -> DeviceInfo {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/mali-g610-panvk-25.0.7.json");
+        let json = std::fs::read_to_string(path).expect("the panvk 25.0.7 fixture");
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let device = value
+            .get("devices")
+            .and_then(|d| d.get(0))
+            .unwrap_or(&value)
+            .clone();
+        let mut info: DeviceInfo = serde_json::from_value(device).expect("a DeviceInfo");
+        info.driver.version = version.to_string();
+        info
+    }
+
+    #[test]
+    fn panvk_25_sizes_wls_for_the_whole_grid_and_26_clamps_it() {
+        // What the real 25.0.7 driver allocated (mali-shim, PANVK_OOM_TRACE=1) for the
+        // 32x64x32 staged Q4_K GEMM of 512x11008x2048 (13824 shared bytes, grid 172x16):
+        // "dispatch 172x16x1 wls 16384 B x 4096 instances x 19 core_id_range =
+        //  1275068416 B per dispatch".
+        let old = CommandBudget::for_device(&shim_panvk("25.0.7"));
+        assert_eq!(old.dispatch_bytes(13824, [172, 16, 1]), 1_275_068_416);
+        let new = CommandBudget::for_device(&shim_panvk("26.1.6"));
+        assert_eq!(
+            new.dispatch_bytes(13824, [172, 16, 1]),
+            (16u64 << 10) * 16 * 19
+        );
+        // No shared memory, no WLS, whatever the grid.
+        assert_eq!(old.dispatch_bytes(0, [4096, 4096, 1]), 0);
     }
 
     #[test]

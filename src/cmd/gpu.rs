@@ -156,7 +156,11 @@ impl<'m> GpuSession<'m> {
 
     /// Builds every pipeline the prefill needs (not counted in its time).
     pub fn prepare(&mut self) -> Result<(), CliError> {
-        self.executor.prepare(&self.schedules).map_err(exec_error)
+        self.executor.prepare(&self.schedules).map_err(exec_error)?;
+        for notice in &self.executor.notices {
+            eprintln!("note: {notice}");
+        }
+        Ok(())
     }
 
     /// Tokens per ubatch actually run.

@@ -250,6 +250,8 @@ pub struct Executor<'m> {
     pub profile: Vec<DispatchTime>,
     /// Where the time of the last prefill went.
     pub last_stats: Option<PrefillStats>,
+    /// Schedules the last `prepare` replaced, and why (for the CLI to show).
+    pub notices: Vec<String>,
 }
 
 impl<'m> Executor<'m> {
@@ -312,6 +314,7 @@ impl<'m> Executor<'m> {
             kernels_of: Vec::new(),
             profile: Vec::new(),
             last_stats: None,
+            notices: Vec::new(),
         })
     }
 
@@ -522,25 +525,54 @@ impl<'m> Executor<'m> {
         let workloads = self.node_workloads(self.options.ubatch as u32)?;
         self.used.clear();
         self.kernels_of.clear();
+        self.notices.clear();
         for node in workloads {
             let first = self.used.len();
             for (label, w) in node {
-                let (s, origin) = schedules.schedule(&w, &self.caps);
-                if !self.pipelines.contains_key(&(w, s)) {
-                    let kernel =
-                        instantiate(&w, &s, &self.caps).map_err(|r| ExecError::Refused {
-                            label: label.clone(),
-                            reason: r.to_string(),
-                        })?;
-                    let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
-                    self.pipelines.insert((w, s), p);
-                    self.unsaved_pipelines = true;
+                let (mut s, mut origin) = schedules.schedule(&w, &self.caps);
+                self.build_pipeline(&label, &w, &s)?;
+                if self.over_driver_budget(&w, &s) {
+                    // A (tuned) schedule whose one dispatch needs more driver memory than a
+                    // whole command buffer may use (panvk 25.x sizes shared memory for the
+                    // whole grid: 1.2 GiB for one staged GEMM at ubatch 512) would fail at
+                    // vkEndCommandBuffer: run the default schedule instead.
+                    (s, origin) = DefaultSchedules.schedule(&w, &self.caps);
+                    self.build_pipeline(&label, &w, &s)?;
+                    self.notices.push(format!(
+                        "{label}: the tuned schedule needs more driver memory per dispatch than the command-buffer budget at ubatch {}; using the default",
+                        self.options.ubatch
+                    ));
                 }
                 self.used.push((label, w, s, origin));
             }
             self.kernels_of.push(first..self.used.len());
         }
         Ok(())
+    }
+
+    /// Compiles the pipeline of (`w`, `s`) unless it is built already.
+    fn build_pipeline(&mut self, label: &str, w: &Workload, s: &Schedule) -> Result<(), ExecError> {
+        if self.pipelines.contains_key(&(*w, *s)) {
+            return Ok(());
+        }
+        let kernel = instantiate(w, s, &self.caps).map_err(|r| ExecError::Refused {
+            label: label.to_string(),
+            reason: r.to_string(),
+        })?;
+        let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
+        self.pipelines.insert((*w, *s), p);
+        self.unsaved_pipelines = true;
+        Ok(())
+    }
+
+    /// Whether one dispatch of (`w`, `s`) at the full ubatch needs more driver memory than the
+    /// command-buffer budget allows (only drivers with a WLS model; see `budget`).
+    fn over_driver_budget(&self, w: &Workload, s: &Schedule) -> bool {
+        let budget = self.options.budget;
+        let shared = self.pipelines[&(*w, *s)].meta().shared_bytes;
+        dispatch_grid(w, s)
+            .map(|grid| budget.dispatch_bytes(shared, grid) > budget.max_driver_bytes)
+            .unwrap_or(false)
     }
 
     /// An error of the stream as the executor reports it: an out-of-memory closing or
