@@ -200,6 +200,61 @@ fn one_dispatch_per_command_buffer_gives_the_same_logits() {
     assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
 }
 
+/// `--math int8` and `--math f16` on the quantized tiny models against the exact targets
+/// (llama.cpp on all-f32 copies, `../shared/golden/*-deq`): within llama.cpp's own distance
+/// from them (its activation quantization: max|Δlogit| 0.021 for Q8_0, 0.029 for Q4_K_M,
+/// correlation ≥ 0.9998) and the same top-1, at ubatch 1, 16, 64, 72 and 512.
+#[test]
+fn int8_and_f16_math_stay_within_llama_cpps_distance_from_the_exact_targets() {
+    use rocky_runtime::executor::{ForcedMath, MathFamily};
+    let caps = rocky_runtime::device_caps(ctx().info(), ctx().caps());
+    let families: Vec<MathFamily> = [MathFamily::Int8, MathFamily::F16]
+        .into_iter()
+        .filter(|f| f.check_device(&caps).is_ok())
+        .collect();
+    if families.is_empty() {
+        eprintln!(
+            "SKIPPED: {} has neither int8 dot products nor fp16",
+            ctx().info().name
+        );
+        return;
+    }
+    let cases = [
+        ("ids_len072", &[1usize, 16, 64, 72][..]),
+        ("ids_len600", &[512][..]),
+    ];
+    for (model_name, bound) in [("q8_0", 0.021f32), ("q4_k_m", 0.029)] {
+        let path = shared().join(format!("models/qwen2-tiny-{model_name}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let model = arch::load(&file).unwrap();
+        for &family in &families {
+            let source = ForcedMath {
+                inner: &DefaultSchedules,
+                family: Some(family),
+            };
+            for (prompt, ubatches) in cases {
+                let (ids, want) = golden(&format!("qwen2-tiny-{model_name}-deq"), prompt);
+                for &ub in ubatches {
+                    let got = gpu_logits(&file, &model, &ids, ub, None, &source);
+                    let c = compare_logits(&want, &got);
+                    println!(
+                        "{model_name} {family:?} {prompt} ub {ub}: max|Δ| {:.4} corr {:.6} top-1 {} vs {}",
+                        c.max_abs_diff, c.correlation, c.top1_a, c.top1_b
+                    );
+                    let what = format!("{model_name} {family:?} {prompt} ub {ub}");
+                    assert!(c.max_abs_diff <= bound, "{what}: max|Δ| {}", c.max_abs_diff);
+                    assert!(
+                        c.correlation >= 0.9998,
+                        "{what}: correlation {}",
+                        c.correlation
+                    );
+                    assert_eq!(c.top1_a, c.top1_b, "{what}: top-1");
+                }
+            }
+        }
+    }
+}
+
 /// Every GEMM with a schedule that stages both operands in shared memory, as a tuned database
 /// might hold for a GPU with fast shared memory.
 struct StagedGemms;

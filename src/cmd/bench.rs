@@ -18,7 +18,7 @@ use rocky_compiler::Workload;
 use rocky_models::arch::{self, Model};
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
-use rocky_runtime::executor::{Executor, ScheduleOrigin, ScheduleSource};
+use rocky_runtime::executor::{Executor, ForcedMath, ScheduleOrigin, ScheduleSource};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use rocky_tuner::graph::{
     check_prompt, cpu_logits, model_shape_key, prefill_seconds, random_prompt, verify_device,
@@ -84,6 +84,10 @@ pub struct Args {
     /// Tuning database (default: $ROCKY_DB, else ~/.local/share/rocky/tuning.sled).
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Force one math family on every GEMM of the GPU rows (f32, f16, int8); `auto` keeps
+    /// each schedule's own.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub math: super::gpu::MathArg,
     /// Seed of the random prompt.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -192,7 +196,20 @@ fn bench_gpu(
             args.model.display()
         );
     }
-    let defaults = DbSchedules::empty();
+    let empty = DbSchedules::empty();
+    let family = args.math.family();
+    if let Some(f) = family {
+        let caps = rocky_runtime::device_caps(ctx.info(), ctx.caps());
+        f.check_device(&caps).map_err(CliError::device)?;
+    }
+    let tuned = ForcedMath {
+        inner: &tuned,
+        family,
+    };
+    let defaults = ForcedMath {
+        inner: &empty,
+        family,
+    };
     let budget = CommandBudget::for_device(ctx.info());
     eprintln!("bench: uploading {} to {device}", args.model.display());
     let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))

@@ -5,7 +5,9 @@ use crate::progress::Bar;
 use crate::units::human_bytes;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
-use rocky_runtime::executor::{ExecError, Executor, ExecutorOptions, GpuWeights, PrefillStats};
+use rocky_runtime::executor::{
+    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, MathFamily, PrefillStats,
+};
 use rocky_runtime::{host_timing_reason, CommandBudget, Context, DeviceSelector, RuntimeError};
 use rocky_tuner::graph::model_shape_key;
 use rocky_tuner::DbSchedules;
@@ -29,10 +31,36 @@ pub struct GpuArgs {
     /// Most dispatches per command buffer (default: derived from the device).
     #[arg(long)]
     pub cb_max_dispatches: Option<u32>,
+    /// Force one math family on every GEMM: f32, f16 (packed, f32 accumulation across units) or
+    /// int8 (dot products on activations quantized per 32 values); `auto` keeps the tuned or
+    /// default schedule's.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub math: MathArg,
     /// Tuning database with the schedules to use (default: $ROCKY_DB, else
     /// ~/.local/share/rocky/tuning.sled); without one, the compiler's default schedules.
     #[arg(long)]
     pub db: Option<PathBuf>,
+}
+
+/// `--math`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MathArg {
+    /// The tuned or default schedule's own math.
+    Auto,
+    F32,
+    F16,
+    Int8,
+}
+
+impl MathArg {
+    pub fn family(self) -> Option<MathFamily> {
+        match self {
+            MathArg::Auto => None,
+            MathArg::F32 => Some(MathFamily::F32),
+            MathArg::F16 => Some(MathFamily::F16),
+            MathArg::Int8 => Some(MathFamily::Int8),
+        }
+    }
 }
 
 /// `--db`, else `$ROCKY_DB` / the XDG default; `None` when no location can be derived.
@@ -73,6 +101,8 @@ pub struct GpuSession<'m> {
     executor: Executor<'m>,
     /// Tuned schedules of this device from the database, defaults for the rest.
     schedules: DbSchedules,
+    /// `--math`: every GEMM in this family.
+    math: Option<MathFamily>,
     /// Where the ubatch size came from: "flag", "tuned" (graph-level choice) or "default".
     pub ubatch_origin: &'static str,
     /// Why `--profile` gets no per-op GPU times on this device (no timestamps, or host timing
@@ -149,6 +179,7 @@ impl<'m> GpuSession<'m> {
         Ok(GpuSession {
             executor,
             schedules,
+            math: args.math.family(),
             ubatch_origin,
             no_gpu_profile,
         })
@@ -156,7 +187,16 @@ impl<'m> GpuSession<'m> {
 
     /// Builds every pipeline the prefill needs (not counted in its time).
     pub fn prepare(&mut self) -> Result<(), CliError> {
-        self.executor.prepare(&self.schedules).map_err(exec_error)?;
+        if let Some(family) = self.math {
+            family
+                .check_device(self.executor.caps())
+                .map_err(CliError::device)?;
+        }
+        let source = ForcedMath {
+            inner: &self.schedules,
+            family: self.math,
+        };
+        self.executor.prepare(&source).map_err(exec_error)?;
         for notice in &self.executor.notices {
             eprintln!("note: {notice}");
         }
@@ -180,7 +220,13 @@ impl<'m> GpuSession<'m> {
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
         self.executor
-            .prefill(ids, &self.schedules)
+            .prefill(
+                ids,
+                &ForcedMath {
+                    inner: &self.schedules,
+                    family: self.math,
+                },
+            )
             .map_err(exec_error)
     }
 }

@@ -9,7 +9,10 @@
 //! the vocabulary-wide output projection) run in the last ubatch only, and their logits are
 //! the only ones read back.
 
+mod math;
 mod slots;
+
+pub use math::{ForcedMath, MathFamily};
 
 use crate::budget::CommandBudget;
 use crate::stream::{Stream, StreamRing, StreamStats};
