@@ -53,9 +53,17 @@ fn bench_rows_use_tuned_schedules_and_report_consistent_statistics() {
     for r in of("Vulkan default") {
         assert_eq!(r["tuned_gemms"][0], 0, "{r}");
     }
+    // Device memory: every weight of the file is on the device (tied embeddings), plus the
+    // activations, KV cache, ids and logits.
+    for r in of("Vulkan tuned").into_iter().chain(of("Vulkan default")) {
+        let model = r["model_size_bytes"].as_u64().unwrap();
+        assert!(r["device_bytes"].as_u64().unwrap() > model, "{r}");
+    }
     let cpu = of("CPU reference");
     assert_eq!(cpu.len(), 2);
-    assert!(cpu.iter().all(|r| r["n_ubatch"].is_null()));
+    assert!(cpu
+        .iter()
+        .all(|r| r["n_ubatch"].is_null() && r["device_bytes"].is_null()));
     for r in &rows {
         let n = r["n_prompt"].as_f64().unwrap();
         assert_eq!(r["test"], format!("pp{n}"));

@@ -138,7 +138,7 @@ pub fn run(args: Args) -> CmdResult {
                     samples.push(start.elapsed().as_secs_f64());
                 }
             }
-            rows.push(identity.row("CPU reference", "CPU", None, n, None, samples, None));
+            rows.push(identity.row("CPU reference", "CPU", None, n, None, samples, None, None));
         }
     }
     if args.json {
@@ -266,6 +266,7 @@ fn bench_gpu(
                     n,
                     Some(tuned_counts[i]),
                     std::mem::take(&mut samples[i]),
+                    Some(executor.device_bytes()),
                     Some(timestamps),
                 ));
             }
@@ -364,6 +365,7 @@ impl ModelIdentity {
         n_prompt: usize,
         tuned_gemms: Option<(usize, usize)>,
         samples_s: Vec<f64>,
+        device_bytes: Option<u64>,
         device_timestamps: Option<bool>,
     ) -> BenchRow {
         BenchRow {
@@ -376,6 +378,7 @@ impl ModelIdentity {
             n_prompt,
             tuned_gemms,
             samples_s,
+            device_bytes,
             device_timestamps,
         }
     }

@@ -325,6 +325,14 @@ impl<'m> Executor<'m> {
         &self.caps
     }
 
+    /// Bytes of every device buffer this executor holds: its whole footprint, allocated up
+    /// front (what `rocky bench` reports as device memory).
+    pub fn device_bytes(&self) -> u64 {
+        let slots: u64 = self.slots.iter().map(Buffer::size).sum();
+        let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
+        slots + kv + self.ids.size() + self.logits.size() + self.weights.footprint().0
+    }
+
     /// The device buffers this executor holds, as (what, bytes): each activation slot (sized by
     /// the largest value it holds at this ubatch), the KV cache, the token ids, the logits, and
     /// the weights in all with their largest tensor. What `prefill --verbose` prints, to check

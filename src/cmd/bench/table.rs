@@ -22,6 +22,9 @@ pub struct BenchRow {
     pub tuned_gemms: Option<(usize, usize)>,
     /// Seconds of each repetition.
     pub samples_s: Vec<f64>,
+    /// Bytes of device memory rocky's buffers take for this row (GPU rows): weights,
+    /// activations at this ubatch, the KV cache for the longest prompt, ids and logits.
+    pub device_bytes: Option<u64>,
     /// Whether the GPU has timestamps (GPU rows): without them nothing on the device side can
     /// cross-check the host's wall clock, and the row is marked.
     pub device_timestamps: Option<bool>,
@@ -58,7 +61,7 @@ impl BenchRow {
         format!("pp{}", self.n_prompt)
     }
 
-    fn cells(&self) -> [String; 8] {
+    fn cells(&self) -> [String; 9] {
         let (mean, sd) = self.ts_mean_stddev();
         [
             self.model.clone(),
@@ -67,6 +70,7 @@ impl BenchRow {
             self.backend.clone(),
             self.device.clone(),
             self.n_ubatch.map_or("-".into(), |u| u.to_string()),
+            self.device_bytes.map_or("-".into(), human_bytes),
             self.test(),
             format!(
                 "{mean:.2} ± {sd:.2}{}",
@@ -76,11 +80,11 @@ impl BenchRow {
     }
 }
 
-const HEADER: [&str; 8] = [
-    "model", "size", "params", "backend", "device", "ubatch", "test", "t/s",
+const HEADER: [&str; 9] = [
+    "model", "size", "params", "backend", "device", "ubatch", "memory", "test", "t/s",
 ];
 /// Numbers right-aligned, words left-aligned (as llama-bench does).
-const RIGHT: [bool; 8] = [false, true, true, false, false, true, true, true];
+const RIGHT: [bool; 9] = [false, true, true, false, false, true, true, true, true];
 
 /// Below a table with marked rows: what the mark means.
 const MARK_NOTE: &str = "* device without GPU timestamps: host wall clock of whole prefills \
@@ -114,7 +118,7 @@ pub fn markdown(rows: &[BenchRow]) -> String {
 
 /// Columns padded to their widest cell.
 pub fn text(rows: &[BenchRow]) -> String {
-    let cells: Vec<[String; 8]> = rows.iter().map(BenchRow::cells).collect();
+    let cells: Vec<[String; 9]> = rows.iter().map(BenchRow::cells).collect();
     let width = |i: usize| {
         cells
             .iter()
@@ -123,9 +127,9 @@ pub fn text(rows: &[BenchRow]) -> String {
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..8).map(width).collect();
+    let widths: Vec<usize> = (0..9).map(width).collect();
     let line = |c: &[String]| {
-        let parts: Vec<String> = (0..8)
+        let parts: Vec<String> = (0..9)
             .map(|i| {
                 let pad = widths[i] - c[i].chars().count();
                 if RIGHT[i] {
@@ -182,6 +186,7 @@ mod tests {
             n_prompt: 512,
             tuned_gemms: Some((169, 169)),
             samples_s: vec![0.25, 0.5],
+            device_bytes: Some(1_234_567_890),
             device_timestamps: Some(true),
         };
         vec![
@@ -198,6 +203,7 @@ mod tests {
                 n_ubatch: None,
                 tuned_gemms: None,
                 samples_s: vec![16.0],
+                device_bytes: None,
                 device_timestamps: None,
                 ..base
             },
