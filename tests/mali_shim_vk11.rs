@@ -203,3 +203,78 @@ fn panvk_25_0_7_tune_stores_nothing_it_cannot_check() {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// The command-buffer budget's model of panvk's shared-memory allocation against the driver's
+/// own (PANVK_OOM_TRACE=1 logs "... = N B per dispatch" for each change): for staged GEMM
+/// schedules over grids of several shapes, rocky's estimate is never below what 25.0.7
+/// allocates (with the driver's formula it is equal).
+#[test]
+fn the_budget_estimates_panvk_25_shared_memory_at_least_as_high_as_the_driver() {
+    let Some(prefix) = shim_prefix() else { return };
+    let scratch = std::env::temp_dir().join(format!("rocky-mali-wls-{}", std::process::id()));
+    let rocky = env!("CARGO_BIN_EXE_rocky");
+    let staged = |bm: u32, bn: u32, bk: u32, tm: u32, tn: u32, stage_b: bool| {
+        format!(
+            r#"{{"gemm":{{"bm":{bm},"bn":{bn},"bk":{bk},"tm":{tm},"tn":{tn},"split_k":1,"vector_width":1,"stage_a":true,"stage_b":{stage_b},"accumulate":"f32","math":"fma_f32"}}}}"#
+        )
+    };
+    let cases = [
+        ("512", "2048", staged(32, 64, 32, 2, 4, true)),
+        ("512", "2048", staged(16, 32, 64, 4, 2, false)),
+        ("72", "11008", staged(16, 32, 64, 4, 2, false)),
+        ("2048", "256", staged(32, 64, 32, 2, 4, true)),
+    ];
+    std::fs::create_dir_all(scratch.join("cache")).unwrap();
+    for (m, n, schedule) in &cases {
+        let args = [
+            "kernel",
+            "--m",
+            m,
+            "--n",
+            n,
+            "--k",
+            "2048",
+            "--weight",
+            "q4_k",
+            "--check",
+            "none",
+            "--runs",
+            "0",
+            "--schedule",
+            schedule,
+        ];
+        let out = Command::new("sh")
+            .arg(prefix.join("run.sh"))
+            .arg(&prefix)
+            .arg(rocky)
+            .args(args)
+            .env("XDG_RUNTIME_DIR", &scratch)
+            .env("XDG_CACHE_HOME", scratch.join("cache"))
+            .env("PANVK_OOM_TRACE", "1")
+            .env_remove("MESA_VK_VERSION_OVERRIDE")
+            .output()
+            .expect("rocky kernel under the shim");
+        let all = text(&out);
+        let number_before = |line: &str, marker: &str| -> Option<u64> {
+            let head = line.split(marker).next()?;
+            head.split_whitespace().last()?.parse().ok()
+        };
+        let driver: u64 = all
+            .lines()
+            .filter(|l| l.starts_with("panvk: dispatch"))
+            .filter_map(|l| number_before(l, " B per dispatch"))
+            .max()
+            .unwrap_or_else(|| panic!("no PANVK_OOM_TRACE line for m={m} n={n}:\n{all}"));
+        let estimate: u64 = all
+            .lines()
+            .find(|l| l.starts_with("driver"))
+            .and_then(|l| number_before(l, " B of shared memory"))
+            .unwrap_or_else(|| panic!("no estimate for m={m} n={n}:\n{all}"));
+        println!("m={m} n={n}: driver {driver} B, estimate {estimate} B");
+        assert!(
+            estimate >= driver,
+            "m={m} n={n}: estimate {estimate} < driver {driver}"
+        );
+    }
+    std::fs::remove_dir_all(&scratch).ok();
+}

@@ -320,6 +320,21 @@ fn run_kernel(
     let gpu = gemm_gpu::GemmOnGpu::new(ctx, cache.as_ref(), kernel, w, s, &target.caps, &inputs)?;
     let got = gpu.run_once(ctx)?;
     let mut result = json!({ "slices": gpu.slices.len() });
+    // The command-buffer budget's estimate of the driver memory one dispatch takes (panvk's
+    // shared-memory allocation), to compare with the driver's own (PANVK_OOM_TRACE=1).
+    let budget = rocky_runtime::CommandBudget::for_device(ctx.info());
+    if budget.wls.is_some() {
+        let estimate = gpu
+            .slices
+            .iter()
+            .map(|slice| {
+                let grid = rocky_compiler::templates::gemm::dispatch_grid_for(w.m, slice.n, s);
+                budget.dispatch_bytes(kernel.meta.shared_bytes, grid)
+            })
+            .max()
+            .unwrap_or(0);
+        result["driver_memory_estimate_bytes"] = json!(estimate);
+    }
     let macs = u64::from(w.m) * u64::from(w.n) * u64::from(w.k);
     let cols = match args.check {
         CheckMode::None => None,
@@ -449,6 +464,12 @@ impl Report {
         }
         if let Some(run) = &self.run {
             line("slices", format!("{} dispatch(es)", run["slices"]));
+            if let Some(bytes) = run.get("driver_memory_estimate_bytes") {
+                line(
+                    "driver",
+                    format!("{bytes} B of shared memory per dispatch (the budget's estimate)"),
+                );
+            }
             match run.get("check") {
                 Some(c) => line(
                     "check",
