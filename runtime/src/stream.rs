@@ -23,7 +23,7 @@ use crate::budget::{Admit, BudgetTracker, CommandBudget};
 use crate::buffer::BufferRange;
 use crate::commands::{Recorder, RecorderParts};
 use crate::device::Context;
-use crate::error::Result;
+use crate::error::{OomKind, Result, RuntimeError, SubmitStage};
 use crate::pipeline::ComputePipeline;
 use crate::timing::{TickScale, TimestampQueries};
 use std::time::{Duration, Instant};
@@ -76,6 +76,18 @@ pub struct StreamStats {
     pub host_wait: Duration,
     /// With timestamps: GPU time from each command buffer's first to last timestamp, summed.
     pub gpu_busy: Option<Duration>,
+    /// Command buffers the driver could not close for lack of memory, whose dispatches were
+    /// recorded again into smaller ones.
+    pub split_command_buffers: u32,
+}
+
+/// A recorded dispatch, kept until its command buffer is submitted so that it can be recorded
+/// again if the driver runs out of memory closing that command buffer.
+struct Recorded<'a> {
+    pipeline: &'a ComputePipeline,
+    bindings: Vec<BufferRange<'a>>,
+    push_constants: Vec<u8>,
+    groups: [u32; 3],
 }
 
 struct Slot<'a> {
@@ -86,6 +98,8 @@ struct Slot<'a> {
     dispatches: u32,
     /// This slot's submission, numbered in stream order; its timestamps are still unread.
     submitted: Option<u64>,
+    /// What the command buffer being recorded holds (empty once submitted).
+    recorded: Vec<Recorded<'a>>,
 }
 
 /// See the module documentation.
@@ -110,6 +124,9 @@ pub struct Stream<'a> {
     host_wait: Duration,
     started: Instant,
     scale: Option<TickScale>,
+    split_command_buffers: u32,
+    /// Test hook: the driver "runs out of memory" closing a command buffer of more dispatches.
+    fail_end_above: Option<u32>,
 }
 
 /// A position in a stream: "everything recorded up to here". Waiting for a ticket makes the
@@ -141,6 +158,7 @@ impl<'a> Stream<'a> {
                     first_dispatch: 0,
                     dispatches: 0,
                     submitted: None,
+                    recorded: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -160,6 +178,8 @@ impl<'a> Stream<'a> {
             host_wait: Duration::ZERO,
             started: Instant::now(),
             scale: profile.then(|| timestamps[0].scale()),
+            split_command_buffers: 0,
+            fail_end_above: None,
         };
         stream.open_current()?;
         Ok(stream)
@@ -187,6 +207,12 @@ impl<'a> Stream<'a> {
         let slot = &mut self.slots[self.current];
         slot.rec
             .dispatch(pipeline, bindings, push_constants, groups)?;
+        slot.recorded.push(Recorded {
+            pipeline,
+            bindings: bindings.to_vec(),
+            push_constants: push_constants.to_vec(),
+            groups,
+        });
         slot.dispatches += 1;
         if let Some(q) = slot.queries {
             slot.rec.write_timestamp(q, slot.dispatches)?;
@@ -232,6 +258,7 @@ impl<'a> Stream<'a> {
             host_busy: wall.saturating_sub(self.host_wait),
             host_wait: self.host_wait,
             gpu_busy: self.scale.map(|_| self.gpu_busy),
+            split_command_buffers: self.split_command_buffers,
         };
         *self.home = self.slots.drain(..).map(|s| s.rec.into_parts()).collect();
         Ok((std::mem::take(&mut self.times), stats))
@@ -244,7 +271,24 @@ impl<'a> Stream<'a> {
         if slot.dispatches == 0 {
             return Ok(());
         }
-        slot.rec.submit()?;
+        let submitted = match self.fail_end_above {
+            Some(n) if slot.dispatches > n => Err(RuntimeError::CommandBufferOutOfMemory {
+                stage: SubmitStage::End,
+                kind: OomKind::Device,
+                dispatches: slot.dispatches,
+                declared_shared_bytes: 0,
+            }),
+            _ => slot.rec.submit(),
+        };
+        match submitted {
+            Ok(()) => {}
+            Err(e @ RuntimeError::CommandBufferOutOfMemory { .. }) => {
+                return self.record_again_smaller(e)
+            }
+            Err(e) => return Err(e),
+        }
+        let slot = &mut self.slots[self.current];
+        slot.recorded.clear();
         slot.submitted = Some(self.submitted);
         self.submitted += 1;
         self.cap = (self.cap * 2).min(self.budget.max_dispatches.max(1));
@@ -254,6 +298,40 @@ impl<'a> Stream<'a> {
             self.retire(self.current)?;
         }
         self.open_current()
+    }
+
+    /// The driver ran out of memory closing (or submitting) the current command buffer, so
+    /// nothing of it ran: record its dispatches again into command buffers of at most half as
+    /// many dispatches and half its estimated driver memory, from here to the end of the
+    /// stream. Panvk 25.x, whose shared-memory allocations outgrow any fixed budget, is the
+    /// case this is for. A command buffer of one dispatch cannot be split: its error stands.
+    fn record_again_smaller(&mut self, oom: RuntimeError) -> Result<()> {
+        let recorded = std::mem::take(&mut self.slots[self.current].recorded);
+        if recorded.len() <= 1 {
+            return Err(oom);
+        }
+        let half = (recorded.len() / 2) as u32;
+        self.budget.max_dispatches = half;
+        self.cap = half;
+        let bytes = self.tracker.used_bytes();
+        if bytes > 0 {
+            self.budget.max_driver_bytes = self.budget.max_driver_bytes.min(bytes / 2).max(1);
+        }
+        self.tracker = BudgetTracker::new(self.budget);
+        self.split_command_buffers += 1;
+        self.dispatches -= recorded.len() as u64;
+        self.open_current()?;
+        for r in recorded {
+            self.dispatch(r.pipeline, &r.bindings, &r.push_constants, r.groups)?;
+        }
+        Ok(())
+    }
+
+    /// Test hook: pretend the driver runs out of memory closing any command buffer of more
+    /// than `dispatches` dispatches (how tests reach `record_again_smaller` on a device with
+    /// memory to spare).
+    pub fn fail_command_buffers_above(&mut self, dispatches: u32) {
+        self.fail_end_above = Some(dispatches);
     }
 
     /// Waits for slot `i`'s submission, reads its timestamps and resets it for recording.
@@ -291,6 +369,7 @@ impl<'a> Stream<'a> {
         slot.rec.barrier()?;
         slot.first_dispatch = first_dispatch;
         slot.dispatches = 0;
+        slot.recorded.clear();
         if let Some(q) = slot.queries {
             slot.rec.reset_timestamps(q, 0, q.capacity())?;
             slot.rec.write_timestamp(q, 0)?;

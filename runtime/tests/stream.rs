@@ -18,6 +18,19 @@ fn run_chain(
     per_cb: u32,
     profile: bool,
 ) -> (Vec<f32>, Vec<f64>, rocky_runtime::StreamStats) {
+    try_chain(ctx, ring, steps, per_cb, profile, None).expect("the chain runs")
+}
+
+/// [`run_chain`], with the driver "running out of memory" closing command buffers of more than
+/// `fail_above` dispatches.
+fn try_chain(
+    ctx: &rocky_runtime::Context,
+    ring: &mut StreamRing,
+    steps: usize,
+    per_cb: u32,
+    profile: bool,
+    fail_above: Option<u32>,
+) -> Result<(Vec<f32>, Vec<f64>, rocky_runtime::StreamStats), rocky_runtime::RuntimeError> {
     let pipeline = ComputePipeline::new(ctx, None, &affine_spirv(), &affine_meta()).unwrap();
     let n = 1000u32;
     let x = test_data(n as usize, 9);
@@ -29,18 +42,19 @@ fn run_chain(
         max_dispatches: per_cb,
     };
     let (times, stats) = {
-        let mut stream = Stream::new(ctx, ring, budget, TIMEOUT, profile).unwrap();
+        let mut stream = Stream::new(ctx, ring, budget, TIMEOUT, profile)?;
+        if let Some(n) = fail_above {
+            stream.fail_command_buffers_above(n);
+        }
         for i in 0..steps {
             let (src, dst) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
             let push = affine_push(1.5, -0.25, n);
-            stream
-                .dispatch(&pipeline, &[src.whole(), dst.whole()], &push, groups_for(n))
-                .unwrap();
+            stream.dispatch(&pipeline, &[src.whole(), dst.whole()], &push, groups_for(n))?;
         }
-        stream.finish().unwrap()
+        stream.finish()?
     };
     let out = if steps % 2 == 1 { &b } else { &a };
-    (out.download_f32(0, n as usize).unwrap(), times, stats)
+    Ok((out.download_f32(0, n as usize).unwrap(), times, stats))
 }
 
 fn chain_cpu(steps: usize) -> Vec<f32> {
@@ -100,4 +114,27 @@ fn profiled_streams_time_every_dispatch() {
         (busy.as_secs_f64() - sum).abs() <= 1e-6 * 11.0 + 1e-9,
         "{busy:?} vs {sum}"
     );
+}
+
+#[test]
+fn command_buffers_the_driver_cannot_close_are_recorded_again_smaller() {
+    let ctx = context();
+    let mut ring = StreamRing::default();
+    // Budget of 8 per command buffer, but the "driver" fails any of more than 3.
+    let (got, _, stats) = try_chain(&ctx, &mut ring, 25, 8, false, Some(3)).unwrap();
+    assert_close(&got, &chain_cpu(25));
+    assert_eq!(stats.dispatches, 25);
+    assert!(stats.split_command_buffers >= 1, "{stats:?}");
+    assert!(stats.command_buffers >= 9, "{stats:?}");
+    // A command buffer of one dispatch cannot be split: the error stands (and names OOM).
+    let mut ring = StreamRing::default();
+    match try_chain(&ctx, &mut ring, 5, 8, false, Some(0)) {
+        Err(rocky_runtime::RuntimeError::CommandBufferOutOfMemory { dispatches, .. }) => {
+            assert_eq!(dispatches, 1)
+        }
+        other => panic!(
+            "expected an out-of-memory error, got {:?}",
+            other.map(|r| r.2)
+        ),
+    }
 }

@@ -353,6 +353,12 @@ pub fn print_stats(stats: &PrefillStats) {
         s.command_buffers,
         stats.ubatches
     );
+    if s.split_command_buffers > 0 {
+        println!(
+            "the driver ran out of memory closing {} command buffer(s): their dispatches were recorded again into smaller ones",
+            s.split_command_buffers
+        );
+    }
 }
 
 /// JSON of [`PrefillStats`] for `--json`.
@@ -368,6 +374,7 @@ pub fn stats_json(stats: &PrefillStats) -> serde_json::Value {
         "host_wait_seconds": s.host_wait.as_secs_f64(),
         "dispatches": s.dispatches,
         "command_buffers": s.command_buffers,
+        "split_command_buffers": s.split_command_buffers,
         "ubatches": stats.ubatches,
     })
 }
