@@ -472,6 +472,9 @@ fn replay_scores_a_search_against_an_exhaustive_run() {
         "24",
         "--runs",
         "2",
+        // All 24 trials must finish: no time budget on a slow or busy machine stops them.
+        "--time",
+        "3600",
         "--graph-time",
         "0",
         "--db",
