@@ -19,6 +19,8 @@
 use super::interface::{BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y};
 use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
 use super::workload::{ActType, GemmWorkload};
+use std::cell::RefCell;
+
 use crate::dequant::ir::{open_unit, WeightRows};
 use crate::dequant::{WeightFormat, UNIT};
 use crate::ir::{
@@ -179,20 +181,31 @@ impl<'a> Gemm<'a> {
     }
 
     /// The K-slab loop shared by both paths: staging, barrier, this thread's units, barrier.
-    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value)) {
+    /// `unit(u, ul, ul_const)`: with `shuffle_a` the units of a slab are unrolled here and
+    /// `ul_const` is the unit's index in the slab.
+    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value, Option<u32>)) {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
         b.for_range(b.c_u32(0), self.units_per_row(), upb, Unroll::Auto, |ub| {
-            if self.staged() {
+            if self.staged() || s.shuffle_a {
                 stage(ub);
+            }
+            if self.staged() {
                 b.barrier();
             }
             let per_thread = upb / s.split_k;
-            b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
-                let ul = b.add(self.kz, b.muli(uu, s.split_k));
-                unit(b.add(ub, ul), ul);
-            });
+            if s.shuffle_a {
+                // split_k is 1: this thread takes every unit of the slab.
+                for ul in 0..upb {
+                    unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+                }
+            } else {
+                b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
+                    let ul = b.add(self.kz, b.muli(uu, s.split_k));
+                    unit(b.add(ub, ul), ul, None);
+                });
+            }
             if self.staged() {
                 b.barrier();
             }
@@ -254,8 +267,18 @@ impl<'a> Gemm<'a> {
         let xs = s.stage_a.then(|| b.shared_array("x_tile", v4m, s.bm * row));
         let ws = s.stage_b.then(|| b.shared_array("w_tile", v4m, s.bn * row));
         let upb = s.units_per_slab();
+        // shuffle_a: this lane's vec4 of each X row of the slab, and lane 0 of its row group.
+        let held: RefCell<Vec<Value>> = RefCell::new(Vec::new());
 
         let stage = |ub: Value| {
+            if s.shuffle_a {
+                let first = b.add(b.muli(ub, CHUNKS), self.tx);
+                *held.borrow_mut() = self
+                    .x_bases
+                    .iter()
+                    .map(|&base| b.convert(b.load(self.x, b.add(base, first)), v4m))
+                    .collect();
+            }
             if let Some(xs) = xs {
                 let per_row = upb * CHUNKS;
                 self.cooperative(s.bm * per_row, |idx| {
@@ -288,7 +311,7 @@ impl<'a> Gemm<'a> {
         };
 
         let [_, wg_n, wg_m] = s.workgroup_size();
-        let unit_body = |u: Value, ul: Value| {
+        let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
             if mixed {
                 for p in part.iter().flatten() {
                     b.store_var(*p, b.lit(part_ty, 0.0));
@@ -302,7 +325,7 @@ impl<'a> Gemm<'a> {
             } else {
                 Vec::new()
             };
-            b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+            let chunk = |c: Value, c_const: Option<u32>| {
                 let xv: Vec<Vec<Value>> = (0..s.tm)
                     .map(|i| {
                         let v = match xs {
@@ -313,11 +336,19 @@ impl<'a> Gemm<'a> {
                                     b.add(b.add(b.muli(r, row), b.muli(ul, CHUNKS)), c),
                                 )
                             }
-                            None => {
-                                let src =
-                                    b.add(self.x_bases[i as usize], b.add(b.muli(u, CHUNKS), c));
-                                b.convert(b.load(self.x, src), v4m)
-                            }
+                            None => match (ul_const, c_const) {
+                                // Chunk c of slab unit ul is held by lane 8·ul + c (the row
+                                // group is the whole subgroup): a constant lane, which
+                                // drivers turn into one cross-lane read.
+                                (Some(ul), Some(c)) => {
+                                    b.subgroup_broadcast(held.borrow()[i as usize], ul * CHUNKS + c)
+                                }
+                                _ => {
+                                    let src = b
+                                        .add(self.x_bases[i as usize], b.add(b.muli(u, CHUNKS), c));
+                                    b.convert(b.load(self.x, src), v4m)
+                                }
+                            },
                         };
                         self.pieces(v)
                     })
@@ -341,7 +372,16 @@ impl<'a> Gemm<'a> {
                         b.store_var(target, a);
                     }
                 }
-            });
+            };
+            if ul_const.is_some() {
+                for c in 0..CHUNKS {
+                    chunk(b.c_u32(c), Some(c));
+                }
+            } else {
+                b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+                    chunk(c, None)
+                });
+            }
             if mixed {
                 for i in 0..tm {
                     for j in 0..tn {
@@ -500,7 +540,7 @@ impl<'a> Gemm<'a> {
         };
 
         let [_, wg_n, wg_m] = s.workgroup_size();
-        let unit_body = |u: Value, ul: Value| {
+        let unit_body = |u: Value, ul: Value, _: Option<u32>| {
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
                 .map(|i| match (xq, xd) {
