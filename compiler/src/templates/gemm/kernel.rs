@@ -100,9 +100,10 @@ impl<'a> Gemm<'a> {
 
         let (m, n, k) = (b.push(p_m), b.push(p_n), b.push(p_k));
         let (n_offset, ldy) = (b.push(p_noff), b.push(p_ldy));
-        let [_, wg_n, wg_m] = s.workgroup_size();
-        let kz = b.builtin(Builtin::LocalInvocationId(0));
-        let tx = b.builtin(Builtin::LocalInvocationId(1));
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        let (kz_dim, tx_dim) = if s.shuffle_a { (1, 0) } else { (0, 1) };
+        let kz = b.builtin(Builtin::LocalInvocationId(kz_dim));
+        let tx = b.builtin(Builtin::LocalInvocationId(tx_dim));
         let ty = b.builtin(Builtin::LocalInvocationId(2));
         let tid = b.builtin(Builtin::LocalInvocationIndex);
         let m0 = b.muli(b.builtin(Builtin::WorkgroupId(1)), s.bm);
@@ -310,7 +311,7 @@ impl<'a> Gemm<'a> {
             }
         };
 
-        let [_, wg_n, wg_m] = s.workgroup_size();
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
         let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
             if mixed {
                 for p in part.iter().flatten() {
@@ -539,7 +540,7 @@ impl<'a> Gemm<'a> {
             }
         };
 
-        let [_, wg_n, wg_m] = s.workgroup_size();
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
         let unit_body = |u: Value, ul: Value, _: Option<u32>| {
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
@@ -637,7 +638,7 @@ impl<'a> Gemm<'a> {
             }
             return;
         }
-        let [_, wg_n, _] = s.workgroup_size();
+        let wg_n = s.bn / s.tn;
         let tile = s.bm * s.bn;
         let red: SharedArray = b.shared_array("split_k_partials", Type::F32, s.split_k * tile);
         // Slot of this thread's micro-tile entry (i, j) within one split's tile.

@@ -81,8 +81,18 @@ pub struct GemmSchedule {
 }
 
 impl GemmSchedule {
-    /// `LocalSize` of the kernel: `[split_k, bn/tn, bm/tm]`.
+    /// `LocalSize` of the kernel: `[split_k, bn/tn, bm/tm]` (`[bn/tn, 1, bm/tm]` with
+    /// `shuffle_a`).
     pub fn workgroup_size(&self) -> [u32; 3] {
+        if self.shuffle_a {
+            // The row group along x, where implementations form subgroups (llvmpipe
+            // vectorizes x only: with x = 1 its subgroups hold one invocation).
+            return [
+                self.bn / self.tn.max(1),
+                self.split_k,
+                self.bm / self.tm.max(1),
+            ];
+        }
         [
             self.split_k,
             self.bn / self.tn.max(1),
