@@ -36,6 +36,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         vector_width: 4,
         stage_a: false,
         stage_b: false,
+        shuffle_a: false,
         accumulate,
         math,
     }

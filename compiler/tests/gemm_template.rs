@@ -31,6 +31,7 @@ fn sched() -> GemmSchedule {
         vector_width: 1,
         stage_a: false,
         stage_b: false,
+        shuffle_a: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }

@@ -291,12 +291,15 @@ fn gemm_kernels_across_the_space_match_the_reference() {
         let space = gemm::search_space(w, &caps);
         // A spread-out sample of the space (a prime stride walks through every axis), plus
         // the defaults of both device classes.
-        let mut sample: Vec<GemmSchedule> = space.iter().step_by(53).copied().collect();
-        sample.push(gemm::default_schedule(w, &caps));
+        // Each with the device it was made for (the Mali default shares X rows across a
+        // subgroup of 16, which the interpreter then models).
         let mali = mali_vk12();
-        sample.push(gemm::default_schedule(w, &mali));
-        for s in &sample {
-            check(w, s, &caps, &inp);
+        let mut sample: Vec<(GemmSchedule, &DeviceCaps)> =
+            space.iter().step_by(53).map(|s| (*s, &caps)).collect();
+        sample.push((gemm::default_schedule(w, &caps), &caps));
+        sample.push((gemm::default_schedule(w, &mali), &mali));
+        for (s, dev) in &sample {
+            check(w, s, dev, &inp);
             maths.insert((s.math, s.accumulate, s.stage_a, s.stage_b, s.split_k > 1));
             checked += 1;
         }
@@ -325,6 +328,7 @@ fn every_path_of_the_template_matches_the_reference() {
         vector_width: 1,
         stage_a: false,
         stage_b: false,
+        shuffle_a: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -383,6 +387,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         vector_width: 4,
         stage_a: true,
         stage_b: false,
+        shuffle_a: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

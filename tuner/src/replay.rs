@@ -149,6 +149,7 @@ pub(crate) mod tests {
             vector_width: 1,
             stage_a: false,
             stage_b: false,
+            shuffle_a: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })

@@ -46,5 +46,8 @@ pub fn capabilities_and_extensions(
     if f.subgroup_shuffle {
         caps.push(Capability::GroupNonUniformShuffle);
     }
+    if f.subgroup_ballot {
+        caps.push(Capability::GroupNonUniformBallot);
+    }
     (caps, exts)
 }

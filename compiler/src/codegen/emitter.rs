@@ -756,6 +756,7 @@ impl<'m> Emitter<'m> {
             }),
             SubgroupOp::Shuffle => (Op::GroupNonUniformShuffle, false),
             SubgroupOp::ShuffleXor => (Op::GroupNonUniformShuffleXor, false),
+            SubgroupOp::Broadcast => (Op::GroupNonUniformBroadcast, false),
         };
         let mut operands = vec![Operand::IdRef(scope)];
         if is_reduce {

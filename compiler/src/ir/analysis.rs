@@ -28,6 +28,9 @@ pub struct Features {
     pub subgroup_basic: bool,
     pub subgroup_arithmetic: bool,
     pub subgroup_shuffle: bool,
+    /// `GroupNonUniformBallot` (broadcast); devices with shuffles have it (Vulkan's ballot
+    /// feature is checked together with shuffle by the templates that use it).
+    pub subgroup_ballot: bool,
     /// Built-in inputs read (by variable, components merged).
     pub builtins: BTreeSet<BuiltinVar>,
 }
@@ -83,7 +86,9 @@ impl Features {
             int16: self.int16,
             integer_dot_product: self.dot_product_4x8,
             subgroup_arithmetic: self.subgroup_arithmetic,
-            subgroup_shuffle: self.subgroup_shuffle,
+            // Broadcast needs the ballot subgroup feature, which every device with shuffles
+            // that rocky targets has (Mali/panvk, lavapipe, NVIDIA): required as a shuffle.
+            subgroup_shuffle: self.subgroup_shuffle || self.subgroup_ballot,
         }
     }
 }
@@ -191,6 +196,9 @@ pub fn features(module: &Module) -> Features {
                     }
                     if op.is_shuffle() {
                         f.subgroup_shuffle = true;
+                    }
+                    if op.is_ballot() {
+                        f.subgroup_ballot = true;
                     }
                 }
                 _ => {}

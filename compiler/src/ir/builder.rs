@@ -646,6 +646,11 @@ impl KernelBuilder {
     pub fn subgroup_shuffle(&self, v: Value, lane: Value) -> Value {
         self.subgroup(SubgroupOp::Shuffle, v, Some(lane))
     }
+    /// The value of subgroup invocation `lane` (a constant) in every invocation.
+    pub fn subgroup_broadcast(&self, v: Value, lane: u32) -> Value {
+        let lane = self.c_u32(lane);
+        self.subgroup(SubgroupOp::Broadcast, v, Some(lane))
+    }
     pub fn subgroup_shuffle_xor(&self, v: Value, mask: Value) -> Value {
         self.subgroup(SubgroupOp::ShuffleXor, v, Some(mask))
     }

@@ -553,9 +553,9 @@ impl Exec<'_, '_> {
                         }
                         acc
                     }
-                    SubgroupOp::Shuffle | SubgroupOp::ShuffleXor => {
+                    SubgroupOp::Shuffle | SubgroupOp::ShuffleXor | SubgroupOp::Broadcast => {
                         let o = self.get(operand.expect("shuffle operand"), lane)[0] as usize;
-                        let id = if op == SubgroupOp::Shuffle {
+                        let id = if op != SubgroupOp::ShuffleXor {
                             o
                         } else {
                             (lane % self.sg) ^ o

@@ -193,6 +193,10 @@ pub enum SubgroupOp {
     Shuffle,
     /// Value of the invocation whose id is ours XOR the mask.
     ShuffleXor,
+    /// Value of the invocation with the given id, a constant (`OpGroupNonUniformBroadcast`,
+    /// needs ballot support; drivers emit one cross-lane read where a shuffle may become a
+    /// loop over lanes).
+    Broadcast,
 }
 
 impl SubgroupOp {
@@ -201,6 +205,9 @@ impl SubgroupOp {
     }
     pub fn is_shuffle(self) -> bool {
         matches!(self, SubgroupOp::Shuffle | SubgroupOp::ShuffleXor)
+    }
+    pub fn is_ballot(self) -> bool {
+        self == SubgroupOp::Broadcast
     }
 }
 

@@ -1,7 +1,8 @@
 //! Rule-based default schedules (in the spirit of MLC's dlight rules), used when a workload
 //! has not been tuned on a device.
 //!
-//! - Shared memory off-chip (Mali/panvk): no staging; small register footprint (Mali halves
+//! - Shared memory off-chip (Mali/panvk): no staging, X rows shared through subgroup
+//!   broadcasts (`shuffle_a`) where the subgroup is a power of two; small register footprint (Mali halves
 //!   occupancy above 32 registers); f16 packed math where the device has it, accumulating
 //!   in f32; 64 threads.
 //! - Devices that emulate f16 (CPU implementations) keep f32 math.
@@ -47,6 +48,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         vector_width,
         stage_a: false,
         stage_b: false,
+        shuffle_a: false,
         accumulate,
         math,
     };
@@ -82,6 +84,21 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         }
     }
     if caps.shared_memory_is_slow {
+        // X rows shared across a subgroup-wide row group through broadcasts (one vec4 load
+        // per lane and row per slab instead of eight per unit), 4 rows per thread: on Mesa
+        // 26.1.6's Valhall compiler (M=512, K=2048) ls fell from 112 to 18 cycles (Q4_K), 212
+        // to 80 (Q6_K), 124 to 46 (Q8_0), without spills
+        // (docs/measurements/2026-12-02-mali-shim26-gemm.md).
+        let sg = caps.subgroup_size;
+        c.push(GemmSchedule {
+            bm: 16,
+            bn: sg,
+            bk: 4 * sg,
+            tm: 4,
+            tn: 1,
+            shuffle_a: true,
+            ..base
+        });
         c.push(GemmSchedule {
             bm: 16,
             bn: 32,

@@ -19,6 +19,8 @@
 use super::interface::{BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y};
 use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
 use super::workload::{ActType, GemmWorkload};
+use std::cell::RefCell;
+
 use crate::dequant::ir::{open_unit, WeightRows};
 use crate::dequant::{WeightFormat, UNIT};
 use crate::ir::{
@@ -98,9 +100,10 @@ impl<'a> Gemm<'a> {
 
         let (m, n, k) = (b.push(p_m), b.push(p_n), b.push(p_k));
         let (n_offset, ldy) = (b.push(p_noff), b.push(p_ldy));
-        let [_, wg_n, wg_m] = s.workgroup_size();
-        let kz = b.builtin(Builtin::LocalInvocationId(0));
-        let tx = b.builtin(Builtin::LocalInvocationId(1));
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        let (kz_dim, tx_dim) = if s.shuffle_a { (1, 0) } else { (0, 1) };
+        let kz = b.builtin(Builtin::LocalInvocationId(kz_dim));
+        let tx = b.builtin(Builtin::LocalInvocationId(tx_dim));
         let ty = b.builtin(Builtin::LocalInvocationId(2));
         let tid = b.builtin(Builtin::LocalInvocationIndex);
         let m0 = b.muli(b.builtin(Builtin::WorkgroupId(1)), s.bm);
@@ -179,20 +182,31 @@ impl<'a> Gemm<'a> {
     }
 
     /// The K-slab loop shared by both paths: staging, barrier, this thread's units, barrier.
-    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value)) {
+    /// `unit(u, ul, ul_const)`: with `shuffle_a` the units of a slab are unrolled here and
+    /// `ul_const` is the unit's index in the slab.
+    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value, Option<u32>)) {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
         b.for_range(b.c_u32(0), self.units_per_row(), upb, Unroll::Auto, |ub| {
-            if self.staged() {
+            if self.staged() || s.shuffle_a {
                 stage(ub);
+            }
+            if self.staged() {
                 b.barrier();
             }
             let per_thread = upb / s.split_k;
-            b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
-                let ul = b.add(self.kz, b.muli(uu, s.split_k));
-                unit(b.add(ub, ul), ul);
-            });
+            if s.shuffle_a {
+                // split_k is 1: this thread takes every unit of the slab.
+                for ul in 0..upb {
+                    unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+                }
+            } else {
+                b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
+                    let ul = b.add(self.kz, b.muli(uu, s.split_k));
+                    unit(b.add(ub, ul), ul, None);
+                });
+            }
             if self.staged() {
                 b.barrier();
             }
@@ -254,8 +268,18 @@ impl<'a> Gemm<'a> {
         let xs = s.stage_a.then(|| b.shared_array("x_tile", v4m, s.bm * row));
         let ws = s.stage_b.then(|| b.shared_array("w_tile", v4m, s.bn * row));
         let upb = s.units_per_slab();
+        // shuffle_a: this lane's vec4 of each X row of the slab, and lane 0 of its row group.
+        let held: RefCell<Vec<Value>> = RefCell::new(Vec::new());
 
         let stage = |ub: Value| {
+            if s.shuffle_a {
+                let first = b.add(b.muli(ub, CHUNKS), self.tx);
+                *held.borrow_mut() = self
+                    .x_bases
+                    .iter()
+                    .map(|&base| b.convert(b.load(self.x, b.add(base, first)), v4m))
+                    .collect();
+            }
             if let Some(xs) = xs {
                 let per_row = upb * CHUNKS;
                 self.cooperative(s.bm * per_row, |idx| {
@@ -287,8 +311,8 @@ impl<'a> Gemm<'a> {
             }
         };
 
-        let [_, wg_n, wg_m] = s.workgroup_size();
-        let unit_body = |u: Value, ul: Value| {
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
             if mixed {
                 for p in part.iter().flatten() {
                     b.store_var(*p, b.lit(part_ty, 0.0));
@@ -302,7 +326,7 @@ impl<'a> Gemm<'a> {
             } else {
                 Vec::new()
             };
-            b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+            let chunk = |c: Value, c_const: Option<u32>| {
                 let xv: Vec<Vec<Value>> = (0..s.tm)
                     .map(|i| {
                         let v = match xs {
@@ -313,11 +337,19 @@ impl<'a> Gemm<'a> {
                                     b.add(b.add(b.muli(r, row), b.muli(ul, CHUNKS)), c),
                                 )
                             }
-                            None => {
-                                let src =
-                                    b.add(self.x_bases[i as usize], b.add(b.muli(u, CHUNKS), c));
-                                b.convert(b.load(self.x, src), v4m)
-                            }
+                            None => match (ul_const, c_const) {
+                                // Chunk c of slab unit ul is held by lane 8·ul + c (the row
+                                // group is the whole subgroup): a constant lane, which
+                                // drivers turn into one cross-lane read.
+                                (Some(ul), Some(c)) => {
+                                    b.subgroup_broadcast(held.borrow()[i as usize], ul * CHUNKS + c)
+                                }
+                                _ => {
+                                    let src = b
+                                        .add(self.x_bases[i as usize], b.add(b.muli(u, CHUNKS), c));
+                                    b.convert(b.load(self.x, src), v4m)
+                                }
+                            },
                         };
                         self.pieces(v)
                     })
@@ -341,7 +373,16 @@ impl<'a> Gemm<'a> {
                         b.store_var(target, a);
                     }
                 }
-            });
+            };
+            if ul_const.is_some() {
+                for c in 0..CHUNKS {
+                    chunk(b.c_u32(c), Some(c));
+                }
+            } else {
+                b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
+                    chunk(c, None)
+                });
+            }
             if mixed {
                 for i in 0..tm {
                     for j in 0..tn {
@@ -499,8 +540,8 @@ impl<'a> Gemm<'a> {
             }
         };
 
-        let [_, wg_n, wg_m] = s.workgroup_size();
-        let unit_body = |u: Value, ul: Value| {
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        let unit_body = |u: Value, ul: Value, _: Option<u32>| {
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
                 .map(|i| match (xq, xd) {
@@ -597,7 +638,7 @@ impl<'a> Gemm<'a> {
             }
             return;
         }
-        let [_, wg_n, _] = s.workgroup_size();
+        let wg_n = s.bn / s.tn;
         let tile = s.bm * s.bn;
         let red: SharedArray = b.shared_array("split_k_partials", Type::F32, s.split_k * tile);
         // Slot of this thread's micro-tile entry (i, j) within one split's tile.

@@ -68,13 +68,31 @@ pub struct GemmSchedule {
     pub stage_a: bool,
     /// Stage the dequantized W slab in shared memory (cooperative dequantization).
     pub stage_b: bool,
+    /// Share the X loads of a row group through subgroup shuffles instead of shared memory:
+    /// the `bn/tn` threads of a row group (one whole subgroup: `bn/tn` = subgroup size) each load one
+    /// vec4 of every X row of the slab (`bk = 4·bn/tn`), and each chunk is then read from the
+    /// lane holding it. Cuts X loads `bn/tn`-fold where shared memory is not on-chip (Mali).
+    /// FMA math only, no split-K, no `stage_a`. Omitted from the serialization when false, so
+    /// schedules without it keep their keys.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shuffle_a: bool,
     pub accumulate: Precision,
     pub math: Math,
 }
 
 impl GemmSchedule {
-    /// `LocalSize` of the kernel: `[split_k, bn/tn, bm/tm]`.
+    /// `LocalSize` of the kernel: `[split_k, bn/tn, bm/tm]` (`[bn/tn, 1, bm/tm]` with
+    /// `shuffle_a`).
     pub fn workgroup_size(&self) -> [u32; 3] {
+        if self.shuffle_a {
+            // The row group along x, where implementations form subgroups (llvmpipe
+            // vectorizes x only: with x = 1 its subgroups hold one invocation).
+            return [
+                self.bn / self.tn.max(1),
+                self.split_k,
+                self.bm / self.tm.max(1),
+            ];
+        }
         [
             self.split_k,
             self.bn / self.tn.max(1),
@@ -126,14 +144,16 @@ impl GemmSchedule {
     pub fn register_estimate(&self) -> u32 {
         let (tm, tn, v) = (self.tm, self.tn, self.vector_width);
         let overhead = 12;
+        // shuffle_a holds one vec4 of each X row for the whole slab.
+        let held = |lane_regs: u32| if self.shuffle_a { lane_regs * tm } else { 0 };
         match self.math {
-            Math::FmaF32 => tm * tn * v + 4 * tm + 4 * tn + 3 * tn + overhead,
+            Math::FmaF32 => tm * tn * v + 4 * tm + 4 * tn + 3 * tn + held(4) + overhead,
             Math::FmaF16Packed => {
                 let acc = match self.accumulate {
                     Precision::F16 => (tm * tn * v).div_ceil(2),
                     Precision::F32 => tm * tn * v + (tm * tn * v).div_ceil(2),
                 };
-                acc + 2 * tm + 2 * tn + 3 * tn + overhead
+                acc + 2 * tm + 2 * tn + 3 * tn + held(2) + overhead
             }
             Math::Int8Dot => {
                 let quantize = if self.stage_a { 0 } else { 32 };
@@ -158,7 +178,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}_{}_{}",
+            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -171,6 +191,7 @@ impl GemmSchedule {
             self.vector_width,
             self.stage_a as u8,
             self.stage_b as u8,
+            if self.shuffle_a { "_shfa" } else { "" },
             acc,
             math
         )
@@ -244,6 +265,29 @@ impl GemmSchedule {
             }
         }
 
+        if self.shuffle_a {
+            let wg_n = self.bn / self.tn;
+            if self.math == Math::Int8Dot || self.stage_a || self.split_k != 1 {
+                return bad("shuffle_a needs FMA math, no stage_a and no split-K".into());
+            }
+            if !wg_n.is_power_of_two() || wg_n < 8 || self.bk != 4 * wg_n {
+                return bad(format!(
+                    "shuffle_a needs a power-of-two row group of at least 8 threads and bk = 4 x {wg_n}"
+                ));
+            }
+            if !caps.subgroup_shuffle {
+                return Err(Refusal::MissingFeature(
+                    "subgroup shuffle (shuffle_a)".into(),
+                ));
+            }
+            if wg_n != caps.subgroup_size {
+                return Err(Refusal::DeviceLimit(format!(
+                    "shuffle_a: a row group of {wg_n} threads is not one subgroup of {}",
+                    caps.subgroup_size
+                )));
+            }
+        }
+
         // Device features.
         if self.math == Math::FmaF16Packed && !caps.float16 {
             return Err(Refusal::MissingFeature(
@@ -293,6 +337,10 @@ impl GemmSchedule {
         }
         Ok(())
     }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// f32 scales stored per unit by the int8 path's weight staging.

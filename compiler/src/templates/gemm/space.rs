@@ -76,11 +76,25 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         vector_width,
                                         stage_a,
                                         stage_b,
+                                        shuffle_a: false,
                                         accumulate,
                                         math,
                                     };
                                     if s.validate(w, caps).is_ok() {
                                         out.push(s);
+                                    }
+                                    // X shared through subgroup shuffles instead of
+                                    // shared memory (it pays where shared memory is slow)
+                                    // with its own bk = 4·wg_n, tried once.
+                                    if !stage_a && bk == 64 {
+                                        let s = GemmSchedule {
+                                            bk: 4 * wg_n,
+                                            shuffle_a: true,
+                                            ..s
+                                        };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
                                     }
                                 }
                             }
