@@ -93,13 +93,18 @@ struct Recorded<'a> {
 struct Slot<'a> {
     rec: Recorder<'a>,
     queries: Option<&'a TimestampQueries>,
-    /// Indices (in stream order) of the dispatches recorded in this slot's command buffer.
+    /// Index (in stream order) of the first dispatch recorded in this slot's command buffer.
     first_dispatch: u64,
-    dispatches: u32,
     /// This slot's submission, numbered in stream order; its timestamps are still unread.
     submitted: Option<u64>,
-    /// What the command buffer being recorded holds (empty once submitted).
+    /// What this slot's command buffer holds, until the slot is recorded again.
     recorded: Vec<Recorded<'a>>,
+}
+
+impl Slot<'_> {
+    fn dispatches(&self) -> u32 {
+        self.recorded.len() as u32
+    }
 }
 
 /// See the module documentation.
@@ -156,7 +161,6 @@ impl<'a> Stream<'a> {
                     rec: Recorder::from_parts(p)?,
                     queries: profile.then(|| &timestamps[i]),
                     first_dispatch: 0,
-                    dispatches: 0,
                     submitted: None,
                     recorded: Vec::new(),
                 })
@@ -197,7 +201,7 @@ impl<'a> Stream<'a> {
         let cost = self
             .budget
             .dispatch_bytes(pipeline.meta().shared_bytes, groups);
-        if self.slots[self.current].dispatches >= self.cap {
+        if self.slots[self.current].dispatches() >= self.cap {
             self.flush()?;
         }
         if self.tracker.admit(cost) == Admit::SubmitFirst {
@@ -213,9 +217,8 @@ impl<'a> Stream<'a> {
             push_constants: push_constants.to_vec(),
             groups,
         });
-        slot.dispatches += 1;
         if let Some(q) = slot.queries {
-            slot.rec.write_timestamp(q, slot.dispatches)?;
+            slot.rec.write_timestamp(q, slot.dispatches())?;
         }
         self.dispatches += 1;
         Ok(())
@@ -223,7 +226,7 @@ impl<'a> Stream<'a> {
 
     /// A ticket for everything recorded so far.
     pub fn ticket(&self) -> Ticket {
-        match self.slots[self.current].dispatches {
+        match self.slots[self.current].dispatches() {
             0 => Ticket(self.submitted),
             _ => Ticket(self.submitted + 1),
         }
@@ -268,14 +271,14 @@ impl<'a> Stream<'a> {
     /// waiting for that slot's previous submission first.
     fn flush(&mut self) -> Result<()> {
         let slot = &mut self.slots[self.current];
-        if slot.dispatches == 0 {
+        if slot.dispatches() == 0 {
             return Ok(());
         }
         let submitted = match self.fail_end_above {
-            Some(n) if slot.dispatches > n => Err(RuntimeError::CommandBufferOutOfMemory {
+            Some(n) if slot.dispatches() > n => Err(RuntimeError::CommandBufferOutOfMemory {
                 stage: SubmitStage::End,
                 kind: OomKind::Device,
-                dispatches: slot.dispatches,
+                dispatches: slot.dispatches(),
                 declared_shared_bytes: 0,
             }),
             _ => slot.rec.submit(),
@@ -288,7 +291,6 @@ impl<'a> Stream<'a> {
             Err(e) => return Err(e),
         }
         let slot = &mut self.slots[self.current];
-        slot.recorded.clear();
         slot.submitted = Some(self.submitted);
         self.submitted += 1;
         self.cap = (self.cap * 2).min(self.budget.max_dispatches.max(1));
@@ -345,18 +347,19 @@ impl<'a> Stream<'a> {
         slot.rec.wait(timeout)?;
         self.host_wait += waited.elapsed();
         if let (Some(q), Some(scale)) = (slot.queries, self.scale) {
-            let ticks = q.read(0, slot.dispatches + 1)?;
+            let n = slot.dispatches();
+            let ticks = q.read(0, n + 1)?;
             let first = slot.first_dispatch as usize;
-            if self.times.len() < first + slot.dispatches as usize {
-                self.times.resize(first + slot.dispatches as usize, 0.0);
+            if self.times.len() < first + n as usize {
+                self.times.resize(first + n as usize, 0.0);
             }
-            for k in 0..slot.dispatches as usize {
+            for k in 0..n as usize {
                 self.times[first + k] = scale.elapsed(ticks[k], ticks[k + 1]).as_secs_f64();
             }
-            self.gpu_busy += scale.elapsed(ticks[0], ticks[slot.dispatches as usize]);
+            self.gpu_busy += scale.elapsed(ticks[0], ticks[n as usize]);
         }
         slot.submitted = None;
-        slot.dispatches = 0;
+        slot.recorded.clear();
         self.finished = self.finished.max(number + 1);
         Ok(())
     }
@@ -368,7 +371,6 @@ impl<'a> Stream<'a> {
         slot.rec.reset()?;
         slot.rec.barrier()?;
         slot.first_dispatch = first_dispatch;
-        slot.dispatches = 0;
         slot.recorded.clear();
         if let Some(q) = slot.queries {
             slot.rec.reset_timestamps(q, 0, q.capacity())?;

@@ -164,14 +164,10 @@ pub fn run(args: Args) -> CmdResult {
 
 /// The memory plan of `--verbose`, on standard error (stdout keeps the results).
 fn print_memory_plan(plan: &[(String, u64)], ubatch: usize) {
-    let total: u64 = plan
-        .iter()
-        .filter(|(what, _)| !what.starts_with(' '))
-        .map(|&(_, b)| b)
-        .sum();
     eprintln!("device memory plan at ubatch {ubatch}:");
     for (what, bytes) in plan {
-        eprintln!("  {what:<40} {:>12}", human_bytes(*bytes));
+        eprintln!("  {what:<48} {:>12}", human_bytes(*bytes));
     }
-    eprintln!("  {:<40} {:>12}", "total", human_bytes(total));
+    let total: u64 = plan.iter().map(|(_, bytes)| bytes).sum();
+    eprintln!("  {:<48} {:>12}", "total", human_bytes(total));
 }

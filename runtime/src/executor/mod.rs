@@ -328,15 +328,14 @@ impl<'m> Executor<'m> {
     /// Bytes of every device buffer this executor holds: its whole footprint, allocated up
     /// front (what `rocky bench` reports as device memory).
     pub fn device_bytes(&self) -> u64 {
-        let slots: u64 = self.slots.iter().map(Buffer::size).sum();
-        let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
-        slots + kv + self.ids.size() + self.logits.size() + self.weights.footprint().0
+        self.memory_plan().iter().map(|(_, bytes)| bytes).sum()
     }
 
-    /// The device buffers this executor holds, as (what, bytes): each activation slot (sized by
-    /// the largest value it holds at this ubatch), the KV cache, the token ids, the logits, and
-    /// the weights in all with their largest tensor. What `prefill --verbose` prints, to check
-    /// a plan against a driver's limits (panvk: 1 GiB per buffer, ~4 GiB in all).
+    /// The device buffers this executor holds, as (what, bytes), each counted once: each
+    /// activation slot (sized by the largest value it holds at this ubatch), the KV cache, the
+    /// token ids, the logits, and the weights in all (named with their largest tensor). What
+    /// `prefill --verbose` prints, to check a plan against a driver's limits (panvk: 1 GiB per
+    /// buffer, ~4 GiB in all).
     pub fn memory_plan(&self) -> Vec<(String, u64)> {
         let mut plan: Vec<(String, u64)> = self
             .slots
@@ -348,10 +347,13 @@ impl<'m> Executor<'m> {
         plan.push(("token ids".to_string(), self.ids.size()));
         plan.push(("logits".to_string(), self.logits.size()));
         let (weights, largest) = self.weights.footprint();
-        plan.push(("weights".to_string(), weights));
-        if let Some((name, bytes)) = largest {
-            plan.push((format!("  largest weight: {name}"), bytes));
-        }
+        let label = match largest {
+            Some((name, bytes)) => {
+                format!("weights (largest: {name}, {})", crate::format_bytes(bytes))
+            }
+            None => "weights".to_string(),
+        };
+        plan.push((label, weights));
         plan
     }
 
