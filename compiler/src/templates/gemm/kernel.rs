@@ -243,8 +243,15 @@ impl<'a> Gemm<'a> {
             Precision::F32 => Scalar::F32,
             Precision::F16 => Scalar::F16,
         };
-        let acc_ty = Type::vec(acc_scalar, vw);
         let mixed = f16 && acc_scalar == Scalar::F32;
+        // Mixed precision folds each unit's f16 partial sums (vw lanes) into one f32 scalar:
+        // the same conversions and adds as a vector accumulator, with vw-fold fewer f32
+        // registers, which is what lets the bigger micro-tiles fit the register budget.
+        let acc_ty = if mixed {
+            Type::F32
+        } else {
+            Type::vec(acc_scalar, vw)
+        };
         let part_ty = Type::vec(Scalar::F16, vw);
         let (tm, tn) = (s.tm as usize, s.tn as usize);
         let grid = |name: &str, ty: Type| -> Vec<Vec<Var>> {
@@ -386,8 +393,10 @@ impl<'a> Gemm<'a> {
             if mixed {
                 for i in 0..tm {
                     for j in 0..tn {
-                        let p = b.convert(b.load_var(part[i][j]), acc_ty);
-                        b.store_var(acc[i][j], b.add(b.load_var(acc[i][j]), p));
+                        let p = b.convert(b.load_var(part[i][j]), Type::vec(Scalar::F32, vw));
+                        let sum =
+                            (0..vw).fold(b.load_var(acc[i][j]), |a, l| b.add(a, b.extract(p, l)));
+                        b.store_var(acc[i][j], sum);
                     }
                 }
             }
@@ -395,7 +404,13 @@ impl<'a> Gemm<'a> {
 
         self.slab_loop(stage, unit_body);
 
-        // Horizontal sums in f32.
+        // Horizontal sums in f32 (mixed precision holds them already).
+        if mixed {
+            return acc
+                .iter()
+                .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
+                .collect();
+        }
         acc.iter()
             .map(|row| {
                 row.iter()

@@ -151,7 +151,8 @@ impl GemmSchedule {
             Math::FmaF16Packed => {
                 let acc = match self.accumulate {
                     Precision::F16 => (tm * tn * v).div_ceil(2),
-                    Precision::F32 => tm * tn * v + (tm * tn * v).div_ceil(2),
+                    // One f32 scalar per output plus the unit's packed f16 partial sums.
+                    Precision::F32 => tm * tn + (tm * tn * v).div_ceil(2),
                 };
                 acc + 2 * tm + 2 * tn + 3 * tn + held(2) + overhead
             }
