@@ -319,6 +319,73 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
     assert!(c.max_abs_diff <= 1e-5, "{}", c.max_abs_diff);
 }
 
+/// Every GEMM of the default schedules split four ways across the grid where the schedule
+/// allows it (split-K with its reduce kernel, as a tuned database might choose).
+struct SplitKGemms;
+
+impl ScheduleSource for SplitKGemms {
+    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
+        let (s, origin) = DefaultSchedules.schedule(w, caps);
+        match (w, s) {
+            (Workload::Gemm(gw), Schedule::Gemm(g)) => {
+                let split = rocky_compiler::GemmSchedule { k_groups: 4, ..g };
+                if split.validate(gw, caps).is_ok() {
+                    (Schedule::Gemm(split), ScheduleOrigin::Tuned)
+                } else {
+                    (s, origin)
+                }
+            }
+            _ => (s, origin),
+        }
+    }
+}
+
+#[test]
+fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
+    let path = shared().join("models/qwen2-tiny-q4_k_m.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    // 72 tokens at ubatch 64: a full ubatch and a partial one of 8 rows.
+    let (ids, want) = golden("qwen2-tiny-q4_k_m", "ids_len072");
+    // The source really splits (so the comparison below can fail).
+    let options = ExecutorOptions {
+        ubatch: 64,
+        budget: CommandBudget::for_device(ctx().info()),
+        timeout: Duration::from_secs(600),
+        profile: false,
+    };
+    let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
+    let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
+    ex.prepare(&SplitKGemms).unwrap();
+    let split = ex
+        .used
+        .iter()
+        .filter(|(_, _, s, _)| matches!(s, Schedule::Gemm(g) if g.k_groups == 4))
+        .count();
+    assert!(split >= 4, "only {split} GEMMs split");
+    assert!(ex
+        .memory_plan()
+        .iter()
+        .any(|(what, _)| what == "split-K partials"));
+    drop(ex);
+    for ubatch in [64, 16] {
+        let split = gpu_logits(&file, &model, &ids, ubatch, None, &SplitKGemms);
+        let default = gpu_logits(&file, &model, &ids, ubatch, None, &DefaultSchedules);
+        let c = compare_logits(&default, &split);
+        // Only the order of the f32 additions differs.
+        assert!(
+            c.max_abs_diff <= 1e-3,
+            "ubatch {ubatch}: {}",
+            c.max_abs_diff
+        );
+        let g = compare_logits(&want, &split);
+        assert_eq!(
+            g.top1_a, g.top1_b,
+            "ubatch {ubatch}: top-1 against llama.cpp"
+        );
+    }
+}
+
 /// A Qwen2.5-0.5B-shaped Q4_K_M model (random weights), made once into the test assets.
 fn synth_0_5b() -> PathBuf {
     use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};

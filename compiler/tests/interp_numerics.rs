@@ -209,6 +209,10 @@ fn run_gemm(
     let mut x = act_bytes(&inp.x, w.act);
     let mut y = vec![0u8; (w.m * w.n * w.act_bytes()) as usize];
     let mut bias = inp.bias.as_ref().map(|b| act_bytes(b, ActType::F32));
+    // Split-K across the grid: the GEMM writes f32 partial sums (and binds no bias), the
+    // reduce kernel adds them up with the bias into Y.
+    let split = s.k_groups > 1;
+    let mut partials = vec![0u8; 4 * gemm::split_k::scratch_values(w, s) as usize];
     for slice in slices {
         let start = slice.weight_offset as usize;
         let end = (start + slice.weight_range as usize).min(inp.weights.len());
@@ -225,10 +229,10 @@ fn run_gemm(
             },
             BufferData {
                 binding: 2,
-                bytes: &mut y,
+                bytes: if split { &mut partials } else { &mut y },
             },
         ];
-        if let Some(b) = bias.as_mut() {
+        if let (Some(b), false) = (bias.as_mut(), split) {
             bufs.push(BufferData {
                 binding: 3,
                 bytes: b,
@@ -243,6 +247,41 @@ fn run_gemm(
             caps.subgroup_size,
         )
         .unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
+    }
+    if split {
+        let reduce = gemm::split_k::reduce_ir(w, s);
+        assert!(gemm::split_k::instantiate_reduce(w, s, caps).is_ok());
+        let mut bufs = vec![
+            BufferData {
+                binding: gemm::split_k::BINDING_PARTIALS,
+                bytes: &mut partials,
+            },
+            BufferData {
+                binding: 2,
+                bytes: &mut y,
+            },
+        ];
+        if let Some(b) = bias.as_mut() {
+            bufs.push(BufferData {
+                binding: 3,
+                bytes: b,
+            });
+        }
+        let whole = NSlice {
+            n_offset: 0,
+            n: w.n,
+            weight_offset: 0,
+            weight_range: 0,
+        };
+        let push = GemmPush::for_slice(w, &whole).to_bytes();
+        execute(
+            &reduce,
+            &mut bufs,
+            &push,
+            gemm::split_k::reduce_grid(w.m, w.n),
+            caps.subgroup_size,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", reduce.name));
     }
     match w.act {
         ActType::F32 => f32s(&y),
@@ -329,6 +368,7 @@ fn every_path_of_the_template_matches_the_reference() {
         stage_a: false,
         stage_b: false,
         shuffle_a: false,
+        k_groups: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -388,6 +428,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         stage_a: true,
         stage_b: false,
         shuffle_a: false,
+        k_groups: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

@@ -30,7 +30,8 @@ use rocky_compiler::templates::gemm::reference::{
     compare, reference, relative_tolerance, Mismatch, Reference,
 };
 use rocky_compiler::templates::gemm::{
-    self, dispatch_grid_for, n_slices, ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
+    self, dispatch_grid_for, n_slices, split_k, ActType, GemmPush, GemmSchedule, GemmWorkload,
+    Math, NSlice,
 };
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{DeviceCaps, WeightFormat};
@@ -301,6 +302,15 @@ fn run_on_gpu(
         .as_ref()
         .map(|b| Buffer::from_slice(ctx, b, "bias").unwrap());
 
+    let split = if s.k_groups > 1 {
+        let k = split_k::instantiate_reduce(w, s, caps).map_err(|e| format!("reduce: {e}"))?;
+        let p = ComputePipeline::from_kernel(ctx, None, &k).map_err(|e| format!("reduce: {e}"))?;
+        let scratch = Buffer::new(ctx, 4 * split_k::scratch_values(w, s), "partials")
+            .map_err(|e| e.to_string())?;
+        Some((p, scratch))
+    } else {
+        None
+    };
     let mut rec = Recorder::new(ctx).map_err(|e| e.to_string())?;
     for slice in &slices {
         let bindings = kernel
@@ -312,7 +322,7 @@ fn run_on_gpu(
                 BINDING_WEIGHT => weight
                     .range(slice.weight_offset, slice.weight_range)
                     .map_err(|e| e.to_string()),
-                BINDING_Y => Ok(y.whole()),
+                BINDING_Y => Ok(split.as_ref().map_or(y.whole(), |(_, p)| p.whole())),
                 BINDING_BIAS => bias
                     .as_ref()
                     .map(|b| b.whole())
@@ -328,6 +338,33 @@ fn run_on_gpu(
             dispatch_grid_for(w.m, slice.n, s),
         )
         .map_err(|e| e.to_string())?;
+    }
+    if let Some((reduce, scratch)) = &split {
+        // Split-K across the grid: add the groups' partial sums (and the bias) into Y.
+        rec.barrier().map_err(|e| e.to_string())?;
+        let bindings = reduce
+            .meta()
+            .bindings
+            .iter()
+            .map(|b| match b.binding {
+                split_k::BINDING_PARTIALS => Ok(scratch.whole()),
+                BINDING_Y => Ok(y.whole()),
+                BINDING_BIAS => bias
+                    .as_ref()
+                    .map(|b| b.whole())
+                    .ok_or_else(|| "the reduce binds a bias the workload lacks".to_string()),
+                other => Err(format!("unknown reduce binding {other} ({})", b.name)),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let whole = NSlice {
+            n_offset: 0,
+            n: w.n,
+            weight_offset: 0,
+            weight_range: 0,
+        };
+        let push = GemmPush::for_slice(w, &whole).to_bytes();
+        rec.dispatch(reduce, &bindings, &push, split_k::reduce_grid(w.m, w.n))
+            .map_err(|e| e.to_string())?;
     }
     rec.submit_and_wait(Duration::from_secs(300))
         .map_err(|e| e.to_string())?;

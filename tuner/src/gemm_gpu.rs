@@ -13,6 +13,9 @@ use rocky_compiler::templates::gemm::interface::{
 use rocky_compiler::templates::gemm::reference::{
     compare, reference, relative_tolerance, Mismatch, Reference,
 };
+use rocky_compiler::templates::gemm::split_k::{
+    instantiate_reduce, reduce_grid, scratch_values, BINDING_PARTIALS,
+};
 use rocky_compiler::templates::gemm::{
     dispatch_grid_for, n_slices, GemmPush, GemmSchedule, GemmWorkload, Math,
 };
@@ -40,7 +43,7 @@ pub fn math_name(m: Math) -> &'static str {
 /// A/B, math and accumulation.
 pub fn summary(s: &GemmSchedule) -> String {
     format!(
-        "{}x{}x{} t{}x{} k{} v{} st{}{} {} acc{}",
+        "{}x{}x{} t{}x{} k{} v{} st{}{}{}{} {} acc{}",
         s.bm,
         s.bn,
         s.bk,
@@ -50,6 +53,12 @@ pub fn summary(s: &GemmSchedule) -> String {
         s.vector_width,
         u8::from(s.stage_a),
         u8::from(s.stage_b),
+        if s.shuffle_a { " shfa" } else { "" },
+        if s.k_groups > 1 {
+            format!(" g{}", s.k_groups)
+        } else {
+            String::new()
+        },
         math_name(s.math),
         match s.accumulate {
             Precision::F32 => "32",
@@ -119,6 +128,8 @@ pub struct GemmOnGpu {
     weight: Buffer,
     y: Buffer,
     bias: Option<Buffer>,
+    /// Split-K across the grid (`k_groups > 1`): the reduce kernel and the partial sums.
+    split: Option<(ComputePipeline, Buffer)>,
     /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
@@ -188,6 +199,15 @@ impl GemmOnGpu {
             Some(b) => Some(Buffer::from_slice(ctx, b, "bias").map_err(device_error)?),
             None => None,
         };
+        let split = if s.k_groups > 1 {
+            let reduce = instantiate_reduce(w, s, caps).map_err(GpuError::Refused)?;
+            let reduce = ComputePipeline::from_kernel(ctx, cache, &reduce).map_err(device_error)?;
+            let scratch = Buffer::new(ctx, 4 * scratch_values(w, s), "split-K partials")
+                .map_err(device_error)?;
+            Some((reduce, scratch))
+        } else {
+            None
+        };
         Ok(GemmOnGpu {
             w: *w,
             s: *s,
@@ -196,6 +216,7 @@ impl GemmOnGpu {
             weight: padded,
             y,
             bias,
+            split,
             slices,
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
@@ -214,7 +235,10 @@ impl GemmOnGpu {
                         .weight
                         .range(slice.weight_offset, slice.weight_range)
                         .map_err(device_error)?,
-                    BINDING_Y => self.y.whole(),
+                    BINDING_Y => match &self.split {
+                        Some((_, scratch)) => scratch.whole(),
+                        None => self.y.whole(),
+                    },
                     BINDING_BIAS => self.bias.as_ref().map(Buffer::whole).ok_or_else(|| {
                         GpuError::Internal("the kernel binds a bias the workload lacks".into())
                     })?,
@@ -229,6 +253,34 @@ impl GemmOnGpu {
             let push = GemmPush::for_slice(&self.w, slice).to_bytes();
             let grid = dispatch_grid_for(self.w.m, slice.n, &self.s);
             rec.dispatch(&self.pipeline, &bindings, &push, grid)
+                .map_err(device_error)?;
+        }
+        if let Some((reduce, scratch)) = &self.split {
+            rec.barrier().map_err(device_error)?;
+            let mut bindings: Vec<BufferRange<'a>> = Vec::new();
+            for b in &reduce.meta().bindings {
+                bindings.push(match b.binding {
+                    BINDING_PARTIALS => scratch.whole(),
+                    BINDING_Y => self.y.whole(),
+                    BINDING_BIAS => self.bias.as_ref().map(Buffer::whole).ok_or_else(|| {
+                        GpuError::Internal("the reduce binds a bias the workload lacks".into())
+                    })?,
+                    other => {
+                        return Err(GpuError::Internal(format!(
+                            "the split-K reduce kernel has an unknown binding {other} ({})",
+                            b.name
+                        )))
+                    }
+                });
+            }
+            let whole = NSlice {
+                n_offset: 0,
+                n: self.w.n,
+                weight_offset: 0,
+                weight_range: 0,
+            };
+            let push = GemmPush::for_slice(&self.w, &whole).to_bytes();
+            rec.dispatch(reduce, &bindings, &push, reduce_grid(self.w.m, self.w.n))
                 .map_err(device_error)?;
         }
         Ok(())

@@ -240,6 +240,11 @@ pub struct Executor<'m> {
     n_ctx: usize,
     n_past: usize,
     pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
+    /// The reduce kernels of GEMMs split across the grid (`k_groups > 1`), by GEMM.
+    reduce_pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
+    /// The partial sums of split GEMMs, sized for the largest at this ubatch (one at a time:
+    /// the stream's hazard tracking orders the GEMMs that share it).
+    scratch: Option<Buffer>,
     cache: Option<PipelineCache>,
     /// The stream's command buffers and pools, kept across prefills.
     ring: StreamRing,
@@ -310,6 +315,8 @@ impl<'m> Executor<'m> {
             n_ctx,
             n_past: 0,
             pipelines: HashMap::new(),
+            reduce_pipelines: HashMap::new(),
+            scratch: None,
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
             unsaved_pipelines: false,
@@ -342,6 +349,9 @@ impl<'m> Executor<'m> {
             .iter()
             .map(|b| (b.label().to_string(), b.size()))
             .collect();
+        if let Some(scratch) = &self.scratch {
+            plan.push((scratch.label().to_string(), scratch.size()));
+        }
         let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
         plan.push((format!("KV cache ({} layers, K and V)", self.kv.len()), kv));
         plan.push(("token ids".to_string(), self.ids.size()));
@@ -556,9 +566,43 @@ impl<'m> Executor<'m> {
                         self.options.ubatch
                     ));
                 }
+                self.prepare_split_k(&label, &w, &s)?;
                 self.used.push((label, w, s, origin));
             }
             self.kernels_of.push(first..self.used.len());
+        }
+        Ok(())
+    }
+
+    /// For a GEMM split across the grid: builds its reduce kernel and makes the scratch
+    /// buffer large enough for its partial sums at the full ubatch.
+    fn prepare_split_k(
+        &mut self,
+        label: &str,
+        w: &Workload,
+        s: &Schedule,
+    ) -> Result<(), ExecError> {
+        let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) else {
+            return Ok(());
+        };
+        if gs.k_groups <= 1 {
+            return Ok(());
+        }
+        if !self.reduce_pipelines.contains_key(&(*w, *s)) {
+            let kernel =
+                rocky_compiler::templates::gemm::split_k::instantiate_reduce(gw, gs, &self.caps)
+                    .map_err(|r| ExecError::Refused {
+                        label: label.to_string(),
+                        reason: r.to_string(),
+                    })?;
+            let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
+            self.reduce_pipelines.insert((*w, *s), p);
+            self.unsaved_pipelines = true;
+        }
+        let bytes = 4 * rocky_compiler::templates::gemm::split_k::scratch_values(gw, gs);
+        if self.scratch.as_ref().map_or(true, |b| b.size() < bytes) {
+            self.scratch = None;
+            self.scratch = Some(Buffer::new(&self.ctx, bytes, "split-K partials")?);
         }
         Ok(())
     }
@@ -748,6 +792,26 @@ impl<'m> Executor<'m> {
                         let Schedule::Gemm(gs) = s else {
                             unreachable!("a GEMM workload has a GEMM schedule")
                         };
+                        // Split across the grid: the GEMM writes partial sums into the
+                        // scratch buffer, the reduce kernel adds them up into the output.
+                        let split = match (gs.k_groups > 1, &self.scratch) {
+                            (true, Some(scratch)) => Some((
+                                &self.reduce_pipelines[&(*w, *s)],
+                                scratch.range(
+                                    0,
+                                    4 * rocky_compiler::templates::gemm::split_k::scratch_values(
+                                        gw, gs,
+                                    ),
+                                )?,
+                            )),
+                            (true, None) => {
+                                return Err(ExecError::Unsupported(format!(
+                                    "{label}: a split-K schedule without its scratch buffer"
+                                )))
+                            }
+                            _ => None,
+                        };
+                        let output = slot_range(node.output, rows, 0)?;
                         for slice in n_slices(gw, max_range, align).map_err(refused)? {
                             let mut named: Vec<(&str, BufferRange)> = vec![
                                 ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
@@ -755,9 +819,9 @@ impl<'m> Executor<'m> {
                                     "weight",
                                     wbuf.range(slice.weight_offset, slice.weight_range)?,
                                 ),
-                                ("y", slot_range(node.output, rows, 0)?),
+                                ("y", split.map_or(output, |(_, scratch)| scratch)),
                             ];
-                            if let Some(b) = bias {
+                            if let (Some(b), None) = (bias, split) {
                                 named.push(("bias", self.weights.get(b).0.whole()));
                             }
                             let groups = rocky_compiler::templates::gemm::dispatch_grid_for(
@@ -771,6 +835,32 @@ impl<'m> Executor<'m> {
                                 named,
                                 &GemmPush::for_slice(gw, &slice).to_bytes(),
                                 groups,
+                            )?;
+                        }
+                        if let Some((reduce, scratch)) = split {
+                            use rocky_compiler::templates::gemm::split_k::reduce_grid;
+                            let mut named = vec![("partials", scratch), ("y", output)];
+                            if let Some(b) = bias {
+                                named.push(("bias", self.weights.get(b).0.whole()));
+                            }
+                            let whole = rocky_compiler::NSlice {
+                                n_offset: 0,
+                                n: gw.n,
+                                weight_offset: 0,
+                                weight_range: 0,
+                            };
+                            emit(
+                                &format!("{label}.reduce"),
+                                // What the reduce does: k_groups adds per output.
+                                Workload::Add(EltwiseWorkload {
+                                    m: rows,
+                                    width: gw.n * gs.k_groups,
+                                }),
+                                origin,
+                                reduce,
+                                named,
+                                &GemmPush::for_slice(gw, &whole).to_bytes(),
+                                reduce_grid(rows, gw.n),
                             )?;
                         }
                         continue;

@@ -40,6 +40,21 @@ pub const BIG_TILE_MIN_WORKGROUPS: u32 = 256;
 /// (docs/measurements/2026-12-02b-h200.md).
 pub const F16_TILE_MIN_WORKGROUPS: u32 = 128;
 
+/// Workgroups a split grid aims for: twice the 64×64 rule's minimum.
+pub const SPLIT_K_MIN_WORKGROUPS: u32 = 2 * F16_TILE_MIN_WORKGROUPS;
+
+/// `k_groups` for a tile grid: the smallest power of two (up to 8) that brings the grid to
+/// [`SPLIT_K_MIN_WORKGROUPS`], while each group keeps at least 4 K slabs.
+fn split_k_groups(w: &GemmWorkload, s: &GemmSchedule) -> u32 {
+    let tiles = w.m.div_ceil(s.bm) * w.n.div_ceil(s.bn);
+    let slabs = w.k / s.bk.max(1);
+    let mut g = 1;
+    while g < 8 && tiles * g < SPLIT_K_MIN_WORKGROUPS && slabs / (2 * g) >= 4 {
+        g *= 2;
+    }
+    g
+}
+
 fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
     let f16 = caps.float16 && !caps.emulated_f16;
     let (math, accumulate, vector_width) = if f16 {
@@ -58,6 +73,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         stage_a: false,
         stage_b: false,
         shuffle_a: false,
+        k_groups: 1,
         accumulate,
         math,
     };
@@ -167,6 +183,11 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             tn: 2,
             ..staged
         });
+        // Grids that cannot fill the GPU (few rows or columns) split K across workgroups,
+        // as long as each group keeps several slabs.
+        for s in c.iter_mut() {
+            s.k_groups = split_k_groups(w, s);
+        }
         c.push(GemmSchedule {
             bm: 64,
             bn: 64,
@@ -302,7 +323,20 @@ mod tests {
             assert_eq!(s.accumulate, Precision::F32, "{m}x{n}");
             assert!(s.stage_a && s.stage_b && s.bk == 64, "{m}x{n}: {s:?}");
             assert_eq!((s.bm, s.bn), tile, "{m}x{n}");
+            let tiles = m.div_ceil(s.bm) * n.div_ceil(s.bn);
+            assert!(
+                tiles * s.k_groups >= SPLIT_K_MIN_WORKGROUPS || s.k_groups == 8,
+                "{m}x{n}: {tiles} tiles split {} ways",
+                s.k_groups
+            );
+            assert!(
+                tiles < SPLIT_K_MIN_WORKGROUPS || s.k_groups == 1,
+                "{m}x{n}: {s:?}"
+            );
         }
+        // Short K keeps at least 4 slabs per group.
+        let s = default_schedule(&gemm(64, 256, 512), &caps);
+        assert!(512 / s.bk / s.k_groups >= 4, "{s:?}");
         // Emulated f16 (CPU implementations) keeps f32 math.
         let cpu = DeviceCaps {
             emulated_f16: true,

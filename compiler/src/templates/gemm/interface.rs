@@ -9,6 +9,11 @@
 //! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
 //! - 3 `bias` (when the workload has one): all n f32 values (not sliced).
 //!
+//! With `k_groups > 1` (split-K across the grid) the kernel has no bias binding and `y` is an
+//! f32 scratch buffer of `k_groups × m × ldy` values: group g writes its partial sums at
+//! `y[(g·m + row)·ldy + n_offset + j]`. The reduce kernel of [`super::split_k`] then sums
+//! them, adds the bias and writes the real Y (one dispatch for all N-slices).
+//!
 //! Push constants ([`GemmPush`], 20 bytes): `m, n, k, n_offset, ldy`, all u32. `n` is the
 //! number of columns this dispatch computes (the slice width), `n_offset` the first of them:
 //! the kernel reads weight row `j` of its binding for output column `n_offset + j` and writes
@@ -74,7 +79,7 @@ pub struct NSlice {
 
 /// Workgroups for `m` rows and an N-slice of `n` columns.
 pub fn dispatch_grid_for(m: u32, n: u32, s: &GemmSchedule) -> [u32; 3] {
-    [n.div_ceil(s.bn), m.div_ceil(s.bm), 1]
+    [n.div_ceil(s.bn), m.div_ceil(s.bm), s.k_groups]
 }
 
 /// Workgroups for the whole workload in one dispatch.

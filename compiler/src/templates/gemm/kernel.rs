@@ -88,10 +88,12 @@ impl<'a> Gemm<'a> {
         let act = act_scalar(w.act);
         let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
         let weight = b.buffer(BINDING_WEIGHT, "weight", Type::U32, Access::ReadOnly);
-        let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);
-        let bias = w
-            .bias
-            .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+        // Split-K across the grid writes f32 partial sums; the reduce kernel adds the bias.
+        let split = s.k_groups > 1;
+        let y_ty = if split { Type::F32 } else { Type::scalar(act) };
+        let y = b.buffer(BINDING_Y, "y", y_ty, Access::WriteOnly);
+        let bias =
+            (w.bias && !split).then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
         let p_m = b.push_field("m", Type::U32);
         let p_n = b.push_field("n", Type::U32);
         let p_k = b.push_field("k", Type::U32);
@@ -162,6 +164,23 @@ impl<'a> Gemm<'a> {
         self.b.shri(self.x_row_vec4s, 3)
     }
 
+    /// The K units of this workgroup's group: all of them, or with `k_groups` groups the
+    /// slabs `[g·S/G, (g+1)·S/G)` of the S slabs of a row (G a power of two).
+    fn group_units(&self) -> (Value, Value) {
+        let b = self.b;
+        let s = self.s;
+        if s.k_groups == 1 {
+            return (b.c_u32(0), self.units_per_row());
+        }
+        let upb = s.units_per_slab();
+        let slabs = b.div(self.units_per_row(), b.c_u32(upb));
+        let g = b.builtin(Builtin::WorkgroupId(2));
+        let shift = s.k_groups.trailing_zeros();
+        let start = b.shri(b.mul(g, slabs), shift);
+        let end = b.shri(b.mul(b.addi(g, 1), slabs), shift);
+        (b.muli(start, upb), b.muli(end, upb))
+    }
+
     fn staged(&self) -> bool {
         self.s.stage_a || self.s.stage_b
     }
@@ -188,7 +207,8 @@ impl<'a> Gemm<'a> {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
-        b.for_range(b.c_u32(0), self.units_per_row(), upb, Unroll::Auto, |ub| {
+        let (first, end) = self.group_units();
+        b.for_range(first, end, upb, Unroll::Auto, |ub| {
             if self.staged() || s.shuffle_a {
                 stage(ub);
             }
@@ -687,6 +707,13 @@ impl<'a> Gemm<'a> {
         let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
         b.if_(inside, || {
             let ycol = b.add(self.n_offset, col);
+            if self.s.k_groups > 1 {
+                // This group's partial sum, in f32, in its m × ldy plane of the scratch.
+                let g = b.builtin(Builtin::WorkgroupId(2));
+                let plane_row = b.add(b.mul(g, self.m), row);
+                b.store(self.y, b.add(b.mul(plane_row, self.ldy), ycol), v);
+                return;
+            }
             let v = match self.bias {
                 Some(bias) => b.add(v, b.load(bias, ycol)),
                 None => v,

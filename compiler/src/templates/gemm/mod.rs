@@ -3,6 +3,7 @@
 //! - [`workload`]: what is computed; [`schedule`]: how (tunables, validity, estimates);
 //! - [`space`]: candidates for the tuner; [`default`]: rule-based defaults;
 //! - [`kernel`]: the IR; [`interface`]: bindings, push constants, dispatch, N-slicing;
+//! - [`split_k`]: the reduce kernel of split-K across the grid (`k_groups`);
 //! - [`reference`]: the CPU oracle.
 
 pub mod default;
@@ -11,6 +12,7 @@ pub(crate) mod kernel;
 pub mod reference;
 pub mod schedule;
 pub mod space;
+pub mod split_k;
 pub mod workload;
 
 pub use default::default_schedule;

@@ -76,6 +76,14 @@ pub struct GemmSchedule {
     /// schedules without it keep their keys.
     #[serde(default, skip_serializing_if = "is_false")]
     pub shuffle_a: bool,
+    /// Workgroups sharing one output tile along K (split-K across the grid): workgroup z of
+    /// `k_groups` takes its share of the K slabs and writes f32 partial sums into a scratch
+    /// buffer of `k_groups × m × ldy`, and a second, small kernel
+    /// ([`super::split_k::instantiate_reduce`]) adds them up with the bias into Y. It fills
+    /// the GPU where the tile grid alone has too few workgroups (few rows, few columns, long
+    /// K: the ubatch-64 and k/v projections). Omitted from the serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub k_groups: u32,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -179,7 +187,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}_{}_{}",
+            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -193,6 +201,11 @@ impl GemmSchedule {
             self.stage_a as u8,
             self.stage_b as u8,
             if self.shuffle_a { "_shfa" } else { "" },
+            if self.k_groups > 1 {
+                format!("_g{}", self.k_groups)
+            } else {
+                String::new()
+            },
             acc,
             math
         )
@@ -232,6 +245,27 @@ impl GemmSchedule {
         }
         if w.k % self.bk != 0 {
             return bad(format!("bk {} does not divide k {}", self.bk, w.k));
+        }
+        if !self.k_groups.is_power_of_two() || self.k_groups > MAX_K_GROUPS {
+            return bad(format!(
+                "k_groups {} is not a power of two up to {MAX_K_GROUPS}",
+                self.k_groups
+            ));
+        }
+        if w.k / self.bk < self.k_groups {
+            return bad(format!(
+                "k {} holds {} slabs of bk {}, fewer than k_groups {}",
+                w.k,
+                w.k / self.bk.max(1),
+                self.bk,
+                self.k_groups
+            ));
+        }
+        if u64::from(self.k_groups) * u64::from(w.m) * u64::from(w.n) > u64::from(u32::MAX) {
+            return bad(format!(
+                "{} partial planes of {}x{} are too large for 32-bit indexing",
+                self.k_groups, w.m, w.n
+            ));
         }
         if ![1, 2, 4].contains(&self.vector_width) {
             return bad(format!(
@@ -343,6 +377,17 @@ impl GemmSchedule {
 fn is_false(b: &bool) -> bool {
     !*b
 }
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
+/// The largest `k_groups` the template accepts.
+pub const MAX_K_GROUPS: u32 = 16;
 
 /// f32 scales stored per unit by the int8 path's weight staging.
 pub(crate) fn int8_scale_lanes(f: WeightFormat) -> u32 {

@@ -26,6 +26,10 @@ pub(crate) fn math_variants(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<(Math, P
     v
 }
 
+/// Tile grids below this many workgroups also get split-K-across-the-grid candidates
+/// (`k_groups` 2, 4, 8 while the split grid stays below twice this).
+pub const SPLIT_K_TILES: u32 = 256;
+
 fn pow2_ceil(x: u32) -> u32 {
     x.max(1).next_power_of_two()
 }
@@ -77,11 +81,24 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         stage_a,
                                         stage_b,
                                         shuffle_a: false,
+                                        k_groups: 1,
                                         accumulate,
                                         math,
                                     };
                                     if s.validate(w, caps).is_ok() {
                                         out.push(s);
+                                        // Too few tiles to fill a GPU: also split K
+                                        // across the grid.
+                                        let tiles = w.m.div_ceil(bm) * w.n.div_ceil(bn);
+                                        for k_groups in [2, 4, 8] {
+                                            if tiles * k_groups / 2 >= SPLIT_K_TILES {
+                                                break;
+                                            }
+                                            let g = GemmSchedule { k_groups, ..s };
+                                            if g.validate(w, caps).is_ok() {
+                                                out.push(g);
+                                            }
+                                        }
                                     }
                                     // X shared through subgroup shuffles instead of
                                     // shared memory (it pays where shared memory is slow)
