@@ -7,8 +7,9 @@
 //!   in f32; 64 threads.
 //! - Devices that emulate f16 (CPU implementations) keep f32 math.
 //! - GPUs with native f16 and fast shared memory: packed f16 math with f32 accumulation,
-//!   both operands staged, 64-deep K slabs, 64×64 (4×4) tiles where the grid keeps at least
-//!   [`F16_TILE_MIN_WORKGROUPS`] workgroups, 32×32 (2×2) with half as many, else 16×32.
+//!   both operands staged, 64-deep K slabs, 64×64 (4×4) tiles, split four ways across K
+//!   (`k_groups`) where their grid has fewer than [`SPLIT_K_MIN_WORKGROUPS`] workgroups;
+//!   grids of fewer than 32 such tiles take 32×32 (2×2) tiles split up to 8 ways.
 //! - Otherwise: stage both operands, f32 math, 16×16 threads, and the biggest tile whose grid
 //!   still fills the GPU: 128×128 (8×8 micro-tiles, where the register budget allows them)
 //!   with at least [`BIG_TILE_MIN_WORKGROUPS`] workgroups, 64×64 (4×4) with half as many,
@@ -34,22 +35,27 @@ use crate::caps::DeviceCaps;
 /// at n = 11008 (172 tiles) 1.3x slower (docs/measurements/2026-12-02-h200.md).
 pub const BIG_TILE_MIN_WORKGROUPS: u32 = 256;
 
-/// Workgroups a 64×64 tile grid must keep for the packed-f16 rule (halved for 32×32). On the
-/// H200 the 512×2048 GEMMs (256 tiles of 64×64) ran 1.6x faster with 64×64 tiles than with
-/// 32×32, the 512×256 and 64×2048 ones (32 tiles of 64×64) 1.6x slower
-/// (docs/measurements/2026-12-02b-h200.md).
-pub const F16_TILE_MIN_WORKGROUPS: u32 = 128;
+/// The packed-f16 rule takes 64×64 tiles when their grid has at least this many (split
+/// across K to four times as many workgroups where it has fewer than
+/// [`SPLIT_K_MIN_WORKGROUPS`]), else 32×32 tiles split up to 8 ways towards
+/// [`F16_SMALL_GRID_TARGET`] workgroups. On the H200 the 64-row GEMMs with 32 tiles of 64×64
+/// split four ways ran 1.3-1.5x faster than 32×32 tiles split twice; the 64×256 one (4 tiles)
+/// was 2x faster as 32×32 tiles split 8 ways (docs/measurements/2026-12-02b-h200.md).
+pub const F16_BIG_TILE_MIN_TILES: u32 = 32;
 
-/// Workgroups a split grid aims for: twice the 64×64 rule's minimum.
-pub const SPLIT_K_MIN_WORKGROUPS: u32 = 2 * F16_TILE_MIN_WORKGROUPS;
+/// Workgroups the 32×32 split aims for.
+pub const F16_SMALL_GRID_TARGET: u32 = 128;
 
-/// `k_groups` for a tile grid: the smallest power of two (up to 8) that brings the grid to
-/// [`SPLIT_K_MIN_WORKGROUPS`], while each group keeps at least 4 K slabs.
-fn split_k_groups(w: &GemmWorkload, s: &GemmSchedule) -> u32 {
+/// Tile grids of at least this many workgroups are not split across K.
+pub const SPLIT_K_MIN_WORKGROUPS: u32 = 256;
+
+/// `k_groups` for a tile grid: the smallest power of two up to `max` that brings the grid to
+/// `target` workgroups, while each group keeps at least 4 K slabs.
+fn split_k_groups(w: &GemmWorkload, s: &GemmSchedule, max: u32, target: u32) -> u32 {
     let tiles = w.m.div_ceil(s.bm) * w.n.div_ceil(s.bn);
     let slabs = w.k / s.bk.max(1);
     let mut g = 1;
-    while g < 8 && tiles * g < SPLIT_K_MIN_WORKGROUPS && slabs / (2 * g) >= 4 {
+    while g < max && tiles * g < target && slabs / (2 * g) >= 4 {
         g *= 2;
     }
     g
@@ -161,32 +167,37 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             bk: 64,
             ..base
         };
-        let tiles = [
-            (64, 64, 4, 4, F16_TILE_MIN_WORKGROUPS),
-            (32, 32, 2, 2, F16_TILE_MIN_WORKGROUPS / 2),
-        ];
-        for (bm, bn, tm, tn, min_groups) in tiles {
-            if w.m.div_ceil(bm) * w.n.div_ceil(bn) >= min_groups {
-                c.push(GemmSchedule {
-                    bm,
-                    bn,
-                    tm,
-                    tn,
-                    ..staged
-                });
-            }
+        // 64×64 tiles, split four ways across the grid where they leave fewer than 256
+        // workgroups (on the H200 1.3-1.5x faster than 32×32 tiles split twice, at m = 64 and
+        // for the N = 256 projections; no split at 256 tiles, where two groups were 12 %
+        // slower); grids of fewer than 32 such tiles take 32×32 tiles split up to 8 ways
+        // (docs/measurements/2026-12-02b-h200.md).
+        let tiles64 = w.m.div_ceil(64) * w.n.div_ceil(64);
+        if tiles64 >= F16_BIG_TILE_MIN_TILES {
+            let big = GemmSchedule {
+                bm: 64,
+                bn: 64,
+                tm: 4,
+                tn: 4,
+                ..staged
+            };
+            let k_groups = if tiles64 >= SPLIT_K_MIN_WORKGROUPS {
+                1
+            } else {
+                split_k_groups(w, &big, 4, tiles64 * 4)
+            };
+            c.push(GemmSchedule { k_groups, ..big });
         }
-        c.push(GemmSchedule {
-            bm: 16,
-            bn: 32,
-            tm: 1,
-            tn: 2,
-            ..staged
-        });
-        // Grids that cannot fill the GPU (few rows or columns) split K across workgroups,
-        // as long as each group keeps several slabs.
-        for s in c.iter_mut() {
-            s.k_groups = split_k_groups(w, s);
+        for (bm, bn, tm, tn) in [(32, 32, 2, 2), (16, 32, 1, 2)] {
+            let small = GemmSchedule {
+                bm,
+                bn,
+                tm,
+                tn,
+                ..staged
+            };
+            let k_groups = split_k_groups(w, &small, 8, F16_SMALL_GRID_TARGET);
+            c.push(GemmSchedule { k_groups, ..small });
         }
         c.push(GemmSchedule {
             bm: 64,
@@ -310,33 +321,24 @@ mod tests {
         assert!(caps.float16 && !caps.emulated_f16 && !caps.shared_memory_is_slow);
         // (m, n) → expected (bm, bn): 64×64 where its grid has ≥ 128 workgroups, 32×32 where
         // that grid has ≥ 64, else 16×32.
-        for (m, n, tile) in [
-            (512, 11008, (64, 64)),
-            (512, 2048, (64, 64)),
-            (512, 256, (32, 32)),
-            (64, 11008, (64, 64)),
-            (64, 2048, (32, 32)),
-            (64, 256, (16, 32)),
+        // (m, n, k) → expected (bm, bn, k_groups).
+        for (m, n, k, want) in [
+            (512, 11008, 2048, (64, 64, 1)),
+            (512, 2048, 2048, (64, 64, 1)),
+            (512, 256, 2048, (64, 64, 4)),
+            (64, 11008, 2048, (64, 64, 4)),
+            (64, 2048, 11008, (64, 64, 4)),
+            (64, 2048, 2048, (64, 64, 4)),
+            (64, 256, 2048, (32, 32, 8)),
+            // Short K keeps 4 slabs per group.
+            (64, 256, 512, (32, 32, 2)),
         ] {
-            let s = default_schedule(&gemm(m, n, 2048), &caps);
+            let s = default_schedule(&gemm(m, n, k), &caps);
             assert_eq!(s.math, Math::FmaF16Packed, "{m}x{n}");
             assert_eq!(s.accumulate, Precision::F32, "{m}x{n}");
             assert!(s.stage_a && s.stage_b && s.bk == 64, "{m}x{n}: {s:?}");
-            assert_eq!((s.bm, s.bn), tile, "{m}x{n}");
-            let tiles = m.div_ceil(s.bm) * n.div_ceil(s.bn);
-            assert!(
-                tiles * s.k_groups >= SPLIT_K_MIN_WORKGROUPS || s.k_groups == 8,
-                "{m}x{n}: {tiles} tiles split {} ways",
-                s.k_groups
-            );
-            assert!(
-                tiles < SPLIT_K_MIN_WORKGROUPS || s.k_groups == 1,
-                "{m}x{n}: {s:?}"
-            );
+            assert_eq!((s.bm, s.bn, s.k_groups), want, "{m}x{n}x{k}");
         }
-        // Short K keeps at least 4 slabs per group.
-        let s = default_schedule(&gemm(64, 256, 512), &caps);
-        assert!(512 / s.bk / s.k_groups >= 4, "{s:?}");
         // Emulated f16 (CPU implementations) keeps f32 math.
         let cpu = DeviceCaps {
             emulated_f16: true,
