@@ -37,6 +37,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         stage_a: false,
         stage_b: false,
         shuffle_a: false,
+        wide_loads: false,
         accumulate,
         math,
     }

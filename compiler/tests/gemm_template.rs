@@ -32,6 +32,7 @@ fn sched() -> GemmSchedule {
         stage_a: false,
         stage_b: false,
         shuffle_a: false,
+        wide_loads: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }

@@ -150,6 +150,7 @@ pub(crate) mod tests {
             stage_a: false,
             stage_b: false,
             shuffle_a: false,
+            wide_loads: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })

@@ -58,6 +58,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         stage_a: false,
         stage_b: false,
         shuffle_a: false,
+        wide_loads: false,
         accumulate,
         math,
     };
@@ -99,7 +100,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // to 80 (Q6_K), 124 to 46 (Q8_0), without spills
         // (docs/measurements/2026-12-02-mali-shim26-gemm.md).
         let sg = caps.subgroup_size;
-        c.push(GemmSchedule {
+        let shuffled = GemmSchedule {
             bm: 16,
             bn: sg,
             bk: 4 * sg,
@@ -107,7 +108,13 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             tn: 1,
             shuffle_a: true,
             ..base
+        };
+        // Weights read as word runs, each loaded once per slab (quantized formats).
+        c.push(GemmSchedule {
+            wide_loads: true,
+            ..shuffled
         });
+        c.push(shuffled);
         c.push(GemmSchedule {
             bm: 16,
             bn: 32,

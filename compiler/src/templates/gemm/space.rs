@@ -77,6 +77,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         stage_a,
                                         stage_b,
                                         shuffle_a: false,
+                                        wide_loads: false,
                                         accumulate,
                                         math,
                                     };
@@ -90,6 +91,15 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         let s = GemmSchedule {
                                             bk: 4 * wg_n,
                                             shuffle_a: true,
+                                            ..s
+                                        };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
+                                        // With the weights read as word runs (where the
+                                        // loads, not the FMAs, are the limit).
+                                        let s = GemmSchedule {
+                                            wide_loads: true,
                                             ..s
                                         };
                                         if s.validate(w, caps).is_ok() {
