@@ -38,6 +38,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         stage_b: false,
         shuffle_a: false,
         wide_loads: false,
+        k_unroll: 1,
         accumulate,
         math,
     }

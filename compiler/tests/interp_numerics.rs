@@ -372,6 +372,7 @@ fn every_path_of_the_template_matches_the_reference() {
         stage_b: false,
         shuffle_a: false,
         wide_loads: false,
+        k_unroll: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -401,8 +402,9 @@ fn every_path_of_the_template_matches_the_reference() {
                         ..base
                     });
                 }
-                // Wide weight loads, with one, two and eight units per slab.
-                for bk in [32, 64, 256] {
+                // Wide weight loads, with one, two and eight units per slab, and two slabs
+                // per K-loop iteration.
+                for (bk, k_unroll) in [(32, 1), (64, 1), (256, 1), (64, 2)] {
                     let s = GemmSchedule {
                         math,
                         accumulate,
@@ -411,6 +413,7 @@ fn every_path_of_the_template_matches_the_reference() {
                         stage_b,
                         bk,
                         wide_loads: true,
+                        k_unroll,
                         ..base
                     };
                     if s.validate(w, &caps).is_ok() {
@@ -448,6 +451,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         stage_b: false,
         shuffle_a: false,
         wide_loads: false,
+        k_unroll: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

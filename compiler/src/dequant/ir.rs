@@ -194,7 +194,14 @@ pub fn open_units(
         // Whole super-blocks, one group each.
         return (0..count / per_block)
             .flat_map(|j| {
-                open_units(b, rows, row_off, b.addi(first, j * per_block), per_block, want_f16)
+                open_units(
+                    b,
+                    rows,
+                    row_off,
+                    b.addi(first, j * per_block),
+                    per_block,
+                    want_f16,
+                )
             })
             .collect();
     }

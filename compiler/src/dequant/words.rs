@@ -7,7 +7,6 @@
 
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
 
-
 /// Alignment (in bytes) known for a byte offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Align {
@@ -107,7 +106,9 @@ impl WordRun {
         let last = (r0 + len - 1 + extra) / 4;
         // All at once, in order: loaded where first read, the run's words spilled more
         // (Mesa 26.1.6, Q6_K and Q8_0 default schedules).
-        let words = (first..=last).map(|j| b.load(buf, b.addi(base, j))).collect();
+        let words = (first..=last)
+            .map(|j| b.load(buf, b.addi(base, j)))
+            .collect();
         WordRun {
             first,
             words,

@@ -26,6 +26,7 @@ use super::schedule::{GemmSchedule, Math, Precision};
 use super::space::search_space;
 use super::workload::GemmWorkload;
 use crate::caps::DeviceCaps;
+use crate::dequant::WeightFormat;
 
 /// Workgroups a 128×128 tile grid must keep for the big-tile rule (halved for 64×64, quartered
 /// for 32×32): below it the GPU is not filled. On the H200 the 512×2048 GEMMs (64 tiles of
@@ -59,6 +60,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         stage_b: false,
         shuffle_a: false,
         wide_loads: false,
+        k_unroll: 1,
         accumulate,
         math,
     };
@@ -109,11 +111,22 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             shuffle_a: true,
             ..base
         };
-        // Weights read as word runs, each loaded once per slab (quantized formats).
-        c.push(GemmSchedule {
+        // Weights read as word runs, each loaded once per slab (quantized formats): ls fell
+        // 18 -> 15 (Q4_K), 80 -> 41 (Q6_K), 46 -> 30 (Q8_0). Q4_K (3 weight loads per slab)
+        // also takes two slabs per K-loop iteration where k allows: 22 ls against 25.4 sfu
+        // cycles, no spills; Q6_K spilled with two, Q8_0 stayed load-bound
+        // (docs/measurements/2026-12-02-mali-shim26-wide-loads.md).
+        let wide = GemmSchedule {
             wide_loads: true,
             ..shuffled
-        });
+        };
+        if w.weight == WeightFormat::Q4K {
+            c.push(GemmSchedule {
+                k_unroll: 2,
+                ..wide
+            });
+        }
+        c.push(wide);
         c.push(shuffled);
         c.push(GemmSchedule {
             bm: 16,

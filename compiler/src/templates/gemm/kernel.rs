@@ -191,29 +191,40 @@ impl<'a> Gemm<'a> {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
-        b.for_range(b.c_u32(0), self.units_per_row(), upb, Unroll::Auto, |ub| {
-            if self.staged() || s.shuffle_a || s.wide_loads {
-                stage(ub);
-            }
-            if self.staged() {
-                b.barrier();
-            }
-            let per_thread = upb / s.split_k;
-            if s.shuffle_a || s.wide_loads {
-                // split_k is 1: this thread takes every unit of the slab.
-                for ul in 0..upb {
-                    unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+        let step = upb * s.k_unroll;
+        b.for_range(
+            b.c_u32(0),
+            self.units_per_row(),
+            step,
+            Unroll::Auto,
+            |ub0| {
+                // k_unroll slabs per iteration, one after the other.
+                for r in 0..s.k_unroll {
+                    let ub = if r == 0 { ub0 } else { b.addi(ub0, r * upb) };
+                    if self.staged() || s.shuffle_a || s.wide_loads {
+                        stage(ub);
+                    }
+                    if self.staged() {
+                        b.barrier();
+                    }
+                    let per_thread = upb / s.split_k;
+                    if s.shuffle_a || s.wide_loads {
+                        // split_k is 1: this thread takes every unit of the slab.
+                        for ul in 0..upb {
+                            unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+                        }
+                    } else {
+                        b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
+                            let ul = b.add(self.kz, b.muli(uu, s.split_k));
+                            unit(b.add(ub, ul), ul, None);
+                        });
+                    }
+                    if self.staged() {
+                        b.barrier();
+                    }
                 }
-            } else {
-                b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
-                    let ul = b.add(self.kz, b.muli(uu, s.split_k));
-                    unit(b.add(ub, ul), ul, None);
-                });
-            }
-            if self.staged() {
-                b.barrier();
-            }
-        });
+            },
+        );
     }
 
     /// `wide_loads`: the units of slab `ub` of each of this thread's columns, opened together.
@@ -324,8 +335,7 @@ impl<'a> Gemm<'a> {
                 // One item per W row: the slab's units opened together.
                 self.cooperative(s.bn, |r| {
                     let col = b.min(b.add(self.n0, r), self.n_last);
-                    let units =
-                        open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, f16);
+                    let units = open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, f16);
                     for (ul, unit) in units.iter().enumerate() {
                         let dst = b.add(b.muli(r, row), b.c_u32(ul as u32 * CHUNKS));
                         for c in 0..CHUNKS {

@@ -85,6 +85,11 @@ pub struct GemmSchedule {
     /// per slab. Omitted from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub wide_loads: bool,
+    /// Slabs per iteration of the K loop (1, 2 or 4), unrolled in the kernel: fewer loop
+    /// branches and counter updates, and a compiler scheduling two slabs' loads and math
+    /// together; k must be a multiple of `bk · k_unroll`. Omitted from the serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub k_unroll: u32,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -190,7 +195,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -205,6 +210,11 @@ impl GemmSchedule {
             self.stage_b as u8,
             if self.shuffle_a { "_shfa" } else { "" },
             if self.wide_loads { "_wide" } else { "" },
+            if self.k_unroll > 1 {
+                format!("_u{}", self.k_unroll)
+            } else {
+                String::new()
+            },
             acc,
             math
         )
@@ -244,6 +254,12 @@ impl GemmSchedule {
         }
         if w.k % self.bk != 0 {
             return bad(format!("bk {} does not divide k {}", self.bk, w.k));
+        }
+        if ![1, 2, 4].contains(&self.k_unroll) || w.k % (self.bk * self.k_unroll) != 0 {
+            return bad(format!(
+                "k_unroll {} is not 1, 2 or 4 slabs of {} dividing k {}",
+                self.k_unroll, self.bk, w.k
+            ));
         }
         if ![1, 2, 4].contains(&self.vector_width) {
             return bad(format!(
@@ -309,7 +325,10 @@ impl GemmSchedule {
                 ));
             }
             if self.split_k != 1 || !self.units_per_slab().is_power_of_two() {
-                return bad("wide_loads needs no split-K and a power-of-two number of units per slab".into());
+                return bad(
+                    "wide_loads needs no split-K and a power-of-two number of units per slab"
+                        .into(),
+                );
             }
         }
 
@@ -366,6 +385,14 @@ impl GemmSchedule {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// f32 scales stored per unit by the int8 path's weight staging.

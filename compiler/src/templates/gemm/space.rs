@@ -78,6 +78,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         stage_b,
                                         shuffle_a: false,
                                         wide_loads: false,
+                                        k_unroll: 1,
                                         accumulate,
                                         math,
                                     };
@@ -102,6 +103,11 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                             wide_loads: true,
                                             ..s
                                         };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
+                                        // And two slabs per K-loop iteration.
+                                        let s = GemmSchedule { k_unroll: 2, ..s };
                                         if s.validate(w, caps).is_ok() {
                                             out.push(s);
                                         }
