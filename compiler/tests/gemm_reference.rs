@@ -38,6 +38,8 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         stage_b: false,
         shuffle_a: false,
         k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
         accumulate,
         math,
     }

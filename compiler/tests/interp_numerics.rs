@@ -9,7 +9,7 @@ mod common;
 use common::{desktop_vk12, mali_vk12};
 use half::f16;
 use rocky_compiler::dequant::cpu::dequantize;
-use rocky_compiler::dequant::ir::{open_unit, WeightRows};
+use rocky_compiler::dequant::ir::{open_unit, open_units, WeightRows};
 use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
 use rocky_compiler::templates::gemm::reference::{compare, reference};
@@ -29,7 +29,10 @@ fn padded(bytes: &[u8]) -> Vec<u8> {
 /// One invocation per unit of an n×k tensor: writes its 8 chunks as f32 (out_f32), as
 /// f16 (out_f16, only with `f16`) and, for quantized formats, its packed int8 words and
 /// scales (lo, hi, min).
-fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool) -> Module {
+///
+/// With `group`, invocation g opens units `g·group ..` together with `open_units` (wide loads)
+/// and writes each of them to the same slots as the one-unit-per-invocation kernel.
+fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool, group: Option<u32>) -> Module {
     let b = KernelBuilder::new("dequant_probe", [1, 1, 1]);
     let w = b.buffer(0, "w", Type::U32, Access::ReadOnly);
     let out = b.buffer(1, "out_f32", Type::vec(Scalar::F32, 4), Access::WriteOnly);
@@ -37,34 +40,50 @@ fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool) -> Module {
     let words = b.buffer(3, "words", Type::U32, Access::WriteOnly);
     let scales = b.buffer(4, "scales", Type::vec(Scalar::F32, 4), Access::WriteOnly);
     let units_per_row = k / 32;
-    let g = b.builtin(Builtin::WorkgroupId(0));
-    let row = b.div(g, b.c_u32(units_per_row));
-    let u = b.rem(g, b.c_u32(units_per_row));
+    let count = group.unwrap_or(1);
+    let g0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), count);
+    let row = b.div(g0, b.c_u32(units_per_row));
+    let u = b.rem(g0, b.c_u32(units_per_row));
     let row_off = b.muli(row, format.row_bytes(u64::from(k)) as u32);
-    let unit = open_unit(&b, WeightRows { buffer: w, format }, row_off, u, with_f16);
-    for c in 0..8 {
-        let slot = b.addi(b.muli(g, 8), c);
-        let cv = b.c_u32(c);
-        b.store(out, slot, unit.chunk_f32(&b, cv));
-        if with_f16 {
-            b.store(
-                out_h,
-                slot,
-                b.convert(unit.chunk_f16(&b, cv), Type::vec(Scalar::F32, 4)),
-            );
+    let rows = WeightRows { buffer: w, format };
+    let units = match group {
+        Some(count) => open_units(&b, rows, row_off, u, count, with_f16),
+        None => vec![open_unit(&b, rows, row_off, u, with_f16)],
+    };
+    for (ul, unit) in units.iter().enumerate() {
+        let g = b.addi(g0, ul as u32);
+        for c in 0..8 {
+            let slot = b.addi(b.muli(g, 8), c);
+            let cv = b.c_u32(c);
+            let (f, h, q) = match group {
+                Some(_) => (
+                    unit.chunk_f32_at(&b, c),
+                    with_f16.then(|| unit.chunk_f16_at(&b, c)),
+                    format.is_quantized().then(|| unit.word_i8_at(&b, c)),
+                ),
+                None => (
+                    unit.chunk_f32(&b, cv),
+                    with_f16.then(|| unit.chunk_f16(&b, cv)),
+                    format.is_quantized().then(|| unit.word_i8(&b, cv)),
+                ),
+            };
+            b.store(out, slot, f);
+            if let Some(h) = h {
+                b.store(out_h, slot, b.convert(h, Type::vec(Scalar::F32, 4)));
+            }
+            if let Some(q) = q {
+                b.store(words, slot, q);
+            }
         }
         if format.is_quantized() {
-            b.store(words, slot, unit.word_i8(&b, cv));
+            let s = unit.int8_scales();
+            let zero = b.c_f32(0.0);
+            b.store(
+                scales,
+                g,
+                b.construct(&[s.lo, s.hi.unwrap_or(s.lo), s.min.unwrap_or(zero), zero]),
+            );
         }
-    }
-    if format.is_quantized() {
-        let s = unit.int8_scales();
-        let zero = b.c_f32(0.0);
-        b.store(
-            scales,
-            g,
-            b.construct(&[s.lo, s.hi.unwrap_or(s.lo), s.min.unwrap_or(zero), zero]),
-        );
     }
     b.finish()
 }
@@ -79,15 +98,38 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 #[test]
 fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
     for format in WeightFormat::ALL {
+        check_dequant(format, 768, None);
+    }
+}
+
+#[test]
+fn wide_load_groups_are_bit_exact_to_the_cpu_dequantizers() {
+    for format in WeightFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+        for count in [1, 2, 4, 8] {
+            check_dequant(format, 768, Some(count));
+        }
+        // Groups of two super-blocks.
+        check_dequant(format, 1536, Some(16));
+        if format.block_elems() == 32 {
+            // An odd number of blocks: the last run ends 2 bytes into the padded final word.
+            check_dequant(format, 736, Some(1));
+        }
+    }
+}
+
+fn check_dequant(format: WeightFormat, k: usize, group: Option<u32>) {
+    {
         // An odd number of blocks in total, so the last one ends 2 bytes into its final word.
-        let (n, k) = (3usize, 768usize);
+        let n = 3usize;
         let raw = testdata::random_weights(format, n, k, 11);
         let want = dequantize(format, &raw, n, k).unwrap();
         let units = n * k / 32;
         let mut wbuf = padded(&raw);
+
         let (mut out, mut out_h) = (vec![0u8; units * 128], vec![0u8; units * 128]);
         let (mut words, mut scales) = (vec![0u8; units * 32], vec![0u8; units * 16]);
-        let module = dequant_kernel(format, k as u32, true);
+        let module = dequant_kernel(format, k as u32, true, group);
+        let groups = units as u32 / group.unwrap_or(1);
         execute(
             &module,
             &mut [
@@ -113,10 +155,10 @@ fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
                 },
             ],
             &[],
-            [units as u32, 1, 1],
+            [groups, 1, 1],
             4,
         )
-        .unwrap_or_else(|e| panic!("{format}: {e}"));
+        .unwrap_or_else(|e| panic!("{format} (group {group:?}): {e}"));
         let got = f32s(&out);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(
@@ -369,6 +411,8 @@ fn every_path_of_the_template_matches_the_reference() {
         stage_b: false,
         shuffle_a: false,
         k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -397,6 +441,24 @@ fn every_path_of_the_template_matches_the_reference() {
                         split_k,
                         ..base
                     });
+                }
+                // Wide weight loads, with one, two and eight units per slab, and two slabs
+                // per K-loop iteration.
+                for (bk, k_unroll) in [(32, 1), (64, 1), (256, 1), (64, 2)] {
+                    let s = GemmSchedule {
+                        math,
+                        accumulate,
+                        vector_width,
+                        stage_a,
+                        stage_b,
+                        bk,
+                        wide_loads: true,
+                        k_unroll,
+                        ..base
+                    };
+                    if s.validate(w, &caps).is_ok() {
+                        variants.push(s);
+                    }
                 }
             }
         }
@@ -429,6 +491,8 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         stage_b: false,
         shuffle_a: false,
         k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

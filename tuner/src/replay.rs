@@ -151,6 +151,8 @@ pub(crate) mod tests {
             stage_b: false,
             shuffle_a: false,
             k_groups: 1,
+            wide_loads: false,
+            k_unroll: 1,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })

@@ -6,9 +6,11 @@
 //! ([`Unit::word_i8`] with [`Unit::int8_scales`]). The f32 results are bit-exact to the CPU
 //! dequantizers (products and differences are marked precise, so no driver contracts them).
 
-use super::words::{load_f16_as_f32, load_u16, load_u32, signed_bytes_to_ivec4, Align};
+use super::words::{load_f16_as_f32, load_u16, load_u32, signed_bytes_to_ivec4, Align, WordRun};
 use super::{WeightFormat, UNIT};
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// A weight tensor bound as u32 words: row `r` starts at byte `r * row_bytes(k)`.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +55,10 @@ pub struct Unit {
     q_shift: Option<Value>,
     qh_off: Option<Value>,
     qh_shift: Option<Value>,
+    /// Opened by [`open_units`]: the run holding the quant bytes (chunk c's word at region
+    /// offset `r + 4c`) and, for Q6_K, the run of the qh bytes.
+    qs_run: Option<(Rc<WordRun>, u32)>,
+    qh_run: Option<(Rc<WordRun>, u32)>,
 }
 
 /// Opens unit `unit` (u32: element index / 32) of the row starting at byte `row_off`.
@@ -80,6 +86,8 @@ pub fn open_unit(
         q_shift: None,
         qh_off: None,
         qh_shift: None,
+        qs_run: None,
+        qh_run: None,
     };
     let f32_of_u32 = |v: Value| b.convert(v, Type::F32);
     match rows.format {
@@ -105,17 +113,7 @@ pub fn open_unit(
             let w0 = b.load(buf, b.addi(w, 1));
             let w1 = b.load(buf, b.addi(w, 2));
             let w2 = b.load(buf, b.addi(w, 3));
-            // get_scale_min_k4 for sub-block s, with i = s & 3 selecting the byte of each word.
-            let sh = b.shli(b.andi(sub, 3), 3);
-            let byte = |word: Value| b.andi(b.shr(word, sh), 0xFF);
-            let (b0, b1, b2) = (byte(w0), byte(w1), byte(w2));
-            let sc_lo = b.andi(b0, 63);
-            let m_lo = b.andi(b1, 63);
-            let sc_hi = b.or(b.andi(b2, 0xF), b.shli(b.shri(b0, 6), 4));
-            let m_hi = b.or(b.shri(b2, 4), b.shli(b.shri(b1, 6), 4));
-            let low = b.lt(sub, b.c_u32(4));
-            let sc = b.select(low, sc_lo, sc_hi);
-            let m = b.select(low, m_lo, m_hi);
+            let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
             u.scale = Some(b.mul(d, f32_of_u32(sc)));
             u.min = Some(b.mul(dmin, f32_of_u32(m)));
             // Sub-blocks 2p and 2p+1 share qs[32p..32p+32] (low / high nibbles).
@@ -145,6 +143,10 @@ pub fn open_unit(
             u.qh_shift = Some(b.shli(t, 1));
         }
     }
+    with_f16_scales(b, u, want_f16)
+}
+
+fn with_f16_scales(b: &KernelBuilder, mut u: Unit, want_f16: bool) -> Unit {
     if want_f16 {
         let h = |v: Option<Value>| v.map(|v| b.convert(v, Type::F16));
         u.scale_h = h(u.scale);
@@ -152,6 +154,197 @@ pub fn open_unit(
         u.min_h = h(u.min);
     }
     u
+}
+
+/// get_scale_min_k4 of Q4_K sub-block `sub` (u32 in 0..8) from the 3 scale words of its
+/// super-block: (scale, min) as u32.
+fn q4k_scale_min(b: &KernelBuilder, sub: Value, w0: Value, w1: Value, w2: Value) -> (Value, Value) {
+    // i = s & 3 selects the byte of each word.
+    let sh = b.shli(b.andi(sub, 3), 3);
+    let byte = |word: Value| b.andi(b.shr(word, sh), 0xFF);
+    let (b0, b1, b2) = (byte(w0), byte(w1), byte(w2));
+    let sc_lo = b.andi(b0, 63);
+    let m_lo = b.andi(b1, 63);
+    let sc_hi = b.or(b.andi(b2, 0xF), b.shli(b.shri(b0, 6), 4));
+    let m_hi = b.or(b.shri(b2, 4), b.shli(b.shri(b1, 6), 4));
+    let low = b.lt(sub, b.c_u32(4));
+    (b.select(low, sc_lo, sc_hi), b.select(low, m_lo, m_hi))
+}
+
+/// Opens the `count` consecutive units `first, first + 1, ...` of the row starting at byte
+/// `row_off` with wide loads: every byte range the units read is loaded once as a run of
+/// consecutive words ([`WordRun`]; drivers merge them into 16-byte loads where they can prove
+/// the alignment) and shared by the units that read it (a Q4_K super-block's header and the quant bytes of its sub-block pairs;
+/// a Q6_K super-block's d, scales, qh bytes and ql bytes). `count` is a power of two and
+/// `first` a multiple of it. The units' chunks must be asked for by constant index
+/// ([`Unit::chunk_f32_at`], [`Unit::chunk_f16_at`], [`Unit::word_i8_at`]); they compute
+/// exactly what [`open_unit`]'s do. Quantized formats only.
+pub fn open_units(
+    b: &KernelBuilder,
+    rows: WeightRows,
+    row_off: Value,
+    first: Value,
+    count: u32,
+    want_f16: bool,
+) -> Vec<Unit> {
+    assert!(count.is_power_of_two(), "a group of {count} units");
+    let fmt = rows.format;
+    let per_block = fmt.block_elems() / UNIT;
+    if count > per_block && per_block > 1 {
+        // Whole super-blocks, one group each.
+        return (0..count / per_block)
+            .flat_map(|j| {
+                open_units(
+                    b,
+                    rows,
+                    row_off,
+                    b.addi(first, j * per_block),
+                    per_block,
+                    want_f16,
+                )
+            })
+            .collect();
+    }
+    let buf = rows.buffer;
+    let blank = |base: Value| Unit {
+        format: fmt,
+        buffer: buf,
+        base,
+        scale: None,
+        scale_hi: None,
+        min: None,
+        scale_h: None,
+        scale_hi_h: None,
+        min_h: None,
+        qh: None,
+        q_off: None,
+        q_shift: None,
+        qh_off: None,
+        qh_shift: None,
+        qs_run: None,
+        qh_run: None,
+    };
+    // Runs already loaded, by (base word, region offset, length).
+    let runs: std::cell::RefCell<HashMap<(u32, u32, u32), Rc<WordRun>>> = Default::default();
+    let run = |base: Value, phase: Option<Value>, r0: u32, len: u32| -> Rc<WordRun> {
+        runs.borrow_mut()
+            .entry((base.id(), r0, len))
+            .or_insert_with(|| Rc::new(WordRun::load(b, buf, base, phase, r0, len)))
+            .clone()
+    };
+    // Word index and phase (8 * (offset & 2)) of a 2-aligned byte offset.
+    let split = |off: Value| (b.shri(off, 2), b.shli(b.andi(off, 2), 3));
+    let mut out = Vec::new();
+    match fmt {
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 => {
+            // One run per block (its 34 or 22 bytes end 2 bytes into a word, see WordRun).
+            let bytes = fmt.block_bytes();
+            for ul in 0..count {
+                let mut u = blank(b.add(row_off, b.muli(b.addi(first, ul), bytes)));
+                let (w, ph) = split(u.base);
+                let r = run(w, Some(ph), 0, bytes);
+                u.scale = Some(r.f16_as_f32_at(b, 0));
+                if fmt == WeightFormat::Q5_0 {
+                    u.qh = Some(r.u32_at(b, 2));
+                    u.qs_run = Some((r, 6));
+                } else {
+                    u.qs_run = Some((r, 2));
+                }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::Q4K => {
+            // Super-blocks start on 16 bytes (144-byte blocks, rows of whole blocks).
+            let base = b.add(row_off, b.muli(b.shri(first, 3), 144));
+            let w = b.shri(base, 2);
+            let head = run(w, None, 0, 16);
+            let dm = b.unpack_half2x16(head.u32_at(b, 0));
+            let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
+            let (w0, w1, w2) = (head.u32_at(b, 4), head.u32_at(b, 8), head.u32_at(b, 12));
+            let s0 = b.andi(first, 7);
+            // Sub-blocks 2p and 2p+1 share qs[32p..32p+32]; from the group's first pair on.
+            let qs_base = b.add(b.addi(w, 4), b.shli(b.shri(s0, 1), 3));
+            for ul in 0..count {
+                let mut u = blank(base);
+                let sub = b.addi(s0, ul);
+                let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
+                u.scale = Some(b.mul(d, b.convert(sc, Type::F32)));
+                u.min = Some(b.mul(dmin, b.convert(m, Type::F32)));
+                if count == 1 {
+                    u.qs_run = Some((run(qs_base, None, 0, 32), 0));
+                    u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
+                } else {
+                    // first is even: pair p of the group is the group's (ul >> 1)-th.
+                    u.qs_run = Some((run(qs_base, None, 32 * (ul >> 1), 32), 32 * (ul >> 1)));
+                    u.q_shift = Some(b.c_u32(4 * (ul & 1)));
+                }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::Q6K => {
+            let base = b.add(row_off, b.muli(b.shri(first, 3), 210));
+            let (w, ph) = split(base);
+            let d = run(w, Some(ph), 208, 2).f16_as_f32_at(b, 208);
+            let s0 = b.andi(first, 7);
+            let scale_of = |pair: Value| {
+                let pair = b.bitcast(pair, Type::I32);
+                let lo = b.bitfield_extract(pair, 0, 8);
+                let hi = b.bitfield_extract(pair, 8, 8);
+                (
+                    b.mul(d, b.convert(lo, Type::F32)),
+                    b.mul(d, b.convert(hi, Type::F32)),
+                )
+            };
+            // One half h (unless the group is the whole super-block); groups t0 + ul, t0 =
+            // s0 & 3 even unless count is 1.
+            let (h, t0) = (b.shri(s0, 2), b.andi(s0, 3));
+            let wh = b.add(w, b.shli(h, 4));
+            let wqh = b.add(b.addi(w, 32), b.shli(h, 3));
+            // sc[8h + 2t0 ..]: an even t0 keeps the phase.
+            let wsc = b.add(b.add(b.addi(w, 48), b.shli(h, 1)), b.shri(t0, 1));
+            for ul in 0..count {
+                let mut u = blank(base);
+                if count == 8 {
+                    // The whole super-block: half h and group t are constants.
+                    let (h, t) = (ul >> 2, ul & 3);
+                    let sc = run(w, Some(ph), 192, 16);
+                    let (lo, hi) = scale_of(sc.u16_at(b, 192 + 8 * h + 2 * t));
+                    (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+                    let ql = 64 * h + 32 * (t & 1);
+                    u.qs_run = Some((run(w, Some(ph), ql, 32), ql));
+                    u.q_shift = Some(b.c_u32(4 * (t >> 1)));
+                    let qh = 128 + 32 * h;
+                    u.qh_run = Some((run(w, Some(ph), qh, 32), qh));
+                    u.qh_shift = Some(b.c_u32(2 * t));
+                } else {
+                    let t = b.addi(t0, ul);
+                    if count == 1 {
+                        let pair = load_u16(
+                            b,
+                            buf,
+                            b.add(b.addi(base, 192), b.add(b.muli(h, 8), b.muli(t, 2))),
+                        );
+                        let (lo, hi) = scale_of(pair);
+                        (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+                        let wq = b.add(wh, b.shli(b.andi(t, 1), 3));
+                        u.qs_run = Some((run(wq, Some(ph), 0, 32), 0));
+                    } else {
+                        let sc = run(wsc, Some(ph), 0, 2 * count);
+                        let (lo, hi) = scale_of(sc.u16_at(b, 2 * ul));
+                        (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+                        let ql = 32 * (ul & 1);
+                        u.qs_run = Some((run(wh, Some(ph), ql, 32), ql));
+                    }
+                    u.q_shift = Some(b.shli(b.shri(t, 1), 2));
+                    u.qh_run = Some((run(wqh, Some(ph), 0, 32), 0));
+                    u.qh_shift = Some(b.shli(t, 1));
+                }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        f => panic!("open_units on unquantized format {f}"),
+    }
+    out
 }
 
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
@@ -173,6 +366,10 @@ impl Unit {
     /// Elements 4c..4c+4 (`c`: u32 in 0..8) as 4 packed signed bytes `q` (see [`Int8Scales`]).
     /// Only for quantized formats.
     pub fn word_i8(&self, b: &KernelBuilder, c: Value) -> Value {
+        assert!(
+            self.qs_run.is_none(),
+            "a unit opened by open_units takes constant chunk indices (word_i8_at)"
+        );
         let buf = self.buffer;
         let c4 = b.shli(c, 2);
         match self.format {
@@ -271,6 +468,82 @@ impl Unit {
                     None => b.mul(b.splat(scale, 4), q),
                 }
             }
+        }
+    }
+
+    /// [`Unit::word_i8`] of a constant chunk `c`; from the loaded runs for units opened by
+    /// [`open_units`].
+    pub fn word_i8_at(&self, b: &KernelBuilder, c: u32) -> Value {
+        assert!(c < 8, "chunk {c} of a unit");
+        let Some((qs, r)) = &self.qs_run else {
+            return self.word_i8(b, b.c_u32(c));
+        };
+        match self.format {
+            WeightFormat::Q8_0 => qs.u32_at(b, r + 4 * c),
+            WeightFormat::Q5_0 => {
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                let hb = b.andi(b.shri(self.qh.unwrap(), 4 * c), 0xF);
+                let spread = b.or(
+                    b.or(b.andi(hb, 1), b.shli(b.andi(hb, 2), 7)),
+                    b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
+                );
+                center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
+            }
+            WeightFormat::Q4K => {
+                let word = qs.u32_at(b, r + 4 * c);
+                b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
+            }
+            WeightFormat::Q6K => {
+                let (qh, rh) = self.qh_run.as_ref().expect("Q6_K units have a qh run");
+                let ql = qs.u32_at(b, r + 4 * c);
+                let qh = qh.u32_at(b, rh + 4 * c);
+                let low = b.andi(b.shr(ql, self.q_shift.unwrap()), 0x0F0F_0F0F);
+                let high = b.andi(b.shr(qh, self.qh_shift.unwrap()), 0x0303_0303);
+                center_bytes(b, b.or(low, b.shli(high, 4)), 6)
+            }
+            f => panic!("word_i8_at on unquantized format {f}"),
+        }
+    }
+
+    /// [`Unit::chunk_f32`] of a constant chunk `c` (any unit).
+    pub fn chunk_f32_at(&self, b: &KernelBuilder, c: u32) -> Value {
+        if self.qs_run.is_none() {
+            return self.chunk_f32(b, b.c_u32(c));
+        }
+        let v4 = Type::vec(Scalar::F32, 4);
+        let q = b.convert(signed_bytes_to_ivec4(b, self.word_i8_at(b, c)), v4);
+        let scale = self.chunk_scale_at(c, self.scale.unwrap(), self.scale_hi);
+        b.precise(|| {
+            let v = b.mul(b.splat(scale, 4), q);
+            match self.min {
+                Some(m) => b.sub(v, b.splat(m, 4)),
+                None => v,
+            }
+        })
+    }
+
+    /// [`Unit::chunk_f16`] of a constant chunk `c` (any unit).
+    pub fn chunk_f16_at(&self, b: &KernelBuilder, c: u32) -> Value {
+        if self.qs_run.is_none() {
+            return self.chunk_f16(b, b.c_u32(c));
+        }
+        let h4 = Type::vec(Scalar::F16, 4);
+        let scale_h = self
+            .scale_h
+            .expect("chunk_f16_at needs a unit opened with want_f16");
+        let q = b.convert(signed_bytes_to_ivec4(b, self.word_i8_at(b, c)), h4);
+        let scale = self.chunk_scale_at(c, scale_h, self.scale_hi_h);
+        match self.min_h {
+            Some(m) => b.fma(b.splat(scale, 4), q, b.neg(b.splat(m, 4))),
+            None => b.mul(b.splat(scale, 4), q),
+        }
+    }
+
+    fn chunk_scale_at(&self, c: u32, lo: Value, hi: Option<Value>) -> Value {
+        match hi {
+            Some(hi) if c >= 4 => hi,
+            _ => lo,
         }
     }
 

@@ -60,3 +60,113 @@ pub fn signed_bytes_to_ivec4(b: &KernelBuilder, word: Value) -> Value {
     let up = b.construct(&[b.c_i32(24), b.c_i32(16), b.c_i32(8), b.c_i32(0)]);
     b.shr(b.shl(w, up), b.const_bits(iv4, 24))
 }
+
+/// Bytes `[r0, r0 + len)` of a region starting at a 2-aligned byte offset, each loaded once
+/// and read as u32 ([`WordRun::u32_at`]) or u16 ([`WordRun::u16_at`]) at any even offset,
+/// where [`load_u32`] at a 2-aligned offset takes two loads that no driver can prove adjacent.
+///
+/// The region starts at byte `4 * base + phase / 8` of the buffer: `base` is a word index and
+/// `phase` the bit shift `8 * (offset & 2)` (0 or 16), `None` where the region is known to
+/// start on a word. With a phase the run holds the words covering `[r0, r0 + len + 2)`, so
+/// that it has the bytes for either phase.
+///
+/// The words are consecutive 4-byte loads from one base: drivers merge them into 16-byte
+/// loads where they can prove the alignment (Mesa does for Q4_K's 16-byte super-blocks), and
+/// a 2-aligned 4-byte field costs one more shift-or instead of a second load.
+pub struct WordRun {
+    /// Region-relative index of `words[0]`.
+    first: u32,
+    words: Vec<Value>,
+    phase: Option<Value>,
+    r0: u32,
+    len: u32,
+}
+
+impl WordRun {
+    /// A run of plain 4-byte loads (words `base + j`), which drivers merge into wider loads
+    /// only where they can prove the alignment (Q4_K's 16-byte super-blocks). Every word it
+    /// loads holds a byte of `[r0, r0 + len + 2)`: a run that ends where the tensor ends must
+    /// have `r0 + len` ≡ 2 (mod 4) when it has a phase (true of the 2-aligned block formats:
+    /// 34, 22 and 210 bytes), or its last word could lie past a binding padded to 4 bytes.
+    pub fn load(
+        b: &KernelBuilder,
+        buf: Buffer,
+        base: Value,
+        phase: Option<Value>,
+        r0: u32,
+        len: u32,
+    ) -> WordRun {
+        debug_assert_eq!(buf.elem, Type::U32);
+        assert!(r0 % 2 == 0 && len % 2 == 0 && len > 0, "runs are 2-aligned");
+        if phase.is_none() {
+            assert!(r0 % 4 == 0, "an aligned run starts on a word");
+        }
+        let extra = if phase.is_some() { 2 } else { 0 };
+        let first = r0 / 4;
+        let last = (r0 + len - 1 + extra) / 4;
+        // All at once, in order: loaded where first read, the run's words spilled more
+        // (Mesa 26.1.6, Q6_K and Q8_0 default schedules).
+        let words = (first..=last)
+            .map(|j| b.load(buf, b.addi(base, j)))
+            .collect();
+        WordRun {
+            first,
+            words,
+            phase,
+            r0,
+            len,
+        }
+    }
+
+    /// Region word `j`.
+    fn word(&self, _b: &KernelBuilder, j: u32) -> Value {
+        self.words[(j - self.first) as usize]
+    }
+
+    /// The 4 bytes at region offset `r` (even) as a little-endian u32.
+    pub fn u32_at(&self, b: &KernelBuilder, r: u32) -> Value {
+        assert!(r % 2 == 0 && r >= self.r0 && r + 4 <= self.r0 + self.len);
+        let m = r / 4;
+        match self.phase {
+            None => {
+                assert!(r % 4 == 0, "an aligned run reads whole words");
+                self.word(b, m)
+            }
+            Some(t) if r % 4 == 0 => {
+                // Bytes 4m + t/8 ..: shift s = t in {0, 16}; (hi << 1) << (31 - s) keeps both
+                // shifts below 32 (and is 0 for s = 0).
+                let (lo, hi) = (self.word(b, m), self.word(b, m + 1));
+                let hi_part = b.shl(b.shli(hi, 1), b.sub(b.c_u32(31), t));
+                b.or(b.shr(lo, t), hi_part)
+            }
+            Some(t) => {
+                // Bytes 4m + 2 + t/8 ..: shift s = 16 + t in {16, 32}.
+                let (lo, hi) = (self.word(b, m), self.word(b, m + 1));
+                let lo_part = b.shri(b.shr(lo, b.addi(t, 15)), 1);
+                b.or(lo_part, b.shl(hi, b.sub(b.c_u32(16), t)))
+            }
+        }
+    }
+
+    /// The 2 bytes at region offset `r` (even) in the low 16 bits of a u32 (the upper bits
+    /// are not cleared).
+    pub fn u16_at(&self, b: &KernelBuilder, r: u32) -> Value {
+        assert!(r % 2 == 0 && r >= self.r0 && r + 2 <= self.r0 + self.len);
+        let m = r / 4;
+        match self.phase {
+            None if r % 4 == 0 => self.word(b, m),
+            None => b.shri(self.word(b, m), 16),
+            Some(t) if r % 4 == 0 => b.shr(self.word(b, m), t),
+            Some(t) => {
+                let (lo, hi) = (self.word(b, m), self.word(b, m + 1));
+                let lo_part = b.shri(b.shr(lo, b.addi(t, 15)), 1);
+                b.or(lo_part, b.shl(hi, b.sub(b.c_u32(16), t)))
+            }
+        }
+    }
+
+    /// The f16 at region offset `r` (even), widened to f32.
+    pub fn f16_as_f32_at(&self, b: &KernelBuilder, r: u32) -> Value {
+        b.extract(b.unpack_half2x16(self.u16_at(b, r)), 0)
+    }
+}

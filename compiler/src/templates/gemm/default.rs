@@ -27,6 +27,7 @@ use super::schedule::{GemmSchedule, Math, Precision};
 use super::space::search_space;
 use super::workload::GemmWorkload;
 use crate::caps::DeviceCaps;
+use crate::dequant::WeightFormat;
 
 /// Workgroups a 128×128 tile grid must keep for the big-tile rule (halved for 64×64, quartered
 /// for 32×32): below it the GPU is not filled. On the H200 the 512×2048 GEMMs (64 tiles of
@@ -80,6 +81,8 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         stage_b: false,
         shuffle_a: false,
         k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
         accumulate,
         math,
     };
@@ -121,7 +124,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // to 80 (Q6_K), 124 to 46 (Q8_0), without spills
         // (docs/measurements/2026-12-02-mali-shim26-gemm.md).
         let sg = caps.subgroup_size;
-        c.push(GemmSchedule {
+        let shuffled = GemmSchedule {
             bm: 16,
             bn: sg,
             bk: 4 * sg,
@@ -129,7 +132,24 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             tn: 1,
             shuffle_a: true,
             ..base
-        });
+        };
+        // Weights read as word runs, each loaded once per slab (quantized formats): ls fell
+        // 18 -> 15 (Q4_K), 80 -> 41 (Q6_K), 46 -> 30 (Q8_0). Q4_K (3 weight loads per slab)
+        // also takes two slabs per K-loop iteration where k allows: 22 ls against 25.4 sfu
+        // cycles, no spills; Q6_K spilled with two, Q8_0 stayed load-bound
+        // (docs/measurements/2026-12-02-mali-shim26-wide-loads.md).
+        let wide = GemmSchedule {
+            wide_loads: true,
+            ..shuffled
+        };
+        if w.weight == WeightFormat::Q4K {
+            c.push(GemmSchedule {
+                k_unroll: 2,
+                ..wide
+            });
+        }
+        c.push(wide);
+        c.push(shuffled);
         c.push(GemmSchedule {
             bm: 16,
             bn: 32,

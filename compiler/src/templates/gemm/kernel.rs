@@ -20,8 +20,9 @@ use super::interface::{BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y};
 use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
 use super::workload::{ActType, GemmWorkload};
 use std::cell::RefCell;
+use std::rc::Rc;
 
-use crate::dequant::ir::{open_unit, WeightRows};
+use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
 use crate::dequant::{WeightFormat, UNIT};
 use crate::ir::{
     Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
@@ -165,20 +166,22 @@ impl<'a> Gemm<'a> {
     }
 
     /// The K units of this workgroup's group: all of them, or with `k_groups` groups the
-    /// slabs `[g·S/G, (g+1)·S/G)` of the S slabs of a row (G a power of two).
+    /// loop steps `[g·S/G, (g+1)·S/G)` of the S steps (`k_unroll` slabs each) of a row (G a
+    /// power of two).
     fn group_units(&self) -> (Value, Value) {
         let b = self.b;
         let s = self.s;
         if s.k_groups == 1 {
             return (b.c_u32(0), self.units_per_row());
         }
-        let upb = s.units_per_slab();
-        let slabs = b.div(self.units_per_row(), b.c_u32(upb));
+        // In steps of the K loop (k_unroll slabs), so every group runs whole iterations.
+        let step = s.units_per_slab() * s.k_unroll;
+        let steps = b.div(self.units_per_row(), b.c_u32(step));
         let g = b.builtin(Builtin::WorkgroupId(2));
         let shift = s.k_groups.trailing_zeros();
-        let start = b.shri(b.mul(g, slabs), shift);
-        let end = b.shri(b.mul(b.addi(g, 1), slabs), shift);
-        (b.muli(start, upb), b.muli(end, upb))
+        let start = b.shri(b.mul(g, steps), shift);
+        let end = b.shri(b.mul(b.addi(g, 1), steps), shift);
+        (b.muli(start, step), b.muli(end, step))
     }
 
     fn staged(&self) -> bool {
@@ -201,36 +204,57 @@ impl<'a> Gemm<'a> {
     }
 
     /// The K-slab loop shared by both paths: staging, barrier, this thread's units, barrier.
-    /// `unit(u, ul, ul_const)`: with `shuffle_a` the units of a slab are unrolled here and
-    /// `ul_const` is the unit's index in the slab.
+    /// `unit(u, ul, ul_const)`: with `shuffle_a` or `wide_loads` the units of a slab are
+    /// unrolled here and `ul_const` is the unit's index in the slab.
+    ///
+    /// With `wide_loads`, `stage` also opens the slab's weight units (`open_slab`).
     fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value, Option<u32>)) {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
+        let step = upb * s.k_unroll;
         let (first, end) = self.group_units();
-        b.for_range(first, end, upb, Unroll::Auto, |ub| {
-            if self.staged() || s.shuffle_a {
-                stage(ub);
-            }
-            if self.staged() {
-                b.barrier();
-            }
-            let per_thread = upb / s.split_k;
-            if s.shuffle_a {
-                // split_k is 1: this thread takes every unit of the slab.
-                for ul in 0..upb {
-                    unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+        b.for_range(first, end, step, Unroll::Auto, |ub0| {
+            // k_unroll slabs per iteration, one after the other.
+            for r in 0..s.k_unroll {
+                let ub = if r == 0 { ub0 } else { b.addi(ub0, r * upb) };
+                if self.staged() || s.shuffle_a || s.wide_loads {
+                    stage(ub);
                 }
-            } else {
-                b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
-                    let ul = b.add(self.kz, b.muli(uu, s.split_k));
-                    unit(b.add(ub, ul), ul, None);
-                });
-            }
-            if self.staged() {
-                b.barrier();
+                if self.staged() {
+                    b.barrier();
+                }
+                let per_thread = upb / s.split_k;
+                if s.shuffle_a || s.wide_loads {
+                    // split_k is 1: this thread takes every unit of the slab.
+                    for ul in 0..upb {
+                        unit(b.addi(ub, ul), b.c_u32(ul), Some(ul));
+                    }
+                } else {
+                    b.for_range(b.c_u32(0), b.c_u32(per_thread), 1, Unroll::Hint, |uu| {
+                        let ul = b.add(self.kz, b.muli(uu, s.split_k));
+                        unit(b.add(ub, ul), ul, None);
+                    });
+                }
+                if self.staged() {
+                    b.barrier();
+                }
             }
         });
+    }
+
+    /// `wide_loads`: the units of slab `ub` of each of this thread's columns, opened together.
+    fn open_slab(&self, ub: Value, want_f16: bool) -> Vec<Vec<Rc<Unit>>> {
+        let upb = self.s.units_per_slab();
+        self.w_row_offs
+            .iter()
+            .map(|&off| {
+                open_units(self.b, self.rows, off, ub, upb, want_f16)
+                    .into_iter()
+                    .map(Rc::new)
+                    .collect()
+            })
+            .collect()
     }
 
     // ---- FMA paths ------------------------------------------------------------------------
@@ -297,8 +321,13 @@ impl<'a> Gemm<'a> {
         let upb = s.units_per_slab();
         // shuffle_a: this lane's vec4 of each X row of the slab, and lane 0 of its row group.
         let held: RefCell<Vec<Value>> = RefCell::new(Vec::new());
+        // wide_loads without stage_b: the slab's units of each column.
+        let slab_units: RefCell<Vec<Vec<Rc<Unit>>>> = RefCell::new(Vec::new());
 
         let stage = |ub: Value| {
+            if s.wide_loads && ws.is_none() {
+                *slab_units.borrow_mut() = self.open_slab(ub, f16);
+            }
             if s.shuffle_a {
                 let first = b.add(b.muli(ub, CHUNKS), self.tx);
                 *held.borrow_mut() = self
@@ -318,7 +347,24 @@ impl<'a> Gemm<'a> {
                     b.store_shared(xs, b.add(b.muli(r, row), cv), v);
                 });
             }
-            if let Some(ws) = ws {
+            if let (Some(ws), true) = (ws, s.wide_loads) {
+                // One item per W row: the slab's units opened together.
+                self.cooperative(s.bn, |r| {
+                    let col = b.min(b.add(self.n0, r), self.n_last);
+                    let units = open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, f16);
+                    for (ul, unit) in units.iter().enumerate() {
+                        let dst = b.add(b.muli(r, row), b.c_u32(ul as u32 * CHUNKS));
+                        for c in 0..CHUNKS {
+                            let v = if f16 {
+                                unit.chunk_f16_at(b, c)
+                            } else {
+                                unit.chunk_f32_at(b, c)
+                            };
+                            b.store_shared(ws, b.addi(dst, c), v);
+                        }
+                    }
+                });
+            } else if let Some(ws) = ws {
                 self.cooperative(s.bn * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
@@ -345,13 +391,18 @@ impl<'a> Gemm<'a> {
                     b.store_var(*p, b.lit(part_ty, 0.0));
                 }
             }
-            let units: Vec<_> = if ws.is_none() {
-                self.w_row_offs
+            let units: Vec<Rc<Unit>> = match (ws, ul_const) {
+                (Some(_), _) => Vec::new(),
+                (None, Some(ul)) if s.wide_loads => slab_units
+                    .borrow()
                     .iter()
-                    .map(|&off| open_unit(b, self.rows, off, u, f16))
-                    .collect()
-            } else {
-                Vec::new()
+                    .map(|col| col[ul as usize].clone())
+                    .collect(),
+                (None, _) => self
+                    .w_row_offs
+                    .iter()
+                    .map(|&off| Rc::new(open_unit(b, self.rows, off, u, f16)))
+                    .collect(),
             };
             let chunk = |c: Value, c_const: Option<u32>| {
                 let xv: Vec<Vec<Value>> = (0..s.tm)
@@ -368,7 +419,7 @@ impl<'a> Gemm<'a> {
                                 // Chunk c of slab unit ul is held by lane 8·ul + c (the row
                                 // group is the whole subgroup): a constant lane, which
                                 // drivers turn into one cross-lane read.
-                                (Some(ul), Some(c)) => {
+                                (Some(ul), Some(c)) if s.shuffle_a => {
                                     b.subgroup_broadcast(held.borrow()[i as usize], ul * CHUNKS + c)
                                 }
                                 _ => {
@@ -387,8 +438,12 @@ impl<'a> Gemm<'a> {
                             let r = b.addi(self.tx, j as u32 * wg_n);
                             b.load_shared(ws, b.add(b.add(b.muli(r, row), b.muli(ul, CHUNKS)), c))
                         }
-                        None if f16 => units[j].chunk_f16(b, c),
-                        None => units[j].chunk_f32(b, c),
+                        None => match (c_const, f16) {
+                            (Some(c), true) => units[j].chunk_f16_at(b, c),
+                            (Some(c), false) => units[j].chunk_f32_at(b, c),
+                            (None, true) => units[j].chunk_f16(b, c),
+                            (None, false) => units[j].chunk_f32(b, c),
+                        },
                     };
                     let wp = self.pieces(wv);
                     for i in 0..tm {
@@ -535,7 +590,13 @@ impl<'a> Gemm<'a> {
             }
         };
 
+        // wide_loads without stage_b: the slab's units of each column.
+        let slab_units: RefCell<Vec<Vec<Rc<Unit>>>> = RefCell::new(Vec::new());
+
         let stage = |ub: Value| {
+            if s.wide_loads && wq.is_none() {
+                *slab_units.borrow_mut() = self.open_slab(ub, false);
+            }
             if let (Some(xq), Some(xd)) = (xq, xd) {
                 self.cooperative(s.bm * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
@@ -550,7 +611,25 @@ impl<'a> Gemm<'a> {
                     b.store_shared(xd, slot, b.construct(&[d, sum]));
                 });
             }
-            if let (Some(wq), Some(wsc)) = (wq, wsc) {
+            if let (Some(wq), Some(wsc), true) = (wq, wsc, s.wide_loads) {
+                // One item per W row: the slab's units opened together.
+                self.cooperative(s.bn, |r| {
+                    let col = b.min(b.add(self.n0, r), self.n_last);
+                    let units =
+                        open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, false);
+                    for (ul, unit) in units.iter().enumerate() {
+                        let slot = b.addi(b.muli(r, upb), ul as u32);
+                        for c in 0..CHUNKS {
+                            b.store_shared(
+                                wq,
+                                b.addi(b.muli(slot, CHUNKS), c),
+                                unit.word_i8_at(b, c),
+                            );
+                        }
+                        b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                    }
+                });
+            } else if let (Some(wq), Some(wsc)) = (wq, wsc) {
                 self.cooperative(s.bn * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
@@ -576,7 +655,7 @@ impl<'a> Gemm<'a> {
         };
 
         let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
-        let unit_body = |u: Value, ul: Value, _: Option<u32>| {
+        let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
                 .map(|i| match (xq, xd) {
@@ -617,8 +696,13 @@ impl<'a> Gemm<'a> {
                             )
                         }
                         _ => {
-                            let unit = open_unit(b, self.rows, w_off, u, false);
-                            let words = (0..CHUNKS).map(|c| unit.word_i8(b, b.c_u32(c))).collect();
+                            let unit = match ul_const {
+                                Some(ul) if s.wide_loads => {
+                                    slab_units.borrow()[j][ul as usize].clone()
+                                }
+                                _ => Rc::new(open_unit(b, self.rows, w_off, u, false)),
+                            };
+                            let words = (0..CHUNKS).map(|c| unit.word_i8_at(b, c)).collect();
                             let sc = unit.int8_scales();
                             (words, sc.lo, sc.hi, sc.min)
                         }

@@ -84,6 +84,20 @@ pub struct GemmSchedule {
     /// K: the ubatch-64 and k/v projections). Omitted from the serialization when 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub k_groups: u32,
+    /// Read each slab's weight bytes as runs of consecutive 32-bit words, every run once per
+    /// slab and column, shared by the units that use it (`dequant::ir::open_units`): a Q4_K
+    /// super-block's header and sub-block pair, a Q6_K half's qh bytes. Drivers merge runs
+    /// they can prove 16-byte aligned into 16-byte loads (Q4_K); the 2-byte-aligned blocks
+    /// (Q8_0, Q5_0, Q6_K) read each 4-byte field as one word of the run and a shift-or
+    /// instead of two loads. Quantized weights, no split-K, a power-of-two number of units
+    /// per slab. Omitted from the serialization when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub wide_loads: bool,
+    /// Slabs per iteration of the K loop (1, 2 or 4), unrolled in the kernel: fewer loop
+    /// branches and counter updates, and a compiler scheduling two slabs' loads and math
+    /// together; k must be a multiple of `bk · k_unroll`. Omitted from the serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub k_unroll: u32,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -154,19 +168,21 @@ impl GemmSchedule {
         let overhead = 12;
         // shuffle_a holds one vec4 of each X row for the whole slab.
         let held = |lane_regs: u32| if self.shuffle_a { lane_regs * tm } else { 0 };
+        // wide_loads keeps a column's runs (about a unit's words) live across the slab.
+        let wide = if self.wide_loads { 4 * tn } else { 0 };
         match self.math {
-            Math::FmaF32 => tm * tn * v + 4 * tm + 4 * tn + 3 * tn + held(4) + overhead,
+            Math::FmaF32 => tm * tn * v + 4 * tm + 4 * tn + 3 * tn + held(4) + wide + overhead,
             Math::FmaF16Packed => {
                 let acc = match self.accumulate {
                     Precision::F16 => (tm * tn * v).div_ceil(2),
                     // One f32 scalar per output plus the unit's packed f16 partial sums.
                     Precision::F32 => tm * tn + (tm * tn * v).div_ceil(2),
                 };
-                acc + 2 * tm + 2 * tn + 3 * tn + held(2) + overhead
+                acc + 2 * tm + 2 * tn + 3 * tn + held(2) + wide + overhead
             }
             Math::Int8Dot => {
                 let quantize = if self.stage_a { 0 } else { 32 };
-                tm * tn + 10 * tm + 8 + 3 * tn + quantize + overhead
+                tm * tn + 10 * tm + 8 + 3 * tn + quantize + wide + overhead
             }
         }
     }
@@ -187,7 +203,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -201,6 +217,12 @@ impl GemmSchedule {
             self.stage_a as u8,
             self.stage_b as u8,
             if self.shuffle_a { "_shfa" } else { "" },
+            if self.wide_loads { "_wide" } else { "" },
+            if self.k_unroll > 1 {
+                format!("_u{}", self.k_unroll)
+            } else {
+                String::new()
+            },
             if self.k_groups > 1 {
                 format!("_g{}", self.k_groups)
             } else {
@@ -267,6 +289,18 @@ impl GemmSchedule {
                 self.k_groups, w.m, w.n
             ));
         }
+        if w.k / (self.bk * self.k_unroll.max(1)) < self.k_groups {
+            return bad(format!(
+                "k {} holds fewer than k_groups {} steps of k_unroll {} slabs",
+                w.k, self.k_groups, self.k_unroll
+            ));
+        }
+        if ![1, 2, 4].contains(&self.k_unroll) || w.k % (self.bk * self.k_unroll) != 0 {
+            return bad(format!(
+                "k_unroll {} is not 1, 2 or 4 slabs of {} dividing k {}",
+                self.k_unroll, self.bk, w.k
+            ));
+        }
         if ![1, 2, 4].contains(&self.vector_width) {
             return bad(format!(
                 "vector_width {} is not 1, 2 or 4",
@@ -320,6 +354,21 @@ impl GemmSchedule {
                     "shuffle_a: a row group of {wg_n} threads is not one subgroup of {}",
                     caps.subgroup_size
                 )));
+            }
+        }
+
+        if self.wide_loads {
+            if !w.weight.is_quantized() {
+                return bad(format!(
+                    "wide_loads needs quantized weights, not {} (whose chunks are whole words already)",
+                    w.weight
+                ));
+            }
+            if self.split_k != 1 || !self.units_per_slab().is_power_of_two() {
+                return bad(
+                    "wide_loads needs no split-K and a power-of-two number of units per slab"
+                        .into(),
+                );
             }
         }
 

@@ -82,6 +82,8 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         stage_b,
                                         shuffle_a: false,
                                         k_groups: 1,
+                                        wide_loads: false,
+                                        k_unroll: 1,
                                         accumulate,
                                         math,
                                     };
@@ -109,6 +111,20 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                             shuffle_a: true,
                                             ..s
                                         };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
+                                        // With the weights read as word runs (where the
+                                        // loads, not the FMAs, are the limit).
+                                        let s = GemmSchedule {
+                                            wide_loads: true,
+                                            ..s
+                                        };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
+                                        // And two slabs per K-loop iteration.
+                                        let s = GemmSchedule { k_unroll: 2, ..s };
                                         if s.validate(w, caps).is_ok() {
                                             out.push(s);
                                         }
