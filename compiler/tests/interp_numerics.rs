@@ -309,13 +309,7 @@ fn run_gemm(
                 bytes: b,
             });
         }
-        let whole = NSlice {
-            n_offset: 0,
-            n: w.n,
-            weight_offset: 0,
-            weight_range: 0,
-        };
-        let push = GemmPush::for_slice(w, &whole).to_bytes();
+        let push = gemm::split_k::reduce_push(w).to_bytes();
         execute(
             &reduce,
             &mut bufs,

@@ -356,13 +356,7 @@ fn run_on_gpu(
                 other => Err(format!("unknown reduce binding {other} ({})", b.name)),
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let whole = NSlice {
-            n_offset: 0,
-            n: w.n,
-            weight_offset: 0,
-            weight_range: 0,
-        };
-        let push = GemmPush::for_slice(w, &whole).to_bytes();
+        let push = split_k::reduce_push(w).to_bytes();
         rec.dispatch(reduce, &bindings, &push, split_k::reduce_grid(w.m, w.n))
             .map_err(|e| e.to_string())?;
     }

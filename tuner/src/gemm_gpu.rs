@@ -14,7 +14,7 @@ use rocky_compiler::templates::gemm::reference::{
     compare, reference, relative_tolerance, Mismatch, Reference,
 };
 use rocky_compiler::templates::gemm::split_k::{
-    instantiate_reduce, reduce_grid, scratch_values, BINDING_PARTIALS,
+    instantiate_reduce, reduce_grid, reduce_push, scratch_values, BINDING_PARTIALS,
 };
 use rocky_compiler::templates::gemm::{
     dispatch_grid_for, n_slices, GemmPush, GemmSchedule, GemmWorkload, Math,
@@ -273,13 +273,7 @@ impl GemmOnGpu {
                     }
                 });
             }
-            let whole = NSlice {
-                n_offset: 0,
-                n: self.w.n,
-                weight_offset: 0,
-                weight_range: 0,
-            };
-            let push = GemmPush::for_slice(&self.w, &whole).to_bytes();
+            let push = reduce_push(&self.w).to_bytes();
             rec.dispatch(reduce, &bindings, &push, reduce_grid(self.w.m, self.w.n))
                 .map_err(device_error)?;
         }

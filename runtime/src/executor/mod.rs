@@ -843,12 +843,6 @@ impl<'m> Executor<'m> {
                             if let Some(b) = bias {
                                 named.push(("bias", self.weights.get(b).0.whole()));
                             }
-                            let whole = rocky_compiler::NSlice {
-                                n_offset: 0,
-                                n: gw.n,
-                                weight_offset: 0,
-                                weight_range: 0,
-                            };
                             emit(
                                 &format!("{label}.reduce"),
                                 // What the reduce does: k_groups adds per output.
@@ -859,7 +853,8 @@ impl<'m> Executor<'m> {
                                 origin,
                                 reduce,
                                 named,
-                                &GemmPush::for_slice(gw, &whole).to_bytes(),
+                                &rocky_compiler::templates::gemm::split_k::reduce_push(gw)
+                                    .to_bytes(),
                                 reduce_grid(rows, gw.n),
                             )?;
                         }

@@ -3,8 +3,10 @@
 //! the activation type. One thread per output, one dispatch for the whole GEMM (all N-slices).
 //!
 //! Bindings: 0 `partials` (f32, `k_groups × m × ldy`, as the GEMM wrote them), 2 `y`, 3 `bias`
-//! (when the workload has one). Push constants: the GEMM's [`GemmPush`] with `n` the full
-//! width and `n_offset` 0. Grid: [`reduce_grid`].
+//! (when the workload has one). Push constants: [`reduce_push`]. Grid: [`reduce_grid`].
+//!
+//! Its oracle is the GEMM's own CPU reference: a split GEMM and its reduce together must give
+//! the GEMM's Y (the interpreter and lavapipe tests check the pair over the sampled space).
 
 use super::interface::{GemmPush, BINDING_BIAS, BINDING_Y};
 use super::schedule::GemmSchedule;
@@ -22,6 +24,18 @@ pub const REDUCE_THREADS: u32 = 64;
 /// Workgroups of the reduce kernel for `m` rows of `n` columns: n along x, rows along y.
 pub fn reduce_grid(m: u32, n: u32) -> [u32; 3] {
     [n.div_ceil(REDUCE_THREADS), m, 1]
+}
+
+/// The reduce kernel's push constants: the GEMM's block over the whole width (n = w.n,
+/// n_offset 0), one dispatch for all N-slices.
+pub fn reduce_push(w: &GemmWorkload) -> GemmPush {
+    GemmPush {
+        m: w.m,
+        n: w.n,
+        k: w.k,
+        n_offset: 0,
+        ldy: w.n,
+    }
 }
 
 /// f32 values of the scratch buffer a split GEMM of `m` rows needs (0 without split-K).
@@ -108,33 +122,4 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
         );
     });
     b.finish()
-}
-
-/// CPU reference of the reduce kernel: `y[r][c] = Σ_g partials[g][r][c] (+ bias[c])`, the
-/// groups added in order in f32, as the kernel does (so it must match exactly for f32 Y).
-pub fn reference_reduce(
-    m: usize,
-    n: usize,
-    k_groups: usize,
-    partials: &[f32],
-    bias: Option<&[f32]>,
-) -> Vec<f32> {
-    assert!(
-        partials.len() >= k_groups * m * n,
-        "partials: k_groups·m·n values"
-    );
-    let mut y = vec![0f32; m * n];
-    for r in 0..m {
-        for c in 0..n {
-            let mut sum = partials[r * n + c];
-            for g in 1..k_groups {
-                sum += partials[(g * m + r) * n + c];
-            }
-            if let Some(b) = bias {
-                sum += b[c];
-            }
-            y[r * n + c] = sum;
-        }
-    }
-    y
 }
