@@ -2,7 +2,9 @@
 //! exact device, driver and compiler version, else the compiler's default.
 
 use crate::fingerprint::fingerprint;
-use rocky_compiler::{compiler_version, default_schedule, DeviceCaps, Schedule, Workload};
+use rocky_compiler::{
+    compiler_version, default_schedule, DeviceCaps, GemmWorkload, Schedule, Workload,
+};
 use rocky_runtime::executor::{ScheduleOrigin, ScheduleSource};
 use rocky_runtime::DeviceInfo;
 use rocky_tuning_db::{DbError, DeviceFingerprint, GraphChoice, Lookup, TuningDb};
@@ -86,7 +88,115 @@ impl ScheduleSource for DbSchedules {
         match self.best.get(workload) {
             // Only a schedule for this workload's template: a stray record must not crash.
             Some(s) if s.kind() == workload.kind() => (*s, ScheduleOrigin::Tuned),
-            _ => (default_schedule(workload, caps), ScheduleOrigin::Default),
+            _ => match nearby_gemm_schedule(&self.best, workload, caps) {
+                Some(s) => (s, ScheduleOrigin::Tuned),
+                None => (default_schedule(workload, caps), ScheduleOrigin::Default),
+            },
         }
+    }
+}
+
+/// The schedule tuned for the same GEMM at a slightly larger row count, for a GEMM whose own
+/// row count was not tuned: the partial last ubatch of a prompt (a 5000-token prompt at
+/// ubatch 512 ends with 392 rows). Only a tuned `m` in `[m, 2m)` counts (the smallest one):
+/// a tile that fits 512 rows well fits 392, but a schedule tuned for 512 rows can be far
+/// from the best at 64 (too few workgroups), where the defaults split K instead. The
+/// schedule must still validate for this workload on this device.
+fn nearby_gemm_schedule(
+    best: &HashMap<Workload, Schedule>,
+    workload: &Workload,
+    caps: &DeviceCaps,
+) -> Option<Schedule> {
+    let Workload::Gemm(w) = workload else {
+        return None;
+    };
+    let upper = w.m.saturating_mul(2);
+    best.iter()
+        .filter_map(|(tuned, s)| match (tuned, s) {
+            (Workload::Gemm(t), Schedule::Gemm(g))
+                if t.m >= w.m
+                    && t.m < upper
+                    && GemmWorkload { m: t.m, ..*w } == *t
+                    && g.validate(w, caps).is_ok() =>
+            {
+                Some((t.m, *s))
+            }
+            _ => None,
+        })
+        .min_by_key(|(m, _)| *m)
+        .map(|(_, s)| s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocky_compiler::{ActType, WeightFormat};
+
+    fn gemm(m: u32) -> GemmWorkload {
+        GemmWorkload {
+            m,
+            n: 2048,
+            k: 2048,
+            act: ActType::F32,
+            weight: WeightFormat::Q4K,
+            bias: false,
+        }
+    }
+
+    /// A schedule of the space that is not this workload's default, so a test can tell the
+    /// two apart.
+    fn tuned_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> Schedule {
+        let default = default_schedule(&Workload::Gemm(*w), caps);
+        rocky_compiler::search_space(&Workload::Gemm(*w), caps)
+            .into_iter()
+            .find(|s| *s != default)
+            .expect("the space holds more than the default")
+    }
+
+    #[test]
+    fn a_partial_ubatch_uses_the_schedule_tuned_for_the_full_one() {
+        let caps = DeviceCaps::desktop_all_features();
+        let s512 = tuned_schedule(&gemm(512), &caps);
+        let best = HashMap::from([(Workload::Gemm(gemm(512)), s512)]);
+        let source = DbSchedules { best, graph: None };
+        // 392 rows: the last ubatch of a 5000-token prompt at ubatch 512.
+        let (s, origin) = source.schedule(&Workload::Gemm(gemm(392)), &caps);
+        assert_eq!((s, origin), (s512, ScheduleOrigin::Tuned));
+        // 256 rows is half of 512: too far, the default.
+        let w256 = Workload::Gemm(gemm(256));
+        let (s, origin) = source.schedule(&w256, &caps);
+        assert_eq!(origin, ScheduleOrigin::Default);
+        assert_eq!(s, default_schedule(&w256, &caps));
+        // Larger than anything tuned: the default.
+        let (_, origin) = source.schedule(&Workload::Gemm(gemm(600)), &caps);
+        assert_eq!(origin, ScheduleOrigin::Default);
+    }
+
+    #[test]
+    fn only_the_same_gemm_at_another_row_count_counts() {
+        let caps = DeviceCaps::desktop_all_features();
+        let other = GemmWorkload {
+            bias: true,
+            ..gemm(512)
+        };
+        let best = HashMap::from([(Workload::Gemm(other), tuned_schedule(&other, &caps))]);
+        let source = DbSchedules { best, graph: None };
+        let (_, origin) = source.schedule(&Workload::Gemm(gemm(400)), &caps);
+        assert_eq!(origin, ScheduleOrigin::Default);
+    }
+
+    #[test]
+    fn the_smallest_larger_tuned_row_count_wins() {
+        let caps = DeviceCaps::desktop_all_features();
+        let s300 = tuned_schedule(&gemm(300), &caps);
+        let space = rocky_compiler::search_space(&Workload::Gemm(gemm(400)), &caps);
+        let s400 = *space.iter().rev().find(|s| **s != s300).unwrap();
+        let best = HashMap::from([
+            (Workload::Gemm(gemm(400)), s400),
+            (Workload::Gemm(gemm(300)), s300),
+        ]);
+        let source = DbSchedules { best, graph: None };
+        let (s, _) = source.schedule(&Workload::Gemm(gemm(250)), &caps);
+        assert_eq!(s, s300);
     }
 }
