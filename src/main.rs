@@ -39,9 +39,13 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Time the Qwen2.5-3B prefill GEMMs (Q4_K, Q6_K) against the device's FMA ceiling.
     BenchGemm(cmd::bench_gemm::Args),
+    /// Time one attention workload (default: Qwen2.5-3B, m 512, KV 512 and 4096) with its
+    /// default, f16 and tuned schedules, each checked against the CPU reference.
+    BenchAttention(cmd::bench_attention::Args),
     /// Check the board's GPU stack (panthor, firmware, panvk, environment) and Vulkan devices.
     Doctor(cmd::doctor::Args),
-    /// Search the schedules of a model's GEMMs on this device into the tuning database.
+    /// Search the schedules of a model's GEMMs and attention on this device into the tuning
+    /// database.
     Tune(cmd::tune::Args),
     /// List, inspect, export and import the tuning database.
     Db(cmd::db::Args),
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::Kernel(a) => cmd::kernel::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::BenchGemm(a) => cmd::bench_gemm::run(a),
+        Command::BenchAttention(a) => cmd::bench_attention::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Db(a) => cmd::db::run(a),

@@ -307,6 +307,7 @@ fn the_listed_space_is_the_compilers() {
         act: ActType::F16,
         weight: WeightFormat::Q5_0,
         bias: true,
+        epilogue: Default::default(),
     };
     let v = json(&rocky(&[
         "kernel",

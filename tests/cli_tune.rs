@@ -141,21 +141,33 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let db = dir.join("tuning.sled");
     let trials: usize = TRIALS.parse().unwrap();
 
-    // 1. Tuning stores trials for every distinct GEMM of the model.
+    // 1. Tuning stores trials for every distinct GEMM of the model, and for its attention at
+    // the ubatch and at the 4096 KV bucket (the default KV lengths).
     let first = ok_json(&tune(&db));
-    let expected = expected_gemms(&model(), UBATCH.parse().unwrap());
+    let gemms = expected_gemms(&model(), UBATCH.parse().unwrap());
     let listed = ok_json(&rocky(&["db", "list", "--db", s(&db), "--json"]));
     let listed = listed.as_array().unwrap();
-    let tuned: BTreeSet<_> = listed.iter().map(|r| gemm_of(&r["workload"])).collect();
-    assert_eq!(tuned, expected);
-    assert_eq!(listed.len(), expected.len(), "one record per workload");
+    let tuned: BTreeSet<_> = listed
+        .iter()
+        .filter(|r| r["workload"].get("gemm").is_some())
+        .map(|r| gemm_of(&r["workload"]))
+        .collect();
+    assert_eq!(tuned, gemms);
+    let attention_kv: BTreeSet<u64> = listed
+        .iter()
+        .filter_map(|r| r["workload"].get("attention"))
+        .map(|a| a["max_kv"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attention_kv, BTreeSet::from([16, 4096]), "{listed:?}");
+    let expected_records = gemms.len() + attention_kv.len();
+    assert_eq!(listed.len(), expected_records, "one record per workload");
     for r in listed {
         assert_eq!(r["trials"].as_u64().unwrap() as usize, trials, "{r}");
         assert!(r["best_schedule"].is_object(), "no successful trial: {r}");
     }
     assert_eq!(
         first["measured"].as_u64().unwrap() as usize,
-        trials * expected.len()
+        trials * expected_records
     );
     for w in first["workloads"].as_array().unwrap() {
         // The default is measured first, so the best is never slower.
@@ -168,7 +180,7 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let stats = ok_json(&rocky(&["db", "stats", "--db", s(&db), "--json"]));
     assert_eq!(
         stats["trials"].as_u64().unwrap() as usize,
-        trials * expected.len()
+        trials * expected_records
     );
 
     // 2. Running it again resumes: everything is recorded, nothing is measured twice.
@@ -177,7 +189,7 @@ fn tune_resume_tuned_prefill_and_export_import() {
     assert_eq!(second["measured"], 0, "{}", text(&second_out));
     assert_eq!(
         second["skipped"].as_u64().unwrap() as usize,
-        trials * expected.len()
+        trials * expected_records
     );
     assert!(
         text(&second_out).contains("skipped"),
@@ -228,6 +240,13 @@ fn tune_resume_tuned_prefill_and_export_import() {
     for r in &gemm_rows {
         assert_eq!(r["tuned"], true, "{r}");
     }
+    // Attention too: 21 tokens are KV bucket 32, served by the nearest tuned bucket (16).
+    let attention: Vec<_> = profile
+        .iter()
+        .filter(|r| r["kernel"].as_str().unwrap().starts_with("attention_"))
+        .collect();
+    assert_eq!(attention.len(), 1, "{profile:?}");
+    assert_eq!(attention[0]["tuned"], true, "{}", attention[0]);
     ok_json(&rocky(&[
         "prefill",
         s(&model()),
@@ -278,7 +297,7 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let o = rocky(&["db", "import", s(&export), "--db", s(&other)]);
     assert!(o.status.success(), "{}", text(&o));
     let before = best_schedules(&db);
-    assert_eq!(before.len(), expected.len());
+    assert_eq!(before.len(), expected_records);
     assert_eq!(best_schedules(&other), before);
     // ... and the prefill picks the same kernel for every op with either database.
     let kernels = |db: &Path| -> BTreeSet<String> {

@@ -67,7 +67,7 @@ impl DeviceCaps {
             storage_8bit: true,
             spirv_version: (1, 6),
             shared_memory_is_slow: false,
-            register_budget: 192,
+            register_budget: 224,
             max_storage_buffer_range: u64::from(u32::MAX),
             min_storage_buffer_offset_alignment: 16,
             emulated_f16: false,

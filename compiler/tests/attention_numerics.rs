@@ -126,7 +126,7 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
 
 /// Checks one schedule; returns how close it came to the tolerance (worst error / allowed).
 fn check(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> f32 {
-    let expected = attention::reference(&c.w, c.m_run, c.pos0, &c.q, &c.k_cache, &c.v_cache);
+    let expected = attention::reference_for(&c.w, s, c.m_run, c.pos0, &c.q, &c.k_cache, &c.v_cache);
     let got = run(c, s, caps, sg);
     if let Err(e) = expected.check(&got, c.w.q_width() as usize) {
         panic!("{} (pos0 {}, m {}): {e}", s.name(&c.w), c.pos0, c.m_run);
@@ -155,6 +155,8 @@ fn sample(
             ("gqa", s.group_heads as u32),
             ("stage", s.stage_kv as u32),
             ("reduce", (s.lane_reduce == LaneReduce::Shared) as u32),
+            ("f16_qk", s.f16_qk as u32),
+            ("f16_pv", s.f16_pv as u32),
         ]
     };
     let mut seen = std::collections::BTreeSet::new();

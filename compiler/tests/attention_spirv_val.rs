@@ -63,6 +63,8 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
                         "reduce_shared",
                         (s.lane_reduce == LaneReduce::Shared) as u32,
                     ),
+                    ("f16_qk", s.f16_qk as u32),
+                    ("f16_pv", s.f16_pv as u32),
                 ]);
                 match attention::instantiate(&w, s, caps) {
                     Ok(k) => {
@@ -96,11 +98,13 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
     // floats, over every register budget here; attention_numerics covers it at head_dim 16).
     for (axis, values) in [
         ("rows", &[1, 2, 4, 8, 16, 32][..]),
-        ("kv_block", &[8, 16, 32]),
+        ("kv_block", &[8, 16, 32, 64]),
         ("lanes", &[2, 4, 8, 16, 32]),
         ("gqa", &[0, 1]),
         ("stage", &[0, 1]),
         ("reduce_shared", &[0, 1]),
+        ("f16_qk", &[0, 1]),
+        ("f16_pv", &[0, 1]),
     ] {
         for v in values {
             assert!(axes.contains(&(axis, *v)), "no schedule with {axis} = {v}");
@@ -295,6 +299,12 @@ fn workload_keys_grid_and_flops() {
     let back: Schedule =
         serde_json::from_str(&serde_json::to_string(&Schedule::Attention(s)).unwrap()).unwrap();
     assert_eq!(back, Schedule::Attention(s));
+    // A record written before the f16 options existed still loads, as f32 math.
+    let old = r#"{"attention":{"rows":2,"kv_block":16,"threads_per_row":8,"group_heads":true,"stage_kv":true,"lane_reduce":"shuffle"}}"#;
+    match serde_json::from_str::<Schedule>(old).unwrap() {
+        Schedule::Attention(o) => assert!(!o.f16_qk && !o.f16_pv && o.rows == 2),
+        other => panic!("{other:?}"),
+    }
     // Grid: row blocks × (kv heads when grouped, else q heads).
     let grouped = AttentionSchedule {
         rows: 8,

@@ -22,6 +22,7 @@ fn workload(
         act,
         weight,
         bias,
+        epilogue: Default::default(),
     }
 }
 
@@ -40,6 +41,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        fold_per_slab: false,
         accumulate,
         math,
     }

@@ -20,6 +20,7 @@ fn workloads() -> Vec<GemmWorkload> {
         act,
         weight,
         bias,
+        epilogue: Default::default(),
     };
     vec![
         w(WeightFormat::F32, 7, ActType::F16, true),
@@ -131,6 +132,63 @@ fn samples_pass_spirv_val_for_vulkan_1_1_and_1_3() {
         });
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
+}
+
+/// The fused epilogues (SwiGLU, residual) and their split-K reduce kernels: a spread-out
+/// sample of each format's space (every split-K schedule of the sample also brings its reduce)
+/// and the defaults, on both profiles, for Vulkan 1.2 and, on the desktop profile, 1.1.
+#[test]
+fn fused_epilogue_samples_pass_spirv_val() {
+    require_spirv_val();
+    let mut items = Vec::new();
+    for (caps, env) in [
+        (desktop_vk12(), "vulkan1.2"),
+        (mali_vk12(), "vulkan1.2"),
+        (
+            DeviceCaps {
+                spirv_version: (1, 3),
+                ..DeviceCaps::desktop_all_features()
+            },
+            "vulkan1.1",
+        ),
+    ] {
+        for plain in workloads() {
+            for epilogue in [gemm::Epilogue::SwiGlu, gemm::Epilogue::Residual] {
+                let w = GemmWorkload {
+                    epilogue,
+                    bias: plain.bias && epilogue == gemm::Epilogue::Residual,
+                    ..plain
+                };
+                let space = gemm::search_space(&w, &caps);
+                assert!(space.iter().all(|s| s.validate(&w, &caps).is_ok()));
+                let mut sample: Vec<GemmSchedule> = space.iter().step_by(307).copied().collect();
+                sample.extend(space.iter().filter(|s| s.k_groups > 1).step_by(601));
+                sample.push(gemm::default_schedule(&w, &caps));
+                for s in sample {
+                    items.push((w, s, caps.clone(), env));
+                }
+            }
+        }
+    }
+    let splits = items.iter().filter(|(_, s, _, _)| s.k_groups > 1).count();
+    assert!(
+        splits >= 10,
+        "the sample must reach split-K reduces ({splits})"
+    );
+    let failures = parallel(&items, |(w, s, caps, env)| {
+        let k = gemm::instantiate(w, s, caps).map_err(|e| format!("{}: {e}", s.name(w)))?;
+        spirv_val(&k.spirv, env).map_err(|e| format!("{} ({env}): {e}", k.meta.name))?;
+        if s.k_groups > 1 {
+            let r = gemm::split_k::instantiate_reduce(w, s, caps).map_err(|e| e.to_string())?;
+            spirv_val(&r.spirv, env).map_err(|e| format!("{} ({env}): {e}", r.meta.name))?;
+        }
+        Ok(())
+    });
+    eprintln!(
+        "{} fused kernels validated ({splits} with a reduce)",
+        items.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -17,6 +17,7 @@ fn q4k(m: u32, act: ActType, bias: bool) -> GemmWorkload {
         act,
         weight: WeightFormat::Q4K,
         bias,
+        epilogue: Default::default(),
     }
 }
 
@@ -35,6 +36,7 @@ fn sched() -> GemmSchedule {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        fold_per_slab: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }
@@ -132,6 +134,7 @@ fn push_constants_and_dispatch_grid() {
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
         bias: false,
+        epilogue: Default::default(),
     };
     let s = GemmSchedule {
         bm: 32,
@@ -180,6 +183,7 @@ fn n_slices_cover_the_tensor_within_the_range_limit() {
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
         bias: false,
+        epilogue: Default::default(),
     };
     let row = WeightFormat::Q8_0.row_bytes(2048);
     let (max, align) = (128u64 << 20, 256u64);

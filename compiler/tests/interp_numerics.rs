@@ -14,7 +14,7 @@ use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
 use rocky_compiler::templates::gemm::reference::{compare, reference};
 use rocky_compiler::templates::gemm::{
-    self, ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
+    self, ActType, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
 };
 use rocky_compiler::templates::peak::{PeakConfig, PeakPrecision};
 use rocky_compiler::{testdata, DeviceCaps, WeightFormat};
@@ -215,15 +215,25 @@ struct Inputs {
     x: Vec<f32>,
     weights: Vec<u8>,
     bias: Option<Vec<f32>>,
+    residual: Option<Vec<f32>>,
 }
 
 fn inputs(w: &GemmWorkload, seed: u64) -> Inputs {
+    // SwiGLU: a gate and an up tensor, combined the way the runtime uploads them.
+    let rows = w.n as usize;
+    let tensor = |seed| testdata::random_weights(w.weight, rows, w.k as usize, seed);
+    let weights = match w.epilogue {
+        Epilogue::SwiGlu => gemm::combine_gate_up(&tensor(seed + 1), &tensor(seed + 3)).unwrap(),
+        _ => tensor(seed + 1),
+    };
     Inputs {
         x: testdata::random_activations((w.m * w.k) as usize, seed),
-        weights: testdata::random_weights(w.weight, w.n as usize, w.k as usize, seed + 1),
+        weights,
         bias: w
             .bias
             .then(|| testdata::random_activations(w.n as usize, seed + 2)),
+        residual: (w.epilogue == Epilogue::Residual)
+            .then(|| testdata::random_activations((w.m * w.n) as usize, seed + 4)),
     }
 }
 
@@ -251,6 +261,7 @@ fn run_gemm(
     let mut x = act_bytes(&inp.x, w.act);
     let mut y = vec![0u8; (w.m * w.n * w.act_bytes()) as usize];
     let mut bias = inp.bias.as_ref().map(|b| act_bytes(b, ActType::F32));
+    let mut residual = inp.residual.as_ref().map(|r| act_bytes(r, w.act));
     // Split-K across the grid: the GEMM writes f32 partial sums (and binds no bias), the
     // reduce kernel adds them up with the bias into Y.
     let split = s.k_groups > 1;
@@ -280,12 +291,18 @@ fn run_gemm(
                 bytes: b,
             });
         }
+        if let (Some(r), false) = (residual.as_mut(), split) {
+            bufs.push(BufferData {
+                binding: 4,
+                bytes: r,
+            });
+        }
         let push = GemmPush::for_slice(w, slice).to_bytes();
         execute(
             &module,
             &mut bufs,
             &push,
-            gemm::dispatch_grid_for(w.m, slice.n, s),
+            gemm::dispatch_grid_for(w.m, slice.n * w.epilogue.rows_per_column(), s),
             caps.subgroup_size,
         )
         .unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
@@ -309,6 +326,12 @@ fn run_gemm(
                 bytes: b,
             });
         }
+        if let Some(r) = residual.as_mut() {
+            bufs.push(BufferData {
+                binding: 4,
+                bytes: r,
+            });
+        }
         let push = gemm::split_k::reduce_push(w).to_bytes();
         execute(
             &reduce,
@@ -329,7 +352,15 @@ fn run_gemm(
 }
 
 fn check(w: &GemmWorkload, s: &GemmSchedule, caps: &DeviceCaps, inp: &Inputs) {
-    let r = reference(w, s.math, &inp.x, &inp.weights, inp.bias.as_deref()).unwrap();
+    let r = gemm::reference::reference_with_epilogue(
+        w,
+        s.math,
+        &inp.x,
+        &inp.weights,
+        inp.bias.as_deref(),
+        inp.residual.as_deref(),
+    )
+    .unwrap();
     let whole = gemm::n_slices(w, u64::MAX, 16).unwrap();
     let y = run_gemm(w, s, caps, inp, &whole);
     if let Err(e) = compare(w, s, &y, &r) {
@@ -345,6 +376,7 @@ fn test_workloads() -> Vec<GemmWorkload> {
         act,
         weight,
         bias,
+        epilogue: Default::default(),
     };
     vec![
         w(WeightFormat::F32, 5, ActType::F32, true),
@@ -407,6 +439,7 @@ fn every_path_of_the_template_matches_the_reference() {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -435,6 +468,20 @@ fn every_path_of_the_template_matches_the_reference() {
                         split_k,
                         ..base
                     });
+                    // Mixed precision folding its f16 partial sums once per slab.
+                    let folded = GemmSchedule {
+                        math,
+                        accumulate,
+                        vector_width,
+                        stage_a,
+                        stage_b,
+                        split_k,
+                        fold_per_slab: true,
+                        ..base
+                    };
+                    if folded.validate(w, &caps).is_ok() {
+                        variants.push(folded);
+                    }
                 }
                 // Wide weight loads, with one, two and eight units per slab, and two slabs
                 // per K-loop iteration.
@@ -462,6 +509,114 @@ fn every_path_of_the_template_matches_the_reference() {
     }
 }
 
+/// The fused epilogues (SwiGLU of a combined gate/up tensor, the residual add), each through
+/// the GEMM's own store, the in-workgroup split-K reduction and the split-K reduce kernel,
+/// against the reference composed from the unfused parts.
+#[test]
+fn fused_epilogues_match_the_composed_reference() {
+    let caps = desktop_vk12();
+    let base = GemmSchedule {
+        bm: 8,
+        bn: 16,
+        bk: 64,
+        tm: 2,
+        tn: 2,
+        split_k: 1,
+        vector_width: 1,
+        stage_a: false,
+        stage_b: false,
+        shuffle_a: false,
+        k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
+        fold_per_slab: false,
+        accumulate: rocky_compiler::Precision::F32,
+        math: Math::FmaF32,
+    };
+    let mut checked = 0;
+    for (i, plain) in test_workloads().iter().enumerate() {
+        for epilogue in [Epilogue::SwiGlu, Epilogue::Residual] {
+            let w = GemmWorkload {
+                epilogue,
+                bias: plain.bias && epilogue != Epilogue::SwiGlu,
+                ..*plain
+            };
+            let inp = inputs(&w, 300 + i as u64);
+            let mut variants = vec![
+                base,
+                GemmSchedule {
+                    tn: 4,
+                    bn: 32,
+                    ..base
+                },
+                GemmSchedule { split_k: 2, ..base },
+                GemmSchedule {
+                    stage_b: true,
+                    stage_a: true,
+                    ..base
+                },
+                GemmSchedule {
+                    k_groups: 2,
+                    ..base
+                },
+                GemmSchedule {
+                    k_groups: 4,
+                    bk: 32,
+                    tn: 4,
+                    bn: 32,
+                    stage_b: true,
+                    ..base
+                },
+                GemmSchedule {
+                    wide_loads: true,
+                    ..base
+                },
+                GemmSchedule {
+                    wide_loads: true,
+                    stage_b: true,
+                    ..base
+                },
+            ];
+            if w.weight.is_quantized() {
+                variants.push(GemmSchedule {
+                    math: Math::Int8Dot,
+                    vector_width: 4,
+                    ..base
+                });
+                variants.push(GemmSchedule {
+                    math: Math::Int8Dot,
+                    vector_width: 4,
+                    stage_a: true,
+                    stage_b: true,
+                    k_groups: 2,
+                    ..base
+                });
+            }
+            variants.push(GemmSchedule {
+                math: Math::FmaF16Packed,
+                vector_width: 2,
+                ..base
+            });
+            variants.push(gemm::default_schedule(&w, &caps));
+            base.validate(&w, &caps).unwrap();
+            // (wide loads and int8 need quantized weights)
+            for s in variants.iter().filter(|s| s.validate(&w, &caps).is_ok()) {
+                check(&w, s, &caps, &inp);
+                checked += 1;
+            }
+        }
+        // An odd tn cannot pair gate and up columns.
+        let w = GemmWorkload {
+            epilogue: Epilogue::SwiGlu,
+            bias: false,
+            ..*plain
+        };
+        assert!(GemmSchedule { tn: 1, ..base }.validate(&w, &caps).is_err());
+    }
+    eprintln!("checked {checked} fused kernels");
+    assert!(checked >= 100, "only {checked} fused kernels validated");
+}
+
 #[test]
 fn n_slices_and_runtime_m_compute_the_same_product() {
     let caps = desktop_vk12();
@@ -472,6 +627,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         act: ActType::F32,
         weight: WeightFormat::Q6K,
         bias: true,
+        epilogue: Default::default(),
     };
     let s = GemmSchedule {
         bm: 4,
@@ -487,6 +643,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

@@ -35,6 +35,7 @@ fn workloads() -> Vec<Workload> {
                 act,
                 weight,
                 bias: i % 2 == 0,
+                epilogue: Default::default(),
             }));
         }
         out.push(Workload::Embedding(EmbeddingWorkload {

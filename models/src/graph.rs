@@ -19,10 +19,21 @@ pub enum Op {
         eps: f32,
         width: usize,
     },
-    /// y = x · Wᵀ (+ bias); W is `out_features × in_features` in its GGUF block format.
+    /// y = x · Wᵀ (+ bias) (+ r); W is `out_features × in_features` in its GGUF block format.
+    /// Inputs x, and with `residual` the residual r (`out_features` wide), which the fusion
+    /// pass folds in from an `Add` (see `fuse`).
     Linear {
         weight: String,
         bias: Option<String>,
+        in_features: usize,
+        out_features: usize,
+        residual: bool,
+    },
+    /// silu(x · Gᵀ) · (x · Uᵀ): the gate and up projections and their SwiGLU in one op (made
+    /// by the fusion pass); G and U are `out_features × in_features` in the same block format.
+    LinearSwiGlu {
+        gate: String,
+        up: String,
         in_features: usize,
         out_features: usize,
     },

@@ -3,6 +3,7 @@
 
 pub mod arch;
 pub mod formats;
+pub mod fuse;
 pub mod gguf;
 pub mod graph;
 pub mod reference;

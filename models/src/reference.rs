@@ -83,6 +83,7 @@ impl<'a> CpuSession<'a> {
                     bias,
                     in_features,
                     out_features,
+                    residual,
                 } => {
                     let mut y = self.linear(input(0), weight, *in_features, *out_features)?;
                     if let Some(b) = bias {
@@ -90,7 +91,22 @@ impl<'a> CpuSession<'a> {
                         y.par_chunks_mut(*out_features)
                             .for_each(|row| row.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
                     }
+                    if *residual {
+                        // The unfused Add: residual first, as the graph's `Add(r, y)` adds.
+                        y = add(input(1), &y);
+                    }
                     y
+                }
+                // The fused op as the unfused ops composed: both projections, then SwiGLU.
+                Op::LinearSwiGlu {
+                    gate,
+                    up,
+                    in_features,
+                    out_features,
+                } => {
+                    let g = self.linear(input(0), gate, *in_features, *out_features)?;
+                    let u = self.linear(input(0), up, *in_features, *out_features)?;
+                    swiglu(&g, &u)
                 }
                 Op::RopeNeox {
                     n_heads,
@@ -110,12 +126,8 @@ impl<'a> CpuSession<'a> {
                     let (q, k, v) = (input(0).to_vec(), input(1).to_vec(), input(2).to_vec());
                     self.attention(&q, k, v, *layer, *n_heads, *n_kv_heads, *head_dim)
                 }
-                Op::SwiGlu { .. } => input(0)
-                    .iter()
-                    .zip(input(1))
-                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-                    .collect(),
-                Op::Add { .. } => input(0).iter().zip(input(1)).map(|(a, b)| a + b).collect(),
+                Op::SwiGlu { .. } => swiglu(input(0), input(1)),
+                Op::Add { .. } => add(input(0), input(1)),
                 Op::LastRow { width } => input(0)[(n - 1) * width..].to_vec(),
             };
             values[node.output] = Some(out);
@@ -381,4 +393,15 @@ impl ModelConfig {
     pub fn kv_cache_bytes_f32(&self, n_ctx: usize) -> u64 {
         (2 * self.n_layer * n_ctx * self.n_head_kv * self.head_dim * 4) as u64
     }
+}
+
+fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+        .collect()
+}
+
+fn add(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(a, b)| a + b).collect()
 }

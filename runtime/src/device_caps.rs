@@ -11,8 +11,10 @@ use rocky_compiler::DeviceCaps;
 /// large (NVIDIA allows 255 per thread, AMD 256 VGPRs) and a big GEMM runs well at low
 /// occupancy when each thread reuses its operands enough: on the H200 an 8×8 micro-tile
 /// (~164 registers by the estimate) ran the 512×11008×2048 Q4_K GEMM 1.31x faster than the
-/// 4×4 default (docs/measurements/2026-12-02-h200.md).
-pub const DISCRETE_REGISTER_BUDGET: u32 = 192;
+/// 4×4 default (docs/measurements/2026-12-02-h200.md). 224 admits the 8×8 packed-f16 tile with
+/// f32 accumulation (~196 by the estimate, whose f32 accumulators and f16 partial sums are
+/// both live) while leaving the estimate's error some room below the hardware's 255.
+pub const DISCRETE_REGISTER_BUDGET: u32 = 224;
 
 /// Registers per thread for every other device: mobile and integrated GPUs have small register
 /// files (Mali-G610 halves occupancy above 32 registers and spills above 64), and CPU

@@ -132,6 +132,7 @@ fn draw_workload(r: &mut SplitMix64, weight: WeightFormat, caps: &DeviceCaps) ->
             act,
             weight,
             bias: r.next_u64() % 2 == 0,
+            epilogue: Default::default(),
         };
         // K-quants need k to be a multiple of 256 (896 is not: Qwen2.5-0.5B uses Q5_0/Q8_0
         // there), and huge plain-float vocabularies are left out.
@@ -212,6 +213,7 @@ fn sample_cases(count: usize, seed: u64, caps: &DeviceCaps) -> Vec<Case> {
             act,
             weight,
             bias: false,
+            epilogue: Default::default(),
         };
         cases.push(Case {
             w,

@@ -168,6 +168,7 @@ pub fn run(args: Args) -> CmdResult {
                 act: ActType::F32,
                 weight,
                 bias: false,
+                epilogue: Default::default(),
             };
             let variants = variants(&w, &caps, &f32_caps, args.all_math, &mut bench.notes);
             let inputs = GemmInputs::random(&w, 7);

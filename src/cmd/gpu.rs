@@ -328,6 +328,24 @@ pub fn print_profile(rows: &[ProfileRow]) {
             r.shape
         );
     }
+    // Attention's share at a glance (its rows are spread over the table by time).
+    let total: f64 = rows.iter().map(|r| r.seconds).sum();
+    let attention: Vec<&ProfileRow> = rows
+        .iter()
+        .filter(|r| r.kernel.starts_with("attention_"))
+        .collect();
+    if total > 0.0 && !attention.is_empty() {
+        let (secs, flops) = attention
+            .iter()
+            .fold((0.0, 0.0), |(s, f), r| (s + r.seconds, f + r.flops));
+        println!(
+            "attention: {:.3} ms of {:.3} ms ({:.1}%), {:.1} GFLOP/s",
+            secs * 1e3,
+            total * 1e3,
+            100.0 * secs / total,
+            if secs > 0.0 { flops / secs / 1e9 } else { 0.0 }
+        );
+    }
 }
 
 /// The time-accounting lines of `--profile`: how busy the GPU was and what the host did.

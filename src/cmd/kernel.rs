@@ -243,6 +243,7 @@ fn parse_workload(args: &Args) -> Result<Workload, CliError> {
         act,
         weight,
         bias: args.bias,
+        epilogue: Default::default(),
     }))
 }
 

@@ -1,5 +1,5 @@
-//! `rocky tune`: search the schedules of a model's GEMM workloads on this device and store
-//! every trial in the tuning database, which `rocky prefill` then uses.
+//! `rocky tune`: search the schedules of a model's GEMM and attention workloads on this device
+//! and store every trial in the tuning database, which `rocky prefill` then uses.
 
 use super::gpu::{db_error, db_path, device_error, exec_error, upload_bar};
 use super::kernel::gemm_gpu::summary;
@@ -14,7 +14,8 @@ use rocky_runtime::{Context, DeviceSelector};
 use rocky_tuner::db_schedules::graph_choice_key;
 use rocky_tuner::graph::{self, GraphOutcome, GraphTuneOptions, PrefillRig};
 use rocky_tuner::{
-    model_workloads_with_progress, MeasureOptions, Progress, TuneOptions, Tuner, WorkloadReport,
+    attention_workloads, model_workloads_with_progress, MeasureOptions, Progress, TuneOptions,
+    Tuner, WorkloadReport,
 };
 use rocky_tuner::{DbSchedules, FaultPlan};
 use rocky_tuning_db::GraphChoice;
@@ -85,7 +86,13 @@ pub struct Args {
     /// Prompt length of the graph-level prefills (default: twice --ubatch).
     #[arg(long)]
     pub graph_tokens: Option<usize>,
-    /// Tune only the workloads whose description (`m=512 n=896 k=896 q4_k`) contains this text.
+    /// KV lengths whose attention is tuned too (comma-separated; bucketed to powers of two,
+    /// at least --ubatch; a prefill uses the nearest tuned length). Default: --ubatch and
+    /// 4096. `0` tunes no attention.
+    #[arg(long, value_delimiter = ',')]
+    pub attention_kv: Option<Vec<u32>>,
+    /// Tune only the workloads whose description (`m=512 n=896 k=896 q4_k`,
+    /// `attention m=512 kv=4096 …`) contains this text.
     #[arg(long)]
     pub workload: Option<String>,
     /// Make trials fail on purpose, e.g. `spirv_val@2,device_lost@3` (trial numbers of every
@@ -140,6 +147,16 @@ pub fn run(args: Args) -> CmdResult {
     let workloads =
         model_workloads_with_progress(&ctx, &file, &model, args.ubatch, &mut upload_bar(&ctx))
             .map_err(exec_error)?;
+    let kv_lengths = args
+        .attention_kv
+        .clone()
+        .unwrap_or_else(|| vec![args.ubatch as u32, 4096]);
+    let mut workloads = workloads;
+    if !kv_lengths.contains(&0) {
+        // After the GEMMs: the time budget is shared evenly, so attention gets its share
+        // (one workload's worth per KV length).
+        workloads.extend(attention_workloads(&model, args.ubatch, &kv_lengths));
+    }
     let workloads: Vec<_> = match &args.workload {
         Some(text) => workloads
             .into_iter()
@@ -149,7 +166,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     if workloads.is_empty() {
         return Err(CliError::usage(format!(
-            "--workload {:?} matches none of the model's GEMM workloads at ubatch {}",
+            "--workload {:?} matches none of the model's GEMM or attention workloads at ubatch {}",
             args.workload.as_deref().unwrap_or(""),
             args.ubatch
         )));
@@ -182,8 +199,9 @@ pub fn run(args: Args) -> CmdResult {
         }
     };
     say(format!(
-        "tuning {} GEMM workloads at ubatch {} on {} ({:?}, {} trials each, {} s) into {}",
-        workloads.len(),
+        "tuning {} GEMM and {} attention workloads at ubatch {} on {} ({:?}, {} trials each, {} s) into {}",
+        workloads.iter().filter(|w| matches!(w.workload, Workload::Gemm(_))).count(),
+        workloads.iter().filter(|w| matches!(w.workload, Workload::Attention(_))).count(),
         args.ubatch,
         tuner.device().describe(),
         args.strategy,
@@ -443,6 +461,10 @@ pub fn describe_workload(w: &Workload) -> String {
             g.weight.ggml_name().to_lowercase(),
             if g.bias { " +bias" } else { "" }
         ),
+        Workload::Attention(a) => format!(
+            "attention m={} kv={} h={}/{} d={}",
+            a.m, a.max_kv, a.n_heads, a.n_kv_heads, a.head_dim
+        ),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
 }
@@ -450,6 +472,7 @@ pub fn describe_workload(w: &Workload) -> String {
 pub fn describe_schedule(s: &Schedule) -> String {
     match s {
         Schedule::Gemm(g) => summary(g),
+        Schedule::Attention(a) => rocky_tuner::attention_gpu::summary(a),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
 }

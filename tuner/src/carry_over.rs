@@ -69,6 +69,7 @@ mod tests {
             act: ActType::F32,
             weight,
             bias: false,
+            epilogue: Default::default(),
         })
     }
 

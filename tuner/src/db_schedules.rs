@@ -3,7 +3,8 @@
 
 use crate::fingerprint::fingerprint;
 use rocky_compiler::{
-    compiler_version, default_schedule, DeviceCaps, GemmWorkload, Schedule, Workload,
+    compiler_version, default_schedule, AttentionWorkload, DeviceCaps, GemmWorkload, Schedule,
+    Workload,
 };
 use rocky_runtime::executor::{ScheduleOrigin, ScheduleSource};
 use rocky_runtime::DeviceInfo;
@@ -83,12 +84,48 @@ impl DbSchedules {
     }
 }
 
+impl DbSchedules {
+    /// For an attention workload without its own record: the tuned schedule of the same
+    /// shape (m, heads, head_dim) at the nearest KV length (`rocky tune` tunes a few KV
+    /// buckets; the kernel is correct at every KV length, and a schedule's fit depends on
+    /// m and the heads far more than on the keys walked), if it is valid here.
+    fn nearest_attention(&self, workload: &Workload, caps: &DeviceCaps) -> Option<Schedule> {
+        let Workload::Attention(w) = workload else {
+            return None;
+        };
+        let distance = |kv: u32| {
+            (f64::from(kv.max(1)) / f64::from(w.max_kv.max(1)))
+                .log2()
+                .abs()
+        };
+        self.best
+            .iter()
+            .filter_map(|(k, s)| match (k, s) {
+                (Workload::Attention(o), Schedule::Attention(a))
+                    if AttentionWorkload {
+                        max_kv: w.max_kv,
+                        ..*o
+                    } == *w
+                        && a.validate(w, caps).is_ok() =>
+                {
+                    Some((distance(o.max_kv), o.max_kv, *s))
+                }
+                _ => None,
+            })
+            // Nearest first; at equal distance the longer KV (the costlier ubatches).
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map(|(_, _, s)| s)
+    }
+}
+
 impl ScheduleSource for DbSchedules {
     fn schedule(&self, workload: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
         match self.best.get(workload) {
             // Only a schedule for this workload's template: a stray record must not crash.
             Some(s) if s.kind() == workload.kind() => (*s, ScheduleOrigin::Tuned),
-            _ => match nearby_gemm_schedule(&self.best, workload, caps) {
+            _ => match nearby_gemm_schedule(&self.best, workload, caps)
+                .or_else(|| self.nearest_attention(workload, caps))
+            {
                 Some(s) => (s, ScheduleOrigin::Tuned),
                 None => (default_schedule(workload, caps), ScheduleOrigin::Default),
             },
@@ -140,6 +177,7 @@ mod tests {
             act: ActType::F32,
             weight: WeightFormat::Q4K,
             bias: false,
+            epilogue: Default::default(),
         }
     }
 

@@ -8,16 +8,16 @@ use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::interface::{
-    BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use rocky_compiler::templates::gemm::reference::{
-    compare, reference, relative_tolerance, Mismatch, Reference,
+    compare, reference_with_epilogue, relative_tolerance, Mismatch, Reference,
 };
 use rocky_compiler::templates::gemm::split_k::{
     instantiate_reduce, reduce_grid, reduce_push, scratch_values, BINDING_PARTIALS,
 };
 use rocky_compiler::templates::gemm::{
-    dispatch_grid_for, n_slices, GemmPush, GemmSchedule, GemmWorkload, Math,
+    dispatch_grid_for, n_slices, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math,
 };
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
@@ -87,18 +87,24 @@ fn device_error(e: RuntimeError) -> GpuError {
 /// Seeded random inputs of a GEMM, as the reference sees them (activations in f32).
 pub struct GemmInputs {
     pub x: Vec<f32>,
+    /// All weight rows: with SwiGLU the n gate rows then the n up rows (the combined tensor).
     pub weight: Vec<u8>,
     pub bias: Option<Vec<f32>>,
+    /// The residual of `Epilogue::Residual` (m × n).
+    pub residual: Option<Vec<f32>>,
 }
 
 impl GemmInputs {
     pub fn random(w: &GemmWorkload, seed: u64) -> GemmInputs {
+        let rows = w.weight_rows() as usize;
         GemmInputs {
             x: random_activations(w.m as usize * w.k as usize, seed),
-            weight: random_weights(w.weight, w.n as usize, w.k as usize, seed ^ 0x5745),
+            weight: random_weights(w.weight, rows, w.k as usize, seed ^ 0x5745),
             bias: w
                 .bias
                 .then(|| random_activations(w.n as usize, seed ^ 0xB1A5)),
+            residual: (w.epilogue == Epilogue::Residual)
+                .then(|| random_activations(w.m as usize * w.n as usize, seed ^ 0x2E51)),
         }
     }
 }
@@ -128,6 +134,7 @@ pub struct GemmOnGpu {
     weight: Buffer,
     y: Buffer,
     bias: Option<Buffer>,
+    residual: Option<Buffer>,
     /// Split-K across the grid (`k_groups > 1`): the reduce kernel and the partial sums.
     split: Option<(ComputePipeline, Buffer)>,
     /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
@@ -199,6 +206,10 @@ impl GemmOnGpu {
             Some(b) => Some(Buffer::from_slice(ctx, b, "bias").map_err(device_error)?),
             None => None,
         };
+        let residual = match &inputs.residual {
+            Some(r) => Some(act_buffer(ctx, w.act, r, "residual")?),
+            None => None,
+        };
         let split = if s.k_groups > 1 {
             let reduce = instantiate_reduce(w, s, caps).map_err(GpuError::Refused)?;
             let reduce = ComputePipeline::from_kernel(ctx, cache, &reduce).map_err(device_error)?;
@@ -216,11 +227,18 @@ impl GemmOnGpu {
             weight: padded,
             y,
             bias,
+            residual,
             split,
             slices,
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
             fault,
+        })
+    }
+
+    fn residual_binding(&self) -> Result<BufferRange<'_>, GpuError> {
+        self.residual.as_ref().map(Buffer::whole).ok_or_else(|| {
+            GpuError::Internal("a kernel binds a residual the workload lacks".into())
         })
     }
 
@@ -242,6 +260,7 @@ impl GemmOnGpu {
                     BINDING_BIAS => self.bias.as_ref().map(Buffer::whole).ok_or_else(|| {
                         GpuError::Internal("the kernel binds a bias the workload lacks".into())
                     })?,
+                    BINDING_RESIDUAL => self.residual_binding()?,
                     other => {
                         return Err(GpuError::Internal(format!(
                             "the GEMM kernel has an unknown binding {other} ({})",
@@ -251,7 +270,11 @@ impl GemmOnGpu {
                 });
             }
             let push = GemmPush::for_slice(&self.w, slice).to_bytes();
-            let grid = dispatch_grid_for(self.w.m, slice.n, &self.s);
+            let grid = dispatch_grid_for(
+                self.w.m,
+                slice.n * self.w.epilogue.rows_per_column(),
+                &self.s,
+            );
             rec.dispatch(&self.pipeline, &bindings, &push, grid)
                 .map_err(device_error)?;
         }
@@ -265,6 +288,7 @@ impl GemmOnGpu {
                     BINDING_BIAS => self.bias.as_ref().map(Buffer::whole).ok_or_else(|| {
                         GpuError::Internal("the reduce binds a bias the workload lacks".into())
                     })?,
+                    BINDING_RESIDUAL => self.residual_binding()?,
                     other => {
                         return Err(GpuError::Internal(format!(
                             "the split-K reduce kernel has an unknown binding {other} ({})",
@@ -421,11 +445,29 @@ fn reference_columns(
     cols: &[u32],
 ) -> Result<(GemmWorkload, Reference), String> {
     let row = w.weight.row_bytes(u64::from(w.k)) as usize;
-    let weight: Vec<u8> = cols
+    // With SwiGLU the sub-GEMM's combined tensor: the columns' gate rows, then their up rows.
+    let parts: Vec<usize> = match w.epilogue {
+        Epilogue::SwiGlu => vec![0, w.n as usize],
+        _ => vec![0],
+    };
+    let weight: Vec<u8> = parts
         .iter()
-        .flat_map(|&j| &inputs.weight[j as usize * row..(j as usize + 1) * row])
+        .flat_map(|&first| {
+            cols.iter().flat_map(move |&j| {
+                let r = first + j as usize;
+                &inputs.weight[r * row..(r + 1) * row]
+            })
+        })
         .copied()
         .collect();
+    let residual: Option<Vec<f32>> = inputs.residual.as_ref().map(|res| {
+        (0..w.m as usize)
+            .flat_map(|r| {
+                cols.iter()
+                    .map(move |&j| res[r * w.n as usize + j as usize])
+            })
+            .collect()
+    });
     let bias: Option<Vec<f32>> = inputs
         .bias
         .as_ref()
@@ -434,8 +476,15 @@ fn reference_columns(
         n: cols.len() as u32,
         ..*w
     };
-    let r = reference(&sub, math, &inputs.x, &weight, bias.as_deref())
-        .map_err(|e| format!("reference: {e}"))?;
+    let r = reference_with_epilogue(
+        &sub,
+        math,
+        &inputs.x,
+        &weight,
+        bias.as_deref(),
+        residual.as_deref(),
+    )
+    .map_err(|e| format!("reference: {e}"))?;
     Ok((sub, r))
 }
 

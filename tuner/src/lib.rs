@@ -8,11 +8,14 @@
 //!   runs);
 //! - [`spirv_val`]: the validation stage of a trial;
 //! - [`fault`]: [`FaultPlan`], trials made to fail on purpose at each failure's real stage;
+//! - [`attention_gpu`]: attention on the device, its check and one trial (tuner and
+//!   `rocky bench-attention`);
 //! - [`gemm_gpu`]: a GEMM on the device (also used by `rocky kernel` and `bench-gemm`);
 //! - [`tune`]: the loop with trial and time budgets, resume and device-loss recovery;
 //! - [`db_schedules`]: [`DbSchedules`], tuned schedules for the prefill;
 //! - [`fingerprint()`]: the database identity of a device.
 
+pub mod attention_gpu;
 pub mod carry_over;
 pub mod db_schedules;
 pub mod fault;
@@ -35,4 +38,6 @@ pub use measure::{
 };
 pub use search::{Search, Strategy};
 pub use tune::{host_name, Progress, StopReason, TuneError, TuneOptions, Tuner, WorkloadReport};
-pub use workloads::{model_workloads, model_workloads_with_progress, ModelWorkload};
+pub use workloads::{
+    attention_workloads, model_workloads, model_workloads_with_progress, ModelWorkload,
+};

@@ -148,7 +148,7 @@ pub fn measure_gemm(
 /// The spirv-val stage: Err when the validator rejects the kernel (or cannot run). An
 /// injected `spirv_val` fault validates the kernel without its last instruction; those
 /// words are only ever shown to the validator, never to the driver.
-fn check_spirv(
+pub(crate) fn check_spirv(
     kernel: &CompiledKernel,
     validate: bool,
     fault: Option<Fault>,
@@ -262,9 +262,9 @@ fn run_trial(
 /// mean run of one command buffer holding enough runs to last about `WARMUP_BATCH_GPU`, so
 /// the submission latency (tens of microseconds to a millisecond) is a small part of it; fewer
 /// figures when they would take longer than `options.max_timed`.
-fn host_samples(
+pub(crate) fn host_samples(
     ctx: &Context,
-    gpu: &GemmOnGpu,
+    gpu: &dyn TimedRuns,
     steady: Duration,
     runs: usize,
     options: &MeasureOptions,
@@ -276,9 +276,22 @@ fn host_samples(
     let affordable = (options.max_timed.as_secs_f64() / per_sample).floor() as usize;
     let mut samples = vec![steady];
     while samples.len() < runs.min(affordable.max(1)) {
-        samples.push(median(&gpu.time(ctx, reps).map_err(classify)?));
+        samples.push(median(&gpu.time_runs(ctx, reps).map_err(classify)?));
     }
     Ok(samples)
+}
+
+/// A kernel set up on the device that can time back-to-back runs of itself (the GEMM, the
+/// attention): what the warm-up and the host-timed samples need.
+pub trait TimedRuns {
+    /// Times of `runs` back-to-back runs (one command buffer).
+    fn time_runs(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError>;
+}
+
+impl TimedRuns for GemmOnGpu {
+    fn time_runs(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        self.time(ctx, runs)
+    }
 }
 
 /// GPU time one warm-up batch aims at: long enough that a batch's submission overhead is
@@ -299,9 +312,9 @@ const STEADY_TOLERANCE: f64 = 0.02;
 /// warm-up ends once it has lasted `options.warmup` and a batch is no faster than the one
 /// before it, or after `options.max_timed` or `MAX_WARMUP_BATCHES` batches. No clock speed or
 /// ramp time is assumed: a device without DVFS settles after two batches.
-fn warm_up(
+pub(crate) fn warm_up(
     ctx: &Context,
-    gpu: &GemmOnGpu,
+    gpu: &dyn TimedRuns,
     one_run: Duration,
     options: &MeasureOptions,
 ) -> Result<Vec<Duration>, (FailureKind, String)> {
@@ -313,7 +326,7 @@ fn warm_up(
     for _ in 0..MAX_WARMUP_BATCHES {
         let size = (WARMUP_BATCH_GPU.as_secs_f64() / per_run.as_secs_f64()).ceil();
         let size = (size as u32).clamp(1, options.runs.max(1) * 100);
-        batch = gpu.time(ctx, size).map_err(classify)?;
+        batch = gpu.time_runs(ctx, size).map_err(classify)?;
         let now = median(&batch);
         let settled = previous
             .is_some_and(|p| now.as_secs_f64() >= p.as_secs_f64() * (1.0 - STEADY_TOLERANCE));
@@ -410,7 +423,7 @@ fn ramp_and_sustained(samples: &[(Duration, Duration)], total: Duration) -> (Dur
 }
 
 /// [`crate::graph::median`] of durations; zero when empty.
-fn median(times: &[Duration]) -> Duration {
+pub(crate) fn median(times: &[Duration]) -> Duration {
     let seconds: Vec<f64> = times.iter().map(Duration::as_secs_f64).collect();
     let m = crate::graph::median(&seconds);
     if m.is_finite() {

@@ -153,6 +153,7 @@ pub(crate) mod tests {
             k_groups: 1,
             wide_loads: false,
             k_unroll: 1,
+            fold_per_slab: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })
@@ -203,6 +204,7 @@ pub(crate) mod tests {
                 act: ActType::F32,
                 weight: WeightFormat::Q8_0,
                 bias: false,
+                epilogue: Default::default(),
             })
         };
         // Two workloads whose fastest schedule is the same (index 37). The first (100

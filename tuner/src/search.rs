@@ -475,6 +475,7 @@ mod tests {
             act: ActType::F32,
             weight: WeightFormat::Q8_0,
             bias: false,
+            epilogue: Default::default(),
         });
         search_space(&w, &DeviceCaps::mali_g610())
     }

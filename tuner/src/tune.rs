@@ -2,6 +2,7 @@
 //! candidates (compiled in parallel, measured one at a time) under a trial budget and a time
 //! budget, storing every trial in the database as it completes.
 
+use crate::attention_gpu::{measure_attention, AttentionInputs};
 use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
 use crate::gemm_gpu::{GemmInputs, GemmOnGpu};
@@ -21,6 +22,12 @@ use rocky_tuning_db::{
     DbError, DeviceFingerprint, FailureKind, Lookup, RecordKey, Trial, TrialStatus, TuningDb,
 };
 use std::time::{Duration, Instant};
+
+/// The seeded inputs of one workload's trials (and, for attention, its reference).
+pub enum TrialInputs {
+    Gemm(GemmInputs),
+    Attention(Box<AttentionInputs>),
+}
 
 /// Candidates compiled together before they are measured one by one.
 const COMPILE_BATCH: usize = 8;
@@ -251,12 +258,12 @@ impl<'db> Tuner<'db> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<WorkloadReport, TuneError> {
         let workload = mw.workload;
-        let Workload::Gemm(gemm) = workload else {
+        if !matches!(workload, Workload::Gemm(_) | Workload::Attention(_)) {
             return Err(TuneError::Unsupported(format!(
-                "the tuner measures gemm workloads, not {}",
+                "the tuner measures gemm and attention workloads, not {}",
                 workload.kind()
             )));
-        };
+        }
         let key = self.key(&workload);
         let space = search_space(&workload, &self.caps);
         let default = default_schedule(&workload, &self.caps);
@@ -289,7 +296,15 @@ impl<'db> Tuner<'db> {
             search.mark_tried(&t.schedule, t.is_ok().then_some(t.median_s));
         }
         search.seed(&self.seed_schedules(&workload, options.trials)?);
-        let inputs = GemmInputs::random(&gemm, options.measure.seed);
+        let inputs = match workload {
+            Workload::Attention(a) => TrialInputs::Attention(Box::new(AttentionInputs::random(
+                &a,
+                None,
+                options.measure.seed,
+            ))),
+            Workload::Gemm(g) => TrialInputs::Gemm(GemmInputs::random(&g, options.measure.seed)),
+            _ => unreachable!("checked above"),
+        };
         let mut recorded = existing.len();
         // The default first, always: "best" can then never be slower than the default.
         if report.default.is_none() {
@@ -401,7 +416,7 @@ impl<'db> Tuner<'db> {
         &mut self,
         workload: &Workload,
         schedule: &Schedule,
-        inputs: &GemmInputs,
+        inputs: &TrialInputs,
         options: &TuneOptions,
         number: usize,
     ) -> Result<Trial, TuneError> {
@@ -416,38 +431,55 @@ impl<'db> Tuner<'db> {
         workload: &Workload,
         schedule: &Schedule,
         kernel: Result<rocky_compiler::CompiledKernel, rocky_compiler::Refusal>,
-        inputs: &GemmInputs,
+        inputs: &TrialInputs,
         options: &TuneOptions,
         number: usize,
     ) -> Result<Trial, TuneError> {
-        let (Workload::Gemm(w), Schedule::Gemm(s)) = (workload, schedule) else {
-            return Ok(Trial::failed(
-                *schedule,
-                FailureKind::Refused,
-                format!(
-                    "a {} schedule for a {} workload",
-                    schedule.kind(),
-                    workload.kind()
-                ),
-                self.host.clone(),
-            ));
-        };
         // The best so far, for pruning hopeless candidates early (never the default: it is
         // measured first, against nothing).
         let incumbent_s = self.db.best(&self.key(workload))?.map(|t| t.median_s);
-        let trial = measure_gemm(
-            &self.ctx,
-            self.cache.as_ref(),
-            &self.caps,
-            w,
-            s,
-            kernel,
-            inputs,
-            &options.measure,
-            options.measure.faults.at(number),
-            incumbent_s,
-            &self.host,
-        );
+        let fault = options.measure.faults.at(number);
+        let trial = match (workload, schedule, inputs) {
+            (Workload::Attention(w), Schedule::Attention(s), TrialInputs::Attention(inputs)) => {
+                measure_attention(
+                    &self.ctx,
+                    self.cache.as_ref(),
+                    w,
+                    s,
+                    kernel,
+                    inputs,
+                    &options.measure,
+                    fault,
+                    incumbent_s,
+                    &self.host,
+                )
+            }
+            (Workload::Gemm(w), Schedule::Gemm(s), TrialInputs::Gemm(inputs)) => measure_gemm(
+                &self.ctx,
+                self.cache.as_ref(),
+                &self.caps,
+                w,
+                s,
+                kernel,
+                inputs,
+                &options.measure,
+                fault,
+                incumbent_s,
+                &self.host,
+            ),
+            _ => {
+                return Ok(Trial::failed(
+                    *schedule,
+                    FailureKind::Refused,
+                    format!(
+                        "a {} schedule for a {} workload",
+                        schedule.kind(),
+                        workload.kind()
+                    ),
+                    self.host.clone(),
+                ))
+            }
+        };
         if matches!(
             &trial.status,
             TrialStatus::Failed {

@@ -1,9 +1,11 @@
 //! The distinct GEMM workloads of a model's prefill graph at a ubatch size: what `rocky tune`
-//! searches, each once however many layers share it.
+//! searches, each once however many layers share it; and its attention workloads at a few
+//! KV lengths ([`attention_workloads`]).
 
-use rocky_compiler::Workload;
+use rocky_compiler::{AttentionWorkload, Workload};
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
+use rocky_models::graph::Op;
 use rocky_runtime::executor::{DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights};
 use rocky_runtime::{CommandBudget, Context};
 use std::time::Duration;
@@ -56,6 +58,50 @@ pub fn model_workloads_with_progress(
     ))
 }
 
+/// The attention workloads `rocky tune` searches for `model` at `ubatch`: one per KV length
+/// of `kv_lengths`, bucketed as the executor buckets its cache size
+/// ([`AttentionWorkload::kv_bucket`]), lengths below the ubatch raised to it (a prefill's
+/// cache holds at least one ubatch), duplicates dropped. A prefill whose bucket is not
+/// tuned uses the nearest tuned one (see `DbSchedules`), so two lengths, one ubatch and a long
+/// context, cover a model. Empty for a model without attention.
+pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> Vec<ModelWorkload> {
+    let mut shape = None;
+    let mut labels = Vec::new();
+    for node in &model.graph.nodes {
+        if let Op::Attention {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ..
+        } = &node.op
+        {
+            shape.get_or_insert((*n_heads as u32, *n_kv_heads as u32, *head_dim as u32));
+            labels.push(node.label.clone());
+        }
+    }
+    let Some((n_heads, n_kv_heads, head_dim)) = shape else {
+        return Vec::new();
+    };
+    let m = ubatch.max(1) as u32;
+    let mut out: Vec<ModelWorkload> = Vec::new();
+    for &kv in kv_lengths {
+        let w = Workload::Attention(AttentionWorkload {
+            m,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
+        });
+        if !out.iter().any(|o| o.workload == w) {
+            out.push(ModelWorkload {
+                workload: w,
+                labels: labels.clone(),
+            });
+        }
+    }
+    out
+}
+
 /// Groups GEMM workloads by value, keeping the order of first appearance.
 fn distinct_gemms<'a>(nodes: impl Iterator<Item = (&'a str, Workload)>) -> Vec<ModelWorkload> {
     let mut out: Vec<ModelWorkload> = Vec::new();
@@ -84,6 +130,7 @@ mod tests {
             act: ActType::F32,
             weight: WeightFormat::Q4K,
             bias: false,
+            epilogue: Default::default(),
         })
     }
 

@@ -32,6 +32,7 @@ fn workload() -> Workload {
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
         bias: false,
+        epilogue: Default::default(),
     })
 }
 

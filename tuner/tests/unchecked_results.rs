@@ -130,6 +130,7 @@ fn host_timed_trials_are_checked_positive_and_say_host() {
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
         bias: false,
+        epilogue: Default::default(),
     });
     let options = TuneOptions {
         strategy: Strategy::Random,

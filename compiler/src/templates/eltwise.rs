@@ -255,7 +255,8 @@ pub fn kernel_ir(op: EltwiseOp, w: &EltwiseWorkload, s: &EltwiseSchedule) -> Mod
 /// the range where Vulkan specifies division (2.5 ulp); without it a gate below -87 divides by
 /// infinity or by a number past 2¹²⁶, which drivers may flush to zero or worse. Clamped, such
 /// a gate gives ~gate·1.8e-35 instead of the true gate·exp(gate) (below 1e-35 either way).
-fn swiglu(b: &KernelBuilder, gate: Value, up: Value) -> Value {
+/// silu(gate) · up, also the epilogue of the fused gate/up GEMM (`gemm::Epilogue::SwiGlu`).
+pub(crate) fn swiglu(b: &KernelBuilder, gate: Value, up: Value) -> Value {
     let lanes = gate.ty.lanes();
     let one = b.splat(b.c_f32(1.0), lanes);
     let arg = b.min(b.neg(gate), b.splat(b.c_f32(80.0), lanes));

@@ -119,6 +119,7 @@ fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
         weight: w,
         in_features,
         out_features,
+        residual: false,
     };
     let mut x = g.push(
         "token_embd",

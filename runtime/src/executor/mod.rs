@@ -22,7 +22,7 @@ use crate::{
 use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
 use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload};
 use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
-use rocky_compiler::templates::gemm::{n_slices, GemmPush};
+use rocky_compiler::templates::gemm::{combine_gate_up, n_slices, Epilogue, GemmPush};
 use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
 use rocky_compiler::templates::rope::{RopePush, RopeWorkload};
@@ -32,8 +32,9 @@ use rocky_compiler::{
 };
 use rocky_models::arch::Model;
 use rocky_models::formats::GgmlType;
+use rocky_models::fuse::{fuse, FuseOptions};
 use rocky_models::gguf::GgufFile;
-use rocky_models::graph::Op;
+use rocky_models::graph::{Graph, Op};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -128,9 +129,17 @@ pub enum ExecError {
     },
 }
 
-/// A model's weights on the device.
+/// A model's weights on the device, and the graph they were uploaded for: the model's graph
+/// after the fusion pass (`ROCKY_FUSE`, see `rocky_models::fuse`), whose fused gate/up GEMMs
+/// read one combined tensor each (named [`gate_up_name`]).
 pub struct GpuWeights {
     buffers: HashMap<String, (Buffer, GgmlType)>,
+    graph: Graph,
+}
+
+/// The name of the combined gate/up tensor of a fused SwiGLU GEMM.
+pub fn gate_up_name(gate: &str, up: &str) -> String {
+    format!("{gate}+{up}")
 }
 
 impl GpuWeights {
@@ -142,23 +151,52 @@ impl GpuWeights {
     }
 
     /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
-    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus).
+    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus). Fuses the graph as
+    /// `ROCKY_FUSE` says (default: the residual fusion; `ROCKY_FUSE=1` all).
     pub fn upload_with_progress(
         ctx: &Context,
         file: &GgufFile,
         model: &Model,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<GpuWeights, ExecError> {
-        let mut names: Vec<&str> = Vec::new();
-        for node in &model.graph.nodes {
+        let options = FuseOptions::from_env().map_err(ExecError::Unsupported)?;
+        Self::upload_fused(ctx, file, model, options, progress)
+    }
+
+    /// [`GpuWeights::upload_with_progress`] with the fusions given explicitly.
+    pub fn upload_fused(
+        ctx: &Context,
+        file: &GgufFile,
+        model: &Model,
+        options: FuseOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GpuWeights, ExecError> {
+        // A combined gate/up tensor is bound whole: fuse only pairs that fit one binding.
+        let max_range = u64::from(ctx.caps().max_storage_buffer_range);
+        let same = |a: &str, b: &str| match (file.tensor(a), file.tensor(b)) {
+            (Some(a), Some(b)) => {
+                a.ggml_type == b.ggml_type
+                    && a.dims == b.dims
+                    && a.size == b.size
+                    && (2 * a.size).next_multiple_of(4) <= max_range
+            }
+            _ => false,
+        };
+        let graph = fuse(&model.graph, options, &same);
+        // (buffer name, the tensors it holds: one, or gate and up combined row-wise)
+        let mut names: Vec<(String, Vec<&str>)> = Vec::new();
+        for node in &graph.nodes {
             match &node.op {
-                Op::Embedding { table, .. } => names.push(table),
-                Op::RmsNorm { weight, .. } => names.push(weight),
+                Op::Embedding { table, .. } => names.push((table.clone(), vec![table])),
+                Op::RmsNorm { weight, .. } => names.push((weight.clone(), vec![weight])),
                 Op::Linear { weight, bias, .. } => {
-                    names.push(weight);
+                    names.push((weight.clone(), vec![weight]));
                     if let Some(b) = bias {
-                        names.push(b);
+                        names.push((b.clone(), vec![b]));
                     }
+                }
+                Op::LinearSwiGlu { gate, up, .. } => {
+                    names.push((gate_up_name(gate, up), vec![gate, up]))
                 }
                 _ => {}
             }
@@ -167,25 +205,50 @@ impl GpuWeights {
         names.dedup();
         let tensors = names
             .iter()
-            .map(|&name| {
-                file.tensor(name).ok_or_else(|| {
-                    ExecError::Unsupported(format!("tensor {name} is missing from the model"))
-                })
+            .map(|(_, parts)| {
+                parts
+                    .iter()
+                    .map(|&name| {
+                        file.tensor(name).ok_or_else(|| {
+                            ExecError::Unsupported(format!(
+                                "tensor {name} is missing from the model"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let total: u64 = tensors.iter().map(|t| t.size).sum();
+        let total: u64 = tensors.iter().flatten().map(|t| t.size).sum();
         let mut done = 0;
         let mut buffers = HashMap::new();
-        for (name, t) in names.into_iter().zip(tensors) {
-            let data = file.tensor_data(t);
+        for ((name, _), parts) in names.into_iter().zip(tensors) {
+            // Row combining comes first, before anything per format: the combined tensor is
+            // the gate rows then the up rows (`rocky_compiler::templates::gemm::combine_gate_up`).
+            let combined;
+            let data: &[u8] = match parts.as_slice() {
+                [one] => file.tensor_data(one),
+                [gate, up] => {
+                    combined = combine_gate_up(file.tensor_data(gate), file.tensor_data(up))
+                        .ok_or_else(|| {
+                            ExecError::Unsupported(format!("{name}: gate and up sizes differ"))
+                        })?;
+                    &combined
+                }
+                _ => unreachable!("one tensor or a gate/up pair"),
+            };
             // Kernels read weights as u32 words: pad to a multiple of 4 bytes.
-            let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), name)?;
+            let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), &name)?;
             buf.upload_bytes(0, data)?;
-            buffers.insert(name.to_string(), (buf, t.ggml_type));
-            done += t.size;
+            buffers.insert(name, (buf, parts[0].ggml_type));
+            done += parts.iter().map(|t| t.size).sum::<u64>();
             progress(done, total);
         }
-        Ok(GpuWeights { buffers })
+        Ok(GpuWeights { buffers, graph })
+    }
+
+    /// The graph these weights serve (fused or not).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
     }
 
     /// Bytes of every weight buffer, and the largest one (name, bytes).
@@ -278,7 +341,7 @@ impl<'m> Executor<'m> {
         }
         let cfg = &model.config;
         let caps = device_caps(ctx.info(), ctx.caps());
-        let plan = slots::plan(&model.graph);
+        let plan = slots::plan(&weights.graph);
         let slots = plan
             .slot_bytes(options.ubatch)
             .into_iter()
@@ -470,7 +533,7 @@ impl<'m> Executor<'m> {
     fn node_workloads(&self, m: u32) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
         let mut out = Vec::new();
         let mut rows = m;
-        for node in &self.model.graph.nodes {
+        for node in &self.weights.graph.nodes {
             let mut w = Vec::new();
             match &node.op {
                 Op::Embedding { table, width } => {
@@ -492,6 +555,7 @@ impl<'m> Executor<'m> {
                     bias,
                     in_features,
                     out_features,
+                    residual,
                 } => {
                     let (_, ty) = self.weights.get(weight);
                     w.push(Workload::Gemm(GemmWorkload {
@@ -501,6 +565,28 @@ impl<'m> Executor<'m> {
                         act: ActType::F32,
                         weight: weight_format(*ty, weight)?,
                         bias: bias.is_some(),
+                        epilogue: if *residual {
+                            Epilogue::Residual
+                        } else {
+                            Epilogue::None
+                        },
+                    }))
+                }
+                Op::LinearSwiGlu {
+                    gate,
+                    up,
+                    in_features,
+                    out_features,
+                } => {
+                    let (_, ty) = self.weights.get(&gate_up_name(gate, up));
+                    w.push(Workload::Gemm(GemmWorkload {
+                        m: rows,
+                        n: *out_features as u32,
+                        k: *in_features as u32,
+                        act: ActType::F32,
+                        weight: weight_format(*ty, gate)?,
+                        bias: false,
+                        epilogue: Epilogue::SwiGlu,
                     }))
                 }
                 Op::RopeNeox {
@@ -526,7 +612,8 @@ impl<'m> Executor<'m> {
                         n_heads: *n_heads as u32,
                         n_kv_heads: *n_kv_heads as u32,
                         head_dim: *head_dim as u32,
-                        max_kv: self.n_ctx as u32,
+                        // Bucketed: the tuning key (see `kv_bucket`), not the cache size.
+                        max_kv: AttentionWorkload::kv_bucket(self.n_ctx as u32),
                     }))
                 }
                 Op::SwiGlu { width } => w.push(Workload::SwiGlu(EltwiseWorkload {
@@ -659,7 +746,7 @@ impl<'m> Executor<'m> {
         last: bool,
         log: &mut Vec<DispatchTime>,
     ) -> Result<(), ExecError> {
-        let graph = &self.model.graph;
+        let graph = &self.weights.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
         let mut rows = m;
@@ -752,6 +839,7 @@ impl<'m> Executor<'m> {
                             act: ActType::F32,
                             weight: e.table,
                             bias: false,
+                            epilogue: Default::default(),
                         };
                         let ids = self
                             .ids
@@ -787,8 +875,25 @@ impl<'m> Executor<'m> {
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: rows }.to_bytes();
                     }
-                    (Op::Linear { weight, bias, .. }, Workload::Gemm(gw)) => {
-                        let wbuf = &self.weights.get(weight).0;
+                    (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemm(gw)) => {
+                        let (weight, bias, residual) = match &node.op {
+                            Op::Linear {
+                                weight,
+                                bias,
+                                residual,
+                                ..
+                            } => (weight.clone(), bias.as_ref(), *residual),
+                            Op::LinearSwiGlu { gate, up, .. } => {
+                                (gate_up_name(gate, up), None, false)
+                            }
+                            _ => unreachable!("matched above"),
+                        };
+                        let residual = if residual {
+                            Some(slot_range(node.inputs[1], rows, input_offset(1))?)
+                        } else {
+                            None
+                        };
+                        let wbuf = &self.weights.get(&weight).0;
                         let Schedule::Gemm(gs) = s else {
                             unreachable!("a GEMM workload has a GEMM schedule")
                         };
@@ -824,8 +929,13 @@ impl<'m> Executor<'m> {
                             if let (Some(b), None) = (bias, split) {
                                 named.push(("bias", self.weights.get(b).0.whole()));
                             }
+                            if let (Some(r), None) = (residual, split) {
+                                named.push(("residual", r));
+                            }
                             let groups = rocky_compiler::templates::gemm::dispatch_grid_for(
-                                rows, slice.n, gs,
+                                rows,
+                                slice.n * gw.epilogue.rows_per_column(),
+                                gs,
                             );
                             emit(
                                 label,
@@ -842,6 +952,9 @@ impl<'m> Executor<'m> {
                             let mut named = vec![("partials", scratch), ("y", output)];
                             if let Some(b) = bias {
                                 named.push(("bias", self.weights.get(b).0.whole()));
+                            }
+                            if let Some(r) = residual {
+                                named.push(("residual", r));
                             }
                             emit(
                                 &format!("{label}.reduce"),
@@ -886,7 +999,14 @@ impl<'m> Executor<'m> {
                         named.push(("k_cache", self.kv[*layer].0.whole()));
                         named.push(("v_cache", self.kv[*layer].1.whole()));
                         named.push(("out", slot_range(node.output, rows, 0)?));
-                        push = AttentionPush { m: rows, pos0 }.to_bytes();
+                        let push = AttentionPush { m: rows, pos0 }.to_bytes();
+                        // The profile's FLOPs: the keys this ubatch really attends.
+                        let mut seen = actual;
+                        if let Workload::Attention(a) = &mut seen {
+                            a.max_kv = pos0 + rows;
+                        }
+                        emit(label, seen, origin, pipeline, named, &push, groups)?;
+                        continue;
                     }
                     (Op::SwiGlu { .. }, _) => {
                         named.push(("gate", slot_range(node.inputs[0], rows, input_offset(0))?));

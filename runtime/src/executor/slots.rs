@@ -45,7 +45,7 @@ pub fn output_width(op: &Op) -> usize {
         | Op::SwiGlu { width }
         | Op::Add { width }
         | Op::LastRow { width } => *width,
-        Op::Linear { out_features, .. } => *out_features,
+        Op::Linear { out_features, .. } | Op::LinearSwiGlu { out_features, .. } => *out_features,
         Op::RopeNeox {
             n_heads, head_dim, ..
         } => n_heads * head_dim,

@@ -14,6 +14,10 @@
 //!     [barrier before the shared tiles / reduction slots are rewritten]
 //! out = o / l for rows < m
 //! ```
+//! With `f16_qk` the lane's q chunks are held as f16vec2 and each key's partial dot product
+//! is an f16vec2 FMA chain on the cache words bitcast to f16vec2 (no unpacking), folded to f32
+//! before the lane sum. With `f16_pv` the block's weights p[j] are rounded to f16 and
+//! Σ_j p[j]·v[kb+j] is summed in f16vec2, then added to the f32 output once per block.
 //! Keys of the last block past n_keys load the last valid key (clamped, so every read stays
 //! in bounds) and are masked. The running max starts at -1e30 rather than -∞ so no lane ever
 //! computes ∞ - ∞; every row's first block holds key 0, which is always visible.
@@ -142,6 +146,20 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             )
         })
         .collect();
+    // f16_qk: the same q chunks as f16vec2 pairs (elements 2i, 2i+1 of the chunk).
+    let h2 = Type::vec(Scalar::F16, 2);
+    let q16: Vec<Vec<Value>> = if s.f16_qk {
+        let h4 = Type::vec(Scalar::F16, 4);
+        qv.iter()
+            .map(|&(qa, qb)| {
+                let (a, c) = (b.convert(qa, h4), b.convert(qb, h4));
+                let pair = |v: Value, i: u32| b.construct(&[b.extract(v, i), b.extract(v, i + 1)]);
+                vec![pair(a, 0), pair(a, 2), pair(c, 0), pair(c, 2)]
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let zero4 = b.lit(v4, 0.0);
     let acc: Vec<(Var, Var)> = (0..chunks)
         .map(|t| {
@@ -162,6 +180,17 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         // Scores of the block (masked keys at NEG_BIG) and their validity.
         let partials: Vec<Value> = (0..kv_block)
             .map(|j| {
+                if s.f16_qk {
+                    let mut acc = b.lit(h2, 0.0);
+                    for (t, q) in q16.iter().enumerate() {
+                        let words = a.kv_words(a.k_tile, a.k_cache, kb, j, t as u32);
+                        for (i, &qp) in q.iter().enumerate() {
+                            acc = b.fma(qp, b.bitcast(b.extract(words, i as u32), h2), acc);
+                        }
+                    }
+                    let f = b.convert(acc, Type::vec(Scalar::F32, 2));
+                    return b.add(b.extract(f, 0), b.extract(f, 1));
+                }
                 let mut sum: Option<Value> = None;
                 for (t, &(qa, qb)) in qv.iter().enumerate() {
                     let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, kb, j, t as u32);
@@ -193,16 +222,37 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             .map(|&(lo, hi)| (b.mul(b.load_var(lo), corr4), b.mul(b.load_var(hi), corr4)))
             .collect();
         let mut sum = b.mul(b.load_var(run_sum), correction);
+        // f16_pv: the block's Σ p·v per chunk, four f16vec2 each.
+        let mut pv16: Vec<Vec<Value>> = if s.f16_pv {
+            (0..chunks).map(|_| vec![b.lit(h2, 0.0); 4]).collect()
+        } else {
+            Vec::new()
+        };
         for j in 0..kv_block {
             let e = b.exp(b.sub(scores[j as usize], new_max));
             let p = b.select(valid[j as usize], e, b.c_f32(0.0));
             sum = b.add(sum, p);
+            if s.f16_pv {
+                let p2 = b.splat(b.convert(p, Type::F16), 2);
+                for (t, acc) in pv16.iter_mut().enumerate() {
+                    let words = a.kv_words(a.v_tile, a.v_cache, kb, j, t as u32);
+                    for (i, x) in acc.iter_mut().enumerate() {
+                        *x = b.fma(p2, b.bitcast(b.extract(words, i as u32), h2), *x);
+                    }
+                }
+                continue;
+            }
             let p4 = b.splat(p, 4);
             for (t, (lo, hi)) in lo_hi.iter_mut().enumerate() {
                 let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, kb, j, t as u32);
                 *lo = b.fma(p4, vlo, *lo);
                 *hi = b.fma(p4, vhi, *hi);
             }
+        }
+        for ((lo, hi), acc) in lo_hi.iter_mut().zip(&pv16) {
+            let f4 = |x: Value, y: Value| b.convert(b.construct(&[x, y]), v4);
+            *lo = b.add(*lo, f4(acc[0], acc[1]));
+            *hi = b.add(*hi, f4(acc[2], acc[3]));
         }
         for (&(lo, hi), &(vlo, vhi)) in acc.iter().zip(&lo_hi) {
             b.store_var(lo, vlo);
@@ -273,8 +323,26 @@ impl Attn<'_> {
         t: u32,
     ) -> (Value, Value) {
         let b = self.b;
+        let words = self.kv_words(tile, cache, kb, j, t);
+        let half = |i: u32| b.unpack_half2x16(b.extract(words, i));
+        (
+            b.construct(&[half(0), half(1)]),
+            b.construct(&[half(2), half(3)]),
+        )
+    }
+
+    /// The cache words (uvec4: 8 halves) of this lane's chunk `t` of key `kb + j`.
+    fn kv_words(
+        &self,
+        tile: Option<SharedArray>,
+        cache: Buffer,
+        kb: Value,
+        j: u32,
+        t: u32,
+    ) -> Value {
+        let b = self.b;
         let c = b.add(self.lane, b.c_u32(t * self.s.threads_per_row));
-        let words = match tile {
+        match tile {
             Some(tile) => b.load_shared(tile, b.add(b.c_u32(j * self.head_u4), c)),
             None => {
                 let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
@@ -283,12 +351,7 @@ impl Attn<'_> {
                     b.add(b.add(b.muli(key, self.pos_u4), self.kv_base), c),
                 )
             }
-        };
-        let half = |i: u32| b.unpack_half2x16(b.extract(words, i));
-        (
-            b.construct(&[half(0), half(1)]),
-            b.construct(&[half(2), half(3)]),
-        )
+        }
     }
 
     /// Sums each partial dot product over the lanes of its row; every lane gets the same

@@ -5,14 +5,15 @@
 //! - [`workload`]: what is computed, the push constants and the runtime contract;
 //! - [`schedule`]: the tunables, their validity and resource estimates, the search space and
 //!   the rule-based default;
-//! - [`kernel`]: the IR; [`reference`]: the CPU oracle (f64, f16-rounded K/V).
+//! - [`kernel`]: the IR (f32 or packed-f16 products); [`reference`]: the CPU oracle (f64,
+//!   f16-rounded K/V) and each schedule's error bound.
 
 pub(crate) mod kernel;
 pub mod reference;
 pub mod schedule;
 pub mod workload;
 
-pub use reference::reference;
+pub use reference::{reference, reference_for, reference_rows, ReferenceRows};
 pub use schedule::{
     default_schedule, search_space, AttentionSchedule, LaneReduce, ATTENTION_SCHEDULE_VERSION,
 };

@@ -49,6 +49,18 @@ pub struct AttentionSchedule {
     pub stage_kv: bool,
     /// How a row's lanes sum their partial dot products (unused with one lane per row).
     pub lane_reduce: LaneReduce,
+    /// Packed f16 q·k (f16vec2 FMAs straight on the cache words, no f16→f32 unpacking):
+    /// q rounded to f16, each lane's partial dot product summed in f16, then f32 across the
+    /// lanes. Needs shaderFloat16. A score partial beyond 65504 would overflow: the check on
+    /// random data cannot see a model whose keys are that large. Absent in records written
+    /// before it existed: f32.
+    #[serde(default)]
+    pub f16_qk: bool,
+    /// Packed f16 p·v: the block's weights rounded to f16 and its weighted values summed in
+    /// f16vec2, folded into the f32 output once per key block. Needs shaderFloat16. Absent in
+    /// older records: f32.
+    #[serde(default)]
+    pub f16_pv: bool,
 }
 
 impl AttentionSchedule {
@@ -100,7 +112,7 @@ impl AttentionSchedule {
 
     pub fn name(&self, w: &AttentionWorkload) -> String {
         format!(
-            "attention_h{}_{}_d{}_r{}_kv{}_l{}{}{}_{}",
+            "attention_h{}_{}_d{}_r{}_kv{}_l{}{}{}_{}{}",
             w.n_heads,
             w.n_kv_heads,
             w.head_dim,
@@ -112,6 +124,12 @@ impl AttentionSchedule {
             match self.lane_reduce {
                 LaneReduce::Shuffle => "shfl",
                 LaneReduce::Shared => "smem",
+            },
+            match (self.f16_qk, self.f16_pv) {
+                (false, false) => "",
+                (true, false) => "_qk16",
+                (false, true) => "_pv16",
+                (true, true) => "_f16",
             }
         )
     }
@@ -151,6 +169,11 @@ impl AttentionSchedule {
                 )));
             }
         }
+        if (self.f16_qk || self.f16_pv) && !caps.float16 {
+            return Err(Refusal::MissingFeature(
+                "shaderFloat16 (attention f16_qk / f16_pv)".into(),
+            ));
+        }
         check_threads(self.threads(w), caps)?;
         check_shared(self.shared_bytes(w), caps)?;
         let regs = self.register_estimate(w);
@@ -165,15 +188,22 @@ impl AttentionSchedule {
 }
 
 /// Every candidate the tuner should try, each accepted by `validate`: rows 1..32, key
-/// blocks 8..32, every lane split head_dim allows, GQA grouping on/off (when there is a group),
-/// staging on/off, both reductions. Workgroups under 16 threads (they waste subgroups) or
-/// with rows beyond the next power of two of m are left out.
+/// blocks 8..64, every lane split head_dim allows, GQA grouping on/off (when there is a group),
+/// staging on/off, both reductions, f32 math, packed-f16 p·v, or packed f16 for both products
+/// (where the device has f16; f16 q·k alone saves less than p·v and is left out).
+/// Workgroups under 16 threads (they waste subgroups), rows beyond the next power of two of m
+/// and 64-key blocks without staging (their unstaged loads gain nothing over 32) are left out.
 pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
     let m_cap = w.m.max(1).next_power_of_two();
     let groupings: &[bool] = if w.group() > 1 {
         &[false, true]
     } else {
         &[false]
+    };
+    let maths: &[(bool, bool)] = if caps.float16 {
+        &[(false, false), (false, true), (true, true)]
+    } else {
+        &[(false, false)]
     };
     let mut out = Vec::new();
     for threads_per_row in [1, 2, 4, 8, 16, 32] {
@@ -187,22 +217,29 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                 if rows > m_cap {
                     continue;
                 }
-                for kv_block in [8, 16, 32] {
+                for kv_block in [8, 16, 32, 64] {
                     for stage_kv in [false, true] {
+                        if kv_block == 64 && !stage_kv {
+                            continue;
+                        }
                         for &lane_reduce in reduces {
-                            let s = AttentionSchedule {
-                                rows,
-                                kv_block,
-                                threads_per_row,
-                                group_heads,
-                                stage_kv,
-                                lane_reduce,
-                            };
-                            if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
-                                continue;
-                            }
-                            if s.validate(w, caps).is_ok() {
-                                out.push(s);
+                            for &(f16_qk, f16_pv) in maths {
+                                let s = AttentionSchedule {
+                                    rows,
+                                    kv_block,
+                                    threads_per_row,
+                                    group_heads,
+                                    stage_kv,
+                                    lane_reduce,
+                                    f16_qk,
+                                    f16_pv,
+                                };
+                                if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
+                                    continue;
+                                }
+                                if s.validate(w, caps).is_ok() {
+                                    out.push(s);
+                                }
                             }
                         }
                     }
@@ -258,6 +295,8 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             group_heads,
             stage_kv: !caps.shared_memory_is_slow,
             lane_reduce,
+            f16_qk: false,
+            f16_pv: false,
         });
         candidates.push(AttentionSchedule {
             rows: 1,

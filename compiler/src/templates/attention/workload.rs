@@ -41,6 +41,14 @@ pub struct AttentionWorkload {
 }
 
 impl AttentionWorkload {
+    /// The `max_kv` a runtime with a cache of `n_ctx` positions uses: the next power of two.
+    /// The kernel reads the bound cache length, so `max_kv` only keys the tuning database:
+    /// bucketing lets one tuned record serve every context length of its octave (a prefill
+    /// of 3000 tokens and one of 4096 share the 4096 record).
+    pub fn kv_bucket(n_ctx: u32) -> u32 {
+        n_ctx.max(1).checked_next_power_of_two().unwrap_or(1 << 31)
+    }
+
     /// Query heads per kv head.
     pub fn group(&self) -> u32 {
         self.n_heads / self.n_kv_heads.max(1)
@@ -128,4 +136,19 @@ pub fn dispatch_grid(w: &AttentionWorkload, s: &AttentionSchedule) -> [u32; 3] {
         w.n_heads
     };
     [w.m.div_ceil(s.rows.max(1)), heads, 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionWorkload;
+
+    #[test]
+    fn attention_kv_buckets_are_the_next_power_of_two() {
+        let b = AttentionWorkload::kv_bucket;
+        assert_eq!(
+            [b(0), b(1), b(512), b(513), b(3000), b(4096)],
+            [1, 1, 512, 1024, 4096, 4096]
+        );
+        assert_eq!(b(u32::MAX), 1 << 31);
+    }
 }

@@ -6,9 +6,12 @@
 //!   occupancy above 32 registers); f16 packed math where the device has it, accumulating
 //!   in f32; 64 threads.
 //! - Devices that emulate f16 (CPU implementations) keep f32 math.
-//! - GPUs with native f16 and fast shared memory: packed f16 math with f32 accumulation,
-//!   both operands staged, 64-deep K slabs, 64×64 (4×4) tiles, split four ways across K
-//!   (`k_groups`) where their grid has fewer than [`SPLIT_K_MIN_WORKGROUPS`] workgroups;
+//! - GPUs with native f16 and fast shared memory: packed f16 math with f32 accumulation
+//!   (the f16 partial sums folded into f32 once per slab), both operands staged, 64-deep K
+//!   slabs; 128×128 (8×8) tiles where m ≥ 256, their grid has at least 32 tiles (split
+//!   two ways across K below 256) and each workgroup keeps 16 slabs of K, else 64×64 (4×4)
+//!   tiles, split four ways across K (`k_groups`) where their grid has fewer than
+//!   [`SPLIT_K_MIN_WORKGROUPS`] workgroups;
 //!   grids of fewer than 32 such tiles take 32×32 (2×2) tiles split up to 8 ways.
 //! - Otherwise: stage both operands, f32 math, 16×16 threads, and the biggest tile whose grid
 //!   still fills the GPU: 128×128 (8×8 micro-tiles, where the register budget allows them)
@@ -43,6 +46,13 @@ pub const BIG_TILE_MIN_WORKGROUPS: u32 = 256;
 /// split four ways ran 1.3-1.5x faster than 32×32 tiles split twice; the 64×256 one (4 tiles)
 /// was 2x faster as 32×32 tiles split 8 ways (docs/measurements/2026-12-02b-h200.md).
 pub const F16_BIG_TILE_MIN_TILES: u32 = 32;
+
+/// The packed-f16 rule's 128×128 (8×8) tile needs at least this many rows and this many
+/// tiles (a grid of fewer leaves most of a GPU's cores idle even split across K).
+pub const F16_HUGE_TILE_MIN_ROWS: u32 = 256;
+pub const F16_HUGE_TILE_MIN_TILES: u32 = 32;
+/// ... and at least this many K slabs per workgroup (after the split across K).
+pub const F16_HUGE_TILE_MIN_SLABS: u32 = 16;
 
 /// Workgroups the 32×32 split aims for.
 pub const F16_SMALL_GRID_TARGET: u32 = 128;
@@ -83,6 +93,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        fold_per_slab: false,
         accumulate,
         math,
     };
@@ -181,12 +192,40 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // than the f32 defaults at M = 512 (35.5-45.2 TFLOP/s against 22.2-28.3), within 3-6 %
         // of f16 accumulation across all of K, and 64-deep slabs 1.3-1.6x faster than 32-deep
         // (docs/measurements/2026-12-02b-h200.md).
+        // The f16 partial sums are folded into f32 once per 64-deep slab: 1.02-1.05x over
+        // folding every 32 products on every H200 shape (docs/measurements/2026-12-02d-h200.md).
         let staged = GemmSchedule {
             stage_a: true,
             stage_b: true,
             bk: 64,
+            fold_per_slab: true,
             ..base
         };
+        // 128×128 tiles of 8×8 micro-tiles where there are enough rows and tiles (the register
+        // budget of discrete GPUs admits them), split two ways across K below 256 tiles: on
+        // the H200 at m = 512 1.22x the 64×64 tile on the 512×11008 gate/up GEMMs (344 tiles),
+        // 1.08-1.12x split two ways on the 2048-wide down projections (64 tiles); at m = 64
+        // half of each tile is idle and 64×64 split four ways was 2x faster. Each workgroup
+        // keeps at least 16 slabs of K.
+        let tiles128 = w.m.div_ceil(128) * w.n.div_ceil(128);
+        if w.m >= F16_HUGE_TILE_MIN_ROWS && tiles128 >= F16_HUGE_TILE_MIN_TILES {
+            let huge = GemmSchedule {
+                bm: 128,
+                bn: 128,
+                tm: 8,
+                tn: 8,
+                ..staged
+            };
+            let k_groups = if tiles128 >= SPLIT_K_MIN_WORKGROUPS {
+                1
+            } else {
+                split_k_groups(w, &huge, 2, SPLIT_K_MIN_WORKGROUPS)
+            };
+            // Short K (the 0.5B's k = 896 gate/up, 14 slabs) lost 11 % of the 0.5B prefill.
+            if w.k / (huge.bk * k_groups) >= F16_HUGE_TILE_MIN_SLABS {
+                c.push(GemmSchedule { k_groups, ..huge });
+            }
+        }
         // 64×64 tiles, split four ways across the grid where they leave fewer than 256
         // workgroups (on the H200 1.3-1.5x faster than 32×32 tiles split twice, at m = 64 and
         // for the N = 256 projections; no split at 256 tiles, where two groups were 12 %
@@ -308,9 +347,28 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
 
 /// The default schedule of `w` on `caps` (see the module docs).
 pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemmSchedule {
-    let c = candidates(w, caps);
-    if let Some(s) = c.iter().find(|s| s.validate(w, caps).is_ok()) {
-        return *s;
+    // The rules see the grid of weight rows (a SwiGLU GEMM's tile covers bn/2 outputs); the
+    // epilogue only rules out what it cannot take (an odd tn).
+    let rows = GemmWorkload {
+        n: w.weight_rows(),
+        epilogue: Default::default(),
+        ..*w
+    };
+    let c = candidates(&rows, caps);
+    // SwiGLU needs an even tn: a rule's tile with an odd tn is taken with tn and bn doubled
+    // (the same threads, each with its gate and its up columns) before the next rule.
+    let widened = |s: &GemmSchedule| {
+        (s.tn % 2 == 1).then(|| GemmSchedule {
+            tn: 2 * s.tn,
+            bn: 2 * s.bn,
+            ..*s
+        })
+    };
+    let tries = c
+        .iter()
+        .flat_map(|s| std::iter::once(*s).chain(widened(s).filter(|_| !w.epilogue.is_none())));
+    if let Some(s) = tries.clone().find(|s| s.validate(w, caps).is_ok()) {
+        return s;
     }
     search_space(w, caps)
         .into_iter()
@@ -332,6 +390,7 @@ mod tests {
             act: ActType::F32,
             weight: WeightFormat::Q4K,
             bias: false,
+            epilogue: Default::default(),
         }
     }
 
@@ -343,9 +402,14 @@ mod tests {
         // that grid has ≥ 64, else 16×32.
         // (m, n, k) → expected (bm, bn, k_groups).
         for (m, n, k, want) in [
-            (512, 11008, 2048, (64, 64, 1)),
-            (512, 2048, 2048, (64, 64, 1)),
+            (512, 11008, 2048, (128, 128, 1)),
+            (512, 2048, 11008, (128, 128, 2)),
+            (512, 2048, 2048, (128, 128, 2)),
             (512, 256, 2048, (64, 64, 4)),
+            (256, 2048, 2048, (128, 128, 2)),
+            (128, 2048, 2048, (64, 64, 4)),
+            // The 0.5B's gate/up: 14 slabs of K are too few for the big tile.
+            (512, 4864, 896, (64, 64, 1)),
             (64, 11008, 2048, (64, 64, 4)),
             (64, 2048, 11008, (64, 64, 4)),
             (64, 2048, 2048, (64, 64, 4)),
@@ -357,6 +421,7 @@ mod tests {
             assert_eq!(s.math, Math::FmaF16Packed, "{m}x{n}");
             assert_eq!(s.accumulate, Precision::F32, "{m}x{n}");
             assert!(s.stage_a && s.stage_b && s.bk == 64, "{m}x{n}: {s:?}");
+            assert!(s.fold_per_slab, "{m}x{n}: {s:?}");
             assert_eq!((s.bm, s.bn, s.k_groups), want, "{m}x{n}x{k}");
         }
         // Emulated f16 (CPU implementations) keeps f32 math.

@@ -7,7 +7,12 @@
 //!   bound range must be a multiple of 4 bytes and readable to its end: round the range up to
 //!   4 bytes and allocate weight buffers with that padding;
 //! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
-//! - 3 `bias` (when the workload has one): all n f32 values (not sliced).
+//! - 3 `bias` (when the workload has one): all n f32 values (not sliced);
+//! - 4 `residual` (`Epilogue::Residual`): R, m × n with row stride `ldy`, same type as Y.
+//!
+//! With `Epilogue::SwiGlu` the weight binding holds the 2n rows of the combined gate/up
+//! tensor (gate rows, then up rows; never N-sliced) and the grid has `2n / bn` columns of
+//! workgroups, each computing bn/2 outputs from bn/2 gate and bn/2 up rows.
 //!
 //! With `k_groups > 1` (split-K across the grid) the kernel has no bias binding and `y` is an
 //! f32 scratch buffer of `k_groups × m × ldy` values: group g writes its partial sums at
@@ -28,6 +33,7 @@ pub const BINDING_X: u32 = 0;
 pub const BINDING_WEIGHT: u32 = 1;
 pub const BINDING_Y: u32 = 2;
 pub const BINDING_BIAS: u32 = 3;
+pub const BINDING_RESIDUAL: u32 = 4;
 
 /// The push-constant block of the GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,14 +83,14 @@ pub struct NSlice {
     pub weight_range: u64,
 }
 
-/// Workgroups for `m` rows and an N-slice of `n` columns.
+/// Workgroups for `m` rows and an N-slice of `n` weight rows (2× the columns with SwiGLU).
 pub fn dispatch_grid_for(m: u32, n: u32, s: &GemmSchedule) -> [u32; 3] {
     [n.div_ceil(s.bn), m.div_ceil(s.bm), s.k_groups]
 }
 
 /// Workgroups for the whole workload in one dispatch.
 pub fn dispatch_grid(w: &GemmWorkload, s: &GemmSchedule) -> [u32; 3] {
-    dispatch_grid_for(w.m, w.n, s)
+    dispatch_grid_for(w.m, w.weight_rows(), s)
 }
 
 /// Splits the weight tensor into slices whose bound range is at most `max_range` bytes and
@@ -103,7 +109,13 @@ pub fn n_slices(
         )));
     }
     let round4 = |b: u64| b.div_ceil(4) * 4;
-    let total = row * u64::from(w.n);
+    let total = row * u64::from(w.weight_rows());
+    if w.epilogue == super::workload::Epilogue::SwiGlu && round4(total) > max_range {
+        // The up rows sit n rows after their gate rows: the tensor is bound whole.
+        return Err(Refusal::DeviceLimit(format!(
+            "the combined gate/up tensor of {total} bytes exceeds maxStorageBufferRange {max_range}"
+        )));
+    }
     if round4(total) <= max_range {
         return Ok(vec![NSlice {
             n_offset: 0,

@@ -16,9 +16,9 @@
 //! Rows past `m` and columns past `n` read the last valid row/column (clamped) so every load
 //! stays in bounds without branches; their results are never stored.
 
-use super::interface::{BINDING_BIAS, BINDING_WEIGHT, BINDING_X, BINDING_Y};
+use super::interface::{BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y};
 use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
-use super::workload::{ActType, GemmWorkload};
+use super::workload::{ActType, Epilogue, GemmWorkload};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -40,6 +40,8 @@ struct Gemm<'a> {
     rows: WeightRows,
     y: Buffer,
     bias: Option<Buffer>,
+    /// The residual R of `Epilogue::Residual` (not bound with split-K across the grid).
+    residual: Option<Buffer>,
     // Push constants and geometry.
     m: Value,
     n: Value,
@@ -55,7 +57,8 @@ struct Gemm<'a> {
     tx: Value,
     ty: Value,
     tid: Value,
-    /// Output row / column of micro-tile entry i / j (unclamped).
+    /// Output row / column of micro-tile entry i / j (unclamped). With SwiGLU only the first
+    /// tn/2 columns are outputs: entry j + tn/2 holds the up sum of column j.
     out_rows: Vec<Value>,
     out_cols: Vec<Value>,
     /// First vec4 of each (clamped) X row, and byte offset of each (clamped) W row.
@@ -95,6 +98,14 @@ impl<'a> Gemm<'a> {
         let y = b.buffer(BINDING_Y, "y", y_ty, Access::WriteOnly);
         let bias =
             (w.bias && !split).then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+        let residual = (w.epilogue == Epilogue::Residual && !split).then(|| {
+            b.buffer(
+                BINDING_RESIDUAL,
+                "residual",
+                Type::scalar(act),
+                Access::ReadOnly,
+            )
+        });
         let p_m = b.push_field("m", Type::U32);
         let p_n = b.push_field("n", Type::U32);
         let p_k = b.push_field("k", Type::U32);
@@ -118,17 +129,24 @@ impl<'a> Gemm<'a> {
         let x_row_vec4s = b.shri(k, 2);
 
         let out_rows: Vec<Value> = (0..s.tm).map(|i| b.add(m0, b.addi(ty, i * wg_m))).collect();
-        let out_cols: Vec<Value> = (0..s.tn).map(|j| b.add(n0, b.addi(tx, j * wg_n))).collect();
         let x_bases = out_rows
             .iter()
             .map(|&r| b.mul(b.min(r, m_last), x_row_vec4s))
             .collect();
-        let w_row_offs = out_cols
-            .iter()
-            .map(|&c| b.mul(b.min(c, n_last), row_bytes))
+        let swiglu = w.epilogue == Epilogue::SwiGlu;
+        // SwiGLU: the workgroup's tile holds bn/2 output columns, as bn/2 gate rows then the
+        // bn/2 matching up rows, so micro-tile column j (< tn/2) pairs with j + tn/2.
+        let out_n0 = if swiglu {
+            b.muli(b.builtin(Builtin::WorkgroupId(0)), s.bn / 2)
+        } else {
+            n0
+        };
+        let out_tn = if swiglu { s.tn / 2 } else { s.tn };
+        let out_cols: Vec<Value> = (0..out_tn)
+            .map(|j| b.add(out_n0, b.addi(tx, j * wg_n)))
             .collect();
 
-        Gemm {
+        let mut g = Gemm {
             b,
             w,
             s,
@@ -139,6 +157,7 @@ impl<'a> Gemm<'a> {
             },
             y,
             bias,
+            residual,
             m,
             n,
             n_offset,
@@ -156,8 +175,29 @@ impl<'a> Gemm<'a> {
             out_rows,
             out_cols,
             x_bases,
-            w_row_offs,
+            w_row_offs: Vec::new(),
+        };
+        g.w_row_offs = (0..s.tn)
+            .map(|j| g.w_row_off(b.addi(tx, j * wg_n)))
+            .collect();
+        g
+    }
+
+    /// Byte offset of the (clamped) weight row behind column `t` of the workgroup's bn-wide
+    /// tile. With SwiGLU the tile's first bn/2 columns are gate rows `n0/2 + t` and the rest
+    /// the matching up rows, which follow the n gate rows in the combined tensor.
+    fn w_row_off(&self, t: Value) -> Value {
+        let b = self.b;
+        if self.w.epilogue != Epilogue::SwiGlu {
+            return b.mul(b.min(b.add(self.n0, t), self.n_last), self.row_bytes);
         }
+        let half = b.c_u32(self.s.bn / 2);
+        let up = b.ge(t, half);
+        let local = b.select(up, b.sub(t, half), t);
+        let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), self.s.bn / 2);
+        let col = b.min(b.add(n0, local), self.n_last);
+        let row = b.select(up, b.add(col, self.n), col);
+        b.mul(row, self.row_bytes)
     }
 
     fn units_per_row(&self) -> Value {
@@ -208,7 +248,13 @@ impl<'a> Gemm<'a> {
     /// unrolled here and `ul_const` is the unit's index in the slab.
     ///
     /// With `wide_loads`, `stage` also opens the slab's weight units (`open_slab`).
-    fn slab_loop(&self, stage: impl Fn(Value), unit: impl Fn(Value, Value, Option<u32>)) {
+    /// `slab_end` runs after this thread's units of each slab (before the closing barrier).
+    fn slab_loop(
+        &self,
+        stage: impl Fn(Value),
+        unit: impl Fn(Value, Value, Option<u32>),
+        slab_end: impl Fn(),
+    ) {
         let b = self.b;
         let s = self.s;
         let upb = s.units_per_slab();
@@ -236,6 +282,7 @@ impl<'a> Gemm<'a> {
                         unit(b.add(ub, ul), ul, None);
                     });
                 }
+                slab_end();
                 if self.staged() {
                     b.barrier();
                 }
@@ -350,8 +397,7 @@ impl<'a> Gemm<'a> {
             if let (Some(ws), true) = (ws, s.wide_loads) {
                 // One item per W row: the slab's units opened together.
                 self.cooperative(s.bn, |r| {
-                    let col = b.min(b.add(self.n0, r), self.n_last);
-                    let units = open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, f16);
+                    let units = open_units(b, self.rows, self.w_row_off(r), ub, upb, f16);
                     for (ul, unit) in units.iter().enumerate() {
                         let dst = b.add(b.muli(r, row), b.c_u32(ul as u32 * CHUNKS));
                         for c in 0..CHUNKS {
@@ -368,9 +414,7 @@ impl<'a> Gemm<'a> {
                 self.cooperative(s.bn * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
-                    let col = b.min(b.add(self.n0, r), self.n_last);
-                    let unit =
-                        open_unit(b, self.rows, b.mul(col, self.row_bytes), b.add(ub, ul), f16);
+                    let unit = open_unit(b, self.rows, self.w_row_off(r), b.add(ub, ul), f16);
                     let dst = b.add(b.muli(r, row), b.muli(ul, CHUNKS));
                     b.for_range(b.c_u32(0), b.c_u32(CHUNKS), 1, Unroll::Hint, |c| {
                         let v = if f16 {
@@ -385,12 +429,19 @@ impl<'a> Gemm<'a> {
         };
 
         let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
-        let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
-            if mixed {
-                for p in part.iter().flatten() {
-                    b.store_var(*p, b.lit(part_ty, 0.0));
+        // The f16 partial sums are reset after every fold; they start at zero.
+        let fold = || {
+            for i in 0..tm {
+                for j in 0..tn {
+                    let p = b.convert(b.load_var(part[i][j]), Type::vec(Scalar::F32, vw));
+                    let sum = (0..vw).fold(b.load_var(acc[i][j]), |a, l| b.add(a, b.extract(p, l)));
+                    b.store_var(acc[i][j], sum);
+                    b.store_var(part[i][j], b.lit(part_ty, 0.0));
                 }
             }
+        };
+        let fold_per_unit = mixed && !s.fold_per_slab;
+        let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
             let units: Vec<Rc<Unit>> = match (ws, ul_const) {
                 (Some(_), _) => Vec::new(),
                 (None, Some(ul)) if s.wide_loads => slab_units
@@ -465,19 +516,16 @@ impl<'a> Gemm<'a> {
                     chunk(c, None)
                 });
             }
-            if mixed {
-                for i in 0..tm {
-                    for j in 0..tn {
-                        let p = b.convert(b.load_var(part[i][j]), Type::vec(Scalar::F32, vw));
-                        let sum =
-                            (0..vw).fold(b.load_var(acc[i][j]), |a, l| b.add(a, b.extract(p, l)));
-                        b.store_var(acc[i][j], sum);
-                    }
-                }
+            if fold_per_unit {
+                fold();
             }
         };
 
-        self.slab_loop(stage, unit_body);
+        self.slab_loop(stage, unit_body, || {
+            if mixed && s.fold_per_slab {
+                fold();
+            }
+        });
 
         // Horizontal sums in f32 (mixed precision holds them already).
         if mixed {
@@ -614,9 +662,7 @@ impl<'a> Gemm<'a> {
             if let (Some(wq), Some(wsc), true) = (wq, wsc, s.wide_loads) {
                 // One item per W row: the slab's units opened together.
                 self.cooperative(s.bn, |r| {
-                    let col = b.min(b.add(self.n0, r), self.n_last);
-                    let units =
-                        open_units(b, self.rows, b.mul(col, self.row_bytes), ub, upb, false);
+                    let units = open_units(b, self.rows, self.w_row_off(r), ub, upb, false);
                     for (ul, unit) in units.iter().enumerate() {
                         let slot = b.addi(b.muli(r, upb), ul as u32);
                         for c in 0..CHUNKS {
@@ -633,14 +679,7 @@ impl<'a> Gemm<'a> {
                 self.cooperative(s.bn * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
-                    let col = b.min(b.add(self.n0, r), self.n_last);
-                    let unit = open_unit(
-                        b,
-                        self.rows,
-                        b.mul(col, self.row_bytes),
-                        b.add(ub, ul),
-                        false,
-                    );
+                    let unit = open_unit(b, self.rows, self.w_row_off(r), b.add(ub, ul), false);
                     let slot = b.add(b.muli(r, upb), ul);
                     for c in 0..CHUNKS {
                         b.store_shared(
@@ -736,7 +775,7 @@ impl<'a> Gemm<'a> {
             }
         };
 
-        self.slab_loop(stage, unit_body);
+        self.slab_loop(stage, unit_body, || {});
         acc.iter()
             .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
             .collect()
@@ -744,15 +783,18 @@ impl<'a> Gemm<'a> {
 
     // ---- epilogue -------------------------------------------------------------------------
 
-    /// Reduces split-K partial sums, adds the bias and stores the in-range outputs.
+    /// Reduces split-K partial sums, applies the epilogue and stores the in-range outputs.
     fn reduce_and_store(&self, totals: &[Vec<Value>]) {
         let b = self.b;
         let s = self.s;
         let (tm, tn) = (s.tm, s.tn);
+        // SwiGLU: output column j combines the sums of micro-tile columns j and j + tn/2.
+        let out_tn = self.out_cols.len();
+        let up_of = |j: usize| (out_tn < tn as usize).then_some(j + out_tn);
         if s.split_k == 1 {
             for (i, row) in totals.iter().enumerate() {
-                for (j, &v) in row.iter().enumerate() {
-                    self.store_output(i, j, v);
+                for j in 0..out_tn {
+                    self.store_output(i, j, row[j], up_of(j).map(|u| row[u]));
                 }
             }
             return;
@@ -769,41 +811,62 @@ impl<'a> Gemm<'a> {
             }
         }
         b.barrier();
-        // Entry (i, j) is finished by the split thread (i*tn + j) % split_k.
+        // Output (i, j) is finished by the split thread (i*tn + j) % split_k.
+        let sum_of = |e: u32| {
+            let slot = b.addi(thread_base, e);
+            let mut sum = b.load_shared(red, slot);
+            for z in 1..s.split_k {
+                sum = b.add(sum, b.load_shared(red, b.addi(slot, z * tile)));
+            }
+            sum
+        };
         for i in 0..tm as usize {
-            for j in 0..tn as usize {
+            for j in 0..out_tn {
                 let e = i as u32 * tn + j as u32;
                 b.if_(b.eq(self.kz, b.c_u32(e % s.split_k)), || {
-                    let slot = b.addi(thread_base, e);
-                    let mut sum = b.load_shared(red, slot);
-                    for z in 1..s.split_k {
-                        sum = b.add(sum, b.load_shared(red, b.addi(slot, z * tile)));
-                    }
-                    self.store_output(i, j, sum);
+                    let up = up_of(j).map(|u| sum_of(i as u32 * tn + u as u32));
+                    self.store_output(i, j, sum_of(e), up);
                 });
             }
         }
     }
 
-    fn store_output(&self, i: usize, j: usize, v: Value) {
+    /// Stores output (i, j): `v` is its sum (the gate sum with SwiGLU, `up` the up sum).
+    fn store_output(&self, i: usize, j: usize, v: Value, up: Option<Value>) {
         let b = self.b;
         let (row, col) = (self.out_rows[i], self.out_cols[j]);
         let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
         b.if_(inside, || {
             let ycol = b.add(self.n_offset, col);
             if self.s.k_groups > 1 {
-                // This group's partial sum, in f32, in its m × ldy plane of the scratch.
+                // This group's partial sums, in f32, in its plane of the scratch: m × ldy, or
+                // m × 2·ldy with SwiGLU (the gate sums, then the up sums of each row).
                 let g = b.builtin(Builtin::WorkgroupId(2));
                 let plane_row = b.add(b.mul(g, self.m), row);
-                b.store(self.y, b.add(b.mul(plane_row, self.ldy), ycol), v);
+                let stride = match up {
+                    Some(_) => b.add(self.ldy, self.ldy),
+                    None => self.ldy,
+                };
+                let at = b.add(b.mul(plane_row, stride), ycol);
+                b.store(self.y, at, v);
+                if let Some(up) = up {
+                    b.store(self.y, b.add(at, self.ldy), up);
+                }
                 return;
             }
-            let v = match self.bias {
+            let at = b.add(b.mul(row, self.ldy), ycol);
+            let mut v = match self.bias {
                 Some(bias) => b.add(v, b.load(bias, ycol)),
                 None => v,
             };
+            if let Some(up) = up {
+                v = super::super::eltwise::swiglu(b, v, up);
+            }
+            if let Some(r) = self.residual {
+                v = b.add(v, b.convert(b.load(r, at), Type::F32));
+            }
             let out = b.convert(v, Type::scalar(act_scalar(self.w.act)));
-            b.store(self.y, b.add(b.mul(row, self.ldy), ycol), out);
+            b.store(self.y, at, out);
         });
     }
 }

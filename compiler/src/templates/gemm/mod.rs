@@ -19,7 +19,7 @@ pub use default::default_schedule;
 pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
 pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
 pub use space::search_space;
-pub use workload::{ActType, GemmWorkload};
+pub use workload::{combine_gate_up, ActType, Epilogue, GemmWorkload};
 
 use crate::caps::DeviceCaps;
 use crate::dequant::UNIT;
@@ -48,6 +48,15 @@ pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
         return bad(format!(
             "{}×{}×{} is too large for 32-bit indexing",
             w.m, w.n, w.k
+        ));
+    }
+    if w.epilogue == Epilogue::SwiGlu && w.bias {
+        return bad("the SwiGLU epilogue takes no bias (gate and up have none in Qwen2)".into());
+    }
+    if w.weight_bytes() > u64::from(u32::MAX) {
+        return bad(format!(
+            "a weight tensor of {} bytes is too large for 32-bit addressing",
+            w.weight_bytes()
         ));
     }
     if w.weight.row_bytes(u64::from(w.k)) > u64::from(u32::MAX) / 2 {

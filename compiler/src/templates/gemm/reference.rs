@@ -6,7 +6,7 @@ use half::f16;
 use thiserror::Error;
 
 use super::schedule::{GemmSchedule, Math, Precision};
-use super::workload::{ActType, GemmWorkload};
+use super::workload::{ActType, Epilogue, GemmWorkload};
 use crate::dequant::cpu::{dequantize, DequantError};
 
 #[derive(Debug, Error, PartialEq)]
@@ -19,6 +19,10 @@ pub enum ReferenceError {
         "the workload has a bias but none was given (or one was given for a workload without)"
     )]
     BiasPresence,
+    #[error("the workload has a residual epilogue but no residual was given (or the reverse)")]
+    ResidualPresence,
+    #[error("residual has {got} values, the workload needs m*n = {want}")]
+    ResidualLength { got: usize, want: usize },
     #[error("weights: {0}")]
     Weights(#[from] DequantError),
 }
@@ -81,8 +85,105 @@ fn quantize_q8_with_steps(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 /// Computes the workload on the CPU. `x` is m×k (f32; rounded to f16 first for f16
 /// activations), `weight` the raw GGUF bytes of the n×k tensor, `bias` n values.
 /// With `math == Int8Dot` the activations are quantized like the kernel does, so the
-/// comparison can stay tight.
+/// comparison can stay tight. A workload with an epilogue needs [`reference_with_epilogue`].
 pub fn reference(
+    w: &GemmWorkload,
+    math: Math,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+) -> Result<Reference, ReferenceError> {
+    reference_with_epilogue(w, math, x, weight, bias, None)
+}
+
+/// [`reference`] with the workload's epilogue, composed from the unfused parts: the plain GEMM
+/// of all weight rows (for SwiGLU the 2n gate and up rows of the combined tensor, see
+/// `combine_gate_up`), then silu(gate)·up in f64 or the residual `residual` (m×n) added.
+/// The allowed error of a SwiGLU output carries the GEMM's error through silu and the product:
+/// |d silu/dg| ≤ 1.1 and |silu(g)| ≤ |g|, so an error of ε_g in the gate sum and ε_u in the up
+/// sum moves the output by at most 1.1·ε_g·(|u| + ε_u) + |g|·ε_u (magnitudes and rounding
+/// flips are carried the same way), plus the kernel's own exp/div rounding.
+pub fn reference_with_epilogue(
+    w: &GemmWorkload,
+    math: Math,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+) -> Result<Reference, ReferenceError> {
+    let (m, n) = (w.m as usize, w.n as usize);
+    if residual.is_some() != (w.epilogue == Epilogue::Residual) {
+        return Err(ReferenceError::ResidualPresence);
+    }
+    if w.epilogue.is_none() {
+        return plain(w, math, x, weight, bias);
+    }
+    if let Some(r) = residual {
+        if r.len() != m * n {
+            return Err(ReferenceError::ResidualLength {
+                got: r.len(),
+                want: m * n,
+            });
+        }
+    }
+    // The sums in f32, before the epilogue (inputs rounded as the kernel reads them).
+    let inner = GemmWorkload {
+        n: w.weight_rows(),
+        act: ActType::F32,
+        epilogue: Epilogue::None,
+        ..*w
+    };
+    let sums = plain(&inner, math, &as_stored(w.act, x), weight, bias)?;
+    let rel = f64::from(match math {
+        Math::FmaF32 | Math::Int8Dot => 1e-4f32,
+        Math::FmaF16Packed => 2e-3,
+    });
+    let mut out = Reference {
+        y: Vec::with_capacity(m * n),
+        magnitude: Vec::with_capacity(m * n),
+        rounding_flip: Vec::with_capacity(m * n),
+    };
+    let wr = inner.n as usize;
+    for r in 0..m {
+        for c in 0..n {
+            let (y, mag, flip) = match w.epilogue {
+                Epilogue::SwiGlu => {
+                    let (gi, ui) = (r * wr + c, r * wr + n + c);
+                    let (g, u) = (f64::from(sums.y[gi]), f64::from(sums.y[ui]));
+                    let (mg, mu) = (f64::from(sums.magnitude[gi]), f64::from(sums.magnitude[ui]));
+                    let (fg, fu) = (
+                        f64::from(sums.rounding_flip[gi]),
+                        f64::from(sums.rounding_flip[ui]),
+                    );
+                    let y = g / (1.0 + (-g).exp()) * u;
+                    let own = y.abs() * (8.0 + 2.0 * g.abs()) * 2f64.powi(-23) / rel;
+                    let mag = 1.1 * mg * (u.abs() + rel * mu) + g.abs() * mu + own;
+                    let flip = 1.1 * fg * (u.abs() + 2.0 * fu) + g.abs() * fu;
+                    (y, mag, flip)
+                }
+                Epilogue::Residual => {
+                    let i = r * n + c;
+                    let res = residual.expect("checked above");
+                    let rv = f64::from(as_stored(w.act, &res[i..i + 1])[0]);
+                    let y = f64::from(sums.y[i]) + rv;
+                    let mag = f64::from(sums.magnitude[i]) + rv.abs();
+                    (y, mag, f64::from(sums.rounding_flip[i]))
+                }
+                Epilogue::None => unreachable!("handled above"),
+            };
+            out.y.push(match w.act {
+                ActType::F32 => y as f32,
+                ActType::F16 => f16::from_f64(y).to_f32(),
+            });
+            out.magnitude.push(mag as f32);
+            out.rounding_flip.push(flip as f32);
+        }
+    }
+    Ok(out)
+}
+
+/// The GEMM without an epilogue.
+fn plain(
     w: &GemmWorkload,
     math: Math,
     x: &[f32],

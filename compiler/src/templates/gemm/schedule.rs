@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::workload::{ActType, GemmWorkload};
+use super::workload::{ActType, Epilogue, GemmWorkload};
 use crate::caps::DeviceCaps;
 use crate::dequant::{WeightFormat, UNIT};
 use crate::refusal::Refusal;
@@ -98,6 +98,14 @@ pub struct GemmSchedule {
     /// together; k must be a multiple of `bk · k_unroll`. Omitted from the serialization when 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub k_unroll: u32,
+    /// Mixed precision (packed f16 math, f32 accumulation): add the f16 partial sums into the
+    /// f32 accumulators once per `bk` slab instead of once per 32-element unit. The fold
+    /// (convert, add, reset per output) is about a quarter of the inner loop's instructions
+    /// at one unit; a slab of 64 (128) halves (quarters) it, and an f16 sum of 64-128
+    /// products stays well inside the mixed tolerance. Omitted from the serialization when
+    /// false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fold_per_slab: bool,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -203,10 +211,11 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
+            epilogue_suffix(w.epilogue),
             self.bm,
             self.bn,
             self.bk,
@@ -228,6 +237,7 @@ impl GemmSchedule {
             } else {
                 String::new()
             },
+            if self.fold_per_slab { "_fs" } else { "" },
             acc,
             math
         )
@@ -283,7 +293,15 @@ impl GemmSchedule {
                 self.k_groups
             ));
         }
-        if u64::from(self.k_groups) * u64::from(w.m) * u64::from(w.n) > u64::from(u32::MAX) {
+        if w.epilogue == Epilogue::SwiGlu && self.tn % 2 != 0 {
+            return bad(format!(
+                "the SwiGLU epilogue pairs micro-tile columns j and j + tn/2: tn {} is odd",
+                self.tn
+            ));
+        }
+        if u64::from(self.k_groups) * u64::from(w.m) * u64::from(w.weight_rows())
+            > u64::from(u32::MAX)
+        {
             return bad(format!(
                 "{} partial planes of {}x{} are too large for 32-bit indexing",
                 self.k_groups, w.m, w.n
@@ -332,6 +350,16 @@ impl GemmSchedule {
                     return bad("int8_dot works on packed words: vector_width must be 4".into());
                 }
             }
+        }
+
+        if self.fold_per_slab
+            && (self.math != Math::FmaF16Packed
+                || self.accumulate != Precision::F32
+                || self.bk > MAX_FOLD_SLAB)
+        {
+            return bad(format!(
+                "fold_per_slab needs packed f16 math with f32 accumulation and bk up to {MAX_FOLD_SLAB}"
+            ));
         }
 
         if self.shuffle_a {
@@ -423,6 +451,15 @@ impl GemmSchedule {
     }
 }
 
+/// The epilogue's part of a kernel name ("" without one).
+pub(crate) fn epilogue_suffix(e: Epilogue) -> &'static str {
+    match e {
+        Epilogue::None => "",
+        Epilogue::SwiGlu => "_swiglu",
+        Epilogue::Residual => "_res",
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -434,6 +471,9 @@ fn one() -> u32 {
 fn is_one(v: &u32) -> bool {
     *v == 1
 }
+
+/// The longest K span (elements) whose products `fold_per_slab` sums in f16 before folding.
+pub const MAX_FOLD_SLAB: u32 = 128;
 
 /// The largest `k_groups` the template accepts.
 pub const MAX_K_GROUPS: u32 = 16;

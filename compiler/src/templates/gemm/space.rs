@@ -37,7 +37,7 @@ fn pow2_ceil(x: u32) -> u32 {
 /// All candidate schedules, each accepted by `validate` for this workload and device.
 pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
     let m_cap = pow2_ceil(w.m);
-    let n_cap = pow2_ceil(w.n).min(256);
+    let n_cap = pow2_ceil(w.weight_rows()).min(256);
     let splits: &[u32] = if w.m <= 16 { &[1, 4] } else { &[1] };
     let mut out = Vec::new();
     for (math, accumulate, vector_width) in math_variants(w, caps) {
@@ -84,14 +84,26 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         k_groups: 1,
                                         wide_loads: false,
                                         k_unroll: 1,
+                                        fold_per_slab: false,
                                         accumulate,
                                         math,
                                     };
+                                    // Mixed precision folding once per slab, where a
+                                    // thread's slab holds several units.
+                                    let folded = GemmSchedule {
+                                        fold_per_slab: true,
+                                        ..s
+                                    };
+                                    if s.units_per_slab() / s.split_k > 1
+                                        && folded.validate(w, caps).is_ok()
+                                    {
+                                        out.push(folded);
+                                    }
                                     if s.validate(w, caps).is_ok() {
                                         out.push(s);
                                         // Too few tiles to fill a GPU: also split K
                                         // across the grid.
-                                        let tiles = w.m.div_ceil(bm) * w.n.div_ceil(bn);
+                                        let tiles = w.m.div_ceil(bm) * w.weight_rows().div_ceil(bn);
                                         for k_groups in [2, 4, 8] {
                                             if tiles * k_groups / 2 >= SPLIT_K_TILES {
                                                 break;

@@ -1,18 +1,21 @@
 //! Split-K across the grid, second half: the kernel that adds up the `k_groups` f32 partial
-//! sums a GEMM with `k_groups > 1` wrote into its scratch buffer, adds the bias and writes Y in
-//! the activation type. One thread per output, one dispatch for the whole GEMM (all N-slices).
+//! sums a GEMM with `k_groups > 1` wrote into its scratch buffer, adds the bias, applies the
+//! epilogue and writes Y in the activation type. One thread per output, one dispatch for the
+//! whole GEMM (all N-slices).
 //!
-//! Bindings: 0 `partials` (f32, `k_groups × m × ldy`, as the GEMM wrote them), 2 `y`, 3 `bias`
-//! (when the workload has one). Push constants: [`reduce_push`]. Grid: [`reduce_grid`].
+//! Bindings: 0 `partials` (f32, `k_groups × m × ldy`, as the GEMM wrote them; with SwiGLU
+//! `k_groups × m × 2·ldy`, each row's gate sums then its up sums), 2 `y`, 3 `bias` (when the
+//! workload has one), 4 `residual` (`Epilogue::Residual`). Push constants: [`reduce_push`].
+//! Grid: [`reduce_grid`].
 //!
 //! Its oracle is the GEMM's own CPU reference: a split GEMM and its reduce together must give
 //! the GEMM's Y (the interpreter and lavapipe tests check the pair over the sampled space).
 
-use super::interface::{GemmPush, BINDING_BIAS, BINDING_Y};
+use super::interface::{GemmPush, BINDING_BIAS, BINDING_RESIDUAL, BINDING_Y};
 use super::schedule::GemmSchedule;
-use super::workload::{ActType, GemmWorkload};
+use super::workload::{ActType, Epilogue, GemmWorkload};
 use crate::caps::DeviceCaps;
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
+use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Value};
 use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
 
@@ -43,7 +46,7 @@ pub fn scratch_values(w: &GemmWorkload, s: &GemmSchedule) -> u64 {
     if s.k_groups <= 1 {
         return 0;
     }
-    u64::from(s.k_groups) * u64::from(w.m) * u64::from(w.n)
+    u64::from(s.k_groups) * u64::from(w.m) * u64::from(w.weight_rows())
 }
 
 /// The reduce kernel of a split GEMM (`s.k_groups > 1`), or a refusal.
@@ -73,13 +76,14 @@ pub fn instantiate_reduce(
 pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     let b = KernelBuilder::new(
         format!(
-            "gemm_split_k_reduce_g{}_{}{}",
+            "gemm_split_k_reduce_g{}_{}{}{}",
             s.k_groups,
             match w.act {
                 ActType::F32 => "f32",
                 ActType::F16 => "f16",
             },
-            if w.bias { "_bias" } else { "" }
+            if w.bias { "_bias" } else { "" },
+            super::schedule::epilogue_suffix(w.epilogue)
         ),
         [REDUCE_THREADS, 1, 1],
     );
@@ -92,6 +96,15 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     let bias = w
         .bias
         .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+    let residual = (w.epilogue == Epilogue::Residual).then(|| {
+        b.buffer(
+            BINDING_RESIDUAL,
+            "residual",
+            Type::scalar(act),
+            Access::ReadOnly,
+        )
+    });
+    let swiglu = w.epilogue == Epilogue::SwiGlu;
     // The GEMM's push-constant block: the same bytes drive both kernels.
     let p_m = b.push_field("m", Type::U32);
     let p_n = b.push_field("n", Type::U32);
@@ -106,20 +119,28 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     );
     b.if_(b.logical_and(b.lt(row, m), b.lt(col, n)), || {
         let ycol = b.add(n_offset, col);
-        let at = |g: u32| b.add(b.mul(b.add(b.muli(m, g), row), ldy), ycol);
+        let stride = if swiglu { b.add(ldy, ldy) } else { ldy };
+        let at = |g: u32| b.add(b.mul(b.add(b.muli(m, g), row), stride), ycol);
         // Groups in order, as the CPU reference adds them.
-        let mut sum = b.load(partials, at(0));
-        for g in 1..s.k_groups {
-            sum = b.add(sum, b.load(partials, at(g)));
-        }
+        let sum_from = |shift: Value| {
+            let mut sum = b.load(partials, b.add(at(0), shift));
+            for g in 1..s.k_groups {
+                sum = b.add(sum, b.load(partials, b.add(at(g), shift)));
+            }
+            sum
+        };
+        let mut sum = sum_from(b.c_u32(0));
         if let Some(bias) = bias {
             sum = b.add(sum, b.load(bias, ycol));
         }
-        b.store(
-            y,
-            b.add(b.mul(row, ldy), ycol),
-            b.convert(sum, Type::scalar(act)),
-        );
+        if swiglu {
+            sum = super::super::eltwise::swiglu(&b, sum, sum_from(ldy));
+        }
+        let out_at = b.add(b.mul(row, ldy), ycol);
+        if let Some(r) = residual {
+            sum = b.add(sum, b.convert(b.load(r, out_at), Type::F32));
+        }
+        b.store(y, out_at, b.convert(sum, Type::scalar(act)));
     });
     b.finish()
 }

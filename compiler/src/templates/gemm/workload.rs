@@ -13,8 +13,50 @@ pub enum ActType {
     F16,
 }
 
-/// `Y[m×n] = X[m×k] · Wᵀ (+ bias[n])`, with W an n×k GGUF tensor in its block layout (row r
-/// holds the k weights of output column r) and X, Y row-major. Bias is f32.
+/// What the GEMM does to its sums before it stores them (after the bias). Part of the workload
+/// (and of its tuning key): a fused GEMM is timed and tuned as its own workload.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
+pub enum Epilogue {
+    /// Y = X · Wᵀ (+ bias).
+    #[default]
+    #[serde(rename = "none")]
+    None,
+    /// Gate and up projections in one GEMM: W has 2n rows, the n gate rows then the n up rows
+    /// (one tensor combined at upload, see [`combine_gate_up`]), and
+    /// `Y[r][c] = silu(X·gate_c) · (X·up_c)`. No bias.
+    #[serde(rename = "swiglu")]
+    SwiGlu,
+    /// Y = X · Wᵀ (+ bias) + R, with R (binding `residual`) m×n like Y: the residual
+    /// connection of the attention-output and FFN-down projections.
+    #[serde(rename = "residual")]
+    Residual,
+}
+
+impl Epilogue {
+    pub fn is_none(&self) -> bool {
+        *self == Epilogue::None
+    }
+
+    /// Weight rows per output column (2 for SwiGLU: a gate row and an up row).
+    pub fn rows_per_column(&self) -> u32 {
+        match self {
+            Epilogue::SwiGlu => 2,
+            Epilogue::None | Epilogue::Residual => 1,
+        }
+    }
+}
+
+/// The weight tensor of a SwiGLU GEMM: the raw rows of `gate` then those of `up` (both n×k in
+/// the same GGUF block format, so each is n equal-sized rows). The row order does not depend on
+/// the schedule: every GEMM of any M reads the same combined tensor.
+pub fn combine_gate_up(gate: &[u8], up: &[u8]) -> Option<Vec<u8>> {
+    (gate.len() == up.len()).then(|| [gate, up].concat())
+}
+
+/// `Y[m×n] = X[m×k] · Wᵀ (+ bias[n])` then the [`Epilogue`], with W an n×k GGUF tensor in its
+/// block layout (row r holds the k weights of output column r) and X, Y row-major. Bias is f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GemmWorkload {
@@ -24,17 +66,25 @@ pub struct GemmWorkload {
     pub act: ActType,
     pub weight: WeightFormat,
     pub bias: bool,
+    /// Omitted from the serialization when `None`, so unfused workloads keep their keys.
+    #[serde(default, skip_serializing_if = "Epilogue::is_none")]
+    pub epilogue: Epilogue,
 }
 
 impl GemmWorkload {
     /// Floating-point operations (2·m·n·k).
     pub fn flops(&self) -> u64 {
-        2 * u64::from(self.m) * u64::from(self.n) * u64::from(self.k)
+        2 * u64::from(self.m) * u64::from(self.weight_rows()) * u64::from(self.k)
+    }
+
+    /// Rows of the weight tensor (n, or 2n for SwiGLU's gate and up rows).
+    pub fn weight_rows(&self) -> u32 {
+        self.n * self.epilogue.rows_per_column()
     }
 
     /// Bytes of the weight tensor.
     pub fn weight_bytes(&self) -> u64 {
-        self.weight.row_bytes(u64::from(self.k)) * u64::from(self.n)
+        self.weight.row_bytes(u64::from(self.k)) * u64::from(self.weight_rows())
     }
 
     /// Bytes per element of X and Y.

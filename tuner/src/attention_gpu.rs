@@ -1,0 +1,378 @@
+//! Attention on the GPU, for the tuner's trials and `rocky bench-attention`: seeded inputs of
+//! a workload's longest ubatch, buffers, timing with GPU timestamps (or the host clock, see
+//! [`AttentionOnGpu::timing`]), the check against the compiler's CPU reference on sampled
+//! query rows (every row on small workloads), and one trial ([`measure_attention`]).
+//!
+//! A workload is measured at its longest ubatch: the `m` query rows end at `max_kv`
+//! (pos0 = max_kv − m), the keys a prefill's last ubatch of that length attends. The
+//! reference is computed once per workload and checks every candidate.
+
+use crate::fault::{self, Fault, INJECTED};
+use crate::gemm_gpu::{GpuError, Timing, DEFAULT_TIMEOUT};
+use crate::measure::{
+    check_spirv, classify, host_samples, median, timing_method, warm_up, MeasureOptions, TimedRuns,
+};
+use rocky_compiler::templates::attention::workload::{
+    BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
+};
+use rocky_compiler::templates::attention::{
+    dispatch_grid, reference_rows, AttentionPush, AttentionSchedule, AttentionWorkload,
+    ReferenceRows,
+};
+use rocky_compiler::templates::kv_cache::pack_f16_words;
+use rocky_compiler::testdata::{random_activations, SplitMix64};
+use rocky_compiler::{CompiledKernel, Refusal, Schedule};
+use rocky_runtime::{
+    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder,
+    RuntimeError, TimestampQueries, TimingMethod,
+};
+use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
+use std::time::{Duration, Instant};
+
+/// Query·key multiply-adds (per head) up to which every query row is checked; bigger
+/// workloads check [`SAMPLED_ROWS`] seeded rows plus the first and the last.
+const FULL_CHECK_PAIRS: u64 = 1 << 18;
+const SAMPLED_ROWS: usize = 8;
+
+fn device_error(e: RuntimeError) -> GpuError {
+    GpuError::Device(e)
+}
+
+/// Seeded inputs of a workload's longest ubatch and their reference.
+pub struct AttentionInputs {
+    pub pos0: u32,
+    /// q: m × q_width; scaled ×2 so that the softmax weights are far from uniform.
+    pub q: Vec<f32>,
+    /// pos0 + m positions of f16 pairs (KV-write layout).
+    pub k_cache: Vec<u32>,
+    pub v_cache: Vec<u32>,
+    /// The checked rows' reference values and error statistics.
+    pub reference: ReferenceRows,
+}
+
+impl AttentionInputs {
+    /// Inputs with `pos0` cached keys before the m rows (default: `max_kv - m`).
+    pub fn random(w: &AttentionWorkload, pos0: Option<u32>, seed: u64) -> AttentionInputs {
+        let pos0 = pos0.unwrap_or(w.max_kv.saturating_sub(w.m));
+        let positions = pos0 as usize + w.m as usize;
+        let kw = w.kv_width() as usize;
+        let q: Vec<f32> = random_activations(w.m as usize * w.q_width() as usize, seed)
+            .iter()
+            .map(|v| 2.0 * v)
+            .collect();
+        let k_cache = pack_f16_words(&random_activations(positions * kw, seed ^ 0x4B));
+        let v_cache = pack_f16_words(&random_activations(positions * kw, seed ^ 0x56));
+        let rows = checked_rows(w, pos0, seed);
+        let reference = reference_rows(w, &rows, pos0, &q, &k_cache, &v_cache);
+        AttentionInputs {
+            pos0,
+            q,
+            k_cache,
+            v_cache,
+            reference,
+        }
+    }
+}
+
+/// Every row of a small workload; else the first, the last and seeded rows in between.
+fn checked_rows(w: &AttentionWorkload, pos0: u32, seed: u64) -> Vec<usize> {
+    let m = w.m as usize;
+    let pairs = u64::from(w.m) * (u64::from(pos0) + u64::from(w.m)) * u64::from(w.head_dim);
+    if pairs <= FULL_CHECK_PAIRS {
+        return (0..m).collect();
+    }
+    let mut r = SplitMix64::new(seed ^ 0xA77);
+    let mut rows: Vec<usize> = (0..SAMPLED_ROWS)
+        .map(|_| (r.next_u64() % m as u64) as usize)
+        .collect();
+    rows.extend([0, m - 1]);
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// The attention kernel's pipeline and buffers on a device, ready to dispatch.
+pub struct AttentionOnGpu {
+    w: AttentionWorkload,
+    s: AttentionSchedule,
+    pos0: u32,
+    pipeline: ComputePipeline,
+    q: Buffer,
+    k_cache: Buffer,
+    v_cache: Buffer,
+    out: Buffer,
+    pub timeout: Duration,
+    /// GPU timestamps unless the caller chooses the host clock (devices without them).
+    pub timing: TimingMethod,
+}
+
+impl AttentionOnGpu {
+    pub fn new(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+        w: &AttentionWorkload,
+        s: &AttentionSchedule,
+        inputs: &AttentionInputs,
+    ) -> Result<AttentionOnGpu, GpuError> {
+        let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
+        let q = Buffer::from_slice(ctx, &inputs.q, "q").map_err(device_error)?;
+        let k_cache = Buffer::from_slice(ctx, &inputs.k_cache, "k_cache").map_err(device_error)?;
+        let v_cache = Buffer::from_slice(ctx, &inputs.v_cache, "v_cache").map_err(device_error)?;
+        // NaN first, so an output the kernel never writes cannot pass a check.
+        let nan = vec![f32::NAN; w.m as usize * w.q_width() as usize];
+        let out = Buffer::from_slice(ctx, &nan, "out").map_err(device_error)?;
+        Ok(AttentionOnGpu {
+            w: *w,
+            s: *s,
+            pos0: inputs.pos0,
+            pipeline,
+            q,
+            k_cache,
+            v_cache,
+            out,
+            timeout: DEFAULT_TIMEOUT,
+            timing: TimingMethod::Gpu,
+        })
+    }
+
+    fn record<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<(), GpuError> {
+        let mut bindings: Vec<BufferRange<'a>> = Vec::new();
+        for b in &self.pipeline.meta().bindings {
+            bindings.push(match b.binding {
+                BINDING_Q => self.q.whole(),
+                BINDING_K_CACHE => self.k_cache.whole(),
+                BINDING_V_CACHE => self.v_cache.whole(),
+                BINDING_OUT => self.out.whole(),
+                other => {
+                    return Err(GpuError::Internal(format!(
+                        "the attention kernel has an unknown binding {other} ({})",
+                        b.name
+                    )))
+                }
+            });
+        }
+        let push = AttentionPush {
+            m: self.w.m,
+            pos0: self.pos0,
+        }
+        .to_bytes();
+        rec.dispatch(
+            &self.pipeline,
+            &bindings,
+            &push,
+            dispatch_grid(&self.w, &self.s),
+        )
+        .map_err(device_error)
+    }
+
+    /// Runs the kernel once and returns the output (m × q_width).
+    pub fn run_once(&self, ctx: &Context) -> Result<Vec<f32>, GpuError> {
+        let mut rec = Recorder::new(ctx).map_err(device_error)?;
+        self.record(&mut rec)?;
+        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        drop(rec);
+        self.out
+            .download_f32(0, self.w.m as usize * self.w.q_width() as usize)
+            .map_err(device_error)
+    }
+
+    /// Time of each of `runs` back-to-back runs (one command buffer); with host timing every
+    /// run gets the mean of the host clock around the submit and wait.
+    pub fn time(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        let mut rec = Recorder::new(ctx).map_err(device_error)?;
+        if self.timing == TimingMethod::Host {
+            for run in 0..runs {
+                if run > 0 {
+                    rec.barrier().map_err(device_error)?;
+                }
+                self.record(&mut rec)?;
+            }
+            return host_time_submit(&mut rec, runs, self.timeout).map_err(device_error);
+        }
+        let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
+        rec.reset_timestamps(&queries, 0, 2 * runs)
+            .map_err(device_error)?;
+        for run in 0..runs {
+            if run > 0 {
+                rec.barrier().map_err(device_error)?;
+            }
+            rec.write_timestamp(&queries, 2 * run)
+                .map_err(device_error)?;
+            self.record(&mut rec)?;
+            rec.write_timestamp(&queries, 2 * run + 1)
+                .map_err(device_error)?;
+        }
+        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        let ticks = queries.read(0, 2 * runs).map_err(device_error)?;
+        let scale = queries.scale();
+        Ok(ticks.chunks(2).map(|p| scale.elapsed(p[0], p[1])).collect())
+    }
+}
+
+impl TimedRuns for AttentionOnGpu {
+    fn time_runs(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        self.time(ctx, runs)
+    }
+}
+
+/// Checks `got` (m × q_width) against the reference rows with `s`'s error bound; every other
+/// output must be finite (unwritten outputs are NaN). Returns the worst error / allowed.
+pub fn check(
+    w: &AttentionWorkload,
+    s: &AttentionSchedule,
+    inputs: &AttentionInputs,
+    got: &[f32],
+) -> Result<f64, String> {
+    let qw = w.q_width() as usize;
+    if got.len() != w.m as usize * qw {
+        return Err(format!(
+            "{} outputs, expected {}",
+            got.len(),
+            w.m as usize * qw
+        ));
+    }
+    if let Some(i) = got.iter().position(|v| !v.is_finite()) {
+        return Err(format!(
+            "out[{}][{}] = {} (never written, or not finite)",
+            i / qw,
+            i % qw,
+            got[i]
+        ));
+    }
+    let expected = inputs.reference.expected(s);
+    let rows: Vec<f32> = inputs
+        .reference
+        .rows
+        .iter()
+        .flat_map(|&r| got[r * qw..(r + 1) * qw].iter().copied())
+        .collect();
+    expected.check(&rows, qw).map_err(|e| {
+        // Name the ubatch row, not the index among the checked rows.
+        format!("{e} (checked rows {:?})", inputs.reference.rows)
+    })?;
+    Ok(f64::from(expected.worst_ratio(&rows)))
+}
+
+/// FLOPs of one run of `inputs` (pos0 cached keys before the m rows).
+pub fn flops(w: &AttentionWorkload, pos0: u32) -> u64 {
+    AttentionWorkload {
+        max_kv: pos0 + w.m,
+        ..*w
+    }
+    .flops()
+}
+
+/// One attention trial: spirv-val → pipeline → one checked run → warm-up → timed runs, like
+/// the GEMM's (`measure_gemm`). Never fails; a problem is a failed trial, a mismatch never
+/// a winner. `fault`: spirv_val and mismatch faults are met here (device faults are
+/// exercised by the GEMM trials).
+#[allow(clippy::too_many_arguments)]
+pub fn measure_attention(
+    ctx: &Context,
+    cache: Option<&PipelineCache>,
+    w: &AttentionWorkload,
+    schedule: &AttentionSchedule,
+    compiled: Result<CompiledKernel, Refusal>,
+    inputs: &AttentionInputs,
+    options: &MeasureOptions,
+    fault: Option<Fault>,
+    incumbent_s: Option<f64>,
+    host: &str,
+) -> Trial {
+    let failed = |kind: FailureKind, message: String| {
+        Trial::failed(
+            Schedule::Attention(*schedule),
+            kind,
+            message,
+            host.to_string(),
+        )
+    };
+    let kernel = match compiled {
+        Ok(k) => k,
+        Err(r) => return failed(FailureKind::Refused, r.to_string()),
+    };
+    let trial = (|| -> Result<Timing, (FailureKind, String)> {
+        check_spirv(&kernel, options.validate, fault)?;
+        let mut gpu =
+            AttentionOnGpu::new(ctx, cache, &kernel, w, schedule, inputs).map_err(classify)?;
+        gpu.timeout = options.timeout;
+        gpu.timing = timing_method(ctx, options);
+        let start = Instant::now();
+        let mut got = gpu.run_once(ctx).map_err(classify)?;
+        let one_run = start.elapsed();
+        if fault == Some(Fault::Mismatch) {
+            let row = inputs.reference.rows[0];
+            fault::perturb(&mut got, row * w.q_width() as usize);
+        }
+        check(w, schedule, inputs, &got).map_err(|e| (FailureKind::Mismatch, e))?;
+        let steady = warm_up(ctx, &gpu, one_run, options)?;
+        let probe = median(&steady);
+        let hopeless = match (options.prune_factor, incumbent_s) {
+            (Some(factor), Some(best)) => probe.as_secs_f64() > factor * best,
+            _ => false,
+        };
+        let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
+        let runs = options.runs.min(affordable.floor() as u32).max(1) as usize;
+        let times = if hopeless {
+            vec![probe]
+        } else if gpu.timing == TimingMethod::Host {
+            host_samples(ctx, &gpu, probe, runs, options)?
+        } else if steady.len() >= runs {
+            steady[steady.len() - runs..].to_vec()
+        } else {
+            let mut times = steady;
+            times.extend(
+                gpu.time(ctx, (runs - times.len()) as u32)
+                    .map_err(classify)?,
+            );
+            times
+        };
+        let timing = Timing::of(&times, flops(w, inputs.pos0));
+        if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
+            return Err((
+                FailureKind::Other,
+                format!("the clock gave no usable time ({timing:?})"),
+            ));
+        }
+        Ok(timing)
+    })();
+    match trial {
+        Ok(timing) => Trial {
+            schedule: Schedule::Attention(*schedule),
+            status: TrialStatus::Ok,
+            median_s: timing.median_ms * 1e-3,
+            min_s: timing.min_ms * 1e-3,
+            max_s: timing.max_ms * 1e-3,
+            gflops: timing.gflops,
+            date: Trial::now_unix_s(),
+            host: host.to_string(),
+        },
+        Err((kind, message)) => match fault {
+            Some(f) if f.kind() == kind => failed(kind, format!("{INJECTED} {message}")),
+            _ => failed(kind, message),
+        },
+    }
+}
+
+/// A short summary of an attention schedule for tables.
+pub fn summary(s: &AttentionSchedule) -> String {
+    format!(
+        "r{} kv{} l{}{}{} {}{}",
+        s.rows,
+        s.kv_block,
+        s.threads_per_row,
+        if s.group_heads { " gqa" } else { "" },
+        if s.stage_kv { " staged" } else { "" },
+        match s.lane_reduce {
+            rocky_compiler::LaneReduce::Shuffle => "shfl",
+            rocky_compiler::LaneReduce::Shared => "smem",
+        },
+        match (s.f16_qk, s.f16_pv) {
+            (false, false) => "",
+            (true, false) => " qk16",
+            (false, true) => " pv16",
+            (true, true) => " f16",
+        }
+    )
+}
