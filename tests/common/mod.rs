@@ -1,6 +1,8 @@
 //! Paths shared by the CLI and end-to-end tests.
 #![allow(dead_code)]
 
+pub mod shaderdb;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
