@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::shaderdb::{shaderdb_numbers, shaderdb_twin};
+use common::shaderdb::{shaderdb_numbers, shaderdb_twin_value};
 use common::{shared, text};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -162,7 +162,7 @@ fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
         let mut compared = 0;
         for st in exes[0]["statistics"].as_array().unwrap() {
             let (name, value) = (st["name"].as_str().unwrap(), st["value"].as_f64().unwrap());
-            if let Some(t) = shaderdb_twin(name).and_then(|(word, f)| theirs.get(word).map(|t| t * f)) {
+            if let Some(t) = shaderdb_twin_value(name, &theirs) {
                 assert!((value - t).abs() <= 1e-3 * t.abs().max(1.0), "{w}: {name} {value} vs shaderdb {t}: {}", lines[0]);
                 compared += 1;
             }

@@ -25,20 +25,30 @@ pub fn shaderdb_numbers(line: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// The shaderdb word a driver statistic of that name counts the same thing as, and the factor
-/// between them (panvk's "Code Size" is in bytes, shaderdb's in 16-byte quadwords).
-pub fn shaderdb_twin(statistic: &str) -> Option<(&'static str, f64)> {
+/// The shaderdb words a driver statistic of that name counts the same thing as, each with the
+/// factor between them (panvk 25.0.7's "Code Size" is in bytes, its shaderdb line in 16-byte
+/// quadwords; 26.x prints "code size" in bytes). Names as panvk 25.0.7 and 26.1.6 report them.
+pub fn shaderdb_twins(statistic: &str) -> &'static [(&'static str, f64)] {
     match statistic.to_ascii_lowercase().as_str() {
-        "instruction count" => Some(("inst", 1.0)),
-        "cycles" => Some(("cycles", 1.0)),
-        "spills" => Some(("spills", 1.0)),
-        "fills" => Some(("fills", 1.0)),
-        "threads" => Some(("threads", 1.0)),
-        "loops" => Some(("loops", 1.0)),
-        "quadwords" => Some(("quadwords", 1.0)),
-        "bundles" => Some(("bundles", 1.0)),
-        "code size" => Some(("quadwords", 16.0)),
-        _ => None,
+        "instruction count" | "instructions" => &[("inst", 1.0), ("instrs", 1.0)],
+        "cycles" => &[("cycles", 1.0)],
+        "fma" => &[("fma", 1.0)],
+        "cvt" => &[("cvt", 1.0)],
+        "sfu" => &[("sfu", 1.0)],
+        "load/store" => &[("ls", 1.0)],
+        "spills" => &[("spills", 1.0)],
+        "fills" => &[("fills", 1.0)],
+        "threads" => &[("threads", 1.0)],
+        "loops" => &[("loops", 1.0)],
+        "registers used" => &[("registers", 1.0)],
+        "code size" => &[("quadwords", 16.0), ("code", 1.0)],
+        _ => &[],
     }
 }
 
+/// The shaderdb value `statistic` should equal, if the line has a twin of it.
+pub fn shaderdb_twin_value(statistic: &str, line: &BTreeMap<String, f64>) -> Option<f64> {
+    shaderdb_twins(statistic)
+        .iter()
+        .find_map(|(word, factor)| line.get(*word).map(|v| v * factor))
+}
