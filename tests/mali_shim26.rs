@@ -21,7 +21,9 @@ use std::process::{Command, Output};
 
 /// The shim prefix and the aarch64 rocky, or `None` with the reason printed (a panic in CI).
 fn setup() -> Option<(PathBuf, PathBuf)> {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let prefix = std::env::var_os("ROCKY_MALI_SHIM26")
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".cache/rocky/mali-shim26-26.1.6"));
@@ -32,7 +34,9 @@ fn setup() -> Option<(PathBuf, PathBuf)> {
                 .join("target/aarch64-unknown-linux-gnu/debug/rocky")
         });
     let missing = if !prefix.join("run-26.sh").is_file()
-        || !prefix.join("sysroot/usr/lib/aarch64-linux-gnu/libvulkan_panfrost.so").is_file()
+        || !prefix
+            .join("sysroot/usr/lib/aarch64-linux-gnu/libvulkan_panfrost.so")
+            .is_file()
     {
         Some(format!(
             "no Mesa 26.1.6 mali-shim at {} (tools/setup.sh unpacks it; or set ROCKY_MALI_SHIM26)",
@@ -87,7 +91,9 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn panvk_26_1_6_is_usable_without_a_version_override() {
-    let Some((prefix, rocky)) = setup() else { return };
+    let Some((prefix, rocky)) = setup() else {
+        return;
+    };
     let dir = scratch("devices");
     let out = on_shim(&prefix, &rocky, &["devices", "--json"], &dir);
     assert!(out.status.success(), "{}", text(&out));
@@ -95,7 +101,10 @@ fn panvk_26_1_6_is_usable_without_a_version_override() {
     let mali = &devices[0];
     assert_eq!(mali["driver"]["id"], "MESA_PANVK", "{mali:#}");
     assert!(
-        mali["driver"]["version"].as_str().unwrap_or("").contains("26.1.6"),
+        mali["driver"]["version"]
+            .as_str()
+            .unwrap_or("")
+            .contains("26.1.6"),
         "{mali:#}"
     );
     // The driver's own report, through the same shim.
@@ -103,7 +112,10 @@ fn panvk_26_1_6_is_usable_without_a_version_override() {
     let info = text(&vi);
     assert!(vi.status.success(), "{info}");
     let api = mali["api_version"].as_str().unwrap();
-    assert!(info.contains(&format!("apiVersion         = {api}")) || info.contains(api), "{api}\n{info}");
+    assert!(
+        info.contains(&format!("apiVersion         = {api}")) || info.contains(api),
+        "{api}\n{info}"
+    );
     assert!(info.contains("DRIVER_ID_MESA_PANVK"), "{info}");
 
     let out = on_shim(&prefix, &rocky, &["devices"], &dir);
@@ -135,11 +147,18 @@ const WORKLOADS: &[&str] = &[
 
 #[test]
 fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
-    let Some((prefix, rocky)) = setup() else { return };
+    let Some((prefix, rocky)) = setup() else {
+        return;
+    };
     let dir = scratch("templates");
     let mut kinds = std::collections::BTreeSet::new();
     for w in WORKLOADS {
-        let out = on_shim(&prefix, &rocky, &["kernel", "--workload", w, "--stats", "--json"], &dir);
+        let out = on_shim(
+            &prefix,
+            &rocky,
+            &["kernel", "--workload", w, "--stats", "--json"],
+            &dir,
+        );
         let log = text(&out);
         assert!(out.status.success(), "{w}:\n{log}");
         let report: Value = serde_json::from_slice(&out.stdout).expect("kernel JSON");
@@ -149,26 +168,47 @@ fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
             .as_array()
             .unwrap_or_else(|| panic!("{w}: no statistics:\n{log}"));
         assert!(!exes.is_empty(), "{w}: {log}");
-        let counts_something = exes[0]["statistics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["name"].as_str().unwrap_or("").to_lowercase().contains("instruction") && s["value"].as_f64() > Some(0.0));
+        let counts_something = exes[0]["statistics"].as_array().unwrap().iter().any(|s| {
+            s["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_lowercase()
+                .contains("instruction")
+                && s["value"].as_f64() > Some(0.0)
+        });
         assert!(counts_something, "{w}: {log}");
         // The same numbers as the compiler's own shaderdb line for that one shader.
-        let lines: Vec<&str> = log.lines().filter(|l| l.contains("MESA_SHADER_COMPUTE shader:")).collect();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("MESA_SHADER_COMPUTE shader:"))
+            .collect();
         assert_eq!(lines.len(), 1, "{w}: {log}");
         let theirs = shaderdb_numbers(lines[0]);
         let mut compared = 0;
         for st in exes[0]["statistics"].as_array().unwrap() {
             let (name, value) = (st["name"].as_str().unwrap(), st["value"].as_f64().unwrap());
             if let Some(t) = shaderdb_twin_value(name, &theirs) {
-                assert!((value - t).abs() <= 1e-3 * t.abs().max(1.0), "{w}: {name} {value} vs shaderdb {t}: {}", lines[0]);
+                assert!(
+                    (value - t).abs() <= 1e-3 * t.abs().max(1.0),
+                    "{w}: {name} {value} vs shaderdb {t}: {}",
+                    lines[0]
+                );
                 compared += 1;
             }
         }
-        assert!(compared >= 3, "{w}: only {compared} statistics have a shaderdb twin: {log}");
-        kinds.insert(report["workload"].as_object().unwrap().keys().next().unwrap().clone());
+        assert!(
+            compared >= 3,
+            "{w}: only {compared} statistics have a shaderdb twin: {log}"
+        );
+        kinds.insert(
+            report["workload"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .next()
+                .unwrap()
+                .clone(),
+        );
     }
     assert_eq!(kinds.len(), 8, "every template kind: {kinds:?}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -176,7 +216,9 @@ fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
 
 #[test]
 fn the_tiny_model_records_and_submits_on_panvk_26_1_6() {
-    let Some((prefix, rocky)) = setup() else { return };
+    let Some((prefix, rocky)) = setup() else {
+        return;
+    };
     let model = shared().join("models/qwen2-tiny-q4_k_m.gguf");
     assert!(model.exists(), "{} missing", model.display());
     let dir = scratch("prefill");
@@ -184,7 +226,14 @@ fn the_tiny_model_records_and_submits_on_panvk_26_1_6() {
         let ids: Vec<String> = (0..tokens).map(|i| (100 + 7 * i).to_string()).collect();
         let ids = ids.join(",");
         let u = ubatch.to_string();
-        let args = ["prefill", model.to_str().unwrap(), "--token-ids", &ids, "--ubatch", &u];
+        let args = [
+            "prefill",
+            model.to_str().unwrap(),
+            "--token-ids",
+            &ids,
+            "--ubatch",
+            &u,
+        ];
         let out = on_shim(&prefix, &rocky, &args, &dir);
         let log = text(&out);
         assert!(out.status.success(), "ubatch {ubatch}: {log}");

@@ -91,7 +91,9 @@ impl Run<'_> {
         } else {
             2 * self.ubatch + 1
         };
-        let ids: Vec<String> = (0..tokens).map(|i| (100 + 7 * i % 30000).to_string()).collect();
+        let ids: Vec<String> = (0..tokens)
+            .map(|i| (100 + 7 * i % 30000).to_string())
+            .collect();
         let ids = ids.join(",");
         let ubatch = self.ubatch.to_string();
         let mut args = vec![
@@ -130,7 +132,11 @@ impl Run<'_> {
             self.model.file_name().unwrap().to_string_lossy(),
             self.ubatch,
             self.memory_mb,
-            if self.shared_memory { "shared memory" } else { "default" },
+            if self.shared_memory {
+                "shared memory"
+            } else {
+                "default"
+            },
             if self.budget == "off" { "off" } else { "on" },
             outcome
         )
@@ -178,7 +184,10 @@ fn wls_pairs(log: &str) -> Vec<(u64, u64)> {
             let (g, e) = last_estimate
                 .clone()
                 .unwrap_or_else(|| panic!("driver line without a rocky estimate: {line}"));
-            assert_eq!(g, grid, "the driver's dispatch is not the one rocky traced: {line}");
+            assert_eq!(
+                g, grid,
+                "the driver's dispatch is not the one rocky traced: {line}"
+            );
             pairs.push((total, e));
         }
     }
@@ -198,7 +207,8 @@ fn table_file() -> Option<std::fs::File> {
 /// on, and the budget's estimate covers every dispatch the driver sized.
 fn records_everywhere(model: &Path, name: &str) {
     let Some(prefix) = shim_prefix() else { return };
-    let scratch = std::env::temp_dir().join(format!("rocky-mali-rec-{name}-{}", std::process::id()));
+    let scratch =
+        std::env::temp_dir().join(format!("rocky-mali-rec-{name}-{}", std::process::id()));
     let mut table = String::new();
     let mut failures = Vec::new();
     for ubatch in UBATCHES {
@@ -223,7 +233,10 @@ fn records_everywhere(model: &Path, name: &str) {
                         ));
                     }
                     // GEMMs whose one staged dispatch the budget refused (default instead).
-                    let fallbacks = log.lines().filter(|l| l.contains("using the default")).count();
+                    let fallbacks = log
+                        .lines()
+                        .filter(|l| l.contains("using the default"))
+                        .count();
                     if shared_memory {
                         format!(
                             "ok: {} driver WLS sizes, largest {} MiB, estimate ≥ driver; {} GEMMs \
@@ -303,8 +316,14 @@ fn without_the_budget_the_shared_memory_prefill_fails_on_the_driver() {
             format!("error: {}", error_text(&log))
         }));
         if shared_memory {
-            assert!(!ok, "the budget off, yet the shared-memory prefill passed:\n{log}");
-            assert!(log.contains("out of device memory") || log.contains("ran out of"), "{log}");
+            assert!(
+                !ok,
+                "the budget off, yet the shared-memory prefill passed:\n{log}"
+            );
+            assert!(
+                log.contains("out of device memory") || log.contains("ran out of"),
+                "{log}"
+            );
         } else {
             // Without shared memory there is nothing for the budget to do.
             assert!(ok, "{log}");

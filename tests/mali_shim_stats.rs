@@ -54,7 +54,9 @@ fn panvk_25_0_7_statistics_agree_with_its_shaderdb_line() {
             .arg(prefix.join("run.sh"))
             .arg(&prefix)
             .arg(env!("CARGO_BIN_EXE_rocky"))
-            .args(["kernel", "--m", "512", "--n", n, "--k", k, "--weight", weight])
+            .args([
+                "kernel", "--m", "512", "--n", n, "--k", k, "--weight", weight,
+            ])
             .args(["--stats", "--json"])
             .env("XDG_RUNTIME_DIR", &scratch)
             .env("XDG_CACHE_HOME", scratch.join("cache"))
@@ -66,7 +68,10 @@ fn panvk_25_0_7_statistics_agree_with_its_shaderdb_line() {
         let log = text(&out);
         assert!(out.status.success(), "{log}");
         let report: Value = serde_json::from_slice(&out.stdout).expect("kernel JSON");
-        assert!(report["run"].is_null(), "--stats must not run the kernel: {log}");
+        assert!(
+            report["run"].is_null(),
+            "--stats must not run the kernel: {log}"
+        );
         let shaderdb: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("MESA_SHADER_COMPUTE shader:"))
@@ -74,7 +79,9 @@ fn panvk_25_0_7_statistics_agree_with_its_shaderdb_line() {
         // One pipeline, one compute shader compiled.
         assert_eq!(shaderdb.len(), 1, "{log}");
         let theirs = shaderdb_numbers(shaderdb[0]);
-        let exes = report["driver_statistics"]["executables"].as_array().expect("statistics");
+        let exes = report["driver_statistics"]["executables"]
+            .as_array()
+            .expect("statistics");
         assert_eq!(exes.len(), 1, "{log}");
         let mut compared = Vec::new();
         for s in exes[0]["statistics"].as_array().unwrap() {
@@ -88,8 +95,14 @@ fn panvk_25_0_7_statistics_agree_with_its_shaderdb_line() {
                 compared.push(name.to_string());
             }
         }
-        println!("{n}x{k} {weight}: compared {compared:?} with `{}`", shaderdb[0]);
-        assert!(!compared.is_empty(), "no statistic has a shaderdb twin:\n{log}");
+        println!(
+            "{n}x{k} {weight}: compared {compared:?} with `{}`",
+            shaderdb[0]
+        );
+        assert!(
+            !compared.is_empty(),
+            "no statistic has a shaderdb twin:\n{log}"
+        );
     }
     std::fs::remove_dir_all(&scratch).ok();
 }
@@ -105,7 +118,10 @@ fn kernel_stats_on_the_default_device_is_statistics_or_a_clear_refusal() {
     assert!(!log.contains("panicked"), "{log}");
     if out.status.success() {
         assert!(log.contains("stats"), "{log}");
-        assert!(!log.contains("check     passed"), "--stats alone must not run: {log}");
+        assert!(
+            !log.contains("check     passed"),
+            "--stats alone must not run: {log}"
+        );
     } else {
         assert!(
             log.contains("VK_KHR_pipeline_executable_properties") && log.contains("does not offer"),

@@ -224,7 +224,10 @@ fn panvk_25_0_7_tune_stores_nothing_it_cannot_check() {
                 continue;
             }
             let size = t["trial"]["driver_stats"]["Code Size"].as_f64();
-            assert!(size > Some(0.0), "a trial without the driver's statistics: {t}");
+            assert!(
+                size > Some(0.0),
+                "a trial without the driver's statistics: {t}"
+            );
             trials += 1;
         }
     }

@@ -39,10 +39,11 @@ pub use info::{
     MemoryHeap, MemoryInfo, MemoryType, QueueInfo, SubgroupInfo, SubgroupSizeControl,
 };
 pub use pipeline::ComputePipeline;
-pub use pipeline_stats::{
-    spilling, ExecutableStatistics, PipelineStatistics, Statistic, NOT_OFFERED as STATISTICS_NOT_OFFERED,
-};
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
+pub use pipeline_stats::{
+    spilling, ExecutableStatistics, PipelineStatistics, Statistic,
+    NOT_OFFERED as STATISTICS_NOT_OFFERED,
+};
 pub use select::{list_devices, select_device, DeviceSelector};
 pub use stream::{Stream, StreamRing, StreamStats, Ticket, RING_DEPTH};
 pub use timing::{

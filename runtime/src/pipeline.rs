@@ -57,6 +57,22 @@ impl ComputePipeline {
         Ok((pipeline, stats))
     }
 
+    /// [`ComputePipeline::with_statistics`] where the device reports the driver's statistics
+    /// ([`Context::has_pipeline_statistics`]), else [`ComputePipeline::from_kernel`] and `None`:
+    /// what the tuner's GEMM and attention trials build, so every trial keeps them.
+    pub fn from_kernel_keeping_statistics(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+    ) -> Result<(ComputePipeline, Option<crate::PipelineStatistics>)> {
+        if ctx.has_pipeline_statistics() {
+            let (p, stats) = ComputePipeline::with_statistics(ctx, cache, kernel)?;
+            Ok((p, Some(stats)))
+        } else {
+            Ok((ComputePipeline::from_kernel(ctx, cache, kernel)?, None))
+        }
+    }
+
     /// Checks `meta` against the device (features, limits, SPIR-V version), then builds the
     /// descriptor set layout, pipeline layout and pipeline (through `cache` if given).
     pub fn new(

@@ -105,13 +105,13 @@ pub const NOT_OFFERED: &str = "the driver does not offer VK_KHR_pipeline_executa
 
 /// Reads the statistics of `pipeline`, created with the capture flag on `ctx`.
 pub(crate) fn read(ctx: &Context, pipeline: vk::Pipeline) -> Result<PipelineStatistics> {
-    let loader = ctx
-        .shared
-        .pipeline_stats
-        .as_ref()
-        .ok_or_else(|| RuntimeError::StatisticsUnsupported {
-            device: ctx.info().name.clone(),
-        })?;
+    let loader =
+        ctx.shared
+            .pipeline_stats
+            .as_ref()
+            .ok_or_else(|| RuntimeError::StatisticsUnsupported {
+                device: ctx.info().name.clone(),
+            })?;
     let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
     // SAFETY: the extension is enabled on this device and `pipeline` was made from it.
     let props = unsafe { loader.get_pipeline_executable_properties(&info) }
@@ -185,12 +185,23 @@ mod tests {
                 statistics: stats,
             }],
         };
-        let clean = one(vec![stat("Spills", 0.0), stat("Fills", 0.0), stat("Cycles", 9.5)]);
+        let clean = one(vec![
+            stat("Spills", 0.0),
+            stat("Fills", 0.0),
+            stat("Cycles", 9.5),
+        ]);
         assert!(clean.spilling().is_empty());
-        let spills = one(vec![stat("Spill count", 5.0), stat("Fills", 24.0), stat("Registers", 64.0)]);
+        let spills = one(vec![
+            stat("Spill count", 5.0),
+            stat("Fills", 24.0),
+            stat("Registers", 64.0),
+        ]);
         assert_eq!(
             spills.spilling(),
-            vec![("Fills".to_string(), 24.0), ("Spill count".to_string(), 5.0)]
+            vec![
+                ("Fills".to_string(), 24.0),
+                ("Spill count".to_string(), 5.0)
+            ]
         );
         // Two executables: prefixed names, spills still found.
         let mut two = spills.clone();

@@ -1,9 +1,9 @@
 //! Opening a model on a Vulkan device for prefill: the flags every GPU command shares.
 
+use super::staging::ForcedSharedMemory;
 use crate::error::CliError;
 use crate::progress::Bar;
 use crate::units::human_bytes;
-use super::staging::ForcedSharedMemory;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{

@@ -168,7 +168,10 @@ pub fn run(args: Args) -> CmdResult {
         report.ir = Some(dump_ir(&workload, &schedule)?);
     }
     if args.stats {
-        let ctx = target.context.as_ref().expect("--stats conflicts with --caps");
+        let ctx = target
+            .context
+            .as_ref()
+            .expect("--stats conflicts with --caps");
         report.stats = Some(stats::of_kernel(ctx, &kernel)?);
     }
     if target.context.is_some() && (args.run || !inspecting) {

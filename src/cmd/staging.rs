@@ -77,6 +77,7 @@ mod tests {
                 act: ActType::F32,
                 weight,
                 bias: false,
+                epilogue: Default::default(),
             });
             let (s, _) = forced.schedule(&w, &caps);
             let kernel = rocky_compiler::instantiate(&w, &s, &caps).expect("instantiates");

@@ -23,8 +23,7 @@ use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
 use rocky_runtime::{
     host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache,
-    PipelineStatistics, Recorder,
-    RuntimeError, TimestampQueries, TimingMethod,
+    PipelineStatistics, Recorder, RuntimeError, TimestampQueries, TimingMethod,
 };
 use serde::Serialize;
 use std::time::Duration;
@@ -193,14 +192,9 @@ impl GemmOnGpu {
         }
         // Where the driver reports its compiler's statistics, every GEMM keeps them (the tuner
         // stores them with the trial and skips spilling candidates; bench-gemm prints them).
-        let (pipeline, statistics) = if ctx.has_pipeline_statistics() {
-            let (p, stats) =
-                ComputePipeline::with_statistics(ctx, cache, kernel).map_err(device_error)?;
-            (p, Some(stats))
-        } else {
-            let p = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
-            (p, None)
-        };
+        let (pipeline, statistics) =
+            ComputePipeline::from_kernel_keeping_statistics(ctx, cache, kernel)
+                .map_err(device_error)?;
         let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
         // Kernels read whole u32 words: the weight buffer is padded to 4 bytes.
         let mut padded = Buffer::new(ctx, (inputs.weight.len() as u64).div_ceil(4) * 4, "weight")

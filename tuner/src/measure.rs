@@ -15,7 +15,7 @@ use crate::fault::{self, Fault, FaultPlan, INJECTED};
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
 use crate::spirv_val::{self, spirv_val_path, ValidationError};
 use rocky_compiler::{CompiledKernel, DeviceCaps, GemmSchedule, GemmWorkload, Refusal, Schedule};
-use rocky_runtime::{Context, PipelineCache, RuntimeError, TimingMethod};
+use rocky_runtime::{Context, PipelineCache, PipelineStatistics, RuntimeError, TimingMethod};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -197,6 +197,33 @@ pub(crate) fn check_spirv(
     }
 }
 
+/// Keeps a trial's driver statistics (`driver_stats` gets them, flattened, where the device
+/// reported any) and refuses, untimed, a kernel the driver's compiler spills registers for:
+/// such a kernel is slow on every device and never the winner worth a timing. Shared by the
+/// GEMM and attention trials.
+pub(crate) fn keep_driver_stats(
+    statistics: Option<&PipelineStatistics>,
+    driver_stats: &mut Option<BTreeMap<String, f64>>,
+) -> Result<(), (FailureKind, String)> {
+    let Some(stats) = statistics else {
+        return Ok(());
+    };
+    let flat = stats.flat();
+    let spilling = rocky_runtime::spilling(&flat);
+    *driver_stats = Some(flat);
+    if spilling.is_empty() {
+        return Ok(());
+    }
+    let figures: Vec<String> = spilling.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    Err((
+        FailureKind::Spills,
+        format!(
+            "skipped: the driver's compiler spills registers ({})",
+            figures.join(", ")
+        ),
+    ))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_trial(
     ctx: &Context,
@@ -213,23 +240,7 @@ fn run_trial(
 ) -> Result<Timing, (FailureKind, String)> {
     let mut gpu =
         GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
-    if let Some(stats) = &gpu.statistics {
-        let flat = stats.flat();
-        let spilling = rocky_runtime::spilling(&flat);
-        *driver_stats = Some(flat);
-        // A kernel that spills registers to memory is slow on every device and never the
-        // winner worth a timing: skipped, with the driver's figures in the message.
-        if !spilling.is_empty() {
-            let figures: Vec<String> = spilling.iter().map(|(n, v)| format!("{n} {v}")).collect();
-            return Err((
-                FailureKind::Spills,
-                format!(
-                    "skipped: the driver's compiler spills registers ({})",
-                    figures.join(", ")
-                ),
-            ));
-        }
-    }
+    keep_driver_stats(gpu.statistics.as_ref(), driver_stats)?;
     gpu.timeout = options.timeout;
     gpu.timing = timing_method(ctx, options);
     let start = Instant::now();

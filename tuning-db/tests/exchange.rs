@@ -671,7 +671,10 @@ fn driver_statistics_survive_store_export_and_import_and_old_lines_have_none() {
     src.add_trial(&k, &t).unwrap();
     assert_eq!(src.trials(&k).unwrap(), vec![t.clone()]);
     let text = export_string(&src, &ExportFilter::default());
-    assert!(text.contains(r#""driver_stats":{"Cycles":12.5,"Spills":0.0}"#), "{text}");
+    assert!(
+        text.contains(r#""driver_stats":{"Cycles":12.5,"Spills":0.0}"#),
+        "{text}"
+    );
     let dst = TuningDb::open(dir.join("dst")).unwrap();
     import_jsonl(&dst, text.as_bytes(), "stats.jsonl").unwrap();
     assert_eq!(dst.best(&k).unwrap().unwrap().driver_stats, t.driver_stats);

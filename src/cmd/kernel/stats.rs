@@ -29,7 +29,12 @@ pub fn text(stats: &PipelineStatistics) -> Vec<String> {
             "{} (subgroup size {}): {}",
             exe.name, exe.subgroup_size, exe.description
         ));
-        let width = exe.statistics.iter().map(|s| s.name.len()).max().unwrap_or(0);
+        let width = exe
+            .statistics
+            .iter()
+            .map(|s| s.name.len())
+            .max()
+            .unwrap_or(0);
         for s in &exe.statistics {
             lines.push(format!(
                 "  {:<width$}  {:>10}  {}",
