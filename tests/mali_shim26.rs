@@ -6,10 +6,12 @@
 //! model records and submits at a few ubatches.
 //!
 //! Nothing executes under the shim: results are not checked. Needs the shim prefix
-//! (tools/setup.sh unpacks it into ~/.cache/rocky/mali-shim26-26.1.6; ROCKY_MALI_SHIM26 names
-//! another) and an aarch64 build of rocky (tools/test.sh makes it; ROCKY_AARCH64_BIN names
-//! another). Without them the tests skip with a notice, except in CI (`CI` set), where that is
-//! a failure.
+//! (`tools/setup.sh --mali` unpacks it into ~/.cache/rocky/mali-shim26-26.1.6; ROCKY_MALI_SHIM26
+//! names another) and an aarch64 build of rocky (`tools/test.sh --mali` makes it;
+//! ROCKY_AARCH64_BIN names another). Every test here is ignored in the default run (the aarch64
+//! build and qemu cost tens of minutes on CI's 2 cores): `bash tools/setup.sh --mali && bash
+//! tools/test.sh --mali` runs them. Without the shim or the build they skip with a notice,
+//! except where the tier is required (`CI` set, or `tools/test.sh --mali`): a failure there.
 
 mod common;
 
@@ -53,9 +55,8 @@ fn setup() -> Option<(PathBuf, PathBuf)> {
     };
     match missing {
         None => Some((prefix, bin)),
-        Some(why) if std::env::var_os("CI").is_some() => panic!("the Mali 26.1.6 tier: {why}"),
         Some(why) => {
-            eprintln!("SKIPPED: {why}");
+            common::mali_shim_missing("26.1.6", &why);
             None
         }
     }
@@ -90,6 +91,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 #[test]
+#[ignore = "opt-in Mali tier (bash tools/test.sh --mali): the aarch64 rocky under qemu"]
 fn panvk_26_1_6_is_usable_without_a_version_override() {
     let Some((prefix, rocky)) = setup() else {
         return;
@@ -146,6 +148,7 @@ const WORKLOADS: &[&str] = &[
 ];
 
 #[test]
+#[ignore = "opt-in Mali tier (bash tools/test.sh --mali): the aarch64 rocky under qemu"]
 fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
     let Some((prefix, rocky)) = setup() else {
         return;
@@ -215,6 +218,7 @@ fn every_template_default_compiles_on_panvk_26_1_6_with_its_statistics() {
 }
 
 #[test]
+#[ignore = "opt-in Mali tier (bash tools/test.sh --mali): the aarch64 rocky under qemu"]
 fn the_tiny_model_records_and_submits_on_panvk_26_1_6() {
     let Some((prefix, rocky)) = setup() else {
         return;
