@@ -129,8 +129,11 @@ fn panvk_26_1_6_is_usable_without_a_version_override() {
 }
 
 /// One workload of every template (GEMMs in every weight format, at prefill and at one-row
-/// shapes), at Qwen2.5-0.5B sizes.
+/// shapes, and with each fused epilogue), at Qwen2.5-0.5B sizes (the SwiGLU GEMM at 3B's:
+/// Q4_K needs k a multiple of 256).
 const WORKLOADS: &[&str] = &[
+    r#"{"gemm":{"m":64,"n":896,"k":4864,"act":"f32","weight":"q4_k","bias":false,"epilogue":"residual"}}"#,
+    r#"{"gemm":{"m":64,"n":11008,"k":2048,"act":"f32","weight":"q4_k","bias":false,"epilogue":"swiglu"}}"#,
     r#"{"gemm":{"m":64,"n":896,"k":896,"act":"f32","weight":"q8_0","bias":true}}"#,
     r#"{"gemm":{"m":64,"n":4864,"k":896,"act":"f32","weight":"q5_0","bias":false}}"#,
     r#"{"gemm":{"m":64,"n":896,"k":4864,"act":"f32","weight":"q4_k","bias":false}}"#,
