@@ -15,7 +15,6 @@ use rocky_runtime::executor::{
     DefaultSchedules, Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
 };
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -386,28 +385,9 @@ fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
     }
 }
 
-/// A Qwen2.5-0.5B-shaped Q4_K_M model (random weights), made once into the test assets.
-fn synth_0_5b() -> PathBuf {
-    use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
-    let dir = common::assets_dir();
-    let path = dir.join("synth-qwen2.5-0.5b-q4_k_m-seed1.gguf");
-    if !path.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let vocab_file = GgufFile::open(shared().join("models/ggml-vocab-qwen2.gguf")).unwrap();
-        let vocab = Vocabulary::from_gguf(&vocab_file).unwrap();
-        let config = SynthConfig {
-            shape: Shape::Qwen25_0_5B,
-            quant: Quant::Q4KM,
-            seed: 1,
-        };
-        write_model(&path, &config, &vocab, |_| {}).unwrap();
-    }
-    path
-}
-
 #[test]
 fn synth_0_5b_q4_k_m_agrees_with_the_cpu_reference() {
-    let path = synth_0_5b();
+    let path = common::synth_0_5b();
     let file = GgufFile::open(&path).unwrap();
     let model = arch::load(&file).unwrap();
     let ids: Vec<u32> = (0..24u32).map(|i| 1000 + i * 4093 % 140000).collect();

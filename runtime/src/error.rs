@@ -139,6 +139,9 @@ pub enum RuntimeError {
     )]
     TimestampsUnsupported { device: String },
 
+    #[error("`{device}`: {}", crate::pipeline_stats::NOT_OFFERED)]
+    StatisticsUnsupported { device: String },
+
     #[error("pipeline cache file {}: {source}", path.display())]
     CacheIo {
         path: PathBuf,

@@ -20,6 +20,7 @@ mod instance;
 mod memory;
 mod pipeline;
 mod pipeline_cache;
+mod pipeline_stats;
 mod promoted;
 mod select;
 mod stream;
@@ -27,7 +28,7 @@ mod submit;
 mod timing;
 mod transfer;
 
-pub use budget::{Admit, BudgetTracker, CommandBudget, WlsModel};
+pub use budget::{budget_disabled, Admit, BudgetTracker, CommandBudget, WlsModel, BUDGET_ENV};
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
 pub use commands::{Recorder, RecorderParts};
 pub use device::{probe_devices, Context, RuntimeCaps};
@@ -39,6 +40,10 @@ pub use info::{
 };
 pub use pipeline::ComputePipeline;
 pub use pipeline_cache::{default_path as default_pipeline_cache_path, CacheLoad, PipelineCache};
+pub use pipeline_stats::{
+    spilling, ExecutableStatistics, PipelineStatistics, Statistic,
+    NOT_OFFERED as STATISTICS_NOT_OFFERED,
+};
 pub use select::{list_devices, select_device, DeviceSelector};
 pub use stream::{Stream, StreamRing, StreamStats, Ticket, RING_DEPTH};
 pub use timing::{

@@ -38,6 +38,41 @@ impl ComputePipeline {
         ComputePipeline::new(ctx, cache, &kernel.spirv, &kernel.meta)
     }
 
+    /// [`ComputePipeline::from_kernel`], created with the driver's statistics captured and
+    /// read back (`VK_KHR_pipeline_executable_properties`): `StatisticsUnsupported` where the
+    /// device does not offer them ([`Context::has_pipeline_statistics`]).
+    pub fn with_statistics(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+    ) -> Result<(ComputePipeline, crate::PipelineStatistics)> {
+        if !ctx.has_pipeline_statistics() {
+            return Err(RuntimeError::StatisticsUnsupported {
+                device: ctx.info().name.clone(),
+            });
+        }
+        let flags = vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR;
+        let pipeline = ComputePipeline::build(ctx, cache, &kernel.spirv, &kernel.meta, flags)?;
+        let stats = crate::pipeline_stats::read(ctx, pipeline.raw)?;
+        Ok((pipeline, stats))
+    }
+
+    /// [`ComputePipeline::with_statistics`] where the device reports the driver's statistics
+    /// ([`Context::has_pipeline_statistics`]), else [`ComputePipeline::from_kernel`] and `None`:
+    /// what the tuner's GEMM and attention trials build, so every trial keeps them.
+    pub fn from_kernel_keeping_statistics(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+    ) -> Result<(ComputePipeline, Option<crate::PipelineStatistics>)> {
+        if ctx.has_pipeline_statistics() {
+            let (p, stats) = ComputePipeline::with_statistics(ctx, cache, kernel)?;
+            Ok((p, Some(stats)))
+        } else {
+            Ok((ComputePipeline::from_kernel(ctx, cache, kernel)?, None))
+        }
+    }
+
     /// Checks `meta` against the device (features, limits, SPIR-V version), then builds the
     /// descriptor set layout, pipeline layout and pipeline (through `cache` if given).
     pub fn new(
@@ -45,6 +80,16 @@ impl ComputePipeline {
         cache: Option<&PipelineCache>,
         spirv: &[u32],
         meta: &KernelMeta,
+    ) -> Result<ComputePipeline> {
+        ComputePipeline::build(ctx, cache, spirv, meta, vk::PipelineCreateFlags::empty())
+    }
+
+    fn build(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        spirv: &[u32],
+        meta: &KernelMeta,
+        flags: vk::PipelineCreateFlags,
     ) -> Result<ComputePipeline> {
         ctx.check_required(&meta.name, &meta.required)?;
         check_fits(ctx, spirv, meta)?;
@@ -112,6 +157,7 @@ impl ComputePipeline {
                 .module(module)
                 .name(c"main");
             let info = vk::ComputePipelineCreateInfo::default()
+                .flags(flags)
                 .stage(stage)
                 .layout(pipeline.layout);
             let cache_raw = cache.map_or(vk::PipelineCache::null(), |c| c.raw);

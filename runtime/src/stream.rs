@@ -208,6 +208,15 @@ impl<'a> Stream<'a> {
             self.flush()?;
             self.tracker.admit(cost);
         }
+        if crate::budget::budget_trace() && pipeline.meta().shared_bytes > 0 {
+            eprintln!(
+                "rocky: dispatch {}x{}x{} shared {} B estimate {cost} B",
+                groups[0],
+                groups[1],
+                groups[2],
+                pipeline.meta().shared_bytes
+            );
+        }
         let slot = &mut self.slots[self.current];
         slot.rec
             .dispatch(pipeline, bindings, push_constants, groups)?;
@@ -309,7 +318,9 @@ impl<'a> Stream<'a> {
     /// case this is for. A command buffer of one dispatch cannot be split: its error stands.
     fn record_again_smaller(&mut self, oom: RuntimeError) -> Result<()> {
         let recorded = std::mem::take(&mut self.slots[self.current].recorded);
-        if recorded.len() <= 1 {
+        // With the budget off (ROCKY_CB_BUDGET=off) the driver's error stands, as before the
+        // budget existed.
+        if recorded.len() <= 1 || crate::budget::budget_disabled() {
             return Err(oom);
         }
         let half = (recorded.len() / 2) as u32;

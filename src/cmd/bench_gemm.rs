@@ -84,6 +84,9 @@ struct Row {
     /// GFLOP/s as a percentage of the peak of the schedule's math, when measured.
     percent_of_peak: Option<f64>,
     max_error_ratio: f64,
+    /// The driver's statistics of the pipeline (name → value), where it reports them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    driver_stats: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -308,6 +311,7 @@ fn bench_one(
         timing,
         percent_of_peak: None,
         max_error_ratio: check.max_error_ratio,
+        driver_stats: gpu.statistics.as_ref().map(|st| st.flat()),
     })
 }
 
@@ -461,6 +465,25 @@ fn render(b: &Bench, markdown: bool) -> String {
              for {QWEN25_3B_LAYERS} layers of GEMMs alone\n",
             f64::from(b.m) / model_s
         ));
+    }
+    let with_stats: Vec<&Row> = b.rows.iter().filter(|r| r.driver_stats.is_some()).collect();
+    if !with_stats.is_empty() {
+        out.push_str("\ndriver statistics (VK_KHR_pipeline_executable_properties):\n");
+        for r in with_stats {
+            let stats = r.driver_stats.as_ref().into_iter().flatten();
+            let cells: Vec<String> = stats
+                .map(|(name, v)| format!("{name} {}", super::kernel::stats_number(*v)))
+                .collect();
+            out.push_str(&format!(
+                "{}×{}×{} {} {}: {}\n",
+                r.m,
+                r.n,
+                r.k,
+                r.weight,
+                r.variant,
+                cells.join(", ")
+            ));
+        }
     }
     if b.rows.iter().any(|r| r.variant.ends_with('*')) {
         out.push_str("*: the default schedule's tiles with this math mode\n");

@@ -1,5 +1,6 @@
 //! Opening a model on a Vulkan device for prefill: the flags every GPU command shares.
 
+use super::staging::ForcedSharedMemory;
 use crate::error::CliError;
 use crate::progress::Bar;
 use crate::units::human_bytes;
@@ -36,6 +37,11 @@ pub struct GpuArgs {
     /// default schedule's.
     #[arg(long, value_enum, default_value = "auto")]
     pub math: MathArg,
+    /// Stage every GEMM's operands in workgroup shared memory (a test of the driver's
+    /// shared-memory allocation and of the command-buffer budget, e.g. on the mali-shim; slower
+    /// on Mali, whose defaults use none).
+    #[arg(long)]
+    pub force_shared_memory: bool,
     /// Tuning database with the schedules to use (default: $ROCKY_DB, else
     /// ~/.local/share/rocky/tuning.sled); without one, the compiler's default schedules.
     #[arg(long)]
@@ -103,6 +109,8 @@ pub struct GpuSession<'m> {
     schedules: DbSchedules,
     /// `--math`: every GEMM in this family.
     math: Option<MathFamily>,
+    /// `--force-shared-memory`.
+    force_shared_memory: bool,
     /// Where the ubatch size came from: "flag", "tuned" (graph-level choice) or "default".
     pub ubatch_origin: &'static str,
     /// Why `--profile` gets no per-op GPU times on this device (no timestamps, or host timing
@@ -180,6 +188,7 @@ impl<'m> GpuSession<'m> {
             executor,
             schedules,
             math: args.math.family(),
+            force_shared_memory: args.force_shared_memory,
             ubatch_origin,
             no_gpu_profile,
         })
@@ -192,8 +201,12 @@ impl<'m> GpuSession<'m> {
                 .check_device(self.executor.caps())
                 .map_err(CliError::device)?;
         }
-        let source = ForcedMath {
+        let staged = ForcedSharedMemory {
             inner: &self.schedules,
+            on: self.force_shared_memory,
+        };
+        let source = ForcedMath {
+            inner: &staged,
             family: self.math,
         };
         self.executor.prepare(&source).map_err(exec_error)?;
@@ -223,7 +236,10 @@ impl<'m> GpuSession<'m> {
             .prefill(
                 ids,
                 &ForcedMath {
-                    inner: &self.schedules,
+                    inner: &ForcedSharedMemory {
+                        inner: &self.schedules,
+                        on: self.force_shared_memory,
+                    },
                     family: self.math,
                 },
             )

@@ -6,6 +6,8 @@
 //! column-sampled check) is [`gemm_gpu`], shared with `rocky bench-gemm`.
 
 pub(crate) mod gemm_gpu;
+mod stats;
+pub(crate) use stats::number as stats_number;
 
 use crate::error::{CliError, CmdResult};
 use rocky_compiler::templates::gemm::{self as gemm_template, GemmWorkload};
@@ -26,6 +28,7 @@ use std::path::PathBuf;
 \"stage_a\":true,\"stage_b\":true,\"accumulate\":\"f32\",\"math\":\"fma_f32\"}}'
   rocky kernel --workload '{\"gemm\":{\"m\":7,\"n\":896,\"k\":896,\"act\":\"f16\",\"weight\":\"q8_0\",\"bias\":true}}' --json
   rocky kernel --m 64 --n 2048 --k 2048 --list-space --verbose
+  rocky kernel --m 512 --n 11008 --k 2048 --weight q4_k --stats
   rocky kernel --caps mali-g610 --m 512 --n 2048 --k 2048 --dump-spirv gemm.spv")]
 pub struct Args {
     /// The workload as JSON, e.g. '{"gemm":{"m":512,"n":2048,"k":2048,"act":"f32","weight":"q4_k","bias":false}}'.
@@ -71,8 +74,13 @@ pub struct Args {
     /// With --list-space: print every schedule too (one JSON line each).
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// Run, check and time the kernel even when an inspection flag (--dump-*, --list-space)
-    /// is given (without one, it always runs).
+    /// Compile the kernel's pipeline on the device and print the driver's statistics of it
+    /// (registers, spills, instruction and cycle counts: VK_KHR_pipeline_executable_properties).
+    /// Nothing is run, checked or timed (unless --run is given too).
+    #[arg(long, conflicts_with = "caps")]
+    pub stats: bool,
+    /// Run, check and time the kernel even when an inspection flag (--dump-*, --list-space,
+    /// --stats) is given (without one, it always runs).
     #[arg(long)]
     pub run: bool,
     /// Timed runs after the checked run (0: check only).
@@ -136,7 +144,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     let mut report = Report::new(&workload, &schedule, &target);
 
-    let inspecting = args.dump_spirv.is_some() || args.dump_ir || args.list_space;
+    let inspecting = args.dump_spirv.is_some() || args.dump_ir || args.list_space || args.stats;
     if args.list_space {
         report.space = Some(list_space(&workload, caps, args.verbose));
     }
@@ -158,6 +166,13 @@ pub fn run(args: Args) -> CmdResult {
     }
     if args.dump_ir {
         report.ir = Some(dump_ir(&workload, &schedule)?);
+    }
+    if args.stats {
+        let ctx = target
+            .context
+            .as_ref()
+            .expect("--stats conflicts with --caps");
+        report.stats = Some(stats::of_kernel(ctx, &kernel)?);
     }
     if target.context.is_some() && (args.run || !inspecting) {
         report.run = Some(run_kernel(&args, &target, &workload, &schedule, &kernel)?);
@@ -380,6 +395,7 @@ struct Report {
     kernel: Option<Value>,
     ir: Option<String>,
     run: Option<Value>,
+    stats: Option<rocky_runtime::PipelineStatistics>,
     notes: Vec<String>,
 }
 
@@ -393,6 +409,7 @@ impl Report {
             kernel: None,
             ir: None,
             run: None,
+            stats: None,
             notes: Vec::new(),
         }
     }
@@ -407,6 +424,7 @@ impl Report {
                 "kernel": self.kernel,
                 "ir": self.ir,
                 "run": self.run,
+                "driver_statistics": self.stats,
                 "notes": self.notes,
             });
             serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
@@ -462,6 +480,11 @@ impl Report {
         }
         for n in &self.notes {
             line("", n.clone());
+        }
+        if let Some(stats) = &self.stats {
+            for l in stats::text(stats) {
+                line("stats", l);
+            }
         }
         if let Some(run) = &self.run {
             line("slices", format!("{} dispatch(es)", run["slices"]));

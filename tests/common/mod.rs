@@ -1,6 +1,8 @@
 //! Paths shared by the CLI and end-to-end tests.
 #![allow(dead_code)]
 
+pub mod shaderdb;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -46,4 +48,41 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// The Qwen2.5-0.5B-shaped Q4_K_M model with random weights (seed 1) that the GPU prefill and
+/// the Mali recording tests share, made once into the test assets (about a minute of CPU;
+/// written to a temporary name first, so an interrupted run leaves no half file).
+pub fn synth_0_5b() -> PathBuf {
+    use rocky_models::gguf::GgufFile;
+    use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
+    // Tests of one binary run in parallel: one makes it, the others wait.
+    static SYNTH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = SYNTH.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = assets_dir();
+    let path = dir.join("synth-qwen2.5-0.5b-q4_k_m-seed1.gguf");
+    if !path.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let vocab_file = GgufFile::open(shared().join("models/ggml-vocab-qwen2.gguf")).unwrap();
+        let vocab = Vocabulary::from_gguf(&vocab_file).unwrap();
+        let config = SynthConfig {
+            shape: Shape::Qwen25_0_5B,
+            quant: Quant::Q4KM,
+            seed: 1,
+        };
+        let tmp = path.with_extension(format!("gguf.tmp{}", std::process::id()));
+        write_model(&tmp, &config, &vocab, |_| {}).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+/// Where a Mali shim test cannot run (`why`: what is missing and how to get it): a skip with a
+/// notice, or a panic where the Mali tier is required (`CI` set, or `ROCKY_MALI_REQUIRED`, which
+/// `tools/test.sh --mali` sets).
+pub fn mali_shim_missing(tier: &str, why: &str) {
+    if std::env::var_os("CI").is_some() || std::env::var_os("ROCKY_MALI_REQUIRED").is_some() {
+        panic!("the Mali {tier} tier: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
 }

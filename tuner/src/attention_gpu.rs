@@ -10,7 +10,8 @@
 use crate::fault::{self, Fault, INJECTED};
 use crate::gemm_gpu::{GpuError, Timing, DEFAULT_TIMEOUT};
 use crate::measure::{
-    check_spirv, classify, host_samples, median, timing_method, warm_up, MeasureOptions, TimedRuns,
+    check_spirv, classify, host_samples, keep_driver_stats, median, timing_method, warm_up,
+    MeasureOptions, TimedRuns,
 };
 use rocky_compiler::templates::attention::workload::{
     BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
@@ -23,8 +24,8 @@ use rocky_compiler::templates::kv_cache::pack_f16_words;
 use rocky_compiler::testdata::{random_activations, SplitMix64};
 use rocky_compiler::{CompiledKernel, Refusal, Schedule};
 use rocky_runtime::{
-    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder,
-    RuntimeError, TimestampQueries, TimingMethod,
+    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache,
+    PipelineStatistics, Recorder, RuntimeError, TimestampQueries, TimingMethod,
 };
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::time::{Duration, Instant};
@@ -97,6 +98,9 @@ pub struct AttentionOnGpu {
     s: AttentionSchedule,
     pos0: u32,
     pipeline: ComputePipeline,
+    /// The driver's statistics of the attention pipeline, where the device reports them
+    /// (`Context::has_pipeline_statistics`).
+    pub statistics: Option<PipelineStatistics>,
     q: Buffer,
     k_cache: Buffer,
     v_cache: Buffer,
@@ -115,7 +119,9 @@ impl AttentionOnGpu {
         s: &AttentionSchedule,
         inputs: &AttentionInputs,
     ) -> Result<AttentionOnGpu, GpuError> {
-        let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
+        let (pipeline, statistics) =
+            ComputePipeline::from_kernel_keeping_statistics(ctx, cache, kernel)
+                .map_err(device_error)?;
         let q = Buffer::from_slice(ctx, &inputs.q, "q").map_err(device_error)?;
         let k_cache = Buffer::from_slice(ctx, &inputs.k_cache, "k_cache").map_err(device_error)?;
         let v_cache = Buffer::from_slice(ctx, &inputs.v_cache, "v_cache").map_err(device_error)?;
@@ -127,6 +133,7 @@ impl AttentionOnGpu {
             s: *s,
             pos0: inputs.pos0,
             pipeline,
+            statistics,
             q,
             k_cache,
             v_cache,
@@ -292,10 +299,12 @@ pub fn measure_attention(
         Ok(k) => k,
         Err(r) => return failed(FailureKind::Refused, r.to_string()),
     };
+    let mut driver_stats = None;
     let trial = (|| -> Result<Timing, (FailureKind, String)> {
         check_spirv(&kernel, options.validate, fault)?;
         let mut gpu =
             AttentionOnGpu::new(ctx, cache, &kernel, w, schedule, inputs).map_err(classify)?;
+        keep_driver_stats(gpu.statistics.as_ref(), &mut driver_stats)?;
         gpu.timeout = options.timeout;
         gpu.timing = timing_method(ctx, options);
         let start = Instant::now();
@@ -337,7 +346,7 @@ pub fn measure_attention(
         }
         Ok(timing)
     })();
-    match trial {
+    let trial = match trial {
         Ok(timing) => Trial {
             schedule: Schedule::Attention(*schedule),
             status: TrialStatus::Ok,
@@ -347,11 +356,16 @@ pub fn measure_attention(
             gflops: timing.gflops,
             date: Trial::now_unix_s(),
             host: host.to_string(),
+            driver_stats: None,
         },
         Err((kind, message)) => match fault {
             Some(f) if f.kind() == kind => failed(kind, format!("{INJECTED} {message}")),
             _ => failed(kind, message),
         },
+    };
+    Trial {
+        driver_stats,
+        ..trial
     }
 }
 

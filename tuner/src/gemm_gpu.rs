@@ -22,8 +22,8 @@ use rocky_compiler::templates::gemm::{
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
 use rocky_runtime::{
-    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, Recorder,
-    RuntimeError, TimestampQueries, TimingMethod,
+    host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache,
+    PipelineStatistics, Recorder, RuntimeError, TimestampQueries, TimingMethod,
 };
 use serde::Serialize;
 use std::time::Duration;
@@ -130,6 +130,9 @@ pub struct GemmOnGpu {
     w: GemmWorkload,
     s: GemmSchedule,
     pipeline: ComputePipeline,
+    /// The driver's statistics of the GEMM's pipeline, where the device reports them
+    /// (`Context::has_pipeline_statistics`).
+    pub statistics: Option<PipelineStatistics>,
     x: Buffer,
     weight: Buffer,
     y: Buffer,
@@ -187,7 +190,11 @@ impl GemmOnGpu {
             let e = fault::pipeline_creation_error(&kernel.meta.name);
             return Err(device_error(e));
         }
-        let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
+        // Where the driver reports its compiler's statistics, every GEMM keeps them (the tuner
+        // stores them with the trial and skips spilling candidates; bench-gemm prints them).
+        let (pipeline, statistics) =
+            ComputePipeline::from_kernel_keeping_statistics(ctx, cache, kernel)
+                .map_err(device_error)?;
         let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
         // Kernels read whole u32 words: the weight buffer is padded to 4 bytes.
         let mut padded = Buffer::new(ctx, (inputs.weight.len() as u64).div_ceil(4) * 4, "weight")
@@ -223,6 +230,7 @@ impl GemmOnGpu {
             w: *w,
             s: *s,
             pipeline,
+            statistics,
             x,
             weight: padded,
             y,

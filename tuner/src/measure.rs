@@ -15,9 +15,10 @@ use crate::fault::{self, Fault, FaultPlan, INJECTED};
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
 use crate::spirv_val::{self, spirv_val_path, ValidationError};
 use rocky_compiler::{CompiledKernel, DeviceCaps, GemmSchedule, GemmWorkload, Refusal, Schedule};
-use rocky_runtime::{Context, PipelineCache, RuntimeError, TimingMethod};
+use rocky_runtime::{Context, PipelineCache, PipelineStatistics, RuntimeError, TimingMethod};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Bound on warm-up batches; `max_timed` bounds their time.
@@ -112,6 +113,7 @@ pub fn measure_gemm(
         Ok(k) => k,
         Err(r) => return failed(FailureKind::Refused, r.to_string()),
     };
+    let mut driver_stats = None;
     let trial = (|| {
         check_spirv(&kernel, options.validate, fault)?;
         run_trial(
@@ -125,9 +127,10 @@ pub fn measure_gemm(
             options,
             fault,
             incumbent_s,
+            &mut driver_stats,
         )
     })();
-    match trial {
+    let trial = match trial {
         Ok(timing) => Trial {
             schedule: Schedule::Gemm(*schedule),
             status: TrialStatus::Ok,
@@ -137,11 +140,16 @@ pub fn measure_gemm(
             gflops: timing.gflops,
             date: Trial::now_unix_s(),
             host: host.to_string(),
+            driver_stats: None,
         },
         Err((kind, message)) => match fault {
             Some(f) if f.kind() == kind => failed(kind, format!("{INJECTED} {message}")),
             _ => failed(kind, message),
         },
+    };
+    Trial {
+        driver_stats,
+        ..trial
     }
 }
 
@@ -189,6 +197,33 @@ pub(crate) fn check_spirv(
     }
 }
 
+/// Keeps a trial's driver statistics (`driver_stats` gets them, flattened, where the device
+/// reported any) and refuses, untimed, a kernel the driver's compiler spills registers for:
+/// such a kernel is slow on every device and never the winner worth a timing. Shared by the
+/// GEMM and attention trials.
+pub(crate) fn keep_driver_stats(
+    statistics: Option<&PipelineStatistics>,
+    driver_stats: &mut Option<BTreeMap<String, f64>>,
+) -> Result<(), (FailureKind, String)> {
+    let Some(stats) = statistics else {
+        return Ok(());
+    };
+    let flat = stats.flat();
+    let spilling = rocky_runtime::spilling(&flat);
+    *driver_stats = Some(flat);
+    if spilling.is_empty() {
+        return Ok(());
+    }
+    let figures: Vec<String> = spilling.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    Err((
+        FailureKind::Spills,
+        format!(
+            "skipped: the driver's compiler spills registers ({})",
+            figures.join(", ")
+        ),
+    ))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_trial(
     ctx: &Context,
@@ -201,9 +236,11 @@ fn run_trial(
     options: &MeasureOptions,
     fault: Option<Fault>,
     incumbent_s: Option<f64>,
+    driver_stats: &mut Option<BTreeMap<String, f64>>,
 ) -> Result<Timing, (FailureKind, String)> {
     let mut gpu =
         GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
+    keep_driver_stats(gpu.statistics.as_ref(), driver_stats)?;
     gpu.timeout = options.timeout;
     gpu.timing = timing_method(ctx, options);
     let start = Instant::now();

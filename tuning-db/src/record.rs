@@ -4,6 +4,7 @@
 use rocky_compiler::{Schedule, Workload};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 use crate::fingerprint::DeviceFingerprint;
 
@@ -28,6 +29,9 @@ pub enum FailureKind {
     Mismatch,
     /// The template refused the (workload, schedule) pair.
     Refused,
+    /// The driver's compiler spills registers for it (its pipeline statistics say so): the
+    /// tuner skips such candidates without timing them.
+    Spills,
     Other,
 }
 
@@ -41,6 +45,7 @@ impl FailureKind {
             FailureKind::Timeout => "timeout",
             FailureKind::Mismatch => "mismatch",
             FailureKind::Refused => "refused",
+            FailureKind::Spills => "spills",
             FailureKind::Other => "other",
         }
     }
@@ -68,6 +73,11 @@ pub struct Trial {
     /// Unix time in seconds when the trial finished.
     pub date: u64,
     pub host: String,
+    /// The driver's statistics of the compiled pipeline (`VK_KHR_pipeline_executable_properties`:
+    /// name → value, e.g. "Spills" → 0), where the device reports them. Absent in records
+    /// written before they were kept, and on devices without the extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_stats: Option<BTreeMap<String, f64>>,
 }
 
 impl Trial {
@@ -94,6 +104,7 @@ impl Trial {
             gflops: 0.0,
             date: Trial::now_unix_s(),
             host,
+            driver_stats: None,
         }
     }
 }

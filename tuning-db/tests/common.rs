@@ -95,6 +95,7 @@ pub fn ok_trial(i: u32, median_s: f64) -> Trial {
         gflops: 1e-9 / median_s,
         date: 1_790_000_000 + u64::from(i),
         host: "board-1".into(),
+        driver_stats: None,
     }
 }
 

@@ -654,3 +654,36 @@ fn an_export_without_graph_choice_lines_still_imports() {
         vec![stored(lavapipe(), MODEL_B, choice(32, 12.25))]
     );
 }
+
+/// The driver's pipeline statistics ride along with a trial: stored, exported and imported
+/// unchanged; the old line above (written before they existed) still imports, without them.
+#[test]
+fn driver_statistics_survive_store_export_and_import_and_old_lines_have_none() {
+    let dir = Scratch::new("driver-stats");
+    let src = TuningDb::open(dir.join("src")).unwrap();
+    let k = key(lavapipe(), workload(512, 896));
+    let mut t = ok_trial(1, 2e-4);
+    t.driver_stats = Some(
+        [("Spills".to_string(), 0.0), ("Cycles".to_string(), 12.5)]
+            .into_iter()
+            .collect(),
+    );
+    src.add_trial(&k, &t).unwrap();
+    assert_eq!(src.trials(&k).unwrap(), vec![t.clone()]);
+    let text = export_string(&src, &ExportFilter::default());
+    assert!(
+        text.contains(r#""driver_stats":{"Cycles":12.5,"Spills":0.0}"#),
+        "{text}"
+    );
+    let dst = TuningDb::open(dir.join("dst")).unwrap();
+    import_jsonl(&dst, text.as_bytes(), "stats.jsonl").unwrap();
+    assert_eq!(dst.best(&k).unwrap().unwrap().driver_stats, t.driver_stats);
+
+    let old = TuningDb::open(dir.join("old")).unwrap();
+    import_jsonl(&old, format!("{OLD_EXPORT_LINE}\n").as_bytes(), "old.jsonl").unwrap();
+    let best = old.best(&k).unwrap().unwrap();
+    assert_eq!(best.driver_stats, None);
+    // A trial without statistics is written as before: no `driver_stats` key at all.
+    let plain = export_string(&old, &ExportFilter::default());
+    assert!(!plain.contains("driver_stats"), "{plain}");
+}

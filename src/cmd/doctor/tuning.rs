@@ -359,6 +359,7 @@ mod tests {
             gflops: 0.0,
             date: 0,
             host: "test".into(),
+            driver_stats: None,
         }
     }
 
