@@ -19,6 +19,7 @@ fn workloads() -> Vec<GemmWorkload> {
         k: 2048,
         act,
         weight,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
     };

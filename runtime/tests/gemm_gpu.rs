@@ -131,6 +131,7 @@ fn draw_workload(r: &mut SplitMix64, weight: WeightFormat, caps: &DeviceCaps) ->
             k,
             act,
             weight,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: r.next_u64() % 2 == 0,
             epilogue: Default::default(),
         };
@@ -212,6 +213,7 @@ fn sample_cases(count: usize, seed: u64, caps: &DeviceCaps) -> Vec<Case> {
             k,
             act,
             weight,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         };

@@ -167,6 +167,7 @@ pub fn run(args: Args) -> CmdResult {
                 k,
                 act: ActType::F32,
                 weight,
+                layout: rocky_compiler::WeightLayout::Gguf,
                 bias: false,
                 epilogue: Default::default(),
             };

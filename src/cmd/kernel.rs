@@ -242,6 +242,7 @@ fn parse_workload(args: &Args) -> Result<Workload, CliError> {
         k,
         act,
         weight,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: args.bias,
         epilogue: Default::default(),
     }))

@@ -564,6 +564,7 @@ impl<'m> Executor<'m> {
                         k: *in_features as u32,
                         act: ActType::F32,
                         weight: weight_format(*ty, weight)?,
+                        layout: rocky_compiler::WeightLayout::Gguf,
                         bias: bias.is_some(),
                         epilogue: if *residual {
                             Epilogue::Residual
@@ -838,6 +839,7 @@ impl<'m> Executor<'m> {
                             k: e.width,
                             act: ActType::F32,
                             weight: e.table,
+                            layout: rocky_compiler::WeightLayout::Gguf,
                             bias: false,
                             epilogue: Default::default(),
                         };

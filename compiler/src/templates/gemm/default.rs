@@ -389,6 +389,7 @@ mod tests {
             k,
             act: ActType::F32,
             weight: WeightFormat::Q4K,
+            layout: crate::dequant::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         }

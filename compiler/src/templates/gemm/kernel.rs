@@ -23,7 +23,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
-use crate::dequant::{WeightFormat, UNIT};
+use crate::dequant::layout::{AlignedGeometry, GROUP};
+use crate::dequant::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{
     Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
     Value, Var,
@@ -49,6 +50,7 @@ struct Gemm<'a> {
     ldy: Value,
     m_last: Value,
     n_last: Value,
+    /// Bytes per weight row; in the aligned layout, 16-byte units per row ([`Gemm::row_off`]).
     row_bytes: Value,
     x_row_vec4s: Value,
     m0: Value,
@@ -78,6 +80,16 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
         g.reduce_and_store(&totals);
     }
     b.finish()
+}
+
+/// Byte offset of weight row `col` (`row_bytes` as [`Gemm`] holds it). Aligned rows are
+/// `(col · row16) << 4`: a multiple of 16 that drivers can see in the address (Mesa's
+/// vectorizer reads the alignment from constant factors of the offset's terms).
+fn row_offset(b: &KernelBuilder, w: &GemmWorkload, col: Value, row_bytes: Value) -> Value {
+    match w.layout {
+        WeightLayout::Aligned => b.shli(b.mul(col, row_bytes), 4),
+        WeightLayout::Gguf => b.mul(col, row_bytes),
+    }
 }
 
 fn act_scalar(a: ActType) -> Scalar {
@@ -125,7 +137,15 @@ impl<'a> Gemm<'a> {
         let m_last = b.sub(m, b.c_u32(1));
         let n_last = b.sub(n, b.c_u32(1));
         let block_shift = w.weight.block_elems().trailing_zeros();
-        let row_bytes = b.muli(b.shri(k, block_shift), w.weight.block_bytes());
+        let blocks = b.shri(k, block_shift);
+        let row_bytes = match AlignedGeometry::of(w.weight) {
+            Some(g) if w.layout == WeightLayout::Aligned => {
+                // ceil(blocks / 8) headers and `blocks` bodies, in 16-byte units.
+                let groups = b.shri(b.addi(blocks, GROUP - 1), GROUP.trailing_zeros());
+                b.add(b.muli(groups, g.header / 16), b.muli(blocks, g.body / 16))
+            }
+            _ => b.muli(blocks, w.weight.block_bytes()),
+        };
         let x_row_vec4s = b.shri(k, 2);
 
         let out_rows: Vec<Value> = (0..s.tm).map(|i| b.add(m0, b.addi(ty, i * wg_m))).collect();
@@ -154,6 +174,7 @@ impl<'a> Gemm<'a> {
             rows: WeightRows {
                 buffer: weight,
                 format: w.weight,
+                layout: w.layout,
             },
             y,
             bias,
@@ -189,7 +210,7 @@ impl<'a> Gemm<'a> {
     fn w_row_off(&self, t: Value) -> Value {
         let b = self.b;
         if self.w.epilogue != Epilogue::SwiGlu {
-            return b.mul(b.min(b.add(self.n0, t), self.n_last), self.row_bytes);
+            return self.row_off(b.min(b.add(self.n0, t), self.n_last));
         }
         let half = b.c_u32(self.s.bn / 2);
         let up = b.ge(t, half);
@@ -197,7 +218,12 @@ impl<'a> Gemm<'a> {
         let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), self.s.bn / 2);
         let col = b.min(b.add(n0, local), self.n_last);
         let row = b.select(up, b.add(col, self.n), col);
-        b.mul(row, self.row_bytes)
+        self.row_off(row)
+    }
+
+    /// Byte offset of weight row `col`.
+    fn row_off(&self, col: Value) -> Value {
+        row_offset(self.b, self.w, col, self.row_bytes)
     }
 
     fn units_per_row(&self) -> Value {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::dequant::WeightFormat;
+use crate::dequant::{WeightFormat, WeightLayout};
 
 /// Element type of the activations X and the output Y.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -65,6 +65,11 @@ pub struct GemmWorkload {
     pub k: u32,
     pub act: ActType,
     pub weight: WeightFormat,
+    /// How W sits in device memory (`dequant::layout`): the same for every GEMM that reads
+    /// one tensor, so the executor picks it per tensor and every workload of the tensor
+    /// carries it. Omitted from the serialization when GGUF, so stored keys stay valid.
+    #[serde(default, skip_serializing_if = "WeightLayout::is_gguf")]
+    pub layout: WeightLayout,
     pub bias: bool,
     /// Omitted from the serialization when `None`, so unfused workloads keep their keys.
     #[serde(default, skip_serializing_if = "Epilogue::is_none")]
@@ -82,9 +87,14 @@ impl GemmWorkload {
         self.n * self.epilogue.rows_per_column()
     }
 
-    /// Bytes of the weight tensor.
+    /// Bytes of the weight tensor (in its layout).
     pub fn weight_bytes(&self) -> u64 {
-        self.weight.row_bytes(u64::from(self.k)) * u64::from(self.weight_rows())
+        self.weight_row_bytes() * u64::from(self.weight_rows())
+    }
+
+    /// Bytes of one weight row in the workload's layout.
+    pub fn weight_row_bytes(&self) -> u64 {
+        self.layout.row_bytes(self.weight, u64::from(self.k))
     }
 
     /// Bytes per element of X and Y.
