@@ -17,7 +17,7 @@ use rocky_compiler::templates::gemm::{
     self, ActType, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
 };
 use rocky_compiler::templates::peak::{PeakConfig, PeakPrecision};
-use rocky_compiler::dequant::layout::repack;
+use rocky_compiler::dequant::layout::{repack, to_device};
 use rocky_compiler::{testdata, DeviceCaps, WeightFormat, WeightLayout};
 
 /// Tensor bytes padded to a whole number of u32 words (the binding contract).
@@ -41,7 +41,11 @@ fn dequant_kernel(
     group: Option<u32>,
 ) -> Module {
     let b = KernelBuilder::new("dequant_probe", [1, 1, 1]);
-    let w = b.buffer(0, "w", Type::U32, Access::ReadOnly);
+    let welem = match layout {
+        WeightLayout::Aligned => rocky_compiler::dequant::words::quad_type(),
+        WeightLayout::Gguf => Type::U32,
+    };
+    let w = b.buffer(0, "w", welem, Access::ReadOnly);
     let out = b.buffer(1, "out_f32", Type::vec(Scalar::F32, 4), Access::WriteOnly);
     let out_h = b.buffer(2, "out_f16", Type::vec(Scalar::F32, 4), Access::WriteOnly);
     let words = b.buffer(3, "words", Type::U32, Access::WriteOnly);
@@ -51,7 +55,12 @@ fn dequant_kernel(
     let g0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), count);
     let row = b.div(g0, b.c_u32(units_per_row));
     let u = b.rem(g0, b.c_u32(units_per_row));
-    let row_off = b.muli(row, layout.row_bytes(format, u64::from(k)) as u32);
+    // The fragments' row_off: bytes (GGUF), 16-byte units (aligned).
+    let unit_bytes = if layout == WeightLayout::Aligned { 16 } else { 1 };
+    let row_off = b.muli(
+        row,
+        (layout.row_bytes(format, u64::from(k)) / unit_bytes) as u32,
+    );
     let rows = WeightRows {
         buffer: w,
         format,
@@ -299,10 +308,19 @@ fn run_gemm(
     // reduce kernel adds them up with the bias into Y.
     let split = s.k_groups > 1;
     let mut partials = vec![0u8; 4 * gemm::split_k::scratch_values(w, s) as usize];
+    // The weights in the workload's layout (the inputs and the reference are GGUF).
+    let weights = to_device(
+        w.weight,
+        w.layout,
+        u64::from(w.k),
+        u64::from(w.n),
+        &inp.weights,
+    )
+    .unwrap();
     for slice in slices {
         let start = slice.weight_offset as usize;
-        let end = (start + slice.weight_range as usize).min(inp.weights.len());
-        let mut wslice = padded(&inp.weights[start..end]);
+        let end = (start + slice.weight_range as usize).min(weights.len());
+        let mut wslice = padded(&weights[start..end]);
         assert_eq!(wslice.len() as u64, slice.weight_range);
         let mut bufs = vec![
             BufferData {
@@ -419,7 +437,21 @@ fn test_workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5_0, 5, ActType::F32, false),
         w(WeightFormat::Q4K, 7, ActType::F32, true),
         w(WeightFormat::Q6K, 1, ActType::F16, true),
+        // The aligned layout: a partial last group (Q8_0: 14 blocks, Q6_K: 2 super-blocks).
+        aligned(GemmWorkload {
+            k: 448,
+            ..w(WeightFormat::Q8_0, 6, ActType::F32, false)
+        }),
+        aligned(w(WeightFormat::Q5_0, 3, ActType::F16, true)),
+        aligned(w(WeightFormat::Q6K, 5, ActType::F32, false)),
     ]
+}
+
+fn aligned(w: GemmWorkload) -> GemmWorkload {
+    GemmWorkload {
+        layout: WeightLayout::Aligned,
+        ..w
+    }
 }
 
 #[test]

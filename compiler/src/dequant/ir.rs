@@ -7,13 +7,21 @@
 //! dequantizers (products and differences are marked precise, so no driver contracts them).
 
 use super::layout::{AlignedGeometry, GROUP};
-use super::words::{load_f16_as_f32, load_u16, load_u32, signed_bytes_to_ivec4, Align, WordRun};
+use super::words::{
+    load_f16_as_f32, load_u16, load_u32, load_word, signed_bytes_to_ivec4, Align, WordRun,
+};
 use super::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A weight tensor bound as u32 words: row `r` starts at byte `r * layout.row_bytes(k)`.
+///
+/// The `row_off` that [`open_unit`] and [`open_units`] take is that byte offset in the GGUF
+/// layout, and the offset **in 16-byte units** in the aligned layout (its rows are multiples
+/// of 16 bytes): word indices are then built as `4·row_off + ...` without a shift of a byte
+/// sum, so drivers can read the 16-byte alignment off the address (Mesa's vectorizer takes it
+/// from the constant factors of the offset's terms, and `(a + b) >> 2` hides them).
 #[derive(Clone, Copy, Debug)]
 pub struct WeightRows {
     pub buffer: Buffer,
@@ -414,7 +422,8 @@ fn open_unit_aligned(
     let geo = aligned_geometry(fmt);
     let block = b.shri(unit, (fmt.block_elems() / UNIT).trailing_zeros());
     let (g, j) = (b.shri(block, 3), b.andi(block, GROUP - 1));
-    let head = b.add(row_off, b.muli(g, geo.group_bytes()));
+    // row_off is in 16-byte units (see WeightRows).
+    let head = b.add(b.shli(row_off, 4), b.muli(g, geo.group_bytes()));
     let body = b.add(b.addi(head, geo.header), b.muli(j, geo.body));
     let d = load_f16_as_f32(b, buf, b.add(head, b.shli(j, 1)));
     let mut u = Unit::blank(fmt, buf, body, Align::Four);
@@ -473,78 +482,95 @@ fn open_units_aligned(
             })
             .collect();
     }
+    // Runs of whole quads, by (base quad, region offset, length).
     let runs: std::cell::RefCell<HashMap<(u32, u32, u32), Rc<WordRun>>> = Default::default();
     let run = |base: Value, r0: u32, len: u32| -> Rc<WordRun> {
         runs.borrow_mut()
             .entry((base.id(), r0, len))
-            .or_insert_with(|| Rc::new(WordRun::load(b, buf, base, None, r0, len)))
+            .or_insert_with(|| Rc::new(WordRun::load_quads(b, buf, base, r0, len)))
             .clone()
     };
     let block = b.shri(first, per_block.trailing_zeros());
     let (g, j) = (b.shri(block, 3), b.andi(block, GROUP - 1));
-    let head = b.add(row_off, b.muli(g, geo.group_bytes()));
-    let hw = b.shri(head, 2);
-    // Word index of the first unit's body.
-    let bw = b.add(b.addi(hw, geo.header / 4), b.muli(j, geo.body / 4));
+    // row_off is in 16-byte units (see WeightRows): the group's header quad, and the quad of
+    // the first unit's body.
+    let hq = b.add(row_off, b.muli(g, geo.group_bytes() / 16));
+    let hw = b.shli(hq, 2);
+    let bq = b.add(b.addi(hq, geo.header / 16), b.muli(j, geo.body / 16));
+    // The f16 d of block j + i of the group (one word of the header quad). Where j is even
+    // (Q8_0/Q5_0 groups of 2 or more units), blocks j + 2p and j + 2p + 1 share word
+    // j/2 + p, loaded once; a K-quant's units share one block, whose j is any.
+    let d_words: std::cell::RefCell<HashMap<u32, Value>> = Default::default();
+    let d_of = |i: u32| {
+        if count == 1 || per_block > 1 {
+            let word = load_word(b, buf, b.add(hw, b.shri(j, 1)));
+            let w = b.shr(word, b.shli(b.andi(j, 1), 4));
+            return b.extract(b.unpack_half2x16(w), 0);
+        }
+        let word = *d_words
+            .borrow_mut()
+            .entry(i / 2)
+            .or_insert_with(|| load_word(b, buf, b.add(hw, b.addi(b.shri(j, 1), i / 2))));
+        b.extract(b.unpack_half2x16(word), i % 2)
+    };
     let mut out = Vec::new();
     match fmt {
         WeightFormat::Q8_0 | WeightFormat::Q5_0 => {
             // Blocks j .. j + count of group g (first is a multiple of count, count <= 8).
-            let ds = (count > 1).then(|| run(b.add(hw, b.shri(j, 1)), 0, 2 * count));
-            let qhs = (fmt == WeightFormat::Q5_0).then(|| run(b.add(b.addi(hw, 4), j), 0, 4 * count));
-            let bodies = run(bw, 0, geo.body * count);
+            let bodies = run(bq, 0, geo.body * count);
             for ul in 0..count {
-                let mut u = Unit::blank(fmt, buf, bw, Align::Four);
-                u.scale = Some(match &ds {
-                    Some(ds) => ds.f16_as_f32_at(b, 2 * ul),
-                    None => load_f16_as_f32(b, buf, b.add(head, b.shli(j, 1))),
-                });
-                if let Some(qhs) = &qhs {
-                    u.qh = Some(qhs.u32_at(b, 4 * ul));
+                let mut u = Unit::blank(fmt, buf, bq, Align::Four);
+                u.scale = Some(d_of(ul));
+                if fmt == WeightFormat::Q5_0 {
+                    let qh = b.add(b.addi(hw, 4), b.addi(j, ul));
+                    u.qh = Some(load_word(b, buf, qh));
                 }
                 u.qs_run = Some((bodies.clone(), geo.body * ul));
                 out.push(with_f16_scales(b, u, want_f16));
             }
         }
         WeightFormat::Q6K => {
-            let d = load_f16_as_f32(b, buf, b.add(head, b.shli(j, 1)));
+            let d = d_of(0);
             let s0 = b.andi(first, 7);
             // As in the GGUF layout: one half h unless the group is the whole super-block.
             let (h, t0) = (b.shri(s0, 2), b.andi(s0, 3));
-            let wh = b.add(bw, b.shli(h, 4));
-            let wqh = b.add(b.addi(bw, 32), b.shli(h, 3));
-            let wsc = b.add(b.add(b.addi(bw, 48), b.shli(h, 1)), b.shri(t0, 1));
+            let wh = b.add(bq, b.shli(h, 2));
+            let wqh = b.add(b.addi(bq, 8), b.shli(h, 1));
             for ul in 0..count {
-                let mut u = Unit::blank(fmt, buf, bw, Align::Four);
+                let mut u = Unit::blank(fmt, buf, bq, Align::Four);
                 if count == 8 {
                     let (h, t) = (ul >> 2, ul & 3);
-                    let sc = run(bw, 192, 16);
+                    let sc = run(bq, 192, 16);
                     let (lo, hi) = q6k_scales(b, d, sc.u16_at(b, 192 + 8 * h + 2 * t));
                     (u.scale, u.scale_hi) = (Some(lo), Some(hi));
                     let ql = 64 * h + 32 * (t & 1);
-                    u.qs_run = Some((run(bw, ql, 32), ql));
+                    u.qs_run = Some((run(bq, ql, 32), ql));
                     u.q_shift = Some(b.c_u32(4 * (t >> 1)));
                     let qh = 128 + 32 * h;
-                    u.qh_run = Some((run(bw, qh, 32), qh));
+                    u.qh_run = Some((run(bq, qh, 32), qh));
                     u.qh_shift = Some(b.c_u32(2 * t));
                 } else {
                     let t = b.addi(t0, ul);
+                    // Scales sc[8h + 2t], sc[8h + 2t + 1]: word 48 + 2h + t/2 of the body
+                    // (t0 even with count 2 or 4: word 48 + 2h + t0/2 + ul/2, shared).
+                    let sc_word = |half: Value| {
+                        b.add(b.addi(b.shli(bq, 2), 48), b.add(b.shli(h, 1), half))
+                    };
+                    let pair = if count == 1 {
+                        let word = load_word(b, buf, sc_word(b.shri(t, 1)));
+                        b.shr(word, b.shli(b.andi(t, 1), 4))
+                    } else {
+                        let word = *d_words.borrow_mut().entry(100 + ul / 2).or_insert_with(|| {
+                            load_word(b, buf, sc_word(b.addi(b.shri(t0, 1), ul / 2)))
+                        });
+                        b.shri(word, 16 * (ul % 2))
+                    };
+                    let (lo, hi) = q6k_scales(b, d, pair);
+                    (u.scale, u.scale_hi) = (Some(lo), Some(hi));
                     if count == 1 {
-                        let body = b.shli(bw, 2);
-                        let pair = load_u16(
-                            b,
-                            buf,
-                            b.add(b.addi(body, 192), b.add(b.muli(h, 8), b.muli(t, 2))),
-                        );
-                        let (lo, hi) = q6k_scales(b, d, pair);
-                        (u.scale, u.scale_hi) = (Some(lo), Some(hi));
-                        let wq = b.add(wh, b.shli(b.andi(t, 1), 3));
+                        let wq = b.add(wh, b.shli(b.andi(t, 1), 1));
                         u.qs_run = Some((run(wq, 0, 32), 0));
                     } else {
-                        // t0 is even: the scale pairs start on a word.
-                        let sc = run(wsc, 0, 2 * count);
-                        let (lo, hi) = q6k_scales(b, d, sc.u16_at(b, 2 * ul));
-                        (u.scale, u.scale_hi) = (Some(lo), Some(hi));
                         let ql = 32 * (ul & 1);
                         u.qs_run = Some((run(wh, ql, 32), ql));
                     }

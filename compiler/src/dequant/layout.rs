@@ -254,6 +254,21 @@ pub fn repack(
     Ok(out)
 }
 
+/// `rows` GGUF rows of `k` elements as the device holds them in `layout`: borrowed as they
+/// are for GGUF, repacked for the aligned layout.
+pub fn to_device<'a>(
+    format: WeightFormat,
+    layout: WeightLayout,
+    k: u64,
+    rows: u64,
+    gguf: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>, LayoutError> {
+    match layout {
+        WeightLayout::Gguf => Ok(std::borrow::Cow::Borrowed(gguf)),
+        WeightLayout::Aligned => Ok(std::borrow::Cow::Owned(repack(format, k, rows, gguf)?)),
+    }
+}
+
 /// Block `i` of an aligned row, back in its GGUF bytes.
 pub fn to_gguf_block(format: WeightFormat, row: &[u8], i: u64) -> Result<Vec<u8>, LayoutError> {
     let layout = WeightLayout::Aligned;

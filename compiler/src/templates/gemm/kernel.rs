@@ -50,7 +50,8 @@ struct Gemm<'a> {
     ldy: Value,
     m_last: Value,
     n_last: Value,
-    /// Bytes per weight row; in the aligned layout, 16-byte units per row ([`Gemm::row_off`]).
+    /// Bytes per weight row; in the aligned layout, 16-byte units per row (the unit of the
+    /// dequant fragments' `row_off` there).
     row_bytes: Value,
     x_row_vec4s: Value,
     m0: Value,
@@ -82,14 +83,11 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     b.finish()
 }
 
-/// Byte offset of weight row `col` (`row_bytes` as [`Gemm`] holds it). Aligned rows are
-/// `(col · row16) << 4`: a multiple of 16 that drivers can see in the address (Mesa's
-/// vectorizer reads the alignment from constant factors of the offset's terms).
-fn row_offset(b: &KernelBuilder, w: &GemmWorkload, col: Value, row_bytes: Value) -> Value {
-    match w.layout {
-        WeightLayout::Aligned => b.shli(b.mul(col, row_bytes), 4),
-        WeightLayout::Gguf => b.mul(col, row_bytes),
-    }
+/// The `row_off` of weight row `col` for the dequant fragments (`row_bytes` as [`Gemm`]
+/// holds it): bytes in the GGUF layout, 16-byte units in the aligned one (see
+/// `dequant::ir::WeightRows`).
+fn row_offset(b: &KernelBuilder, col: Value, row_bytes: Value) -> Value {
+    b.mul(col, row_bytes)
 }
 
 fn act_scalar(a: ActType) -> Scalar {
@@ -103,7 +101,12 @@ impl<'a> Gemm<'a> {
     fn new(b: &'a KernelBuilder, w: &'a GemmWorkload, s: &'a GemmSchedule) -> Self {
         let act = act_scalar(w.act);
         let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
-        let weight = b.buffer(BINDING_WEIGHT, "weight", Type::U32, Access::ReadOnly);
+        // The aligned layout is read as 16-byte quads (its runs are whole quads).
+        let weight_elem = match w.layout {
+            WeightLayout::Aligned => crate::dequant::words::quad_type(),
+            WeightLayout::Gguf => Type::U32,
+        };
+        let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
         // Split-K across the grid writes f32 partial sums; the reduce kernel adds the bias.
         let split = s.k_groups > 1;
         let y_ty = if split { Type::F32 } else { Type::scalar(act) };
@@ -221,9 +224,9 @@ impl<'a> Gemm<'a> {
         self.row_off(row)
     }
 
-    /// Byte offset of weight row `col`.
+    /// The dequant fragments' `row_off` of weight row `col`.
     fn row_off(&self, col: Value) -> Value {
-        row_offset(self.b, self.w, col, self.row_bytes)
+        row_offset(self.b, col, self.row_bytes)
     }
 
     fn units_per_row(&self) -> Value {

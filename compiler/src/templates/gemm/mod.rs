@@ -15,7 +15,7 @@ pub mod space;
 pub mod split_k;
 pub mod workload;
 
-pub use default::default_schedule;
+pub use default::{default_layout, default_schedule};
 pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
 pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
 pub use space::search_space;
