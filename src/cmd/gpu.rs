@@ -41,8 +41,8 @@ pub struct GpuArgs {
     /// ~/.local/share/rocky/tuning.sled); without one, the compiler's default schedules.
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Device layout of the GEMM weights: auto (the device's default: aligned for Q8_0 and
-    /// Q6_K where shared memory is slow), gguf (the file's blocks) or aligned (repacked into
+    /// Device layout of the GEMM weights: auto (the device's default: aligned for Q8_0, Q5_0
+    /// and Q6_K where shared memory is slow), gguf (the file's blocks) or aligned (repacked into
     /// 16-byte-aligned groups at upload, where the format has it).
     #[arg(long, default_value = "auto")]
     pub weight_layout: String,

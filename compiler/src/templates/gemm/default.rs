@@ -359,7 +359,10 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
 /// slow (Mali: its 16-byte-aligned bodies let Mesa merge the weight loads into 16-byte ones,
 /// docs/measurements/2026-12-02c-mali-shim26-repack.md), else the GGUF layout.
 pub fn default_layout(format: WeightFormat, caps: &DeviceCaps) -> WeightLayout {
-    let aligned = matches!(format, WeightFormat::Q8_0 | WeightFormat::Q6K);
+    let aligned = matches!(
+        format,
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q6K
+    );
     if caps.shared_memory_is_slow && aligned {
         WeightLayout::Aligned
     } else {
