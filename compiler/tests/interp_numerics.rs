@@ -308,12 +308,14 @@ fn run_gemm(
     // reduce kernel adds them up with the bias into Y.
     let split = s.k_groups > 1;
     let mut partials = vec![0u8; 4 * gemm::split_k::scratch_values(w, s) as usize];
-    // The weights in the workload's layout (the inputs and the reference are GGUF).
+    // The weights in the workload's layout, all their rows (with SwiGLU the combined gate/up
+    // tensor, repacked row by row as the executor uploads it); the inputs and the reference
+    // are GGUF.
     let weights = to_device(
         w.weight,
         w.layout,
         u64::from(w.k),
-        u64::from(w.n),
+        u64::from(w.weight_rows()),
         &inp.weights,
     )
     .unwrap();
@@ -577,7 +579,8 @@ fn every_path_of_the_template_matches_the_reference() {
 
 /// The fused epilogues (SwiGLU of a combined gate/up tensor, the residual add), each through
 /// the GEMM's own store, the in-workgroup split-K reduction and the split-K reduce kernel,
-/// against the reference composed from the unfused parts.
+/// against the reference composed from the unfused parts; in both weight layouts
+/// (`test_workloads` has aligned ones: the combined gate/up tensor repacked row by row).
 #[test]
 fn fused_epilogues_match_the_composed_reference() {
     let caps = desktop_vk12();
@@ -599,7 +602,7 @@ fn fused_epilogues_match_the_composed_reference() {
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
-    let mut checked = 0;
+    let (mut checked, mut aligned) = (0, 0);
     for (i, plain) in test_workloads().iter().enumerate() {
         for epilogue in [Epilogue::SwiGlu, Epilogue::Residual] {
             let w = GemmWorkload {
@@ -669,6 +672,7 @@ fn fused_epilogues_match_the_composed_reference() {
             for s in variants.iter().filter(|s| s.validate(&w, &caps).is_ok()) {
                 check(&w, s, &caps, &inp);
                 checked += 1;
+                aligned += usize::from(w.layout == WeightLayout::Aligned);
             }
         }
         // An odd tn cannot pair gate and up columns.
@@ -679,8 +683,9 @@ fn fused_epilogues_match_the_composed_reference() {
         };
         assert!(GemmSchedule { tn: 1, ..base }.validate(&w, &caps).is_err());
     }
-    eprintln!("checked {checked} fused kernels");
+    eprintln!("checked {checked} fused kernels, {aligned} in the aligned layout");
     assert!(checked >= 100, "only {checked} fused kernels validated");
+    assert!(aligned >= 30, "only {aligned} aligned-layout fused kernels validated");
 }
 
 #[test]

@@ -298,7 +298,7 @@ fn run_on_gpu(
         w.weight,
         w.layout,
         u64::from(w.k),
-        u64::from(w.n),
+        u64::from(w.weight_rows()),
         &inputs.weight,
     )
     .map_err(|e| format!("weight layout: {e}"))?;
@@ -625,6 +625,7 @@ fn aligned_layout_gemms_match_the_cpu_reference() {
                 weight,
                 layout: WeightLayout::Aligned,
                 bias: r.next_u64() % 2 == 0,
+                epilogue: Default::default(),
             };
             let mut schedules = vec![gemm::default_schedule(&w, &caps)];
             let space = gemm::search_space(&w, &caps);

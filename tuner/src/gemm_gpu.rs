@@ -189,12 +189,13 @@ impl GemmOnGpu {
         }
         let pipeline = ComputePipeline::from_kernel(ctx, cache, kernel).map_err(device_error)?;
         let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
-        // In the workload's layout (the inputs and the reference are GGUF).
+        // In the workload's layout, all weight rows (with SwiGLU the combined tensor's 2n rows,
+        // each repacked on its own); the inputs and the reference are GGUF.
         let device_weight = rocky_compiler::dequant::layout::to_device(
             w.weight,
             w.layout,
             u64::from(w.k),
-            u64::from(w.n),
+            u64::from(w.weight_rows()),
             &inputs.weight,
         )
         .map_err(|e| GpuError::Internal(format!("weight layout: {e}")))?;

@@ -64,7 +64,7 @@ struct Gemm<'a> {
     /// tn/2 columns are outputs: entry j + tn/2 holds the up sum of column j.
     out_rows: Vec<Value>,
     out_cols: Vec<Value>,
-    /// First vec4 of each (clamped) X row, and byte offset of each (clamped) W row.
+    /// First vec4 of each (clamped) X row, and the `row_off` of each (clamped) W row.
     x_bases: Vec<Value>,
     w_row_offs: Vec<Value>,
 }
@@ -207,9 +207,11 @@ impl<'a> Gemm<'a> {
         g
     }
 
-    /// Byte offset of the (clamped) weight row behind column `t` of the workgroup's bn-wide
-    /// tile. With SwiGLU the tile's first bn/2 columns are gate rows `n0/2 + t` and the rest
-    /// the matching up rows, which follow the n gate rows in the combined tensor.
+    /// The dequant fragments' `row_off` ([`Gemm::row_off`]) of the (clamped) weight row behind
+    /// column `t` of the workgroup's bn-wide tile. With SwiGLU the tile's first bn/2 columns
+    /// are gate rows `n0/2 + t` and the rest the matching up rows, which follow the n gate
+    /// rows in the combined tensor: the row index is chosen first, so the pairing is the same
+    /// in every layout.
     fn w_row_off(&self, t: Value) -> Value {
         let b = self.b;
         if self.w.epilogue != Epilogue::SwiGlu {
