@@ -105,3 +105,35 @@ impl GemmWorkload {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_and_epilogue_are_omitted_so_stored_keys_stay_valid() {
+        // A key as stored before either field existed (tuning-db/presets/lavapipe.jsonl).
+        let stored = r#"{"m":32,"n":896,"k":4864,"act":"f32","weight":"q4_k","bias":false}"#;
+        let w: GemmWorkload = serde_json::from_str(stored).unwrap();
+        assert_eq!((w.layout, w.epilogue), (WeightLayout::Gguf, Epilogue::None));
+        assert_eq!(serde_json::to_string(&w).unwrap(), stored);
+        // Both fields set: written, and read back.
+        let fused = GemmWorkload {
+            weight: WeightFormat::Q8_0,
+            layout: WeightLayout::Aligned,
+            epilogue: Epilogue::SwiGlu,
+            ..w
+        };
+        let text = serde_json::to_string(&fused).unwrap();
+        assert!(
+            text.contains(r#""layout":"aligned""#) && text.contains(r#""epilogue":"swiglu""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<GemmWorkload>(&text).unwrap(), fused);
+        // The aligned combined gate/up tensor: 2n rows of the aligned row length.
+        assert_eq!(
+            fused.weight_bytes(),
+            2 * 896 * WeightLayout::Aligned.row_bytes(WeightFormat::Q8_0, 4864)
+        );
+    }
+}
