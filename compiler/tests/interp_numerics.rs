@@ -10,6 +10,7 @@ use common::{desktop_vk12, mali_vk12};
 use half::f16;
 use rocky_compiler::dequant::cpu::dequantize;
 use rocky_compiler::dequant::ir::{open_unit, open_units, WeightRows};
+use rocky_compiler::dequant::layout::{repack, to_device};
 use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
 use rocky_compiler::templates::gemm::reference::{compare, reference};
@@ -17,7 +18,6 @@ use rocky_compiler::templates::gemm::{
     self, ActType, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
 };
 use rocky_compiler::templates::peak::{PeakConfig, PeakPrecision};
-use rocky_compiler::dequant::layout::{repack, to_device};
 use rocky_compiler::{testdata, DeviceCaps, WeightFormat, WeightLayout};
 
 /// Tensor bytes padded to a whole number of u32 words (the binding contract).
@@ -56,7 +56,11 @@ fn dequant_kernel(
     let row = b.div(g0, b.c_u32(units_per_row));
     let u = b.rem(g0, b.c_u32(units_per_row));
     // The fragments' row_off: bytes (GGUF), 16-byte units (aligned).
-    let unit_bytes = if layout == WeightLayout::Aligned { 16 } else { 1 };
+    let unit_bytes = if layout == WeightLayout::Aligned {
+        16
+    } else {
+        1
+    };
     let row_off = b.muli(
         row,
         (layout.row_bytes(format, u64::from(k)) / unit_bytes) as u32,
@@ -125,7 +129,10 @@ fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
 #[test]
 fn aligned_layout_units_are_bit_exact_to_the_cpu_dequantizers() {
     let aligned = WeightLayout::Aligned;
-    for format in WeightFormat::ALL.into_iter().filter(|&f| aligned.supports(f)) {
+    for format in WeightFormat::ALL
+        .into_iter()
+        .filter(|&f| aligned.supports(f))
+    {
         // 768: Q8_0/Q5_0 rows of 3 whole groups, Q6_K rows of one partial group of 3.
         for group in [None, Some(1), Some(2), Some(4), Some(8)] {
             check_dequant(format, aligned, 768, group);
@@ -685,7 +692,10 @@ fn fused_epilogues_match_the_composed_reference() {
     }
     eprintln!("checked {checked} fused kernels, {aligned} in the aligned layout");
     assert!(checked >= 100, "only {checked} fused kernels validated");
-    assert!(aligned >= 30, "only {aligned} aligned-layout fused kernels validated");
+    assert!(
+        aligned >= 30,
+        "only {aligned} aligned-layout fused kernels validated"
+    );
 }
 
 #[test]

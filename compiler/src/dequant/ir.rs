@@ -553,9 +553,8 @@ fn open_units_aligned(
                     let t = b.addi(t0, ul);
                     // Scales sc[8h + 2t], sc[8h + 2t + 1]: word 48 + 2h + t/2 of the body
                     // (t0 even with count 2 or 4: word 48 + 2h + t0/2 + ul/2, shared).
-                    let sc_word = |half: Value| {
-                        b.add(b.addi(b.shli(bq, 2), 48), b.add(b.shli(h, 1), half))
-                    };
+                    let sc_word =
+                        |half: Value| b.add(b.addi(b.shli(bq, 2), 48), b.add(b.shli(h, 1), half));
                     let pair = if count == 1 {
                         let word = load_word(b, buf, sc_word(b.shri(t, 1)));
                         b.shr(word, b.shli(b.andi(t, 1), 4))

@@ -30,7 +30,9 @@ use super::WeightFormat;
 pub const GROUP: u32 = 8;
 
 /// Layout of a weight tensor in device memory (see the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
 pub enum WeightLayout {
     #[default]
     #[serde(rename = "gguf")]
@@ -127,7 +129,10 @@ impl AlignedGeometry {
         let g = i / u64::from(GROUP);
         let j = i % u64::from(GROUP);
         let head = g * u64::from(self.group_bytes());
-        (head, head + u64::from(self.header) + j * u64::from(self.body))
+        (
+            head,
+            head + u64::from(self.header) + j * u64::from(self.body),
+        )
     }
 
     /// Copies GGUF block `src` (block `j` of its group) into its header slots and body `dst`.
@@ -236,11 +241,21 @@ pub fn repack(
         gguf.len() as u64,
         format.row_bytes(k),
     )?;
-    let (src_row, dst_row) = (format.row_bytes(k) as usize, layout.row_bytes(format, k) as usize);
+    let (src_row, dst_row) = (
+        format.row_bytes(k) as usize,
+        layout.row_bytes(format, k) as usize,
+    );
     let blocks = k / u64::from(format.block_elems());
-    let (bb, hb, body) = (format.block_bytes() as usize, geo.header as usize, geo.body as usize);
+    let (bb, hb, body) = (
+        format.block_bytes() as usize,
+        geo.header as usize,
+        geo.body as usize,
+    );
     let mut out = vec![0u8; dst_row * rows as usize];
-    for (src, dst) in gguf.chunks_exact(src_row).zip(out.chunks_exact_mut(dst_row)) {
+    for (src, dst) in gguf
+        .chunks_exact(src_row)
+        .zip(out.chunks_exact_mut(dst_row))
+    {
         for i in 0..blocks {
             let (h, o) = geo.offsets(i);
             let (h, o) = (h as usize, o as usize);
@@ -248,7 +263,12 @@ pub fn repack(
             let block = &src[i as usize * bb..(i as usize + 1) * bb];
             // Header and body never overlap: the body starts after the header.
             let (head, rest) = dst.split_at_mut(h + hb);
-            geo.scatter(j, block, &mut head[h..], &mut rest[o - h - hb..o - h - hb + body]);
+            geo.scatter(
+                j,
+                block,
+                &mut head[h..],
+                &mut rest[o - h - hb..o - h - hb + body],
+            );
         }
     }
     Ok(out)
@@ -286,7 +306,12 @@ pub fn to_gguf_block(format: WeightFormat, row: &[u8], i: u64) -> Result<Vec<u8>
     }
     let mut out = vec![0u8; format.block_bytes() as usize];
     let j = (i % u64::from(GROUP)) as usize;
-    geo.gather(j, &row[h..h + geo.header as usize], &row[o..o + geo.body as usize], &mut out);
+    geo.gather(
+        j,
+        &row[h..h + geo.header as usize],
+        &row[o..o + geo.body as usize],
+        &mut out,
+    );
     Ok(out)
 }
 
@@ -299,8 +324,7 @@ pub fn dequantize_aligned(
     k: u64,
 ) -> Result<Vec<f32>, LayoutError> {
     let layout = WeightLayout::Aligned;
-    let rb = if AlignedGeometry::of(format).is_some() && k % u64::from(format.block_elems()) == 0
-    {
+    let rb = if AlignedGeometry::of(format).is_some() && k % u64::from(format.block_elems()) == 0 {
         layout.row_bytes(format, k)
     } else {
         0
@@ -313,8 +337,10 @@ pub fn dequantize_aligned(
             gguf.extend(to_gguf_block(format, row, i)?);
         }
     }
-    Ok(super::cpu::dequantize(format, &gguf, rows as usize, k as usize)
-        .expect("gathered rows have the GGUF size"))
+    Ok(
+        super::cpu::dequantize(format, &gguf, rows as usize, k as usize)
+            .expect("gathered rows have the GGUF size"),
+    )
 }
 
 #[cfg(test)]
@@ -348,8 +374,7 @@ mod tests {
         // Row lengths with whole groups, a partial last group and a single block.
         for f in FORMATS {
             let be = u64::from(f.block_elems());
-            for (blocks, rows, seed) in [(8, 3, 1), (11, 2, 2), (1, 4, 3), (43, 2, 4), (28, 1, 5)]
-            {
+            for (blocks, rows, seed) in [(8, 3, 1), (11, 2, 2), (1, 4, 3), (43, 2, 4), (28, 1, 5)] {
                 let k = blocks * be;
                 let gguf = random_weights(f, rows, k as usize, seed);
                 let want = crate::dequant::cpu::dequantize(f, &gguf, rows, k as usize).unwrap();
@@ -394,11 +419,20 @@ mod tests {
             Err(LayoutError::RowLength { k: 0, .. })
         ));
         // One byte short, one too many, and a row count whose size overflows.
-        assert!(matches!(repack(f, 64, 2, &gguf[1..]), Err(LayoutError::Size { .. })));
+        assert!(matches!(
+            repack(f, 64, 2, &gguf[1..]),
+            Err(LayoutError::Size { .. })
+        ));
         let mut long = gguf.clone();
         long.push(0);
-        assert!(matches!(repack(f, 64, 2, &long), Err(LayoutError::Size { .. })));
-        assert!(matches!(repack(f, 64, u64::MAX, &gguf), Err(LayoutError::Size { .. })));
+        assert!(matches!(
+            repack(f, 64, 2, &long),
+            Err(LayoutError::Size { .. })
+        ));
+        assert!(matches!(
+            repack(f, 64, u64::MAX, &gguf),
+            Err(LayoutError::Size { .. })
+        ));
         assert!(matches!(
             dequantize_aligned(f, &[0; 15], 1, 32),
             Err(LayoutError::Size { .. })
@@ -417,6 +451,9 @@ mod tests {
             assert_eq!(l.name().parse::<WeightLayout>().unwrap(), l);
         }
         assert!("row-major".parse::<WeightLayout>().is_err());
-        assert_eq!(serde_json::to_string(&WeightLayout::Aligned).unwrap(), "\"aligned\"");
+        assert_eq!(
+            serde_json::to_string(&WeightLayout::Aligned).unwrap(),
+            "\"aligned\""
+        );
     }
 }

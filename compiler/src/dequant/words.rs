@@ -143,7 +143,10 @@ impl WordRun {
     /// quads ([`quad_type`]), loaded as `len / 16` quads (`r0` and `len` multiples of 16).
     pub fn load_quads(b: &KernelBuilder, buf: Buffer, base: Value, r0: u32, len: u32) -> WordRun {
         assert_eq!(buf.elem, quad_type());
-        assert!(r0 % 16 == 0 && len % 16 == 0 && len > 0, "quad runs are 16-aligned");
+        assert!(
+            r0 % 16 == 0 && len % 16 == 0 && len > 0,
+            "quad runs are 16-aligned"
+        );
         let mut words = Vec::new();
         for q in r0 / 16..(r0 + len) / 16 {
             let v = b.load(buf, b.addi(base, q));

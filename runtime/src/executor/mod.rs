@@ -19,10 +19,10 @@ use crate::stream::{Stream, StreamRing, StreamStats};
 use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
+use rocky_compiler::dequant::layout::to_device;
 use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
 use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload};
 use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
-use rocky_compiler::dequant::layout::to_device;
 use rocky_compiler::templates::gemm::{
     combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
 };
@@ -393,7 +393,8 @@ fn weight_layouts(
             .map(|t| t.dims.iter().skip(1).product::<u64>())
             .sum();
         let bound = rows.saturating_mul(layout.row_bytes(format, in_features as u64));
-        let fits = fits && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
+        let fits = fits
+            && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
         if !layout.is_gguf() && fits && !parts.iter().any(|p| tables.contains(p)) {
             out.insert(name, layout);
         }
