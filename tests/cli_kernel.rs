@@ -306,6 +306,7 @@ fn the_listed_space_is_the_compilers() {
         k: 896,
         act: ActType::F16,
         weight: WeightFormat::Q5_0,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: true,
         epilogue: Default::default(),
     };

@@ -9,10 +9,12 @@ use rocky_compiler::{
     default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
 };
 use rocky_models::arch::{self, Model};
+use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, compare_logits, ReferenceOptions};
 use rocky_runtime::executor::{
-    DefaultSchedules, Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
+    DefaultSchedules, Executor, ExecutorOptions, GpuWeights, LayoutChoice, ScheduleOrigin,
+    ScheduleSource,
 };
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use std::sync::OnceLock;
@@ -382,6 +384,108 @@ fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
             g.top1_a, g.top1_b,
             "ubatch {ubatch}: top-1 against llama.cpp"
         );
+    }
+}
+
+/// Logits of a prefill over `ids` with the weights uploaded with the fusions `fuse` and the
+/// layouts `layouts`, and the executor's GEMM workloads (with the layouts they read).
+fn gpu_logits_uploaded(
+    file: &GgufFile,
+    model: &Model,
+    ids: &[u32],
+    ubatch: usize,
+    fuse: FuseOptions,
+    layouts: LayoutChoice,
+    schedules: &dyn ScheduleSource,
+) -> (Vec<f32>, Vec<rocky_compiler::GemmWorkload>) {
+    let ctx = ctx();
+    let weights =
+        GpuWeights::upload_fused(ctx, file, model, fuse, layouts, &mut |_, _| {}).unwrap();
+    let options = ExecutorOptions {
+        ubatch: ubatch.min(ids.len()),
+        budget: CommandBudget::for_device(ctx.info()),
+        timeout: Duration::from_secs(600),
+        profile: false,
+    };
+    let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
+    let logits = ex.prefill(ids, schedules).unwrap();
+    let gemms = ex
+        .used
+        .iter()
+        .filter_map(|(_, w, _, _)| match w {
+            Workload::Gemm(g) => Some(*g),
+            _ => None,
+        })
+        .collect();
+    (logits, gemms)
+}
+
+/// The aligned weight layout, forced on every GEMM tensor whose format has it (Q8_0; Q6_K in
+/// the Q4_K_M file), with and without the fusions (the SwiGLU GEMM's combined gate/up tensor
+/// repacked row by row, the residual epilogue), with the default schedules and split across
+/// the grid: the logits of the GGUF layout, and llama.cpp's top-1, at a full and a partial
+/// ubatch.
+#[test]
+fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
+    use rocky_compiler::templates::gemm::Epilogue;
+    use rocky_compiler::WeightLayout;
+    let (gguf, aligned) = (
+        LayoutChoice::Force(WeightLayout::Gguf),
+        LayoutChoice::Force(WeightLayout::Aligned),
+    );
+    for (model_file, folder) in [
+        ("qwen2-tiny-q8_0.gguf", "qwen2-tiny-q8_0"),
+        ("qwen2-tiny-q4_k_m.gguf", "qwen2-tiny-q4_k_m"),
+    ] {
+        let file = GgufFile::open(shared().join("models").join(model_file)).unwrap();
+        let model = arch::load(&file).unwrap();
+        // 72 tokens at ubatch 64: a full ubatch and a partial one of 8 rows.
+        let (ids, want) = golden(folder, "ids_len072");
+        for fuse in [FuseOptions::NONE, FuseOptions::ALL] {
+            for source in [&DefaultSchedules as &dyn ScheduleSource, &SplitKGemms] {
+                let run =
+                    |layouts| gpu_logits_uploaded(&file, &model, &ids, 64, fuse, layouts, source);
+                let (base, _) = run(gguf);
+                let (got, gemms) = run(aligned);
+                let what = format!("{folder} {fuse:?}");
+                let repacked: Vec<_> = gemms
+                    .iter()
+                    .filter(|g| g.layout == WeightLayout::Aligned)
+                    .collect();
+                assert!(
+                    !repacked.is_empty(),
+                    "{what}: no GEMM reads the aligned layout"
+                );
+                if fuse.swiglu && folder.ends_with("q8_0") {
+                    assert!(
+                        repacked.iter().any(|g| g.epilogue == Epilogue::SwiGlu),
+                        "{what}: no aligned SwiGLU GEMM"
+                    );
+                }
+                if fuse.residual {
+                    assert!(
+                        repacked.iter().any(|g| g.epilogue == Epilogue::Residual),
+                        "{what}: no aligned residual GEMM"
+                    );
+                }
+                // The dequantized weights are bit-exact in both layouts: only the order of
+                // f32 additions may differ between the schedules the two layouts get.
+                let c = compare_logits(&base, &got);
+                println!(
+                    "{what} aligned vs gguf: max|Δ| {:.2e} ({} aligned GEMMs)",
+                    c.max_abs_diff,
+                    repacked.len()
+                );
+                assert!(c.max_abs_diff <= 1e-3, "{what}: {}", c.max_abs_diff);
+                let g = compare_logits(&want, &got);
+                assert!(
+                    g.correlation >= 0.999,
+                    "{what}: corr vs golden {}",
+                    g.correlation
+                );
+                assert_eq!(g.top1_a, g.top1_b, "{what}: top-1 against llama.cpp");
+            }
+        }
     }
 }
 

@@ -20,7 +20,7 @@ pub mod templates;
 pub mod testdata;
 
 pub use caps::DeviceCaps;
-pub use dequant::WeightFormat;
+pub use dequant::{WeightFormat, WeightLayout};
 pub use kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};
 pub use refusal::Refusal;
 pub use templates::attention::{

@@ -21,6 +21,7 @@ fn workload(
         k,
         act,
         weight,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use common::{desktop_vk12, mali_vk12, parallel, require_spirv_val, spirv_dis, spirv_val};
 use rocky_compiler::templates::gemm::{self, ActType, GemmSchedule, GemmWorkload, Math, Precision};
 use rocky_compiler::templates::peak::{self, PeakConfig, PeakPrecision};
-use rocky_compiler::{DeviceCaps, WeightFormat};
+use rocky_compiler::{DeviceCaps, WeightFormat, WeightLayout};
 
 fn workloads() -> Vec<GemmWorkload> {
     let w = |weight, m, act, bias| GemmWorkload {
@@ -19,6 +19,7 @@ fn workloads() -> Vec<GemmWorkload> {
         k: 2048,
         act,
         weight,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
     };
@@ -30,7 +31,19 @@ fn workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q4K, 72, ActType::F32, true),
         w(WeightFormat::Q6K, 7, ActType::F16, false),
         w(WeightFormat::Q4K, 1, ActType::F16, true),
+        // The aligned layout (dequant::layout) of every format that has it.
+        aligned(w(WeightFormat::Q8_0, 72, ActType::F32, true)),
+        aligned(w(WeightFormat::Q5_0, 72, ActType::F16, false)),
+        aligned(w(WeightFormat::Q6K, 72, ActType::F32, false)),
+        aligned(w(WeightFormat::Q6K, 1, ActType::F16, true)),
     ]
+}
+
+fn aligned(w: GemmWorkload) -> GemmWorkload {
+    GemmWorkload {
+        layout: WeightLayout::Aligned,
+        ..w
+    }
 }
 
 #[test]
@@ -41,7 +54,7 @@ fn whole_gemm_space_passes_spirv_val_for_vulkan_1_2() {
     // The module depends on (act, weight, bias, schedule) and the SPIR-V version only (m, n, k
     // are push constants), and both profiles emit SPIR-V 1.5: validate each distinct one once.
     let mut distinct: HashMap<
-        (ActType, WeightFormat, bool, GemmSchedule),
+        (ActType, WeightFormat, WeightLayout, bool, GemmSchedule),
         (GemmWorkload, DeviceCaps),
     > = HashMap::new();
     let mut maths = BTreeSet::new();
@@ -54,25 +67,30 @@ fn whole_gemm_space_passes_spirv_val_for_vulkan_1_2() {
             let space = gemm::search_space(&w, caps);
             assert!(!space.is_empty(), "{pname}: empty space for {w:?}");
             sizes.push(format!(
-                "{pname} {} m={} {:?}: {}",
+                "{pname} {} {} m={} {:?}: {}",
                 w.weight,
+                w.layout,
                 w.m,
                 w.act,
                 space.len()
             ));
             for s in space {
                 maths.insert((s.math, s.accumulate));
-                formats.insert(w.weight);
+                formats.insert((w.weight, w.layout));
                 acts.insert(w.act);
                 biases.insert(w.bias);
                 distinct
-                    .entry((w.act, w.weight, w.bias, s))
+                    .entry((w.act, w.weight, w.layout, w.bias, s))
                     .or_insert((w, caps.clone()));
             }
         }
     }
     // The set must really cover what it claims to.
-    assert_eq!(formats.len(), WeightFormat::ALL.len());
+    let aligned_formats = WeightFormat::ALL
+        .iter()
+        .filter(|&&f| WeightLayout::Aligned.supports(f))
+        .count();
+    assert_eq!(formats.len(), WeightFormat::ALL.len() + aligned_formats);
     assert_eq!(acts.len(), 2);
     assert_eq!(biases.len(), 2);
     for m in [
@@ -88,7 +106,7 @@ fn whole_gemm_space_passes_spirv_val_for_vulkan_1_2() {
     }
 
     let items: Vec<_> = distinct.into_iter().collect();
-    let failures = parallel(&items, |((_, _, _, s), (w, caps))| {
+    let failures = parallel(&items, |((_, _, _, _, s), (w, caps))| {
         let k = gemm::instantiate(w, s, caps)
             .map_err(|e| format!("{s:?} from the space refused: {e}"))?;
         spirv_val(&k.spirv, "vulkan1.2").map_err(|e| {

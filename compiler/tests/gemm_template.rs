@@ -16,6 +16,7 @@ fn q4k(m: u32, act: ActType, bias: bool) -> GemmWorkload {
         k: 2048,
         act,
         weight: WeightFormat::Q4K,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
     }
@@ -133,6 +134,7 @@ fn push_constants_and_dispatch_grid() {
         k: 512,
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
     };
@@ -182,6 +184,7 @@ fn n_slices_cover_the_tensor_within_the_range_limit() {
         k: 2048,
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
     };

@@ -10,6 +10,7 @@ use common::{desktop_vk12, mali_vk12};
 use half::f16;
 use rocky_compiler::dequant::cpu::dequantize;
 use rocky_compiler::dequant::ir::{open_unit, open_units, WeightRows};
+use rocky_compiler::dequant::layout::{repack, to_device};
 use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
 use rocky_compiler::templates::gemm::reference::{compare, reference};
@@ -17,7 +18,7 @@ use rocky_compiler::templates::gemm::{
     self, ActType, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice,
 };
 use rocky_compiler::templates::peak::{PeakConfig, PeakPrecision};
-use rocky_compiler::{testdata, DeviceCaps, WeightFormat};
+use rocky_compiler::{testdata, DeviceCaps, WeightFormat, WeightLayout};
 
 /// Tensor bytes padded to a whole number of u32 words (the binding contract).
 fn padded(bytes: &[u8]) -> Vec<u8> {
@@ -32,9 +33,19 @@ fn padded(bytes: &[u8]) -> Vec<u8> {
 ///
 /// With `group`, invocation g opens units `g·group ..` together with `open_units` (wide loads)
 /// and writes each of them to the same slots as the one-unit-per-invocation kernel.
-fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool, group: Option<u32>) -> Module {
+fn dequant_kernel(
+    format: WeightFormat,
+    layout: WeightLayout,
+    k: u32,
+    with_f16: bool,
+    group: Option<u32>,
+) -> Module {
     let b = KernelBuilder::new("dequant_probe", [1, 1, 1]);
-    let w = b.buffer(0, "w", Type::U32, Access::ReadOnly);
+    let welem = match layout {
+        WeightLayout::Aligned => rocky_compiler::dequant::words::quad_type(),
+        WeightLayout::Gguf => Type::U32,
+    };
+    let w = b.buffer(0, "w", welem, Access::ReadOnly);
     let out = b.buffer(1, "out_f32", Type::vec(Scalar::F32, 4), Access::WriteOnly);
     let out_h = b.buffer(2, "out_f16", Type::vec(Scalar::F32, 4), Access::WriteOnly);
     let words = b.buffer(3, "words", Type::U32, Access::WriteOnly);
@@ -44,8 +55,21 @@ fn dequant_kernel(format: WeightFormat, k: u32, with_f16: bool, group: Option<u3
     let g0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), count);
     let row = b.div(g0, b.c_u32(units_per_row));
     let u = b.rem(g0, b.c_u32(units_per_row));
-    let row_off = b.muli(row, format.row_bytes(u64::from(k)) as u32);
-    let rows = WeightRows { buffer: w, format };
+    // The fragments' row_off: bytes (GGUF), 16-byte units (aligned).
+    let unit_bytes = if layout == WeightLayout::Aligned {
+        16
+    } else {
+        1
+    };
+    let row_off = b.muli(
+        row,
+        (layout.row_bytes(format, u64::from(k)) / unit_bytes) as u32,
+    );
+    let rows = WeightRows {
+        buffer: w,
+        format,
+        layout,
+    };
     let units = match group {
         Some(count) => open_units(&b, rows, row_off, u, count, with_f16),
         None => vec![open_unit(&b, rows, row_off, u, with_f16)],
@@ -98,7 +122,29 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 #[test]
 fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
     for format in WeightFormat::ALL {
-        check_dequant(format, 768, None);
+        check_dequant(format, WeightLayout::Gguf, 768, None);
+    }
+}
+
+#[test]
+fn aligned_layout_units_are_bit_exact_to_the_cpu_dequantizers() {
+    let aligned = WeightLayout::Aligned;
+    for format in WeightFormat::ALL
+        .into_iter()
+        .filter(|&f| aligned.supports(f))
+    {
+        // 768: Q8_0/Q5_0 rows of 3 whole groups, Q6_K rows of one partial group of 3.
+        for group in [None, Some(1), Some(2), Some(4), Some(8)] {
+            check_dequant(format, aligned, 768, group);
+        }
+        check_dequant(format, aligned, 1536, Some(16));
+        if format.block_elems() == 32 {
+            // A partial last group of 7 blocks.
+            check_dequant(format, aligned, 736, None);
+            check_dequant(format, aligned, 736, Some(1));
+        } else {
+            check_dequant(format, aligned, 2816, Some(2));
+        }
     }
 }
 
@@ -106,29 +152,32 @@ fn dequant_fragments_are_bit_exact_to_the_cpu_dequantizers() {
 fn wide_load_groups_are_bit_exact_to_the_cpu_dequantizers() {
     for format in WeightFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
         for count in [1, 2, 4, 8] {
-            check_dequant(format, 768, Some(count));
+            check_dequant(format, WeightLayout::Gguf, 768, Some(count));
         }
         // Groups of two super-blocks.
-        check_dequant(format, 1536, Some(16));
+        check_dequant(format, WeightLayout::Gguf, 1536, Some(16));
         if format.block_elems() == 32 {
             // An odd number of blocks: the last run ends 2 bytes into the padded final word.
-            check_dequant(format, 736, Some(1));
+            check_dequant(format, WeightLayout::Gguf, 736, Some(1));
         }
     }
 }
 
-fn check_dequant(format: WeightFormat, k: usize, group: Option<u32>) {
+fn check_dequant(format: WeightFormat, layout: WeightLayout, k: usize, group: Option<u32>) {
     {
         // An odd number of blocks in total, so the last one ends 2 bytes into its final word.
         let n = 3usize;
         let raw = testdata::random_weights(format, n, k, 11);
         let want = dequantize(format, &raw, n, k).unwrap();
         let units = n * k / 32;
-        let mut wbuf = padded(&raw);
+        let mut wbuf = match layout {
+            WeightLayout::Gguf => padded(&raw),
+            WeightLayout::Aligned => repack(format, k as u64, n as u64, &raw).unwrap(),
+        };
 
         let (mut out, mut out_h) = (vec![0u8; units * 128], vec![0u8; units * 128]);
         let (mut words, mut scales) = (vec![0u8; units * 32], vec![0u8; units * 16]);
-        let module = dequant_kernel(format, k as u32, true, group);
+        let module = dequant_kernel(format, layout, k as u32, true, group);
         let groups = units as u32 / group.unwrap_or(1);
         execute(
             &module,
@@ -158,13 +207,13 @@ fn check_dequant(format: WeightFormat, k: usize, group: Option<u32>) {
             [groups, 1, 1],
             4,
         )
-        .unwrap_or_else(|e| panic!("{format} (group {group:?}): {e}"));
+        .unwrap_or_else(|e| panic!("{format} {layout} (group {group:?}): {e}"));
         let got = f32s(&out);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(
                 g.to_bits(),
                 w.to_bits(),
-                "{format}: element {i}: {g} vs {w}"
+                "{format} {layout} {group:?}: element {i}: {g} vs {w}"
             );
         }
         // f16 chunks: within f16 rounding of the exact value.
@@ -266,10 +315,21 @@ fn run_gemm(
     // reduce kernel adds them up with the bias into Y.
     let split = s.k_groups > 1;
     let mut partials = vec![0u8; 4 * gemm::split_k::scratch_values(w, s) as usize];
+    // The weights in the workload's layout, all their rows (with SwiGLU the combined gate/up
+    // tensor, repacked row by row as the executor uploads it); the inputs and the reference
+    // are GGUF.
+    let weights = to_device(
+        w.weight,
+        w.layout,
+        u64::from(w.k),
+        u64::from(w.weight_rows()),
+        &inp.weights,
+    )
+    .unwrap();
     for slice in slices {
         let start = slice.weight_offset as usize;
-        let end = (start + slice.weight_range as usize).min(inp.weights.len());
-        let mut wslice = padded(&inp.weights[start..end]);
+        let end = (start + slice.weight_range as usize).min(weights.len());
+        let mut wslice = padded(&weights[start..end]);
         assert_eq!(wslice.len() as u64, slice.weight_range);
         let mut bufs = vec![
             BufferData {
@@ -375,6 +435,7 @@ fn test_workloads() -> Vec<GemmWorkload> {
         k: 512,
         act,
         weight,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
     };
@@ -385,7 +446,21 @@ fn test_workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5_0, 5, ActType::F32, false),
         w(WeightFormat::Q4K, 7, ActType::F32, true),
         w(WeightFormat::Q6K, 1, ActType::F16, true),
+        // The aligned layout: a partial last group (Q8_0: 14 blocks, Q6_K: 2 super-blocks).
+        aligned(GemmWorkload {
+            k: 448,
+            ..w(WeightFormat::Q8_0, 6, ActType::F32, false)
+        }),
+        aligned(w(WeightFormat::Q5_0, 3, ActType::F16, true)),
+        aligned(w(WeightFormat::Q6K, 5, ActType::F32, false)),
     ]
+}
+
+fn aligned(w: GemmWorkload) -> GemmWorkload {
+    GemmWorkload {
+        layout: WeightLayout::Aligned,
+        ..w
+    }
 }
 
 #[test]
@@ -511,7 +586,8 @@ fn every_path_of_the_template_matches_the_reference() {
 
 /// The fused epilogues (SwiGLU of a combined gate/up tensor, the residual add), each through
 /// the GEMM's own store, the in-workgroup split-K reduction and the split-K reduce kernel,
-/// against the reference composed from the unfused parts.
+/// against the reference composed from the unfused parts; in both weight layouts
+/// (`test_workloads` has aligned ones: the combined gate/up tensor repacked row by row).
 #[test]
 fn fused_epilogues_match_the_composed_reference() {
     let caps = desktop_vk12();
@@ -533,7 +609,7 @@ fn fused_epilogues_match_the_composed_reference() {
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
-    let mut checked = 0;
+    let (mut checked, mut aligned) = (0, 0);
     for (i, plain) in test_workloads().iter().enumerate() {
         for epilogue in [Epilogue::SwiGlu, Epilogue::Residual] {
             let w = GemmWorkload {
@@ -603,6 +679,7 @@ fn fused_epilogues_match_the_composed_reference() {
             for s in variants.iter().filter(|s| s.validate(&w, &caps).is_ok()) {
                 check(&w, s, &caps, &inp);
                 checked += 1;
+                aligned += usize::from(w.layout == WeightLayout::Aligned);
             }
         }
         // An odd tn cannot pair gate and up columns.
@@ -613,8 +690,12 @@ fn fused_epilogues_match_the_composed_reference() {
         };
         assert!(GemmSchedule { tn: 1, ..base }.validate(&w, &caps).is_err());
     }
-    eprintln!("checked {checked} fused kernels");
+    eprintln!("checked {checked} fused kernels, {aligned} in the aligned layout");
     assert!(checked >= 100, "only {checked} fused kernels validated");
+    assert!(
+        aligned >= 30,
+        "only {aligned} aligned-layout fused kernels validated"
+    );
 }
 
 #[test]
@@ -626,6 +707,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         k: 256,
         act: ActType::F32,
         weight: WeightFormat::Q6K,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: true,
         epilogue: Default::default(),
     };

@@ -34,6 +34,7 @@ fn workloads() -> Vec<Workload> {
                 k: 1024,
                 act,
                 weight,
+                layout: rocky_compiler::WeightLayout::Gguf,
                 bias: i % 2 == 0,
                 epilogue: Default::default(),
             }));

@@ -34,7 +34,7 @@ use rocky_compiler::templates::gemm::{
     Math, NSlice,
 };
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
-use rocky_compiler::{DeviceCaps, WeightFormat};
+use rocky_compiler::{DeviceCaps, WeightFormat, WeightLayout};
 use rocky_runtime::{device_caps, Buffer, ComputePipeline, Context, Recorder};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -131,6 +131,7 @@ fn draw_workload(r: &mut SplitMix64, weight: WeightFormat, caps: &DeviceCaps) ->
             k,
             act,
             weight,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: r.next_u64() % 2 == 0,
             epilogue: Default::default(),
         };
@@ -212,6 +213,7 @@ fn sample_cases(count: usize, seed: u64, caps: &DeviceCaps) -> Vec<Case> {
             k,
             act,
             weight,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         };
@@ -291,11 +293,20 @@ fn run_on_gpu(
     let slices = c.slices(caps)?;
 
     let x = act_buffer(ctx, w.act, &inputs.x, "x");
+    // In the workload's layout (the inputs and the reference are GGUF).
+    let device_weight = rocky_compiler::dequant::layout::to_device(
+        w.weight,
+        w.layout,
+        u64::from(w.k),
+        u64::from(w.weight_rows()),
+        &inputs.weight,
+    )
+    .map_err(|e| format!("weight layout: {e}"))?;
     // Kernels read whole u32 words: pad the weights to a multiple of 4 bytes.
-    let padded_len = (inputs.weight.len() as u64).div_ceil(4) * 4;
+    let padded_len = (device_weight.len() as u64).div_ceil(4) * 4;
     let mut weight = Buffer::new(ctx, padded_len, "weight").map_err(|e| e.to_string())?;
     weight
-        .upload_bytes(0, &inputs.weight)
+        .upload_bytes(0, &device_weight)
         .map_err(|e| e.to_string())?;
     // NaN everywhere first, so an output the kernel never writes cannot pass.
     let y = act_buffer(ctx, w.act, &vec![f32::NAN; (w.m * w.n) as usize], "y");
@@ -578,4 +589,76 @@ fn sampled_gemm_pairs_match_the_cpu_reference() {
         tally.values().any(|t| t.sliced > 0),
         "no pair ran in several N-slices"
     );
+}
+
+/// The aligned weight layout (`dequant::layout`, repacked on the host like the executor's
+/// upload) against the CPU reference on the GGUF bytes: for each format that has it, the
+/// default schedule, the Mali default where the device can run it, wide loads, and random
+/// members of the search space, on Qwen-shaped and partial-group row lengths, one sliced.
+#[test]
+fn aligned_layout_gemms_match_the_cpu_reference() {
+    let ctx = common::context();
+    let caps = device_caps(ctx.info(), ctx.caps());
+    let mali = DeviceCaps {
+        subgroup_size: caps.subgroup_size,
+        ..DeviceCaps::mali_g610()
+    };
+    let mut r = SplitMix64::new(0xA11C);
+    let mut cases = Vec::new();
+    for weight in WeightFormat::ALL
+        .into_iter()
+        .filter(|&f| WeightLayout::Aligned.supports(f))
+    {
+        // k = 896 leaves Q8_0/Q5_0 rows with a partial last group (28 blocks); Q6_K needs
+        // multiples of 256 (2304: 9 super-blocks, a partial group).
+        let shapes: &[(u32, u32, u32)] = if weight == WeightFormat::Q6K {
+            &[(7, 256, 2048), (72, 96, 2304), (512, 64, 2048)]
+        } else {
+            &[(7, 128, 896), (72, 96, 2048), (512, 64, 896)]
+        };
+        for &(m, n, k) in shapes {
+            let w = GemmWorkload {
+                m,
+                n,
+                k,
+                act: ActType::F32,
+                weight,
+                layout: WeightLayout::Aligned,
+                bias: r.next_u64() % 2 == 0,
+                epilogue: Default::default(),
+            };
+            let mut schedules = vec![gemm::default_schedule(&w, &caps)];
+            let space = gemm::search_space(&w, &caps);
+            schedules.extend((0..3).map(|_| pick(&mut r, &space)));
+            schedules.extend(space.iter().filter(|s| s.wide_loads).take(1));
+            let mali_default = gemm::default_schedule(&w, &mali);
+            if mali_default.validate(&w, &caps).is_ok() {
+                schedules.push(mali_default);
+            }
+            for (i, s) in schedules.into_iter().enumerate() {
+                cases.push(Case {
+                    w,
+                    s,
+                    // One case per shape in slices.
+                    slice_limit: (i == 1).then(|| (w.weight_bytes() / 3).max(1)),
+                    seed: r.next_u64(),
+                });
+            }
+        }
+    }
+    let mut failures = Vec::new();
+    let mut sliced = 0;
+    for c in &cases {
+        match check_case(&ctx, c, &caps) {
+            Ok(o) => sliced += usize::from(o.slices > 1),
+            Err(e) => failures.push(format!(
+                "{:?}\n  schedule {}: {e}",
+                c.w,
+                serde_json::to_string(&c.s).unwrap()
+            )),
+        }
+    }
+    println!("{} aligned-layout pairs, {sliced} in slices", cases.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(sliced > 0, "no case ran in slices");
 }

@@ -48,6 +48,10 @@ pub struct Args {
     /// (packed f16, int8 dot): rows marked `*`.
     #[arg(long)]
     pub all_math: bool,
+    /// Weight layout on the device: auto (the device's default), gguf, or aligned (for the
+    /// formats that have it; the others stay gguf).
+    #[arg(long, default_value = "auto")]
+    pub layout: String,
     /// Print JSON.
     #[arg(long, conflicts_with = "md")]
     pub json: bool,
@@ -162,7 +166,16 @@ pub fn run(args: Args) -> CmdResult {
         integer_dot_product: false,
         ..caps.clone()
     };
+    let forced: Option<rocky_compiler::WeightLayout> = match args.layout.as_str() {
+        "auto" => None,
+        name => Some(name.parse().map_err(CliError::usage)?),
+    };
     for weight in FORMATS {
+        let layout = match forced {
+            Some(l) if l.supports(weight) => l,
+            Some(_) => rocky_compiler::WeightLayout::Gguf,
+            None => rocky_compiler::templates::gemm::default_layout(weight, &caps),
+        };
         for &(n, k, _, uses) in &QWEN25_3B {
             let w = GemmWorkload {
                 m,
@@ -170,6 +183,7 @@ pub fn run(args: Args) -> CmdResult {
                 k,
                 act: ActType::F32,
                 weight,
+                layout,
                 bias: false,
                 epilogue: Default::default(),
             };

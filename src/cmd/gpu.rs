@@ -7,7 +7,8 @@ use crate::units::human_bytes;
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{
-    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, MathFamily, PrefillStats,
+    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, LayoutChoice, MathFamily,
+    PrefillStats,
 };
 use rocky_runtime::{host_timing_reason, CommandBudget, Context, DeviceSelector, RuntimeError};
 use rocky_tuner::graph::model_shape_key;
@@ -46,6 +47,11 @@ pub struct GpuArgs {
     /// ~/.local/share/rocky/tuning.sled); without one, the compiler's default schedules.
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Device layout of the GEMM weights: auto (the device's default: aligned for Q8_0, Q5_0
+    /// and Q6_K where shared memory is slow), gguf (the file's blocks) or aligned (repacked into
+    /// 16-byte-aligned groups at upload, where the format has it).
+    #[arg(long, default_value = "auto")]
+    pub weight_layout: String,
 }
 
 /// `--math`.
@@ -174,8 +180,13 @@ impl<'m> GpuSession<'m> {
         } else {
             None
         };
-        let weights = GpuWeights::upload_with_progress(&ctx, file, model, &mut upload_bar(&ctx))
-            .map_err(exec_error)?;
+        let layouts = match args.weight_layout.as_str() {
+            "auto" => LayoutChoice::Auto,
+            name => LayoutChoice::Force(name.parse().map_err(CliError::usage)?),
+        };
+        let weights =
+            GpuWeights::upload_with_layouts(&ctx, file, model, layouts, &mut upload_bar(&ctx))
+                .map_err(exec_error)?;
         let options = ExecutorOptions {
             ubatch: ubatch.min(n_tokens.max(1)),
             budget,
@@ -224,6 +235,19 @@ impl<'m> GpuSession<'m> {
     /// The device buffers of the session (see `Executor::memory_plan`).
     pub fn memory_plan(&self) -> Vec<(String, u64)> {
         self.executor.memory_plan()
+    }
+
+    /// One line on the weights: bytes on the device, upload time (with the repack), and how
+    /// many tensors are in the aligned layout.
+    pub fn weights_summary(&self) -> String {
+        let w = self.executor.weights();
+        format!(
+            "weights: {} on the device, uploaded in {:.1} ms ({:.1} ms of it repacking), {} tensor(s) in the aligned layout",
+            human_bytes(w.footprint().0),
+            w.upload_time.as_secs_f64() * 1e3,
+            w.repack_time.as_secs_f64() * 1e3,
+            w.repacked().len()
+        )
     }
 
     /// Where the time of the last prefill went.

@@ -46,6 +46,10 @@ pub struct Args {
     /// GEMM weight format: f32, f16, q8_0, q5_0, q4_k or q6_k.
     #[arg(long)]
     pub weight: Option<String>,
+    /// GEMM weight layout on the device: gguf (the file's blocks), aligned (repacked into
+    /// 16-byte-aligned groups; Q8_0, Q5_0, Q6_K) or auto (the device's default).
+    #[arg(long, default_value = "auto", conflicts_with = "workload")]
+    pub layout: String,
     /// GEMM activation type: f32 or f16.
     #[arg(long)]
     pub act: Option<String>,
@@ -135,9 +139,9 @@ pub enum CheckMode {
 const AUTO_FULL_CHECK_MACS: u64 = 1 << 31;
 
 pub fn run(args: Args) -> CmdResult {
-    let workload = parse_workload(&args)?;
     let target = Target::open(&args)?;
     let caps = &target.caps;
+    let workload = parse_workload(&args, caps)?;
     let schedule = match &args.schedule {
         Some(text) => parse_schedule(text)?,
         None => default_schedule(&workload, caps),
@@ -230,7 +234,7 @@ fn parse_name<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn parse_workload(args: &Args) -> Result<Workload, CliError> {
+fn parse_workload(args: &Args, caps: &DeviceCaps) -> Result<Workload, CliError> {
     if let Some(text) = &args.workload {
         return serde_json::from_str(text).map_err(|e| {
             CliError::usage(format!(
@@ -251,12 +255,17 @@ fn parse_workload(args: &Args) -> Result<Workload, CliError> {
         "f32, f16, q8_0, q5_0, q4_k, q6_k",
     )?;
     let act: ActType = parse_name("act", args.act.as_deref().unwrap_or("f32"), "f32, f16")?;
+    let layout = match args.layout.as_str() {
+        "auto" => rocky_compiler::templates::gemm::default_layout(weight, caps),
+        name => name.parse().map_err(CliError::usage)?,
+    };
     Ok(Workload::Gemm(GemmWorkload {
         m,
         n,
         k,
         act,
         weight,
+        layout,
         bias: args.bias,
         epilogue: Default::default(),
     }))

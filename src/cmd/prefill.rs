@@ -74,6 +74,7 @@ pub fn run(args: Args) -> CmdResult {
                 super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len(), args.profile)?;
             if args.verbose {
                 print_memory_plan(&session.memory_plan(), session.ubatch());
+                eprintln!("{}", session.weights_summary());
             }
             session.prepare()?;
             let start = Instant::now();

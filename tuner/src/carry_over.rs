@@ -68,6 +68,7 @@ mod tests {
             k,
             act: ActType::F32,
             weight,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         })

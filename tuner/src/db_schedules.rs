@@ -176,6 +176,7 @@ mod tests {
             k: 2048,
             act: ActType::F32,
             weight: WeightFormat::Q4K,
+            layout: Default::default(),
             bias: false,
             epilogue: Default::default(),
         }

@@ -196,11 +196,21 @@ impl GemmOnGpu {
             ComputePipeline::from_kernel_keeping_statistics(ctx, cache, kernel)
                 .map_err(device_error)?;
         let x = act_buffer(ctx, w.act, &inputs.x, "x")?;
+        // In the workload's layout, all weight rows (with SwiGLU the combined tensor's 2n rows,
+        // each repacked on its own); the inputs and the reference are GGUF.
+        let device_weight = rocky_compiler::dequant::layout::to_device(
+            w.weight,
+            w.layout,
+            u64::from(w.k),
+            u64::from(w.weight_rows()),
+            &inputs.weight,
+        )
+        .map_err(|e| GpuError::Internal(format!("weight layout: {e}")))?;
         // Kernels read whole u32 words: the weight buffer is padded to 4 bytes.
-        let mut padded = Buffer::new(ctx, (inputs.weight.len() as u64).div_ceil(4) * 4, "weight")
+        let mut padded = Buffer::new(ctx, (device_weight.len() as u64).div_ceil(4) * 4, "weight")
             .map_err(device_error)?;
         padded
-            .upload_bytes(0, &inputs.weight)
+            .upload_bytes(0, &device_weight)
             .map_err(device_error)?;
         // NaN first, so an output the kernel never writes cannot pass a check.
         let y = act_buffer(

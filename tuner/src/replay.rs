@@ -203,6 +203,7 @@ pub(crate) mod tests {
                 k: 64,
                 act: ActType::F32,
                 weight: WeightFormat::Q8_0,
+                layout: rocky_compiler::WeightLayout::Gguf,
                 bias: false,
                 epilogue: Default::default(),
             })

@@ -474,6 +474,7 @@ mod tests {
             k: 256,
             act: ActType::F32,
             weight: WeightFormat::Q8_0,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         });

@@ -129,6 +129,7 @@ mod tests {
             k: 256,
             act: ActType::F32,
             weight: WeightFormat::Q4K,
+            layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         })

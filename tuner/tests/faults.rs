@@ -31,6 +31,7 @@ fn workload() -> Workload {
         k: 256,
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
     })

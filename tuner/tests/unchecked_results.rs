@@ -129,6 +129,7 @@ fn host_timed_trials_are_checked_positive_and_say_host() {
         k: 256,
         act: ActType::F32,
         weight: WeightFormat::Q8_0,
+        layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
     });

@@ -6,17 +6,27 @@
 //! ([`Unit::word_i8`] with [`Unit::int8_scales`]). The f32 results are bit-exact to the CPU
 //! dequantizers (products and differences are marked precise, so no driver contracts them).
 
-use super::words::{load_f16_as_f32, load_u16, load_u32, signed_bytes_to_ivec4, Align, WordRun};
-use super::{WeightFormat, UNIT};
+use super::layout::{AlignedGeometry, GROUP};
+use super::words::{
+    load_f16_as_f32, load_u16, load_u32, load_word, signed_bytes_to_ivec4, Align, WordRun,
+};
+use super::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// A weight tensor bound as u32 words: row `r` starts at byte `r * row_bytes(k)`.
+/// A weight tensor bound as u32 words: row `r` starts at byte `r * layout.row_bytes(k)`.
+///
+/// The `row_off` that [`open_unit`] and [`open_units`] take is that byte offset in the GGUF
+/// layout, and the offset **in 16-byte units** in the aligned layout (its rows are multiples
+/// of 16 bytes): word indices are then built as `4·row_off + ...` without a shift of a byte
+/// sum, so drivers can read the 16-byte alignment off the address (Mesa's vectorizer takes it
+/// from the constant factors of the offset's terms, and `(a + b) >> 2` hides them).
 #[derive(Clone, Copy, Debug)]
 pub struct WeightRows {
     pub buffer: Buffer,
     pub format: WeightFormat,
+    pub layout: WeightLayout,
 }
 
 /// Scales of a unit for the int8 dot-product path: the unit's contribution to a dot product
@@ -55,6 +65,8 @@ pub struct Unit {
     q_shift: Option<Value>,
     qh_off: Option<Value>,
     qh_shift: Option<Value>,
+    /// Alignment of `q_off` and `qh_off` (Q8_0, Q5_0, Q6_K: 2 in the GGUF layout).
+    q_align: Align,
     /// Opened by [`open_units`]: the run holding the quant bytes (chunk c's word at region
     /// offset `r + 4c`) and, for Q6_K, the run of the qh bytes.
     qs_run: Option<(Rc<WordRun>, u32)>,
@@ -70,6 +82,9 @@ pub fn open_unit(
     unit: Value,
     want_f16: bool,
 ) -> Unit {
+    if rows.layout == WeightLayout::Aligned {
+        return open_unit_aligned(b, rows, row_off, unit, want_f16);
+    }
     let buf = rows.buffer;
     let mut u = Unit {
         format: rows.format,
@@ -86,6 +101,7 @@ pub fn open_unit(
         q_shift: None,
         qh_off: None,
         qh_shift: None,
+        q_align: Align::Two,
         qs_run: None,
         qh_run: None,
     };
@@ -188,6 +204,9 @@ pub fn open_units(
     want_f16: bool,
 ) -> Vec<Unit> {
     assert!(count.is_power_of_two(), "a group of {count} units");
+    if rows.layout == WeightLayout::Aligned {
+        return open_units_aligned(b, rows, row_off, first, count, want_f16);
+    }
     let fmt = rows.format;
     let per_block = fmt.block_elems() / UNIT;
     if count > per_block && per_block > 1 {
@@ -221,6 +240,7 @@ pub fn open_units(
         q_shift: None,
         qh_off: None,
         qh_shift: None,
+        q_align: Align::Two,
         qs_run: None,
         qh_run: None,
     };
@@ -347,6 +367,224 @@ pub fn open_units(
     out
 }
 
+impl Unit {
+    /// A unit with nothing loaded yet, its data at byte `base`.
+    fn blank(format: WeightFormat, buffer: Buffer, base: Value, q_align: Align) -> Unit {
+        Unit {
+            format,
+            buffer,
+            base,
+            scale: None,
+            scale_hi: None,
+            min: None,
+            scale_h: None,
+            scale_hi_h: None,
+            min_h: None,
+            qh: None,
+            q_off: None,
+            q_shift: None,
+            qh_off: None,
+            qh_shift: None,
+            q_align,
+            qs_run: None,
+            qh_run: None,
+        }
+    }
+}
+
+fn aligned_geometry(format: WeightFormat) -> AlignedGeometry {
+    AlignedGeometry::of(format)
+        .unwrap_or_else(|| panic!("{format} has no aligned layout (validate_workload refuses it)"))
+}
+
+/// Q6_K scales of elements 0..16 and 16..32 from their byte pair (low 16 bits of `pair`).
+fn q6k_scales(b: &KernelBuilder, d: Value, pair: Value) -> (Value, Value) {
+    let pair = b.bitcast(pair, Type::I32);
+    let lo = b.bitfield_extract(pair, 0, 8);
+    let hi = b.bitfield_extract(pair, 8, 8);
+    (
+        b.mul(d, b.convert(lo, Type::F32)),
+        b.mul(d, b.convert(hi, Type::F32)),
+    )
+}
+
+/// [`open_unit`] in the aligned layout (`dequant::layout`): block `i` of a row has its
+/// header at `(i / 8) · group_bytes` and its body `header + (i % 8) · body` after it; every
+/// field is word aligned.
+fn open_unit_aligned(
+    b: &KernelBuilder,
+    rows: WeightRows,
+    row_off: Value,
+    unit: Value,
+    want_f16: bool,
+) -> Unit {
+    let (fmt, buf) = (rows.format, rows.buffer);
+    let geo = aligned_geometry(fmt);
+    let block = b.shri(unit, (fmt.block_elems() / UNIT).trailing_zeros());
+    let (g, j) = (b.shri(block, 3), b.andi(block, GROUP - 1));
+    // row_off is in 16-byte units (see WeightRows).
+    let head = b.add(b.shli(row_off, 4), b.muli(g, geo.group_bytes()));
+    let body = b.add(b.addi(head, geo.header), b.muli(j, geo.body));
+    let d = load_f16_as_f32(b, buf, b.add(head, b.shli(j, 1)));
+    let mut u = Unit::blank(fmt, buf, body, Align::Four);
+    match fmt {
+        WeightFormat::Q8_0 => {
+            u.scale = Some(d);
+            u.q_off = Some(body);
+        }
+        WeightFormat::Q5_0 => {
+            u.scale = Some(d);
+            let qh = b.add(b.addi(head, 16), b.shli(j, 2));
+            u.qh = Some(load_u32(b, buf, qh, Align::Four));
+            u.q_off = Some(body);
+        }
+        WeightFormat::Q6K => {
+            let sub = b.andi(unit, 7);
+            let (h, t) = (b.shri(sub, 2), b.andi(sub, 3));
+            // The body is the GGUF super-block without d: ql at 0, qh at 128, scales at 192.
+            let pair = load_u16(
+                b,
+                buf,
+                b.add(b.addi(body, 192), b.add(b.muli(h, 8), b.muli(t, 2))),
+            );
+            let (lo, hi) = q6k_scales(b, d, pair);
+            (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+            u.q_off = Some(b.add(body, b.add(b.muli(h, 64), b.muli(b.andi(t, 1), 32))));
+            u.q_shift = Some(b.shli(b.shri(t, 1), 2));
+            u.qh_off = Some(b.add(b.addi(body, 128), b.muli(h, 32)));
+            u.qh_shift = Some(b.shli(t, 1));
+        }
+        f => unreachable!("aligned layout of {f}"),
+    }
+    with_f16_scales(b, u, want_f16)
+}
+
+/// [`open_units`] in the aligned layout: the same runs as the GGUF layout's, every one from a
+/// word-aligned base without a phase, and the bodies' runs 16-byte aligned (Q8_0 32-byte
+/// bodies, Q6_K 208-byte bodies; drivers merge them into 16-byte loads).
+fn open_units_aligned(
+    b: &KernelBuilder,
+    rows: WeightRows,
+    row_off: Value,
+    first: Value,
+    count: u32,
+    want_f16: bool,
+) -> Vec<Unit> {
+    let (fmt, buf) = (rows.format, rows.buffer);
+    let geo = aligned_geometry(fmt);
+    let per_block = fmt.block_elems() / UNIT;
+    // Units opened together stay inside one block (K-quants) or one group (Q8_0, Q5_0).
+    let span = if per_block > 1 { per_block } else { GROUP };
+    if count > span {
+        return (0..count / span)
+            .flat_map(|j| {
+                open_units_aligned(b, rows, row_off, b.addi(first, j * span), span, want_f16)
+            })
+            .collect();
+    }
+    // Runs of whole quads, by (base quad, region offset, length).
+    let runs: std::cell::RefCell<HashMap<(u32, u32, u32), Rc<WordRun>>> = Default::default();
+    let run = |base: Value, r0: u32, len: u32| -> Rc<WordRun> {
+        runs.borrow_mut()
+            .entry((base.id(), r0, len))
+            .or_insert_with(|| Rc::new(WordRun::load_quads(b, buf, base, r0, len)))
+            .clone()
+    };
+    let block = b.shri(first, per_block.trailing_zeros());
+    let (g, j) = (b.shri(block, 3), b.andi(block, GROUP - 1));
+    // row_off is in 16-byte units (see WeightRows): the group's header quad, and the quad of
+    // the first unit's body.
+    let hq = b.add(row_off, b.muli(g, geo.group_bytes() / 16));
+    let hw = b.shli(hq, 2);
+    let bq = b.add(b.addi(hq, geo.header / 16), b.muli(j, geo.body / 16));
+    // The f16 d of block j + i of the group (one word of the header quad). Where j is even
+    // (Q8_0/Q5_0 groups of 2 or more units), blocks j + 2p and j + 2p + 1 share word
+    // j/2 + p, loaded once; a K-quant's units share one block, whose j is any.
+    let d_words: std::cell::RefCell<HashMap<u32, Value>> = Default::default();
+    let d_of = |i: u32| {
+        if count == 1 || per_block > 1 {
+            let word = load_word(b, buf, b.add(hw, b.shri(j, 1)));
+            let w = b.shr(word, b.shli(b.andi(j, 1), 4));
+            return b.extract(b.unpack_half2x16(w), 0);
+        }
+        let word = *d_words
+            .borrow_mut()
+            .entry(i / 2)
+            .or_insert_with(|| load_word(b, buf, b.add(hw, b.addi(b.shri(j, 1), i / 2))));
+        b.extract(b.unpack_half2x16(word), i % 2)
+    };
+    let mut out = Vec::new();
+    match fmt {
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 => {
+            // Blocks j .. j + count of group g (first is a multiple of count, count <= 8).
+            let bodies = run(bq, 0, geo.body * count);
+            for ul in 0..count {
+                let mut u = Unit::blank(fmt, buf, bq, Align::Four);
+                u.scale = Some(d_of(ul));
+                if fmt == WeightFormat::Q5_0 {
+                    let qh = b.add(b.addi(hw, 4), b.addi(j, ul));
+                    u.qh = Some(load_word(b, buf, qh));
+                }
+                u.qs_run = Some((bodies.clone(), geo.body * ul));
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::Q6K => {
+            let d = d_of(0);
+            let s0 = b.andi(first, 7);
+            // As in the GGUF layout: one half h unless the group is the whole super-block.
+            let (h, t0) = (b.shri(s0, 2), b.andi(s0, 3));
+            let wh = b.add(bq, b.shli(h, 2));
+            let wqh = b.add(b.addi(bq, 8), b.shli(h, 1));
+            for ul in 0..count {
+                let mut u = Unit::blank(fmt, buf, bq, Align::Four);
+                if count == 8 {
+                    let (h, t) = (ul >> 2, ul & 3);
+                    let sc = run(bq, 192, 16);
+                    let (lo, hi) = q6k_scales(b, d, sc.u16_at(b, 192 + 8 * h + 2 * t));
+                    (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+                    let ql = 64 * h + 32 * (t & 1);
+                    u.qs_run = Some((run(bq, ql, 32), ql));
+                    u.q_shift = Some(b.c_u32(4 * (t >> 1)));
+                    let qh = 128 + 32 * h;
+                    u.qh_run = Some((run(bq, qh, 32), qh));
+                    u.qh_shift = Some(b.c_u32(2 * t));
+                } else {
+                    let t = b.addi(t0, ul);
+                    // Scales sc[8h + 2t], sc[8h + 2t + 1]: word 48 + 2h + t/2 of the body
+                    // (t0 even with count 2 or 4: word 48 + 2h + t0/2 + ul/2, shared).
+                    let sc_word =
+                        |half: Value| b.add(b.addi(b.shli(bq, 2), 48), b.add(b.shli(h, 1), half));
+                    let pair = if count == 1 {
+                        let word = load_word(b, buf, sc_word(b.shri(t, 1)));
+                        b.shr(word, b.shli(b.andi(t, 1), 4))
+                    } else {
+                        let word = *d_words.borrow_mut().entry(100 + ul / 2).or_insert_with(|| {
+                            load_word(b, buf, sc_word(b.addi(b.shri(t0, 1), ul / 2)))
+                        });
+                        b.shri(word, 16 * (ul % 2))
+                    };
+                    let (lo, hi) = q6k_scales(b, d, pair);
+                    (u.scale, u.scale_hi) = (Some(lo), Some(hi));
+                    if count == 1 {
+                        let wq = b.add(wh, b.shli(b.andi(t, 1), 1));
+                        u.qs_run = Some((run(wq, 0, 32), 0));
+                    } else {
+                        let ql = 32 * (ul & 1);
+                        u.qs_run = Some((run(wh, ql, 32), ql));
+                    }
+                    u.q_shift = Some(b.shli(b.shri(t, 1), 2));
+                    u.qh_run = Some((run(wqh, 0, 32), 0));
+                    u.qh_shift = Some(b.shli(t, 1));
+                }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        f => unreachable!("aligned layout of {f}"),
+    }
+    out
+}
+
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
 fn center_bytes(b: &KernelBuilder, q: Value, bits: u32) -> Value {
     // For each byte: x = q ^ half flips the top bit; a set top bit means q < half, whose
@@ -373,14 +611,14 @@ impl Unit {
         let buf = self.buffer;
         let c4 = b.shli(c, 2);
         match self.format {
-            WeightFormat::Q8_0 => load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Two),
+            WeightFormat::Q8_0 => load_u32(b, buf, b.add(self.q_off.unwrap(), c4), self.q_align),
             WeightFormat::Q5_0 => {
                 // Elements j = 4c..4c+4: nibble (c >> 2) of qs[4(c & 3) ..], bit j of qh.
                 let word = load_u32(
                     b,
                     buf,
                     b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
-                    Align::Two,
+                    self.q_align,
                 );
                 let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
                 let hb = b.andi(b.shr(self.qh.unwrap(), c4), 0xF);
@@ -396,8 +634,8 @@ impl Unit {
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
             }
             WeightFormat::Q6K => {
-                let ql = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Two);
-                let qh = load_u32(b, buf, b.add(self.qh_off.unwrap(), c4), Align::Two);
+                let ql = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), self.q_align);
+                let qh = load_u32(b, buf, b.add(self.qh_off.unwrap(), c4), self.q_align);
                 let low = b.andi(b.shr(ql, self.q_shift.unwrap()), 0x0F0F_0F0F);
                 let high = b.andi(b.shr(qh, self.qh_shift.unwrap()), 0x0303_0303);
                 center_bytes(b, b.or(low, b.shli(high, 4)), 6)

@@ -18,7 +18,10 @@
 
 pub mod cpu;
 pub mod ir;
+pub mod layout;
 pub mod words;
+
+pub use layout::WeightLayout;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

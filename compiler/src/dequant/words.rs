@@ -14,32 +14,53 @@ pub enum Align {
     Two,
 }
 
+/// The u32 element type of a weight buffer bound as 16-byte quads (the aligned layout,
+/// `dequant::layout`): panvk does not merge 4-byte loads into wider ones, so a kernel that
+/// wants 16-byte loads has to declare them.
+pub fn quad_type() -> Type {
+    Type::vec(Scalar::U32, 4)
+}
+
+/// Word `idx` of a buffer of u32 words or of 16-byte quads (one quad load and a 2-bit
+/// select of its lane).
+pub fn load_word(b: &KernelBuilder, buf: Buffer, idx: Value) -> Value {
+    if buf.elem == Type::U32 {
+        return b.load(buf, idx);
+    }
+    debug_assert_eq!(buf.elem, quad_type());
+    let q = b.load(buf, b.shri(idx, 2));
+    let odd = b.ne(b.andi(idx, 1), b.c_u32(0));
+    let high = b.ne(b.andi(idx, 2), b.c_u32(0));
+    let lo = b.select(odd, b.extract(q, 1), b.extract(q, 0));
+    let hi = b.select(odd, b.extract(q, 3), b.extract(q, 2));
+    b.select(high, hi, lo)
+}
+
 /// The 4 bytes at byte offset `off` as a little-endian u32.
 pub fn load_u32(b: &KernelBuilder, buf: Buffer, off: Value, align: Align) -> Value {
-    debug_assert_eq!(buf.elem, Type::U32);
     let lo_idx = b.shri(off, 2);
-    let lo = b.load(buf, lo_idx);
+    let lo = load_word(b, buf, lo_idx);
     if align == Align::Four {
         return lo;
     }
     // s = 8 * (off & 3); hi word index = (off + 3) / 4 (== lo index when aligned);
     // value = (lo >> s) | ((hi << 1) << (31 - s)): both shifts stay below 32 for every s.
     let s = b.shli(b.andi(off, 3), 3);
-    let hi = b.load(buf, b.shri(b.addi(off, 3), 2));
+    let hi = load_word(b, buf, b.shri(b.addi(off, 3), 2));
     let hi_part = b.shl(b.shli(hi, 1), b.sub(b.c_u32(31), s));
     b.or(b.shr(lo, s), hi_part)
 }
 
 /// The 2 bytes at an even byte offset, in the low 16 bits of a u32.
 pub fn load_u16(b: &KernelBuilder, buf: Buffer, off: Value) -> Value {
-    let w = b.load(buf, b.shri(off, 2));
+    let w = load_word(b, buf, b.shri(off, 2));
     let s = b.shli(b.andi(off, 2), 3);
     b.andi(b.shr(w, s), 0xFFFF)
 }
 
 /// The f16 at an even byte offset, widened to f32 (needs no Float16 capability).
 pub fn load_f16_as_f32(b: &KernelBuilder, buf: Buffer, off: Value) -> Value {
-    let w = b.load(buf, b.shri(off, 2));
+    let w = load_word(b, buf, b.shri(off, 2));
     let s = b.shli(b.andi(off, 2), 3);
     b.extract(b.unpack_half2x16(b.shr(w, s)), 0)
 }
@@ -107,12 +128,34 @@ impl WordRun {
         // All at once, in order: loaded where first read, the run's words spilled more
         // (Mesa 26.1.6, Q6_K and Q8_0 default schedules).
         let words = (first..=last)
-            .map(|j| b.load(buf, b.addi(base, j)))
+            .map(|j| load_word(b, buf, b.addi(base, j)))
             .collect();
         WordRun {
             first,
             words,
             phase,
+            r0,
+            len,
+        }
+    }
+
+    /// Bytes `[r0, r0 + len)` of a region starting at quad `base` of a buffer of 16-byte
+    /// quads ([`quad_type`]), loaded as `len / 16` quads (`r0` and `len` multiples of 16).
+    pub fn load_quads(b: &KernelBuilder, buf: Buffer, base: Value, r0: u32, len: u32) -> WordRun {
+        assert_eq!(buf.elem, quad_type());
+        assert!(
+            r0 % 16 == 0 && len % 16 == 0 && len > 0,
+            "quad runs are 16-aligned"
+        );
+        let mut words = Vec::new();
+        for q in r0 / 16..(r0 + len) / 16 {
+            let v = b.load(buf, b.addi(base, q));
+            words.extend((0..4).map(|l| b.extract(v, l)));
+        }
+        WordRun {
+            first: r0 / 4,
+            words,
+            phase: None,
             r0,
             len,
         }

@@ -205,6 +205,7 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
             let rows = WeightRows {
                 buffer: table,
                 format: w.table,
+                layout: crate::dequant::WeightLayout::Gguf,
             };
             let u = open_unit(&b, rows, b.muli(id, row_bytes), unit, false);
             let out0 = b.add(b.muli(row, w.width / 4), b.add(b.muli(unit, CHUNKS), c0));

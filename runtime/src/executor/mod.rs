@@ -19,16 +19,19 @@ use crate::stream::{Stream, StreamRing, StreamStats};
 use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
+use rocky_compiler::dequant::layout::to_device;
 use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
 use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload};
 use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
-use rocky_compiler::templates::gemm::{combine_gate_up, n_slices, Epilogue, GemmPush};
+use rocky_compiler::templates::gemm::{
+    combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
+};
 use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
 use rocky_compiler::templates::rope::{RopePush, RopeWorkload};
 use rocky_compiler::{
     default_schedule, dispatch_grid, instantiate, ActType, DeviceCaps, GemmWorkload, Schedule,
-    WeightFormat, Workload,
+    WeightFormat, WeightLayout, Workload,
 };
 use rocky_models::arch::Model;
 use rocky_models::formats::GgmlType;
@@ -135,11 +138,26 @@ pub enum ExecError {
 pub struct GpuWeights {
     buffers: HashMap<String, (Buffer, GgmlType)>,
     graph: Graph,
+    /// Device layout per buffer (GGUF unless listed); every GEMM of a buffer reads this one.
+    layouts: HashMap<String, WeightLayout>,
+    /// Host time of the upload, and the part of it spent repacking.
+    pub upload_time: Duration,
+    pub repack_time: Duration,
 }
 
 /// The name of the combined gate/up tensor of a fused SwiGLU GEMM.
 pub fn gate_up_name(gate: &str, up: &str) -> String {
     format!("{gate}+{up}")
+}
+
+/// Which device layout the weight upload gives each GEMM weight tensor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LayoutChoice {
+    /// The compiler's default for the device and format (`default_layout`).
+    #[default]
+    Auto,
+    /// This layout wherever the format has it (the rest stay GGUF).
+    Force(WeightLayout),
 }
 
 impl GpuWeights {
@@ -150,27 +168,41 @@ impl GpuWeights {
         Self::upload_with_progress(ctx, file, model, &mut |_, _| {})
     }
 
-    /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
-    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus). Fuses the graph as
-    /// `ROCKY_FUSE` says (default: the residual fusion; `ROCKY_FUSE=1` all).
+    /// [`GpuWeights::upload_with_layouts`] with the default layouts.
     pub fn upload_with_progress(
         ctx: &Context,
         file: &GgufFile,
         model: &Model,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<GpuWeights, ExecError> {
-        let options = FuseOptions::from_env().map_err(ExecError::Unsupported)?;
-        Self::upload_fused(ctx, file, model, options, progress)
+        Self::upload_with_layouts(ctx, file, model, LayoutChoice::Auto, progress)
     }
 
-    /// [`GpuWeights::upload_with_progress`] with the fusions given explicitly.
+    /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
+    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus), with each GEMM
+    /// weight in the layout `choice` picks ([`weight_layouts`]). Fuses the graph as
+    /// `ROCKY_FUSE` says (default: the residual fusion; `ROCKY_FUSE=1` all).
+    pub fn upload_with_layouts(
+        ctx: &Context,
+        file: &GgufFile,
+        model: &Model,
+        choice: LayoutChoice,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GpuWeights, ExecError> {
+        let options = FuseOptions::from_env().map_err(ExecError::Unsupported)?;
+        Self::upload_fused(ctx, file, model, options, choice, progress)
+    }
+
+    /// [`GpuWeights::upload_with_layouts`] with the fusions given explicitly.
     pub fn upload_fused(
         ctx: &Context,
         file: &GgufFile,
         model: &Model,
         options: FuseOptions,
+        choice: LayoutChoice,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<GpuWeights, ExecError> {
+        let start = Instant::now();
         // A combined gate/up tensor is bound whole: fuse only pairs that fit one binding.
         let max_range = u64::from(ctx.caps().max_storage_buffer_range);
         let same = |a: &str, b: &str| match (file.tensor(a), file.tensor(b)) {
@@ -183,6 +215,9 @@ impl GpuWeights {
             _ => false,
         };
         let graph = fuse(&model.graph, options, &same);
+        let caps = device_caps(ctx.info(), ctx.caps());
+        let layouts = weight_layouts(file, &graph, choice, &caps);
+        let mut repack_time = Duration::ZERO;
         // (buffer name, the tensors it holds: one, or gate and up combined row-wise)
         let mut names: Vec<(String, Vec<&str>)> = Vec::new();
         for node in &graph.nodes {
@@ -236,19 +271,47 @@ impl GpuWeights {
                 }
                 _ => unreachable!("one tensor or a gate/up pair"),
             };
+            // Then the repack, row by row over all of the buffer's rows (for a combined
+            // tensor its 2n rows: each row is repacked on its own, so the gate/up order stays).
+            let repack_start = Instant::now();
+            let data = repack_for_upload(&name, &parts, data, &layouts)?;
+            repack_time += repack_start.elapsed();
             // Kernels read weights as u32 words: pad to a multiple of 4 bytes.
             let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), &name)?;
-            buf.upload_bytes(0, data)?;
+            buf.upload_bytes(0, &data)?;
             buffers.insert(name, (buf, parts[0].ggml_type));
             done += parts.iter().map(|t| t.size).sum::<u64>();
             progress(done, total);
         }
-        Ok(GpuWeights { buffers, graph })
+        Ok(GpuWeights {
+            buffers,
+            graph,
+            layouts,
+            upload_time: start.elapsed(),
+            repack_time,
+        })
     }
 
     /// The graph these weights serve (fused or not).
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The device layout of buffer `name` (a tensor, or a combined [`gate_up_name`]).
+    pub fn layout(&self, name: &str) -> WeightLayout {
+        self.layouts.get(name).copied().unwrap_or_default()
+    }
+
+    /// Buffers in a layout other than GGUF, with it (sorted by name).
+    pub fn repacked(&self) -> Vec<(&str, WeightLayout)> {
+        let mut v: Vec<_> = self
+            .layouts
+            .iter()
+            .filter(|(_, l)| !l.is_gguf())
+            .map(|(n, l)| (n.as_str(), *l))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Bytes of every weight buffer, and the largest one (name, bytes).
@@ -265,6 +328,100 @@ impl GpuWeights {
     fn get(&self, name: &str) -> &(Buffer, GgmlType) {
         &self.buffers[name]
     }
+}
+
+/// The device layout of every GEMM weight buffer of `graph` (the fused graph) that is not
+/// GGUF: a `Linear`'s tensor, or a `LinearSwiGlu`'s combined gate/up tensor (named
+/// [`gate_up_name`]). A tensor the embedding gather also reads (tied output projections)
+/// stays GGUF, as does one whose format or row length has no other layout.
+fn weight_layouts(
+    file: &GgufFile,
+    graph: &Graph,
+    choice: LayoutChoice,
+    caps: &DeviceCaps,
+) -> HashMap<String, WeightLayout> {
+    let tables: Vec<&str> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Embedding { table, .. } => Some(table.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut out = HashMap::new();
+    for node in &graph.nodes {
+        let (name, parts, in_features) = match &node.op {
+            Op::Linear {
+                weight,
+                in_features,
+                ..
+            } => (weight.clone(), vec![weight.as_str()], *in_features),
+            Op::LinearSwiGlu {
+                gate,
+                up,
+                in_features,
+                ..
+            } => (
+                gate_up_name(gate, up),
+                vec![gate.as_str(), up.as_str()],
+                *in_features,
+            ),
+            _ => continue,
+        };
+        let Some(t) = file.tensor(parts[0]) else {
+            continue;
+        };
+        let Ok(format) = weight_format(t.ggml_type, parts[0]) else {
+            continue;
+        };
+        let layout = match choice {
+            LayoutChoice::Auto => default_layout(format, caps),
+            LayoutChoice::Force(l) => l,
+        };
+        let fits = layout.supports(format)
+            && (in_features as u64) % u64::from(format.block_elems()) == 0
+            && parts.iter().all(|p| {
+                file.tensor(p).is_some_and(|u| {
+                    u.ggml_type == t.ggml_type && u.dims.first() == Some(&(in_features as u64))
+                })
+            });
+        // A combined gate/up tensor is bound whole: it must still fit one binding once a
+        // partial last group has made its rows longer.
+        let rows: u64 = parts
+            .iter()
+            .filter_map(|p| file.tensor(p))
+            .map(|t| t.dims.iter().skip(1).product::<u64>())
+            .sum();
+        let bound = rows.saturating_mul(layout.row_bytes(format, in_features as u64));
+        let fits = fits
+            && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
+        if !layout.is_gguf() && fits && !parts.iter().any(|p| tables.contains(p)) {
+            out.insert(name, layout);
+        }
+    }
+    out
+}
+
+/// The bytes of buffer `name` (holding the rows of `parts`, row-combined already) as the
+/// device holds them: as they are, or repacked into its layout (`dequant::layout`; the GGUF
+/// file is never rewritten).
+fn repack_for_upload<'a>(
+    name: &str,
+    parts: &[&rocky_models::gguf::TensorInfo],
+    data: &'a [u8],
+    layouts: &HashMap<String, WeightLayout>,
+) -> Result<std::borrow::Cow<'a, [u8]>, ExecError> {
+    let Some(&layout) = layouts.get(name) else {
+        return Ok(std::borrow::Cow::Borrowed(data));
+    };
+    let format = weight_format(parts[0].ggml_type, name)?;
+    let k = parts[0].dims[0];
+    let rows = parts
+        .iter()
+        .map(|t| t.dims.iter().skip(1).product::<u64>())
+        .sum();
+    to_device(format, layout, k, rows, data)
+        .map_err(|e| ExecError::Unsupported(format!("tensor {name}: {e}")))
 }
 
 fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> {
@@ -446,6 +603,11 @@ impl<'m> Executor<'m> {
         self.options.budget = budget;
     }
 
+    /// The uploaded weights (layouts, upload time, footprint).
+    pub fn weights(&self) -> &GpuWeights {
+        &self.weights
+    }
+
     /// Gives the uploaded weights back, so an executor with another ubatch can reuse them
     /// instead of uploading the model again.
     pub fn into_weights(self) -> GpuWeights {
@@ -564,6 +726,7 @@ impl<'m> Executor<'m> {
                         k: *in_features as u32,
                         act: ActType::F32,
                         weight: weight_format(*ty, weight)?,
+                        layout: self.weights.layout(weight),
                         bias: bias.is_some(),
                         epilogue: if *residual {
                             Epilogue::Residual
@@ -578,13 +741,15 @@ impl<'m> Executor<'m> {
                     in_features,
                     out_features,
                 } => {
-                    let (_, ty) = self.weights.get(&gate_up_name(gate, up));
+                    let name = gate_up_name(gate, up);
+                    let (_, ty) = self.weights.get(&name);
                     w.push(Workload::Gemm(GemmWorkload {
                         m: rows,
                         n: *out_features as u32,
                         k: *in_features as u32,
                         act: ActType::F32,
                         weight: weight_format(*ty, gate)?,
+                        layout: self.weights.layout(&name),
                         bias: false,
                         epilogue: Epilogue::SwiGlu,
                     }))
@@ -838,6 +1003,7 @@ impl<'m> Executor<'m> {
                             k: e.width,
                             act: ActType::F32,
                             weight: e.table,
+                            layout: rocky_compiler::WeightLayout::Gguf,
                             bias: false,
                             epilogue: Default::default(),
                         };

@@ -30,7 +30,7 @@ use super::schedule::{GemmSchedule, Math, Precision};
 use super::space::search_space;
 use super::workload::GemmWorkload;
 use crate::caps::DeviceCaps;
-use crate::dequant::WeightFormat;
+use crate::dequant::{WeightFormat, WeightLayout};
 
 /// Workgroups a 128×128 tile grid must keep for the big-tile rule (halved for 64×64, quartered
 /// for 32×32): below it the GPU is not filled. On the H200 the 512×2048 GEMMs (64 tiles of
@@ -158,6 +158,15 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                 k_unroll: 2,
                 ..wide
             });
+        }
+        // Q8_0 in the aligned layout (16-byte weight loads) is left with 4 X loads, 4
+        // weight quads and one scale word per slab against ~9.5 sfu cycles: more slabs per
+        // iteration spread the epilogue's 8 LS ops, arith/ls 0.60 -> 0.84 with 4, no spills
+        // (docs/measurements/2026-12-02c-mali-shim26-repack.md).
+        if w.weight == WeightFormat::Q8_0 && w.layout == WeightLayout::Aligned {
+            for k_unroll in [4, 2] {
+                c.push(GemmSchedule { k_unroll, ..wide });
+            }
         }
         c.push(wide);
         c.push(shuffled);
@@ -345,6 +354,22 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
     c
 }
 
+/// The device layout of a weight tensor of `format` that the GEMM defaults read, where the
+/// tuner has not chosen one: the aligned layout (`dequant::layout`) where shared memory is
+/// slow (Mali: its 16-byte-aligned bodies let Mesa merge the weight loads into 16-byte ones,
+/// docs/measurements/2026-12-02c-mali-shim26-repack.md), else the GGUF layout.
+pub fn default_layout(format: WeightFormat, caps: &DeviceCaps) -> WeightLayout {
+    let aligned = matches!(
+        format,
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q6K
+    );
+    if caps.shared_memory_is_slow && aligned {
+        WeightLayout::Aligned
+    } else {
+        WeightLayout::Gguf
+    }
+}
+
 /// The default schedule of `w` on `caps` (see the module docs).
 pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemmSchedule {
     // The rules see the grid of weight rows (a SwiGLU GEMM's tile covers bn/2 outputs); the
@@ -389,6 +414,7 @@ mod tests {
             k,
             act: ActType::F32,
             weight: WeightFormat::Q4K,
+            layout: crate::dequant::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
         }

@@ -3,7 +3,8 @@
 //!
 //! Bindings (descriptor set 0):
 //! - 0 `x`: X, m×k row-major, f32 or f16 (read as 4-element vectors; k is a multiple of 32);
-//! - 1 `weight`: the rows of W this dispatch computes, raw GGUF blocks read as u32 words. The
+//! - 1 `weight`: the rows of W this dispatch computes, in the workload's layout (raw GGUF
+//!   blocks, or `dequant::layout`'s aligned groups), read as u32 words. The
 //!   bound range must be a multiple of 4 bytes and readable to its end: round the range up to
 //!   4 bytes and allocate weight buffers with that padding;
 //! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
@@ -101,7 +102,7 @@ pub fn n_slices(
     max_range: u64,
     offset_alignment: u64,
 ) -> Result<Vec<NSlice>, Refusal> {
-    let row = w.weight.row_bytes(u64::from(w.k));
+    let row = w.weight_row_bytes();
     let align = offset_alignment.max(4);
     if !align.is_power_of_two() {
         return Err(Refusal::DeviceLimit(format!(

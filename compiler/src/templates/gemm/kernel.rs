@@ -23,7 +23,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
-use crate::dequant::{WeightFormat, UNIT};
+use crate::dequant::layout::{AlignedGeometry, GROUP};
+use crate::dequant::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{
     Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
     Value, Var,
@@ -49,6 +50,8 @@ struct Gemm<'a> {
     ldy: Value,
     m_last: Value,
     n_last: Value,
+    /// Bytes per weight row; in the aligned layout, 16-byte units per row (the unit of the
+    /// dequant fragments' `row_off` there).
     row_bytes: Value,
     x_row_vec4s: Value,
     m0: Value,
@@ -61,7 +64,7 @@ struct Gemm<'a> {
     /// tn/2 columns are outputs: entry j + tn/2 holds the up sum of column j.
     out_rows: Vec<Value>,
     out_cols: Vec<Value>,
-    /// First vec4 of each (clamped) X row, and byte offset of each (clamped) W row.
+    /// First vec4 of each (clamped) X row, and the `row_off` of each (clamped) W row.
     x_bases: Vec<Value>,
     w_row_offs: Vec<Value>,
 }
@@ -80,6 +83,13 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     b.finish()
 }
 
+/// The `row_off` of weight row `col` for the dequant fragments (`row_bytes` as [`Gemm`]
+/// holds it): bytes in the GGUF layout, 16-byte units in the aligned one (see
+/// `dequant::ir::WeightRows`).
+fn row_offset(b: &KernelBuilder, col: Value, row_bytes: Value) -> Value {
+    b.mul(col, row_bytes)
+}
+
 fn act_scalar(a: ActType) -> Scalar {
     match a {
         ActType::F32 => Scalar::F32,
@@ -91,7 +101,12 @@ impl<'a> Gemm<'a> {
     fn new(b: &'a KernelBuilder, w: &'a GemmWorkload, s: &'a GemmSchedule) -> Self {
         let act = act_scalar(w.act);
         let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
-        let weight = b.buffer(BINDING_WEIGHT, "weight", Type::U32, Access::ReadOnly);
+        // The aligned layout is read as 16-byte quads (its runs are whole quads).
+        let weight_elem = match w.layout {
+            WeightLayout::Aligned => crate::dequant::words::quad_type(),
+            WeightLayout::Gguf => Type::U32,
+        };
+        let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
         // Split-K across the grid writes f32 partial sums; the reduce kernel adds the bias.
         let split = s.k_groups > 1;
         let y_ty = if split { Type::F32 } else { Type::scalar(act) };
@@ -125,7 +140,15 @@ impl<'a> Gemm<'a> {
         let m_last = b.sub(m, b.c_u32(1));
         let n_last = b.sub(n, b.c_u32(1));
         let block_shift = w.weight.block_elems().trailing_zeros();
-        let row_bytes = b.muli(b.shri(k, block_shift), w.weight.block_bytes());
+        let blocks = b.shri(k, block_shift);
+        let row_bytes = match AlignedGeometry::of(w.weight) {
+            Some(g) if w.layout == WeightLayout::Aligned => {
+                // ceil(blocks / 8) headers and `blocks` bodies, in 16-byte units.
+                let groups = b.shri(b.addi(blocks, GROUP - 1), GROUP.trailing_zeros());
+                b.add(b.muli(groups, g.header / 16), b.muli(blocks, g.body / 16))
+            }
+            _ => b.muli(blocks, w.weight.block_bytes()),
+        };
         let x_row_vec4s = b.shri(k, 2);
 
         let out_rows: Vec<Value> = (0..s.tm).map(|i| b.add(m0, b.addi(ty, i * wg_m))).collect();
@@ -154,6 +177,7 @@ impl<'a> Gemm<'a> {
             rows: WeightRows {
                 buffer: weight,
                 format: w.weight,
+                layout: w.layout,
             },
             y,
             bias,
@@ -183,13 +207,15 @@ impl<'a> Gemm<'a> {
         g
     }
 
-    /// Byte offset of the (clamped) weight row behind column `t` of the workgroup's bn-wide
-    /// tile. With SwiGLU the tile's first bn/2 columns are gate rows `n0/2 + t` and the rest
-    /// the matching up rows, which follow the n gate rows in the combined tensor.
+    /// The dequant fragments' `row_off` ([`Gemm::row_off`]) of the (clamped) weight row behind
+    /// column `t` of the workgroup's bn-wide tile. With SwiGLU the tile's first bn/2 columns
+    /// are gate rows `n0/2 + t` and the rest the matching up rows, which follow the n gate
+    /// rows in the combined tensor: the row index is chosen first, so the pairing is the same
+    /// in every layout.
     fn w_row_off(&self, t: Value) -> Value {
         let b = self.b;
         if self.w.epilogue != Epilogue::SwiGlu {
-            return b.mul(b.min(b.add(self.n0, t), self.n_last), self.row_bytes);
+            return self.row_off(b.min(b.add(self.n0, t), self.n_last));
         }
         let half = b.c_u32(self.s.bn / 2);
         let up = b.ge(t, half);
@@ -197,7 +223,12 @@ impl<'a> Gemm<'a> {
         let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), self.s.bn / 2);
         let col = b.min(b.add(n0, local), self.n_last);
         let row = b.select(up, b.add(col, self.n), col);
-        b.mul(row, self.row_bytes)
+        self.row_off(row)
+    }
+
+    /// The dequant fragments' `row_off` of weight row `col`.
+    fn row_off(&self, col: Value) -> Value {
+        row_offset(self.b, col, self.row_bytes)
     }
 
     fn units_per_row(&self) -> Value {

@@ -15,7 +15,7 @@ pub mod space;
 pub mod split_k;
 pub mod workload;
 
-pub use default::default_schedule;
+pub use default::{default_layout, default_schedule};
 pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
 pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
 pub use space::search_space;
@@ -53,13 +53,19 @@ pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
     if w.epilogue == Epilogue::SwiGlu && w.bias {
         return bad("the SwiGLU epilogue takes no bias (gate and up have none in Qwen2)".into());
     }
+    if !w.layout.supports(w.weight) {
+        return bad(format!(
+            "{} weights have no {} layout (it applies to Q8_0, Q5_0 and Q6_K)",
+            w.weight, w.layout
+        ));
+    }
     if w.weight_bytes() > u64::from(u32::MAX) {
         return bad(format!(
             "a weight tensor of {} bytes is too large for 32-bit addressing",
             w.weight_bytes()
         ));
     }
-    if w.weight.row_bytes(u64::from(w.k)) > u64::from(u32::MAX) / 2 {
+    if w.weight_row_bytes() > u64::from(u32::MAX) / 2 {
         return bad(format!("a weight row of k = {} is too large", w.k));
     }
     Ok(())

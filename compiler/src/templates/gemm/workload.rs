@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::dequant::WeightFormat;
+use crate::dequant::{WeightFormat, WeightLayout};
 
 /// Element type of the activations X and the output Y.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -65,6 +65,11 @@ pub struct GemmWorkload {
     pub k: u32,
     pub act: ActType,
     pub weight: WeightFormat,
+    /// How W sits in device memory (`dequant::layout`): the same for every GEMM that reads
+    /// one tensor, so the executor picks it per tensor and every workload of the tensor
+    /// carries it. Omitted from the serialization when GGUF, so stored keys stay valid.
+    #[serde(default, skip_serializing_if = "WeightLayout::is_gguf")]
+    pub layout: WeightLayout,
     pub bias: bool,
     /// Omitted from the serialization when `None`, so unfused workloads keep their keys.
     #[serde(default, skip_serializing_if = "Epilogue::is_none")]
@@ -82,9 +87,14 @@ impl GemmWorkload {
         self.n * self.epilogue.rows_per_column()
     }
 
-    /// Bytes of the weight tensor.
+    /// Bytes of the weight tensor (in its layout).
     pub fn weight_bytes(&self) -> u64 {
-        self.weight.row_bytes(u64::from(self.k)) * u64::from(self.weight_rows())
+        self.weight_row_bytes() * u64::from(self.weight_rows())
+    }
+
+    /// Bytes of one weight row in the workload's layout.
+    pub fn weight_row_bytes(&self) -> u64 {
+        self.layout.row_bytes(self.weight, u64::from(self.k))
     }
 
     /// Bytes per element of X and Y.
@@ -93,5 +103,37 @@ impl GemmWorkload {
             ActType::F32 => 4,
             ActType::F16 => 2,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_and_epilogue_are_omitted_so_stored_keys_stay_valid() {
+        // A key as stored before either field existed (tuning-db/presets/lavapipe.jsonl).
+        let stored = r#"{"m":32,"n":896,"k":4864,"act":"f32","weight":"q4_k","bias":false}"#;
+        let w: GemmWorkload = serde_json::from_str(stored).unwrap();
+        assert_eq!((w.layout, w.epilogue), (WeightLayout::Gguf, Epilogue::None));
+        assert_eq!(serde_json::to_string(&w).unwrap(), stored);
+        // Both fields set: written, and read back.
+        let fused = GemmWorkload {
+            weight: WeightFormat::Q8_0,
+            layout: WeightLayout::Aligned,
+            epilogue: Epilogue::SwiGlu,
+            ..w
+        };
+        let text = serde_json::to_string(&fused).unwrap();
+        assert!(
+            text.contains(r#""layout":"aligned""#) && text.contains(r#""epilogue":"swiglu""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<GemmWorkload>(&text).unwrap(), fused);
+        // The aligned combined gate/up tensor: 2n rows of the aligned row length.
+        assert_eq!(
+            fused.weight_bytes(),
+            2 * 896 * WeightLayout::Aligned.row_bytes(WeightFormat::Q8_0, 4864)
+        );
     }
 }
