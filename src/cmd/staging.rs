@@ -78,6 +78,7 @@ mod tests {
                 weight,
                 bias: false,
                 epilogue: Default::default(),
+                layout: rocky_compiler::WeightLayout::Gguf,
             });
             let (s, _) = forced.schedule(&w, &caps);
             let kernel = rocky_compiler::instantiate(&w, &s, &caps).expect("instantiates");
