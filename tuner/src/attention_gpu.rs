@@ -7,11 +7,10 @@
 //! (pos0 = max_kv − m), the keys a prefill's last ubatch of that length attends. The
 //! reference is computed once per workload and checks every candidate.
 
-use crate::fault::{self, Fault, INJECTED};
-use crate::gemm_gpu::{GpuError, Timing, DEFAULT_TIMEOUT};
+use crate::fault::{self, Fault};
+use crate::gemm_gpu::{GpuError, DEFAULT_TIMEOUT};
 use crate::measure::{
-    check_spirv, classify, host_samples, keep_driver_stats, median, timing_method, warm_up,
-    MeasureOptions, TimedRuns,
+    classify, keep_driver_stats, timed_runs, timing_method, trial_of, MeasureOptions, TimedRuns,
 };
 use rocky_compiler::templates::attention::workload::{
     BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
@@ -27,7 +26,7 @@ use rocky_runtime::{
     host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache,
     PipelineStatistics, Recorder, RuntimeError, TimestampQueries, TimingMethod,
 };
-use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
+use rocky_tuning_db::{FailureKind, Trial};
 use std::time::{Duration, Instant};
 
 /// Query·key multiply-adds (per head) up to which every query row is checked; bigger
@@ -287,86 +286,37 @@ pub fn measure_attention(
     incumbent_s: Option<f64>,
     host: &str,
 ) -> Trial {
-    let failed = |kind: FailureKind, message: String| {
-        Trial::failed(
-            Schedule::Attention(*schedule),
-            kind,
-            message,
-            host.to_string(),
-        )
-    };
-    let kernel = match compiled {
-        Ok(k) => k,
-        Err(r) => return failed(FailureKind::Refused, r.to_string()),
-    };
-    let mut driver_stats = None;
-    let trial = (|| -> Result<Timing, (FailureKind, String)> {
-        check_spirv(&kernel, options.validate, fault)?;
-        let mut gpu =
-            AttentionOnGpu::new(ctx, cache, &kernel, w, schedule, inputs).map_err(classify)?;
-        keep_driver_stats(gpu.statistics.as_ref(), &mut driver_stats)?;
-        gpu.timeout = options.timeout;
-        gpu.timing = timing_method(ctx, options);
-        let start = Instant::now();
-        let mut got = gpu.run_once(ctx).map_err(classify)?;
-        let one_run = start.elapsed();
-        if fault == Some(Fault::Mismatch) {
-            let row = inputs.reference.rows[0];
-            fault::perturb(&mut got, row * w.q_width() as usize);
-        }
-        check(w, schedule, inputs, &got).map_err(|e| (FailureKind::Mismatch, e))?;
-        let steady = warm_up(ctx, &gpu, one_run, options)?;
-        let probe = median(&steady);
-        let hopeless = match (options.prune_factor, incumbent_s) {
-            (Some(factor), Some(best)) => probe.as_secs_f64() > factor * best,
-            _ => false,
-        };
-        let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
-        let runs = options.runs.min(affordable.floor() as u32).max(1) as usize;
-        let times = if hopeless {
-            vec![probe]
-        } else if gpu.timing == TimingMethod::Host {
-            host_samples(ctx, &gpu, probe, runs, options)?
-        } else if steady.len() >= runs {
-            steady[steady.len() - runs..].to_vec()
-        } else {
-            let mut times = steady;
-            times.extend(
-                gpu.time(ctx, (runs - times.len()) as u32)
-                    .map_err(classify)?,
-            );
-            times
-        };
-        let timing = Timing::of(&times, flops(w, inputs.pos0));
-        if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
-            return Err((
-                FailureKind::Other,
-                format!("the clock gave no usable time ({timing:?})"),
-            ));
-        }
-        Ok(timing)
-    })();
-    let trial = match trial {
-        Ok(timing) => Trial {
-            schedule: Schedule::Attention(*schedule),
-            status: TrialStatus::Ok,
-            median_s: timing.median_ms * 1e-3,
-            min_s: timing.min_ms * 1e-3,
-            max_s: timing.max_ms * 1e-3,
-            gflops: timing.gflops,
-            date: Trial::now_unix_s(),
-            host: host.to_string(),
-            driver_stats: None,
+    trial_of(
+        Schedule::Attention(*schedule),
+        compiled,
+        options,
+        fault,
+        host,
+        |kernel, driver_stats| {
+            let mut gpu =
+                AttentionOnGpu::new(ctx, cache, kernel, w, schedule, inputs).map_err(classify)?;
+            keep_driver_stats(gpu.statistics.as_ref(), driver_stats)?;
+            gpu.timeout = options.timeout;
+            gpu.timing = timing_method(ctx, options);
+            let start = Instant::now();
+            let mut got = gpu.run_once(ctx).map_err(classify)?;
+            let one_run = start.elapsed();
+            if fault == Some(Fault::Mismatch) {
+                let row = inputs.reference.rows[0];
+                fault::perturb(&mut got, row * w.q_width() as usize);
+            }
+            check(w, schedule, inputs, &got).map_err(|e| (FailureKind::Mismatch, e))?;
+            timed_runs(
+                ctx,
+                &gpu,
+                gpu.timing,
+                one_run,
+                options,
+                incumbent_s,
+                flops(w, inputs.pos0),
+            )
         },
-        Err((kind, message)) => match fault {
-            Some(f) if f.kind() == kind => failed(kind, format!("{INJECTED} {message}")),
-            _ => failed(kind, message),
-        },
-    };
-    Trial {
-        driver_stats,
-        ..trial
-    }
+    )
 }
 
 /// A short summary of an attention schedule for tables.

@@ -106,33 +106,57 @@ pub fn measure_gemm(
     incumbent_s: Option<f64>,
     host: &str,
 ) -> Trial {
-    let failed = |kind: FailureKind, message: String| {
-        Trial::failed(Schedule::Gemm(*schedule), kind, message, host.to_string())
-    };
+    trial_of(
+        Schedule::Gemm(*schedule),
+        compiled,
+        options,
+        fault,
+        host,
+        |kernel, driver_stats| {
+            run_trial(
+                ctx,
+                cache,
+                caps,
+                w,
+                schedule,
+                kernel,
+                inputs,
+                options,
+                fault,
+                incumbent_s,
+                driver_stats,
+            )
+        },
+    )
+}
+
+/// The frame every kind of trial shares: a refused compile, the spirv-val stage, then `run`
+/// (pipeline, checked run, timing), whose error becomes a failed trial (marked [`INJECTED`]
+/// where it is the injected fault's kind) and whose timing an Ok one; the driver statistics
+/// `run` kept go into the trial either way.
+pub(crate) fn trial_of(
+    schedule: Schedule,
+    compiled: Result<CompiledKernel, Refusal>,
+    options: &MeasureOptions,
+    fault: Option<Fault>,
+    host: &str,
+    run: impl FnOnce(
+        &CompiledKernel,
+        &mut Option<BTreeMap<String, f64>>,
+    ) -> Result<Timing, (FailureKind, String)>,
+) -> Trial {
+    let failed =
+        |kind: FailureKind, message: String| Trial::failed(schedule, kind, message, host.to_string());
     let kernel = match compiled {
         Ok(k) => k,
         Err(r) => return failed(FailureKind::Refused, r.to_string()),
     };
     let mut driver_stats = None;
-    let trial = (|| {
-        check_spirv(&kernel, options.validate, fault)?;
-        run_trial(
-            ctx,
-            cache,
-            caps,
-            w,
-            schedule,
-            &kernel,
-            inputs,
-            options,
-            fault,
-            incumbent_s,
-            &mut driver_stats,
-        )
-    })();
-    let trial = match trial {
+    let result = check_spirv(&kernel, options.validate, fault)
+        .and_then(|()| run(&kernel, &mut driver_stats));
+    let trial = match result {
         Ok(timing) => Trial {
-            schedule: Schedule::Gemm(*schedule),
+            schedule,
             status: TrialStatus::Ok,
             median_s: timing.median_ms * 1e-3,
             min_s: timing.min_ms * 1e-3,
@@ -257,10 +281,25 @@ fn run_trial(
         fault::perturb(&mut got, cols[0] as usize);
     }
     gemm_gpu::check(w, s, inputs, &got, &cols).map_err(|e| (FailureKind::Mismatch, e))?;
+    timed_runs(ctx, &gpu, gpu.timing, one_run, options, incumbent_s, w.flops())
+}
+
+/// The timed part of a trial, after its checked run took `one_run`: warm-up to steady speed,
+/// then `options.runs` timed runs (fewer when a run is slow, one when the steady speed is
+/// hopeless against `incumbent_s`), timed by `timing`, and their figures at `flops` per run.
+pub(crate) fn timed_runs(
+    ctx: &Context,
+    gpu: &dyn TimedRuns,
+    timing: TimingMethod,
+    one_run: Duration,
+    options: &MeasureOptions,
+    incumbent_s: Option<f64>,
+    flops: u64,
+) -> Result<Timing, (FailureKind, String)> {
     // The checked run (with its download) bounds one run's time from above.
     let affordable = options.max_timed.as_secs_f64() / one_run.as_secs_f64().max(1e-9);
     let runs = options.runs.min(affordable.floor() as u32).max(1);
-    let steady = warm_up(ctx, &gpu, one_run, options)?;
+    let steady = warm_up(ctx, gpu, one_run, options)?;
     // The steady batch's median decides whether the `runs` timed runs are worth it.
     let probe = median(&steady);
     let hopeless = match (options.prune_factor, incumbent_s) {
@@ -271,28 +310,28 @@ fn run_trial(
     let runs = runs as usize;
     let times = if hopeless {
         vec![probe]
-    } else if gpu.timing == TimingMethod::Host {
-        host_samples(ctx, &gpu, probe, runs, options)?
+    } else if timing == TimingMethod::Host {
+        host_samples(ctx, gpu, probe, runs, options)?
     } else if steady.len() >= runs {
         steady[steady.len() - runs..].to_vec()
     } else {
         let mut times = steady;
         let more = (runs - times.len()) as u32;
-        times.extend(gpu.time(ctx, more).map_err(classify)?);
+        times.extend(gpu.time_runs(ctx, more).map_err(classify)?);
         times
     };
-    let timing = Timing::of(&times, w.flops());
-    if !(timing.min_ms > 0.0 && timing.median_ms.is_finite()) {
-        let clock = match gpu.timing {
+    let figures = Timing::of(&times, flops);
+    if !(figures.min_ms > 0.0 && figures.median_ms.is_finite()) {
+        let clock = match timing {
             TimingMethod::Gpu => "GPU timestamps",
             TimingMethod::Host => "the host clock",
         };
         return Err((
             FailureKind::Other,
-            format!("{clock} gave no usable time ({timing:?})"),
+            format!("{clock} gave no usable time ({figures:?})"),
         ));
     }
-    Ok(timing)
+    Ok(figures)
 }
 
 /// Host timing: `runs` figures (the first is the steady warm-up batch's, `steady`), each the
