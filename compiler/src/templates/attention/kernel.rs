@@ -57,6 +57,9 @@ struct Attn<'a> {
 
 /// Builds the IR of the kernel. The pair must have passed validation.
 pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
+    if s.is_tiled() {
+        return super::tiled::build(w, s);
+    }
     let b = KernelBuilder::new(s.name(w), [s.threads(w), 1, 1]);
     let v4 = Type::vec(Scalar::F32, 4);
     let u4 = Type::vec(Scalar::U32, 4);

@@ -11,6 +11,7 @@
 pub(crate) mod kernel;
 pub mod reference;
 pub mod schedule;
+pub(crate) mod tiled;
 pub mod workload;
 
 pub use reference::{reference, reference_for, reference_rows, ReferenceRows};

@@ -58,7 +58,8 @@ impl ReferenceRows {
     /// `n` the row's keys:
     /// - f32 q·k: pre-scaled q (1 rounding) and a dot product of head_dim terms summed in
     ///   some order: `|Δs| ≤ (head_dim + 8)·2⁻²⁴·S`. With `f16_qk`: q rounded to f16 and
-    ///   each lane's `c = head_dim / (2·threads_per_row)` products per f16vec2 half summed in
+    ///   each lane's `c = head_dim / (2·threads_per_row)` products per f16vec2 half (tiled: 4 per
+    ///   chunk up to the fold, `AttentionSchedule::f16_qk_terms`) summed in
     ///   f16: `|Δs| ≤ (c + 2)·2⁻¹¹·S`, plus what flushing f16 subnormals to zero may lose
     ///   (2⁻¹⁴ per FMA and per q element times |k|): `2⁻¹⁴·(head_dim/2 + Σ_d|k_d|)`. A
     ///   softmax weight moves by at most `2|Δs|` relative (its own score and the max), the
@@ -81,7 +82,7 @@ impl ReferenceRows {
             let n = st.weights.len() as f64;
             let (s_mag, v_mag) = (st.s_mag, st.v_mag);
             let ds = if s.f16_qk {
-                let c = (hd / (2 * s.threads_per_row.max(1) as usize)) as f64;
+                let c = f64::from(s.f16_qk_terms(hd as u32));
                 (c + 2.0) * EPS16 * s_mag + F16_MIN_NORMAL * (hd as f64 / 2.0 + st.k_mag)
             } else {
                 (hd as f64 + 8.0) * EPS32 * s_mag
@@ -221,6 +222,8 @@ pub fn reference(
         lane_reduce: super::schedule::LaneReduce::Shared,
         f16_qk: false,
         f16_pv: false,
+        tile_rows: 0,
+        tile_keys: 0,
     };
     reference_for(w, &f32_math, m, pos0, q, k_cache, v_cache)
 }

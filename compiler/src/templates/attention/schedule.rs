@@ -61,6 +61,21 @@ pub struct AttentionSchedule {
     /// older records: f32.
     #[serde(default)]
     pub f16_pv: bool,
+    /// Register-tiled kernel (`tiled.rs`) where non-zero: each thread computes `tile_rows`
+    /// workgroup rows × `tile_keys` keys of a block's scores and `tile_rows` rows of the
+    /// output, from staged Q, K, V and weight tiles (needs `stage_kv`, one lane per row in
+    /// `threads_per_row` terms, and shuffles: the `kv_block / tile_keys` threads of a row
+    /// reduce its max and sum by xor shuffles). 0 (absent in older records, and omitted
+    /// from the JSON): the row-wise kernel.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tile_rows: u32,
+    /// Keys per thread of a tiled schedule (0 with the row-wise kernel).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tile_keys: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
 }
 
 impl AttentionSchedule {
@@ -79,7 +94,29 @@ impl AttentionSchedule {
     }
 
     pub fn threads(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_tiled() {
+            return self.row_slots(w) / self.tile_rows * self.tiled_columns();
+        }
         self.row_slots(w) * self.threads_per_row
+    }
+
+    /// Whether this is a register-tiled schedule (see [`AttentionSchedule::tile_rows`]).
+    pub fn is_tiled(&self) -> bool {
+        self.tile_rows > 0
+    }
+
+    /// Threads sharing a row of a tiled schedule (`kv_block / tile_keys`).
+    pub fn tiled_columns(&self) -> u32 {
+        self.kv_block / self.tile_keys.max(1)
+    }
+
+    /// Products of head_dim summed in one f16vec2 half before a fold into f32 (`f16_qk`).
+    pub fn f16_qk_terms(&self, head_dim: u32) -> u32 {
+        if self.is_tiled() {
+            4 * super::tiled::QK_FOLD_CHUNKS.min(head_dim / 8)
+        } else {
+            head_dim / (2 * self.threads_per_row.max(1))
+        }
     }
 
     /// 8-element chunks of head_dim per lane.
@@ -94,6 +131,10 @@ impl AttentionSchedule {
 
     /// Bytes of workgroup memory: the f16 K and V tiles, and the reduction slots.
     pub fn shared_bytes(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_tiled() {
+            let lay = super::tiled::TiledLayout::of(w, self);
+            return 16 * lay.elements(self.kv_block).iter().sum::<u32>();
+        }
         let mut bytes = 0;
         if self.stage_kv {
             bytes += 2 * self.kv_block * w.head_dim * 2;
@@ -107,12 +148,21 @@ impl AttentionSchedule {
     /// Rough 32-bit registers per thread: q and output slices, the block's scores, one
     /// unpacked K/V chunk and a fixed overhead for indices and softmax state.
     pub fn register_estimate(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_tiled() {
+            // Output (f32, plus the f16 block sums), scores (plus their f16 partials), one
+            // chunk of Q and K words per row and key, indices and softmax state.
+            let (tm, tn) = (self.tile_rows, self.tile_keys);
+            let out = tm * w.head_dim / self.tiled_columns();
+            let pv16 = if self.f16_pv { out / 2 } else { 0 };
+            let scores = tm * tn * if self.f16_qk { 3 } else { 1 };
+            return out + pv16 + scores + 4 * (tm + tn) + 3 * tm + 24;
+        }
         2 * w.head_dim / self.threads_per_row.max(1) + self.kv_block + 24
     }
 
     pub fn name(&self, w: &AttentionWorkload) -> String {
         format!(
-            "attention_h{}_{}_d{}_r{}_kv{}_l{}{}{}_{}{}",
+            "attention_h{}_{}_d{}_r{}_kv{}_l{}{}{}_{}{}{}",
             w.n_heads,
             w.n_kv_heads,
             w.head_dim,
@@ -130,6 +180,11 @@ impl AttentionSchedule {
                 (true, false) => "_qk16",
                 (false, true) => "_pv16",
                 (true, true) => "_f16",
+            },
+            if self.is_tiled() {
+                format!("_t{}x{}", self.tile_rows, self.tile_keys)
+            } else {
+                String::new()
             }
         )
     }
@@ -174,6 +229,9 @@ impl AttentionSchedule {
                 "shaderFloat16 (attention f16_qk / f16_pv)".into(),
             ));
         }
+        if self.is_tiled() || self.tile_keys > 0 {
+            self.validate_tiled(w, caps)?;
+        }
         check_threads(self.threads(w), caps)?;
         check_shared(self.shared_bytes(w), caps)?;
         let regs = self.register_estimate(w);
@@ -181,6 +239,56 @@ impl AttentionSchedule {
             return Err(Refusal::DeviceLimit(format!(
                 "about {regs} registers per thread, the budget is {}",
                 caps.register_budget
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl AttentionSchedule {
+    /// The tiled kernel's own rules (see [`AttentionSchedule::tile_rows`]).
+    fn validate_tiled(&self, w: &AttentionWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Schedule(s));
+        let (tm, tn) = (self.tile_rows, self.tile_keys);
+        if !matches!(tm, 4 | 8) || !matches!(tn, 1 | 2 | 4 | 8) {
+            return bad(format!(
+                "tile {tm}x{tn}: tile_rows must be 4 or 8 and tile_keys 1, 2, 4 or 8"
+            ));
+        }
+        if !self.stage_kv || self.threads_per_row != 1 || self.lane_reduce != LaneReduce::Shuffle {
+            return bad(
+                "a tiled schedule stages K and V, has threads_per_row 1 and reduces by shuffles"
+                    .into(),
+            );
+        }
+        let cols = self.kv_block / tn;
+        if self.kv_block % tn != 0 || !cols.is_power_of_two() {
+            return bad(format!(
+                "kv_block {} / tile_keys {tn} must be a power of two",
+                self.kv_block
+            ));
+        }
+        if (w.head_dim / 8) % cols != 0 {
+            return bad(format!(
+                "{cols} threads per row must divide head_dim/8 = {} (whole output chunks each)",
+                w.head_dim / 8
+            ));
+        }
+        if self.row_slots(w) % tm != 0 {
+            return bad(format!(
+                "{} rows per workgroup do not split into tiles of {tm}",
+                self.row_slots(w)
+            ));
+        }
+        if !caps.subgroup_shuffle {
+            return Err(Refusal::MissingFeature(
+                "subgroup shuffle (tiled attention)".into(),
+            ));
+        }
+        if cols > caps.subgroup_size {
+            return Err(Refusal::DeviceLimit(format!(
+                "{cols} threads per row exceed the subgroup size {}",
+                caps.subgroup_size
             )));
         }
         Ok(())
@@ -206,6 +314,41 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
         &[(false, false)]
     };
     let mut out = Vec::new();
+    // Register-tiled schedules, where shared memory is on-chip (they stage everything).
+    if caps.subgroup_shuffle && !caps.shared_memory_is_slow {
+        for &group_heads in groupings {
+            for rows in [1, 2, 4, 8, 16] {
+                if rows > m_cap {
+                    continue;
+                }
+                for kv_block in [16, 32, 64] {
+                    for tile_rows in [4, 8] {
+                        for tile_keys in [2, 4, 8] {
+                            for &(f16_qk, f16_pv) in maths {
+                                let s = AttentionSchedule {
+                                    rows,
+                                    kv_block,
+                                    threads_per_row: 1,
+                                    group_heads,
+                                    stage_kv: true,
+                                    lane_reduce: LaneReduce::Shuffle,
+                                    f16_qk,
+                                    f16_pv,
+                                    tile_rows,
+                                    tile_keys,
+                                };
+                                if s.threads(w) >= 32.min(caps.max_workgroup_invocations)
+                                    && s.validate(w, caps).is_ok()
+                                {
+                                    out.push(s);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
     for threads_per_row in [1, 2, 4, 8, 16, 32] {
         let reduces: &[LaneReduce] = if threads_per_row == 1 {
             &[LaneReduce::Shuffle]
@@ -233,6 +376,8 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     lane_reduce,
                                     f16_qk,
                                     f16_pv,
+                                    tile_rows: 0,
+                                    tile_keys: 0,
                                 };
                                 if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
                                     continue;
@@ -297,6 +442,8 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             lane_reduce,
             f16_qk: false,
             f16_pv: false,
+            tile_rows: 0,
+            tile_keys: 0,
         });
         candidates.push(AttentionSchedule {
             rows: 1,
