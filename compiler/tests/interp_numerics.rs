@@ -397,7 +397,7 @@ fn run_gemm(
             &reduce,
             &mut bufs,
             &push,
-            gemm::split_k::reduce_grid(w.m, w.n),
+            gemm::split_k::reduce_grid(w, w.m),
             caps.subgroup_size,
         )
         .unwrap_or_else(|e| panic!("{}: {e}", reduce.name));

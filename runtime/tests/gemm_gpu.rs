@@ -370,7 +370,7 @@ fn run_on_gpu(
             })
             .collect::<Result<Vec<_>, String>>()?;
         let push = split_k::reduce_push(w).to_bytes();
-        rec.dispatch(reduce, &bindings, &push, split_k::reduce_grid(w.m, w.n))
+        rec.dispatch(reduce, &bindings, &push, split_k::reduce_grid(w, w.m))
             .map_err(|e| e.to_string())?;
     }
     rec.submit_and_wait(Duration::from_secs(300))

@@ -316,7 +316,7 @@ impl GemmOnGpu {
                 });
             }
             let push = reduce_push(&self.w).to_bytes();
-            rec.dispatch(reduce, &bindings, &push, reduce_grid(self.w.m, self.w.n))
+            rec.dispatch(reduce, &bindings, &push, reduce_grid(&self.w, self.w.m))
                 .map_err(device_error)?;
         }
         Ok(())

@@ -1134,7 +1134,7 @@ impl<'m> Executor<'m> {
                                 named,
                                 &rocky_compiler::templates::gemm::split_k::reduce_push(gw)
                                     .to_bytes(),
-                                reduce_grid(rows, gw.n),
+                                reduce_grid(gw, rows),
                             )?;
                         }
                         continue;

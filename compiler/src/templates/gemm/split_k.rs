@@ -1,7 +1,9 @@
 //! Split-K across the grid, second half: the kernel that adds up the `k_groups` f32 partial
 //! sums a GEMM with `k_groups > 1` wrote into its scratch buffer, adds the bias, applies the
-//! epilogue and writes Y in the activation type. One thread per output, one dispatch for the
-//! whole GEMM (all N-slices).
+//! epilogue and writes Y in the activation type. One thread per 4 outputs (per output where n
+//! is not a multiple of 4: [`reduce_vector_width`]), read and written as vectors, one
+//! dispatch for the whole GEMM (all N-slices). On the H200 at m = 64 the scalar kernel took
+//! 10% of a Qwen2.5-3B prefill (docs/measurements/2026-12-03b-h200.md).
 //!
 //! Bindings: 0 `partials` (f32, `k_groups × m × ldy`, as the GEMM wrote them; with SwiGLU
 //! `k_groups × m × 2·ldy`, each row's gate sums then its up sums), 2 `y`, 3 `bias` (when the
@@ -24,9 +26,23 @@ pub const BINDING_PARTIALS: u32 = 0;
 /// Threads per workgroup of the reduce kernel (along n).
 pub const REDUCE_THREADS: u32 = 64;
 
-/// Workgroups of the reduce kernel for `m` rows of `n` columns: n along x, rows along y.
-pub fn reduce_grid(m: u32, n: u32) -> [u32; 3] {
-    [n.div_ceil(REDUCE_THREADS), m, 1]
+/// Outputs per thread of `w`'s reduce kernel: 4 where every row of Y, of the partials and of
+/// the bias starts on a 16-byte boundary (n a multiple of 4), else 1.
+pub fn reduce_vector_width(w: &GemmWorkload) -> u32 {
+    if w.n % 4 == 0 {
+        4
+    } else {
+        1
+    }
+}
+
+/// Workgroups of `w`'s reduce kernel over `m` rows: n along x, rows along y.
+pub fn reduce_grid(w: &GemmWorkload, m: u32) -> [u32; 3] {
+    [
+        (w.n / reduce_vector_width(w)).div_ceil(REDUCE_THREADS),
+        m,
+        1,
+    ]
 }
 
 /// The reduce kernel's push constants: the GEMM's block over the whole width (n = w.n,
@@ -74,9 +90,10 @@ pub fn instantiate_reduce(
 
 /// The reduce kernel's IR.
 pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
+    let vw = reduce_vector_width(w);
     let b = KernelBuilder::new(
         format!(
-            "gemm_split_k_reduce_g{}_{}{}{}",
+            "gemm_split_k_reduce_g{}_v{vw}_{}{}{}",
             s.k_groups,
             match w.act {
                 ActType::F32 => "f32",
@@ -91,19 +108,21 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
         ActType::F32 => Scalar::F32,
         ActType::F16 => Scalar::F16,
     };
-    let partials = b.buffer(BINDING_PARTIALS, "partials", Type::F32, Access::ReadOnly);
-    let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);
+    let vec_of = |s: Scalar| {
+        if vw > 1 {
+            Type::vec(s, vw)
+        } else {
+            Type::scalar(s)
+        }
+    };
+    let (f32v, actv) = (vec_of(Scalar::F32), vec_of(act));
+    let partials = b.buffer(BINDING_PARTIALS, "partials", f32v, Access::ReadOnly);
+    let y = b.buffer(BINDING_Y, "y", actv, Access::WriteOnly);
     let bias = w
         .bias
-        .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
-    let residual = (w.epilogue == Epilogue::Residual).then(|| {
-        b.buffer(
-            BINDING_RESIDUAL,
-            "residual",
-            Type::scalar(act),
-            Access::ReadOnly,
-        )
-    });
+        .then(|| b.buffer(BINDING_BIAS, "bias", f32v, Access::ReadOnly));
+    let residual = (w.epilogue == Epilogue::Residual)
+        .then(|| b.buffer(BINDING_RESIDUAL, "residual", actv, Access::ReadOnly));
     let swiglu = w.epilogue == Epilogue::SwiGlu;
     // The GEMM's push-constant block: the same bytes drive both kernels.
     let p_m = b.push_field("m", Type::U32);
@@ -111,7 +130,14 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     let _p_k = b.push_field("k", Type::U32);
     let p_noff = b.push_field("n_offset", Type::U32);
     let p_ldy = b.push_field("ldy", Type::U32);
-    let (m, n, n_offset, ldy) = (b.push(p_m), b.push(p_n), b.push(p_noff), b.push(p_ldy));
+    // Columns, offsets and strides in vectors of `vw` (n, n_offset and ldy are multiples).
+    let shift = vw.trailing_zeros();
+    let (m, n, n_offset, ldy) = (
+        b.push(p_m),
+        b.shri(b.push(p_n), shift),
+        b.shri(b.push(p_noff), shift),
+        b.shri(b.push(p_ldy), shift),
+    );
     let row = b.builtin(Builtin::WorkgroupId(1));
     let col = b.add(
         b.muli(b.builtin(Builtin::WorkgroupId(0)), REDUCE_THREADS),
@@ -138,9 +164,9 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
         }
         let out_at = b.add(b.mul(row, ldy), ycol);
         if let Some(r) = residual {
-            sum = b.add(sum, b.convert(b.load(r, out_at), Type::F32));
+            sum = b.add(sum, b.convert(b.load(r, out_at), f32v));
         }
-        b.store(y, out_at, b.convert(sum, Type::scalar(act)));
+        b.store(y, out_at, b.convert(sum, actv));
     });
     b.finish()
 }
