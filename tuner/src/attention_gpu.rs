@@ -322,7 +322,7 @@ pub fn measure_attention(
 /// A short summary of an attention schedule for tables.
 pub fn summary(s: &AttentionSchedule) -> String {
     format!(
-        "r{} kv{} l{}{}{} {}{}",
+        "r{} kv{} l{}{}{} {}{}{}",
         s.rows,
         s.kv_block,
         s.threads_per_row,
@@ -337,6 +337,11 @@ pub fn summary(s: &AttentionSchedule) -> String {
             (true, false) => " qk16",
             (false, true) => " pv16",
             (true, true) => " f16",
+        },
+        if s.is_tiled() {
+            format!(" t{}x{}", s.tile_rows, s.tile_keys)
+        } else {
+            String::new()
         }
     )
 }

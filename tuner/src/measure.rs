@@ -448,12 +448,12 @@ pub const RAMP_TOLERANCE: f64 = 0.03;
 /// device's constants: a device at constant speed (lavapipe) gets `floor`.
 pub fn calibrate_warmup(
     ctx: &Context,
-    gpu: &GemmOnGpu,
+    gpu: &dyn TimedRuns,
     floor: Duration,
     cap: Duration,
 ) -> Result<WarmupCalibration, GpuError> {
     // A first run outside the measurement: pipeline and memory are then resident.
-    let first = gpu.time(ctx, 1)?;
+    let first = gpu.time_runs(ctx, 1)?;
     let mut per_run = median(&first).max(Duration::from_nanos(1));
     std::thread::sleep(CALIBRATION_IDLE);
     let start = Instant::now();
@@ -462,7 +462,7 @@ pub fn calibrate_warmup(
     while start.elapsed() < CALIBRATION_LOAD || samples.len() < 4 {
         let before = start.elapsed();
         let size = (WARMUP_BATCH_GPU.as_secs_f64() / 2.0 / per_run.as_secs_f64()).ceil();
-        let batch = gpu.time(ctx, (size as u32).clamp(1, 10_000))?;
+        let batch = gpu.time_runs(ctx, (size as u32).clamp(1, 10_000))?;
         per_run = median(&batch).max(Duration::from_nanos(1));
         samples.push((before, per_run));
         if samples.len() >= 4 && start.elapsed() >= 2 * CALIBRATION_LOAD {

@@ -2,7 +2,7 @@
 //! candidates (compiled in parallel, measured one at a time) under a trial budget and a time
 //! budget, storing every trial in the database as it completes.
 
-use crate::attention_gpu::{measure_attention, AttentionInputs};
+use crate::attention_gpu::{measure_attention, AttentionInputs, AttentionOnGpu};
 use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
 use crate::gemm_gpu::{GemmInputs, GemmOnGpu};
@@ -216,36 +216,64 @@ impl<'db> Tuner<'db> {
 
     /// Calibrates the warm-up on the default schedule of the cheapest workload. `None` when
     /// that kernel cannot run: the trials will then record why, and use the floor.
+    /// The warm-up calibration on the cheapest GEMM of `workloads`, or on the first attention
+    /// workload where there is no GEMM (`--workload attention`): without it every trial got the
+    /// 30 ms floor, and on the H200 attention trials were timed at 5x their sustained time.
     fn calibrate(
         &self,
         workloads: &[ModelWorkload],
         measure: &MeasureOptions,
     ) -> Option<WarmupCalibration> {
-        let gemm = workloads
+        let cheapest_gemm = workloads
             .iter()
             .filter_map(|mw| match mw.workload {
                 Workload::Gemm(g) => Some(g),
                 _ => None,
             })
-            .min_by_key(|g| g.flops())?;
-        let workload = Workload::Gemm(gemm);
-        let Schedule::Gemm(schedule) = default_schedule(&workload, &self.caps) else {
+            .min_by_key(|g| g.flops());
+        let timing = timing_method(&self.ctx, measure);
+        let floor = measure.warmup;
+        if let Some(gemm) = cheapest_gemm {
+            let workload = Workload::Gemm(gemm);
+            let Schedule::Gemm(schedule) = default_schedule(&workload, &self.caps) else {
+                return None;
+            };
+            let kernel = instantiate(&workload, &Schedule::Gemm(schedule), &self.caps).ok()?;
+            let inputs = GemmInputs::random(&gemm, measure.seed);
+            let mut gpu = GemmOnGpu::new(
+                &self.ctx,
+                self.cache.as_ref(),
+                &kernel,
+                &gemm,
+                &schedule,
+                &self.caps,
+                &inputs,
+            )
+            .ok()?;
+            gpu.timing = timing;
+            return calibrate_warmup(&self.ctx, &gpu, floor, MAX_CALIBRATED_WARMUP).ok();
+        }
+        let attention = workloads.iter().find_map(|mw| match mw.workload {
+            Workload::Attention(a) => Some(a),
+            _ => None,
+        })?;
+        let workload = Workload::Attention(attention);
+        let Schedule::Attention(schedule) = default_schedule(&workload, &self.caps) else {
             return None;
         };
-        let kernel = instantiate(&workload, &Schedule::Gemm(schedule), &self.caps).ok()?;
-        let inputs = GemmInputs::random(&gemm, measure.seed);
-        let mut gpu = GemmOnGpu::new(
+        let kernel = instantiate(&workload, &Schedule::Attention(schedule), &self.caps).ok()?;
+        let inputs = AttentionInputs::random(&attention, None, measure.seed);
+        let mut gpu = AttentionOnGpu::new(
             &self.ctx,
             self.cache.as_ref(),
             &kernel,
-            &gemm,
+            &attention,
             &schedule,
-            &self.caps,
             &inputs,
         )
         .ok()?;
-        gpu.timing = timing_method(&self.ctx, measure);
-        calibrate_warmup(&self.ctx, &gpu, measure.warmup, MAX_CALIBRATED_WARMUP).ok()
+        gpu.timing = timing;
+        calibrate_warmup(&self.ctx, &gpu, floor, MAX_CALIBRATED_WARMUP).ok()
     }
 
     fn tune_one(
