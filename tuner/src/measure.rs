@@ -145,8 +145,9 @@ pub(crate) fn trial_of(
         &mut Option<BTreeMap<String, f64>>,
     ) -> Result<Timing, (FailureKind, String)>,
 ) -> Trial {
-    let failed =
-        |kind: FailureKind, message: String| Trial::failed(schedule, kind, message, host.to_string());
+    let failed = |kind: FailureKind, message: String| {
+        Trial::failed(schedule, kind, message, host.to_string())
+    };
     let kernel = match compiled {
         Ok(k) => k,
         Err(r) => return failed(FailureKind::Refused, r.to_string()),
@@ -281,7 +282,15 @@ fn run_trial(
         fault::perturb(&mut got, cols[0] as usize);
     }
     gemm_gpu::check(w, s, inputs, &got, &cols).map_err(|e| (FailureKind::Mismatch, e))?;
-    timed_runs(ctx, &gpu, gpu.timing, one_run, options, incumbent_s, w.flops())
+    timed_runs(
+        ctx,
+        &gpu,
+        gpu.timing,
+        one_run,
+        options,
+        incumbent_s,
+        w.flops(),
+    )
 }
 
 /// The timed part of a trial, after its checked run took `one_run`: warm-up to steady speed,

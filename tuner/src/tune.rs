@@ -29,6 +29,13 @@ pub enum TrialInputs {
     Attention(Box<AttentionInputs>),
 }
 
+/// Least warm-up per candidate on a GPU (not a CPU implementation), whatever the calibration
+/// measured: the calibration runs after the model's upload and can catch the clocks still
+/// high. On the H200 a calibration of 8 ms gave 30 ms warm-ups that timed attention trials at
+/// 5x their sustained time (a stored "winner" then slowed pp4096 from 26595 to 25154 tok/s),
+/// while 200 ms and more matched `rocky bench-attention` (docs/measurements/2026-12-03b-h200.md).
+pub const GPU_MIN_WARMUP: Duration = Duration::from_millis(200);
+
 /// Candidates compiled together before they are measured one by one.
 const COMPILE_BATCH: usize = 8;
 
@@ -189,7 +196,10 @@ impl<'db> Tuner<'db> {
         let start = Instant::now();
         let mut options = options.clone();
         if options.calibrate_warmup {
-            if let Some(c) = self.calibrate(workloads, &options.measure) {
+            if let Some(mut c) = self.calibrate(workloads, &options.measure) {
+                if !self.ctx.info().is_cpu {
+                    c.warmup = c.warmup.max(GPU_MIN_WARMUP);
+                }
                 options.measure.warmup = c.warmup;
                 progress(Progress::WarmupCalibrated(c));
             }

@@ -64,7 +64,11 @@ impl TiledLayout {
         TiledLayout {
             r,
             head_u4,
-            q_stride: if s.f16_qk { head_u4 + 1 } else { 2 * head_u4 + 1 },
+            q_stride: if s.f16_qk {
+                head_u4 + 1
+            } else {
+                2 * head_u4 + 1
+            },
             k_stride: head_u4 + 1,
             p_stride: r / 4 + 1,
         }
@@ -171,7 +175,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let q_at = |r: Value, e: Value| {
         let (_, query_c, head) = row_of(r);
         b.add(
-            b.add(b.muli(query_c, w.q_width() / 4), b.muli(head, w.head_dim / 4)),
+            b.add(
+                b.muli(query_c, w.q_width() / 4),
+                b.muli(head, w.head_dim / 4),
+            ),
             e,
         )
     };
@@ -256,7 +263,9 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 
         // Scores of the thread's tile.
         let q_rows: Vec<Value> = my_rows.iter().map(|&r| b.muli(r, lay.q_stride)).collect();
-        let k_rows: Vec<Value> = (0..tn).map(|jj| b.muli(key_col(jj), lay.k_stride)).collect();
+        let k_rows: Vec<Value> = (0..tn)
+            .map(|jj| b.muli(key_col(jj), lay.k_stride))
+            .collect();
         let mut scores: Vec<Vec<Value>> = Vec::new();
         if s.f16_qk {
             let mut folded: Vec<Vec<Option<Value>>> = vec![vec![None; tn as usize]; tm as usize];
@@ -313,7 +322,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                     .iter()
                     .map(|&at| {
                         let at = b.addi(at, 2 * c);
-                        (b.load_shared(q_tile, at), b.load_shared(q_tile, b.addi(at, 1)))
+                        (
+                            b.load_shared(q_tile, at),
+                            b.load_shared(q_tile, b.addi(at, 1)),
+                        )
                     })
                     .collect();
                 let kv: Vec<(Value, Value)> = k_rows
