@@ -69,9 +69,9 @@ struct Gemm<'a> {
     /// First vec4 of each (clamped) X row, and the `row_off` of each (clamped) W row.
     x_bases: Vec<Value>,
     w_row_offs: Vec<Value>,
-    /// `wide_loads` with several slabs per K-loop iteration: the iteration's shared group
-    /// headers of each column (`dequant::ir::SharedHeaders`) and the current slab's first
-    /// unit within the iteration.
+    /// `share_headers`: the current K-loop iteration's group headers of each column
+    /// (`dequant::ir::SharedHeaders`) and the current slab's first unit within the
+    /// iteration.
     headers: RefCell<Option<(Vec<SharedHeaders>, u32)>>,
 }
 
