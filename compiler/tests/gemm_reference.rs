@@ -42,6 +42,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate,
         math,

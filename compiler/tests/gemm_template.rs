@@ -37,6 +37,7 @@ fn sched() -> GemmSchedule {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
@@ -64,6 +65,24 @@ fn keys_serialize_with_stable_names() {
         serde_json::from_str::<Schedule>(&unknown).is_err(),
         "unknown fields are rejected"
     );
+    // A record stored before `share_headers` (the Mali Q8_0 default of 2026-12-02) loads
+    // with it off, and the field is written only when on.
+    let old = r#"{"gemm":{"bm":16,"bn":16,"bk":64,"tm":4,"tn":1,"split_k":1,"vector_width":2,"stage_a":false,"stage_b":false,"shuffle_a":true,"wide_loads":true,"k_unroll":4,"accumulate":"f32","math":"fma_f16_packed"}}"#;
+    let Schedule::Gemm(g) = serde_json::from_str::<Schedule>(old).unwrap() else {
+        panic!("a GEMM schedule")
+    };
+    assert!(!g.share_headers && g.k_unroll == 4);
+    assert_eq!(serde_json::to_string(&Schedule::Gemm(g)).unwrap(), old);
+    let shared = GemmSchedule {
+        share_headers: true,
+        ..g
+    };
+    let json = serde_json::to_string(&shared).unwrap();
+    assert!(
+        json.contains(r#""k_unroll":4,"share_headers":true"#),
+        "{json}"
+    );
+    assert_eq!(serde_json::from_str::<GemmSchedule>(&json).unwrap(), shared);
     for f in WeightFormat::ALL {
         let name = serde_json::to_string(&f).unwrap();
         assert_eq!(name, format!("\"{}\"", f.ggml_name().to_lowercase()));

@@ -514,6 +514,7 @@ fn every_path_of_the_template_matches_the_reference() {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
@@ -584,6 +585,63 @@ fn every_path_of_the_template_matches_the_reference() {
     }
 }
 
+/// `share_headers` (aligned Q8_0: one header quad per group and K-loop iteration): 2, 4 and
+/// 8 units per iteration (a lane picked by the iteration's block, and constant lanes), in
+/// both FMA maths and the int8 path, over rows of 3 whole groups and rows ending in a
+/// partial group, with the K loop split across the grid.
+#[test]
+fn shared_group_headers_match_the_reference() {
+    let caps = desktop_vk12();
+    let mut checked = 0;
+    for (i, (m, k)) in [(6, 768), (3, 1280), (5, 640)].into_iter().enumerate() {
+        let w = GemmWorkload {
+            m,
+            n: 24,
+            k,
+            act: ActType::F32,
+            weight: WeightFormat::Q8_0,
+            layout: WeightLayout::Aligned,
+            bias: i == 1,
+            epilogue: Default::default(),
+        };
+        let inp = inputs(&w, 400 + i as u64);
+        for (math, accumulate, vector_width) in [
+            (Math::FmaF32, rocky_compiler::Precision::F32, 1),
+            (Math::FmaF16Packed, rocky_compiler::Precision::F32, 2),
+            (Math::Int8Dot, rocky_compiler::Precision::F32, 4),
+        ] {
+            for (bk, k_unroll, k_groups) in
+                [(32, 2, 1), (64, 2, 1), (32, 4, 1), (64, 4, 1), (64, 2, 2)]
+            {
+                let s = GemmSchedule {
+                    bm: 8,
+                    bn: 16,
+                    bk,
+                    tm: 2,
+                    tn: 2,
+                    split_k: 1,
+                    vector_width,
+                    stage_a: false,
+                    stage_b: false,
+                    shuffle_a: false,
+                    k_groups,
+                    wide_loads: true,
+                    k_unroll,
+                    share_headers: true,
+                    fold_per_slab: false,
+                    accumulate,
+                    math,
+                };
+                if s.validate(&w, &caps).is_ok() {
+                    check(&w, &s, &caps, &inp);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} schedules validated");
+}
+
 /// The fused epilogues (SwiGLU of a combined gate/up tensor, the residual add), each through
 /// the GEMM's own store, the in-workgroup split-K reduction and the split-K reduce kernel,
 /// against the reference composed from the unfused parts; in both weight layouts
@@ -605,6 +663,7 @@ fn fused_epilogues_match_the_composed_reference() {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
@@ -725,6 +784,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,

@@ -153,6 +153,7 @@ pub(crate) mod tests {
             k_groups: 1,
             wide_loads: false,
             k_unroll: 1,
+            share_headers: false,
             fold_per_slab: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,

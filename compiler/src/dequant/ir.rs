@@ -8,10 +8,12 @@
 
 use super::layout::{AlignedGeometry, GROUP};
 use super::words::{
-    load_f16_as_f32, load_u16, load_u32, load_word, signed_bytes_to_ivec4, Align, WordRun,
+    load_f16_as_f32, load_u16, load_u32, load_word, quad_lane, signed_bytes_to_ivec4, Align,
+    WordRun,
 };
 use super::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -205,7 +207,7 @@ pub fn open_units(
 ) -> Vec<Unit> {
     assert!(count.is_power_of_two(), "a group of {count} units");
     if rows.layout == WeightLayout::Aligned {
-        return open_units_aligned(b, rows, row_off, first, count, want_f16);
+        return open_units_aligned(b, rows, row_off, first, count, want_f16, None);
     }
     let fmt = rows.format;
     let per_block = fmt.block_elems() / UNIT;
@@ -367,6 +369,93 @@ pub fn open_units(
     out
 }
 
+/// The group headers of the units one iteration of a K loop opens in one weight row, in the
+/// aligned layout: the iteration opens units `first + o` (`o` constant, below `step`) and
+/// each group header it touches is loaded once, as one quad, on first use, and shared by all
+/// the units of the iteration that read it, instead of once per [`open_units`] call. Q8_0's
+/// 16-byte header holds the 8 f16 `d`s of its group, so 4 slabs of 2 units (one group) load
+/// one header quad instead of 4 (docs/measurements/2026-12-03-mali-shim26-q8.md).
+pub struct SharedHeaders {
+    rows: WeightRows,
+    row_off: Value,
+    first: Value,
+    step: u32,
+    /// Header quads by group offset from the group of `first` (constant).
+    quads: RefCell<HashMap<u32, Value>>,
+}
+
+impl SharedHeaders {
+    /// Headers shared by the units `first .. first + step` of the row at `row_off` (16-byte
+    /// units), where `first` is a multiple of `step`; `None` where they are not shared: only
+    /// Q8_0 in the aligned layout (whose header holds nothing but the `d`s), and `step` a
+    /// multiple or an even divisor of the group ([`GROUP`] blocks).
+    pub fn new(rows: WeightRows, row_off: Value, first: Value, step: u32) -> Option<Self> {
+        let fits = step >= 2 && (step % GROUP == 0 || GROUP % step == 0);
+        (rows.layout == WeightLayout::Aligned && rows.format == WeightFormat::Q8_0 && fits).then(
+            || SharedHeaders {
+                rows,
+                row_off,
+                first,
+                step,
+                quads: Default::default(),
+            },
+        )
+    }
+
+    /// The header quad of group `g` (the first unit's group plus `go`), loaded once.
+    fn quad(&self, b: &KernelBuilder, g: Value, go: u32) -> Value {
+        *self.quads.borrow_mut().entry(go).or_insert_with(|| {
+            let geo = aligned_geometry(self.rows.format);
+            let hq = b.add(self.row_off, b.muli(g, geo.group_bytes() / 16));
+            b.load(self.rows.buffer, hq)
+        })
+    }
+
+    /// The f16 `d` of unit `o` of the iteration (constant `o < step`) as f32.
+    fn d(&self, b: &KernelBuilder, o: u32) -> Value {
+        debug_assert!(o < self.step);
+        let g0 = b.shri(self.first, GROUP.trailing_zeros());
+        if self.step % GROUP == 0 {
+            // first is a multiple of the group: unit o is block o % 8 of group g0 + o / 8.
+            let go = o / GROUP;
+            let g = if go == 0 { g0 } else { b.addi(g0, go) };
+            let j = o % GROUP;
+            let word = b.extract(self.quad(b, g, go), j / 2);
+            return b.extract(b.unpack_half2x16(word), j % 2);
+        }
+        // The iteration lies inside group g0, from its even block j0 = first & 7 on.
+        let j0 = b.andi(self.first, GROUP - 1);
+        let word = quad_lane(b, self.quad(b, g0, 0), b.addi(b.shri(j0, 1), o / 2));
+        b.extract(b.unpack_half2x16(word), o % 2)
+    }
+}
+
+/// [`open_units`] of the units `first + offset ..` of an iteration whose headers are
+/// `headers` (`offset` constant, `offset + count` up to its step).
+pub fn open_units_shared(
+    b: &KernelBuilder,
+    headers: &SharedHeaders,
+    offset: u32,
+    count: u32,
+    want_f16: bool,
+) -> Vec<Unit> {
+    assert!(count.is_power_of_two() && offset % count == 0 && offset + count <= headers.step);
+    let first = if offset == 0 {
+        headers.first
+    } else {
+        b.addi(headers.first, offset)
+    };
+    open_units_aligned(
+        b,
+        headers.rows,
+        headers.row_off,
+        first,
+        count,
+        want_f16,
+        Some((headers, offset)),
+    )
+}
+
 impl Unit {
     /// A unit with nothing loaded yet, its data at byte `base`.
     fn blank(format: WeightFormat, buffer: Buffer, base: Value, q_align: Align) -> Unit {
@@ -469,6 +558,7 @@ fn open_units_aligned(
     first: Value,
     count: u32,
     want_f16: bool,
+    shared: Option<(&SharedHeaders, u32)>,
 ) -> Vec<Unit> {
     let (fmt, buf) = (rows.format, rows.buffer);
     let geo = aligned_geometry(fmt);
@@ -478,7 +568,16 @@ fn open_units_aligned(
     if count > span {
         return (0..count / span)
             .flat_map(|j| {
-                open_units_aligned(b, rows, row_off, b.addi(first, j * span), span, want_f16)
+                let shared = shared.map(|(h, o)| (h, o + j * span));
+                open_units_aligned(
+                    b,
+                    rows,
+                    row_off,
+                    b.addi(first, j * span),
+                    span,
+                    want_f16,
+                    shared,
+                )
             })
             .collect();
     }
@@ -502,6 +601,9 @@ fn open_units_aligned(
     // j/2 + p, loaded once; a K-quant's units share one block, whose j is any.
     let d_words: std::cell::RefCell<HashMap<u32, Value>> = Default::default();
     let d_of = |i: u32| {
+        if let Some((h, o)) = shared {
+            return h.d(b, o + i);
+        }
         if count == 1 || per_block > 1 {
             let word = load_word(b, buf, b.add(hw, b.shri(j, 1)));
             let w = b.shr(word, b.shli(b.andi(j, 1), 4));

@@ -29,6 +29,11 @@ pub fn load_word(b: &KernelBuilder, buf: Buffer, idx: Value) -> Value {
     }
     debug_assert_eq!(buf.elem, quad_type());
     let q = b.load(buf, b.shri(idx, 2));
+    quad_lane(b, q, idx)
+}
+
+/// Lane `idx & 3` of the quad `q` (a 2-bit select).
+pub fn quad_lane(b: &KernelBuilder, q: Value, idx: Value) -> Value {
     let odd = b.ne(b.andi(idx, 1), b.c_u32(0));
     let high = b.ne(b.andi(idx, 2), b.c_u32(0));
     let lo = b.select(odd, b.extract(q, 1), b.extract(q, 0));

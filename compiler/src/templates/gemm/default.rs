@@ -93,6 +93,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         k_groups: 1,
         wide_loads: false,
         k_unroll: 1,
+        share_headers: false,
         fold_per_slab: false,
         accumulate,
         math,
@@ -159,11 +160,25 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                 ..wide
             });
         }
-        // Q8_0 in the aligned layout (16-byte weight loads) is left with 4 X loads, 4
-        // weight quads and one scale word per slab against ~9.5 sfu cycles: more slabs per
-        // iteration spread the epilogue's 8 LS ops, arith/ls 0.60 -> 0.84 with 4, no spills
-        // (docs/measurements/2026-12-02c-mali-shim26-repack.md).
+        // Q8_0 in the aligned layout (16-byte weight loads) is left with tm X loads, 4
+        // weight quads and one scale word per slab against 2·tm sfu cycles (the X
+        // broadcasts): more slabs per iteration spread the epilogue's LS ops (arith/ls 0.60
+        // -> 0.84 with 4, docs/measurements/2026-12-02c-mali-shim26-repack.md), the 4 slabs
+        // of an iteration share their group's header quad, and 5 rows per thread put more
+        // broadcasts on each weight load: on Mesa 26.1.6 (M = 512, the four Qwen2.5-3B
+        // shapes) 70.25 sfu / 80 ls (0.88) -> 84.375 / 84 (1.004), 63 registers, no spills;
+        // 6 or 8 rows spilled with 2 or 4 slabs, and 4 rows stayed at 0.92
+        // (docs/measurements/2026-12-03-mali-shim26-q8.md).
         if w.weight == WeightFormat::Q8_0 && w.layout == WeightLayout::Aligned {
+            for k_unroll in [4, 2] {
+                c.push(GemmSchedule {
+                    bm: 20,
+                    tm: 5,
+                    k_unroll,
+                    share_headers: true,
+                    ..wide
+                });
+            }
             for k_unroll in [4, 2] {
                 c.push(GemmSchedule { k_unroll, ..wide });
             }
@@ -417,6 +432,40 @@ mod tests {
             layout: crate::dequant::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+        }
+    }
+
+    #[test]
+    fn mali_q8_0_aligned_takes_five_rows_per_thread_and_shared_headers() {
+        let caps = DeviceCaps::mali_g610();
+        for (n, k, k_unroll) in [
+            (2048, 2048, 4),
+            (256, 2048, 4),
+            (11008, 2048, 4),
+            (2048, 11008, 4),
+            (896, 896, 2),
+        ] {
+            let w = GemmWorkload {
+                weight: WeightFormat::Q8_0,
+                layout: WeightLayout::Aligned,
+                ..gemm(512, n, k)
+            };
+            let s = default_schedule(&w, &caps);
+            assert_eq!(
+                (s.bm, s.tm, s.tn, s.k_unroll, s.share_headers),
+                (20, 5, 1, k_unroll, true),
+                "{n}x{k}: {s:?}"
+            );
+            // The fused SwiGLU GEMM keeps 4 rows of 2 columns without shared headers.
+            let fused = GemmWorkload {
+                epilogue: super::super::workload::Epilogue::SwiGlu,
+                ..w
+            };
+            let s = default_schedule(&fused, &caps);
+            assert_eq!((s.tm, s.tn, s.share_headers), (4, 2, false), "{s:?}");
+            // Other devices' defaults do not share headers.
+            let desk = default_schedule(&w, &DeviceCaps::desktop_all_features());
+            assert!(!desk.share_headers && !desk.shuffle_a, "{desk:?}");
         }
     }
 

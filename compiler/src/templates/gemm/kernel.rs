@@ -22,7 +22,9 @@ use super::workload::{ActType, Epilogue, GemmWorkload};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
+use crate::dequant::ir::{
+    open_unit, open_units, open_units_shared, SharedHeaders, Unit, WeightRows,
+};
 use crate::dequant::layout::{AlignedGeometry, GROUP};
 use crate::dequant::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{
@@ -67,6 +69,10 @@ struct Gemm<'a> {
     /// First vec4 of each (clamped) X row, and the `row_off` of each (clamped) W row.
     x_bases: Vec<Value>,
     w_row_offs: Vec<Value>,
+    /// `share_headers`: the current K-loop iteration's group headers of each column
+    /// (`dequant::ir::SharedHeaders`) and the current slab's first unit within the
+    /// iteration.
+    headers: RefCell<Option<(Vec<SharedHeaders>, u32)>>,
 }
 
 /// Builds the IR of the kernel. The pair must have passed `GemmSchedule::validate`.
@@ -200,6 +206,7 @@ impl<'a> Gemm<'a> {
             out_cols,
             x_bases,
             w_row_offs: Vec::new(),
+            headers: RefCell::new(None),
         };
         g.w_row_offs = (0..s.tn)
             .map(|j| g.w_row_off(b.addi(tx, j * wg_n)))
@@ -292,9 +299,22 @@ impl<'a> Gemm<'a> {
         let step = upb * s.k_unroll;
         let (first, end) = self.group_units();
         b.for_range(first, end, step, Unroll::Auto, |ub0| {
+            // The iteration's slabs share the group headers they read (aligned Q8_0): one
+            // header quad per group instead of one per slab.
+            if s.share_headers {
+                let headers: Option<Vec<SharedHeaders>> = self
+                    .w_row_offs
+                    .iter()
+                    .map(|&off| SharedHeaders::new(self.rows, off, ub0, step))
+                    .collect();
+                *self.headers.borrow_mut() = headers.map(|h| (h, 0));
+            }
             // k_unroll slabs per iteration, one after the other.
             for r in 0..s.k_unroll {
                 let ub = if r == 0 { ub0 } else { b.addi(ub0, r * upb) };
+                if let Some((_, o)) = self.headers.borrow_mut().as_mut() {
+                    *o = r * upb;
+                }
                 if self.staged() || s.shuffle_a || s.wide_loads {
                     stage(ub);
                 }
@@ -324,6 +344,17 @@ impl<'a> Gemm<'a> {
     /// `wide_loads`: the units of slab `ub` of each of this thread's columns, opened together.
     fn open_slab(&self, ub: Value, want_f16: bool) -> Vec<Vec<Rc<Unit>>> {
         let upb = self.s.units_per_slab();
+        if let Some((headers, o)) = self.headers.borrow().as_ref() {
+            return headers
+                .iter()
+                .map(|h| {
+                    open_units_shared(self.b, h, *o, upb, want_f16)
+                        .into_iter()
+                        .map(Rc::new)
+                        .collect()
+                })
+                .collect();
+        }
         self.w_row_offs
             .iter()
             .map(|&off| {

@@ -98,6 +98,15 @@ pub struct GemmSchedule {
     /// together; k must be a multiple of `bk · k_unroll`. Omitted from the serialization when 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub k_unroll: u32,
+    /// With `wide_loads` and several slabs per K-loop iteration, in the aligned layout of
+    /// Q8_0: the iteration loads each group header it reads (the 8 f16 `d`s of 8 blocks, one
+    /// 16-byte quad) once and shares it across its slabs (`dequant::ir::SharedHeaders`),
+    /// instead of one header load per slab: 3 fewer loads per 4 slabs of 2 units, for the
+    /// quad's registers live across the iteration. Needs `bk·k_unroll/32` units per
+    /// iteration to be a multiple or an even divisor of 8. Omitted from the serialization
+    /// when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub share_headers: bool,
     /// Mixed precision (packed f16 math, f32 accumulation): add the f16 partial sums into the
     /// f32 accumulators once per `bk` slab instead of once per 32-element unit. The fold
     /// (convert, add, reset per output) is about a quarter of the inner loop's instructions
@@ -211,7 +220,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -238,6 +247,7 @@ impl GemmSchedule {
                 String::new()
             },
             if self.fold_per_slab { "_fs" } else { "" },
+            if self.share_headers { "_sh" } else { "" },
             acc,
             math
         )
@@ -397,6 +407,24 @@ impl GemmSchedule {
                     "wide_loads needs no split-K and a power-of-two number of units per slab"
                         .into(),
                 );
+            }
+        }
+
+        if self.share_headers {
+            let step = self.units_per_slab() * self.k_unroll;
+            let fits = step >= 2
+                && (step % crate::dequant::layout::GROUP == 0
+                    || crate::dequant::layout::GROUP % step == 0);
+            if !(self.wide_loads
+                && !self.stage_b
+                && self.k_unroll > 1
+                && w.weight == WeightFormat::Q8_0
+                && w.layout == crate::dequant::WeightLayout::Aligned
+                && fits)
+            {
+                return bad(format!(
+                    "share_headers needs wide_loads without stage_b, k_unroll above 1, Q8_0 weights in the aligned layout and a multiple or an even divisor of 8 units per K-loop iteration ({step})"
+                ));
             }
         }
 

@@ -84,6 +84,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         k_groups: 1,
                                         wide_loads: false,
                                         k_unroll: 1,
+                                        share_headers: false,
                                         fold_per_slab: false,
                                         accumulate,
                                         math,
@@ -137,6 +138,15 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         }
                                         // And two slabs per K-loop iteration.
                                         let s = GemmSchedule { k_unroll: 2, ..s };
+                                        if s.validate(w, caps).is_ok() {
+                                            out.push(s);
+                                        }
+                                        // Sharing the iteration's group headers (aligned
+                                        // Q8_0).
+                                        let s = GemmSchedule {
+                                            share_headers: true,
+                                            ..s
+                                        };
                                         if s.validate(w, caps).is_ok() {
                                             out.push(s);
                                         }
