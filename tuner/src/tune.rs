@@ -196,10 +196,12 @@ impl<'db> Tuner<'db> {
         let start = Instant::now();
         let mut options = options.clone();
         if options.calibrate_warmup {
-            if let Some(mut c) = self.calibrate(workloads, &options.measure) {
-                if !self.ctx.info().is_cpu {
-                    c.warmup = c.warmup.max(GPU_MIN_WARMUP);
-                }
+            // The calibration keeps its result within [floor, cap]: on a GPU the floor is
+            // GPU_MIN_WARMUP, also where the calibration kernel cannot run.
+            if !self.ctx.info().is_cpu {
+                options.measure.warmup = options.measure.warmup.max(GPU_MIN_WARMUP);
+            }
+            if let Some(c) = self.calibrate(workloads, &options.measure) {
                 options.measure.warmup = c.warmup;
                 progress(Progress::WarmupCalibrated(c));
             }
@@ -224,11 +226,11 @@ impl<'db> Tuner<'db> {
         Ok(reports)
     }
 
-    /// Calibrates the warm-up on the default schedule of the cheapest workload. `None` when
-    /// that kernel cannot run: the trials will then record why, and use the floor.
-    /// The warm-up calibration on the cheapest GEMM of `workloads`, or on the first attention
-    /// workload where there is no GEMM (`--workload attention`): without it every trial got the
-    /// 30 ms floor, and on the H200 attention trials were timed at 5x their sustained time.
+    /// Calibrates the warm-up (at least `measure.warmup`) on the default schedule of the
+    /// cheapest GEMM of `workloads`, or of the first attention workload where there is no GEMM
+    /// (`--workload attention`: uncalibrated, its trials got the 30 ms floor and the H200 was
+    /// timed at 5x its sustained speed). `None` when that kernel cannot run: the trials will
+    /// then record why, and use the floor.
     fn calibrate(
         &self,
         workloads: &[ModelWorkload],

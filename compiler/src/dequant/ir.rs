@@ -88,25 +88,7 @@ pub fn open_unit(
         return open_unit_aligned(b, rows, row_off, unit, want_f16);
     }
     let buf = rows.buffer;
-    let mut u = Unit {
-        format: rows.format,
-        buffer: buf,
-        base: row_off,
-        scale: None,
-        scale_hi: None,
-        min: None,
-        scale_h: None,
-        scale_hi_h: None,
-        min_h: None,
-        qh: None,
-        q_off: None,
-        q_shift: None,
-        qh_off: None,
-        qh_shift: None,
-        q_align: Align::Two,
-        qs_run: None,
-        qh_run: None,
-    };
+    let mut u = Unit::blank(rows.format, buf, row_off, Align::Two);
     let f32_of_u32 = |v: Value| b.convert(v, Type::F32);
     match rows.format {
         WeightFormat::F32 => u.base = b.add(row_off, b.muli(unit, UNIT * 4)),
@@ -227,25 +209,7 @@ pub fn open_units(
             .collect();
     }
     let buf = rows.buffer;
-    let blank = |base: Value| Unit {
-        format: fmt,
-        buffer: buf,
-        base,
-        scale: None,
-        scale_hi: None,
-        min: None,
-        scale_h: None,
-        scale_hi_h: None,
-        min_h: None,
-        qh: None,
-        q_off: None,
-        q_shift: None,
-        qh_off: None,
-        qh_shift: None,
-        q_align: Align::Two,
-        qs_run: None,
-        qh_run: None,
-    };
+    let blank = |base: Value| Unit::blank(fmt, buf, base, Align::Two);
     // Runs already loaded, by (base word, region offset, length).
     let runs: std::cell::RefCell<HashMap<(u32, u32, u32), Rc<WordRun>>> = Default::default();
     let run = |base: Value, phase: Option<Value>, r0: u32, len: u32| -> Rc<WordRun> {

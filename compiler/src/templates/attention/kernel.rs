@@ -55,6 +55,57 @@ struct Attn<'a> {
     red: Option<SharedArray>,
 }
 
+/// The bindings and push constants of every attention kernel (see `workload.rs`).
+pub(crate) struct Interface {
+    pub q: Buffer,
+    pub k_cache: Buffer,
+    pub v_cache: Buffer,
+    pub out: Buffer,
+    /// Push constants: rows of this dispatch, cached positions before them.
+    pub m: Value,
+    pub pos0: Value,
+}
+
+impl Interface {
+    pub(crate) fn declare(b: &KernelBuilder) -> Interface {
+        let v4 = Type::vec(Scalar::F32, 4);
+        let u4 = Type::vec(Scalar::U32, 4);
+        let q = b.buffer(BINDING_Q, "q", v4, Access::ReadOnly);
+        let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u4, Access::ReadOnly);
+        let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u4, Access::ReadOnly);
+        let out = b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly);
+        let p_m = b.push_field("m", Type::U32);
+        let p_pos0 = b.push_field("pos0", Type::U32);
+        Interface {
+            q,
+            k_cache,
+            v_cache,
+            out,
+            m: b.push(p_m),
+            pos0: b.push(p_pos0),
+        }
+    }
+}
+
+/// Keys the workgroup whose first query row is `first_row` visits (the same for all its
+/// threads): pos0 + min(first_row + rows, m), capped by the bound cache length.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn workgroup_keys(
+    b: &KernelBuilder,
+    w: &AttentionWorkload,
+    s: &AttentionSchedule,
+    first_row: Value,
+    m: Value,
+    pos0: Value,
+    k_cache: Buffer,
+    v_cache: Buffer,
+) -> Value {
+    let rows_end = b.min(b.addi(first_row, s.rows), m);
+    let cache_len = b.min(b.array_length(k_cache), b.array_length(v_cache));
+    let cap = b.div(cache_len, b.c_u32(w.kv_width() / 8));
+    b.min(b.add(pos0, rows_end), cap)
+}
+
 /// Builds the IR of the kernel. The pair must have passed validation.
 pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     if s.is_tiled() {
@@ -63,12 +114,14 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads(w), 1, 1]);
     let v4 = Type::vec(Scalar::F32, 4);
     let u4 = Type::vec(Scalar::U32, 4);
-    let q = b.buffer(BINDING_Q, "q", v4, Access::ReadOnly);
-    let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u4, Access::ReadOnly);
-    let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u4, Access::ReadOnly);
-    let out = b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly);
-    let p_m = b.push_field("m", Type::U32);
-    let p_pos0 = b.push_field("pos0", Type::U32);
+    let Interface {
+        q,
+        k_cache,
+        v_cache,
+        out,
+        m,
+        pos0,
+    } = Interface::declare(&b);
 
     let tpr = s.threads_per_row;
     let hg = s.heads_per_workgroup(w);
@@ -86,7 +139,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     };
     let q_block = b.builtin(Builtin::WorkgroupId(0));
     let head_y = b.builtin(Builtin::WorkgroupId(1));
-    let (m, pos0) = (b.push(p_m), b.push(p_pos0));
     let first_row = b.muli(q_block, s.rows);
     let query = b.add(first_row, qi);
     let query_c = b.min(query, b.sub(m, b.c_u32(1)));
@@ -97,10 +149,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     };
     let pos = b.add(pos0, query_c);
     // Keys the workgroup visits (the same for all its threads), within the bound caches.
-    let rows_end = b.min(b.addi(first_row, s.rows), m);
-    let cache_len = b.min(b.array_length(k_cache), b.array_length(v_cache));
-    let cap = b.div(cache_len, b.c_u32(pos_u4));
-    let n_keys = b.min(b.add(pos0, rows_end), cap);
+    let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
     let row_keys = b.min(b.addi(pos, 1), n_keys);
 
     let k_tile = s

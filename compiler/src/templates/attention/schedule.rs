@@ -301,6 +301,8 @@ impl AttentionSchedule {
 /// (where the device has f16; f16 q·k alone saves less than p·v and is left out).
 /// Workgroups under 16 threads (they waste subgroups), rows beyond the next power of two of m
 /// and 64-key blocks without staging (their unstaged loads gain nothing over 32) are left out.
+/// First, where shared memory is on-chip and shuffles exist, the tiled schedules: rows 1..16,
+/// key blocks 16..64, tiles 4 or 8 rows × 2, 4 or 8 keys, the same maths, at least 32 threads.
 pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
     let m_cap = w.m.max(1).next_power_of_two();
     let groupings: &[bool] = if w.group() > 1 {

@@ -27,11 +27,10 @@
 //! block, as in the row-wise kernel. Shared-memory strides are padded so that neighbouring
 //! threads, which read neighbouring keys (K), rows (P) or chunks (V), hit different banks.
 
+use super::kernel::{workgroup_keys, Interface};
 use super::schedule::AttentionSchedule;
-use super::workload::{
-    AttentionWorkload, BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
-};
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value, Var};
+use super::workload::AttentionWorkload;
+use crate::ir::{Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value, Var};
 
 /// The running max before any key: far below any score, yet finite (as in the row-wise
 /// kernel: no lane computes ∞ - ∞).
@@ -93,12 +92,14 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let u32x4 = Type::vec(Scalar::U32, 4);
     let h2 = Type::vec(Scalar::F16, 2);
     let f32x2 = Type::vec(Scalar::F32, 2);
-    let q = b.buffer(BINDING_Q, "q", f32x4, Access::ReadOnly);
-    let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u32x4, Access::ReadOnly);
-    let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u32x4, Access::ReadOnly);
-    let out = b.buffer(BINDING_OUT, "out", f32x4, Access::WriteOnly);
-    let p_m = b.push_field("m", Type::U32);
-    let p_pos0 = b.push_field("pos0", Type::U32);
+    let Interface {
+        q,
+        k_cache,
+        v_cache,
+        out,
+        m,
+        pos0,
+    } = Interface::declare(&b);
 
     let lay = TiledLayout::of(w, s);
     let (tm, tn, kvb) = (s.tile_rows, s.tile_keys, s.kv_block);
@@ -113,7 +114,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let rg = b.shri(tid, cols.trailing_zeros());
     let q_block = b.builtin(Builtin::WorkgroupId(0));
     let head_y = b.builtin(Builtin::WorkgroupId(1));
-    let (m, pos0) = (b.push(p_m), b.push(p_pos0));
     let first_row = b.muli(q_block, s.rows);
     let last = b.sub(m, b.c_u32(1));
     // Query (unclamped, for the store), clamped query and head of workgroup row `r`.
@@ -137,10 +137,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         b.div(head_y, b.c_u32(w.group()))
     };
     let kv_base = b.muli(kvh, hu);
-    let rows_end = b.min(b.addi(first_row, s.rows), m);
-    let cache_len = b.min(b.array_length(k_cache), b.array_length(v_cache));
-    let cap = b.div(cache_len, b.c_u32(pos_u4));
-    let n_keys = b.min(b.add(pos0, rows_end), cap);
+    let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
 
     let [q_len, k_len, v_len, p_len] = lay.elements(kvb);
     let q_tile = if s.f16_qk {
@@ -206,12 +203,11 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 
     // Per thread row: its workgroup row, the keys it may see (min(pos + 1, n_keys)).
     let my_rows: Vec<Value> = (0..tm).map(|i| b.add(b.muli(rg, tm), b.c_u32(i))).collect();
-    let row_keys: Vec<Value> = my_rows
+    // (query, clamped query, head) of each of the thread's rows.
+    let my_queries: Vec<(Value, Value, Value)> = my_rows.iter().map(|&r| row_of(r)).collect();
+    let row_keys: Vec<Value> = my_queries
         .iter()
-        .map(|&r| {
-            let (_, query_c, _) = row_of(r);
-            b.min(b.addi(b.add(pos0, query_c), 1), n_keys)
-        })
+        .map(|&(_, query_c, _)| b.min(b.addi(b.add(pos0, query_c), 1), n_keys))
         .collect();
 
     let zero4 = b.lit(f32x4, 0.0);
@@ -478,7 +474,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 
     for i in 0..tm as usize {
         let l = shuffle_reduce(b.load_var(run_sum[i]), &|x, y| b.add(x, y));
-        let (query, _, head) = row_of(my_rows[i]);
+        let (query, _, head) = my_queries[i];
         b.if_(b.lt(query, m), || {
             // l > 0 whenever a key was visible; an empty cache binding yields zeros, not NaN.
             let inv = b.select(b.gt(l, b.c_f32(0.0)), b.div(b.c_f32(1.0), l), b.c_f32(0.0));

@@ -108,14 +108,8 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
         ActType::F32 => Scalar::F32,
         ActType::F16 => Scalar::F16,
     };
-    let vec_of = |s: Scalar| {
-        if vw > 1 {
-            Type::vec(s, vw)
-        } else {
-            Type::scalar(s)
-        }
-    };
-    let (f32v, actv) = (vec_of(Scalar::F32), vec_of(act));
+    // `Type::vec` of 1 lane is the scalar itself.
+    let (f32v, actv) = (Type::vec(Scalar::F32, vw), Type::vec(act, vw));
     let partials = b.buffer(BINDING_PARTIALS, "partials", f32v, Access::ReadOnly);
     let y = b.buffer(BINDING_Y, "y", actv, Access::WriteOnly);
     let bias = w
