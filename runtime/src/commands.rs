@@ -8,7 +8,9 @@
 //!
 //! A recorder borrows the pipelines and buffers it records (`'a`), so they cannot be dropped
 //! while the GPU may use them. Barriers are inserted only between dispatches that depend on
-//! each other (see `hazards`). Out-of-memory at `vkEndCommandBuffer`/`vkQueueSubmit` is
+//! each other, and the dispatches between two explicit ordering points (a barrier, a timestamp,
+//! the submit) are recorded level by level: each as early as its dependencies allow (see
+//! `hazards`). Out-of-memory at `vkEndCommandBuffer`/`vkQueueSubmit` is
 //! reported as `RuntimeError::CommandBufferOutOfMemory`, which the graph executor uses to
 //! budget command buffers.
 
@@ -16,7 +18,7 @@ use crate::buffer::BufferRange;
 use crate::descriptors::DescriptorPools;
 use crate::device::Context;
 use crate::error::{OomKind, Result, RuntimeError, SubmitStage};
-use crate::hazards::{Access, HazardTracker};
+use crate::hazards::{Access, LevelScheduler};
 use crate::pipeline::ComputePipeline;
 use crate::submit::CommandBuffer;
 use crate::timing::TimestampQueries;
@@ -66,9 +68,46 @@ impl Drop for RecorderParts {
     }
 }
 
+/// A dispatch validated and bound but not yet in the command buffer.
+struct Pending {
+    level: u32,
+    pipeline: vk::Pipeline,
+    layout: vk::PipelineLayout,
+    set: vk::DescriptorSet,
+    push_constants: Vec<u8>,
+    groups: [u32; 3],
+}
+
+/// Whether dispatches are reordered by level (the default). `ROCKY_REORDER=0` records them in
+/// call order with a barrier before each dependent one, for comparisons.
+fn reorder_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("ROCKY_REORDER").map_or(true, |v| v != "0"))
+}
+
+/// Orders the compute shaders' earlier writes before later reads and writes.
+fn compute_barrier(device: &ash::Device, cb: vk::CommandBuffer) {
+    let barrier = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+    // SAFETY: `cb` is recording (callers check).
+    unsafe {
+        device.cmd_pipeline_barrier(
+            cb,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::DependencyFlags::empty(),
+            &[barrier],
+            &[],
+            &[],
+        )
+    };
+}
+
 pub struct Recorder<'a> {
     parts: RecorderParts,
-    hazards: HazardTracker,
+    levels: LevelScheduler,
+    pending: Vec<Pending>,
     state: State,
     dispatches: u32,
     barriers: u32,
@@ -98,7 +137,8 @@ impl<'a> Recorder<'a> {
         parts.cb.begin()?;
         Ok(Recorder {
             parts,
-            hazards: HazardTracker::default(),
+            levels: LevelScheduler::default(),
+            pending: Vec::new(),
             state: State::Recording,
             dispatches: 0,
             barriers: 0,
@@ -109,8 +149,8 @@ impl<'a> Recorder<'a> {
 
     /// Records one dispatch of `pipeline` over `groups` workgroups. `bindings[i]` is bound at
     /// `pipeline.meta().bindings[i].binding`; `push_constants` must be exactly the kernel's
-    /// push-constant block. A barrier is inserted first if this dispatch depends on earlier
-    /// ones.
+    /// push-constant block. The dispatch is ordered after every earlier one it depends on
+    /// (shares bytes with, one of the two writing them), and free to run with the others.
     pub fn dispatch(
         &mut self,
         pipeline: &'a ComputePipeline,
@@ -199,10 +239,7 @@ impl<'a> Recorder<'a> {
             });
         }
 
-        if self.hazards.needs_barrier(&accesses) {
-            self.record_barrier();
-        }
-        self.hazards.record(&accesses);
+        let level = self.levels.place(&accesses);
 
         let set = self
             .parts
@@ -228,34 +265,24 @@ impl<'a> Recorder<'a> {
                     .buffer_info(std::slice::from_ref(info))
             })
             .collect();
-        let device = &self.parts.cb.shared.device;
-        // SAFETY: recording state checked; the set, pipeline and buffers are alive for 'a,
-        // which outlives this recorder and therefore its submissions.
+        // SAFETY: the set was just allocated and is not in use by any command yet.
         unsafe {
-            device.update_descriptor_sets(&writes, &[]);
-            device.cmd_bind_pipeline(
-                self.parts.cb.raw,
-                vk::PipelineBindPoint::COMPUTE,
-                pipeline.raw,
-            );
-            device.cmd_bind_descriptor_sets(
-                self.parts.cb.raw,
-                vk::PipelineBindPoint::COMPUTE,
-                pipeline.layout,
-                0,
-                &[set],
-                &[],
-            );
-            if !push_constants.is_empty() {
-                device.cmd_push_constants(
-                    self.parts.cb.raw,
-                    pipeline.layout,
-                    vk::ShaderStageFlags::COMPUTE,
-                    0,
-                    push_constants,
-                );
-            }
-            device.cmd_dispatch(self.parts.cb.raw, groups[0], groups[1], groups[2]);
+            self.parts
+                .cb
+                .shared
+                .device
+                .update_descriptor_sets(&writes, &[])
+        };
+        self.pending.push(Pending {
+            level,
+            pipeline: pipeline.raw,
+            layout: pipeline.layout,
+            set,
+            push_constants: push_constants.to_vec(),
+            groups,
+        });
+        if !reorder_enabled() {
+            self.record_pending();
         }
         self.dispatches += 1;
         self.declared_shared_bytes += meta.shared_bytes as u64;
@@ -266,8 +293,52 @@ impl<'a> Recorder<'a> {
     /// buffers overlap (e.g. between timed repetitions).
     pub fn barrier(&mut self) -> Result<()> {
         self.require_recording("record a barrier")?;
+        self.record_pending();
         self.record_barrier();
+        self.levels.clear();
         Ok(())
+    }
+
+    /// Records the pending dispatches into the command buffer, level by level with one
+    /// barrier between consecutive levels; within a level, in call order.
+    fn record_pending(&mut self) {
+        let mut pending = std::mem::take(&mut self.pending);
+        // Stable: equal levels keep their call order.
+        pending.sort_by_key(|p| p.level);
+        let mut open_level = 0;
+        let device = &self.parts.cb.shared.device;
+        let cb = self.parts.cb.raw;
+        for p in &pending {
+            if p.level > open_level {
+                compute_barrier(device, cb);
+                self.barriers += 1;
+                open_level = p.level;
+            }
+            // SAFETY: recording (callers check); the set, pipeline and buffers are alive for
+            // 'a, which outlives this recorder and therefore its submissions.
+            unsafe {
+                device.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+                device.cmd_bind_descriptor_sets(
+                    cb,
+                    vk::PipelineBindPoint::COMPUTE,
+                    p.layout,
+                    0,
+                    &[p.set],
+                    &[],
+                );
+                if !p.push_constants.is_empty() {
+                    device.cmd_push_constants(
+                        cb,
+                        p.layout,
+                        vk::ShaderStageFlags::COMPUTE,
+                        0,
+                        &p.push_constants,
+                    );
+                }
+                device.cmd_dispatch(cb, p.groups[0], p.groups[1], p.groups[2]);
+            }
+        }
+        self.levels.recorded();
     }
 
     /// Resets `count` queries of `queries` from `first` (needed before writing them again).
@@ -279,6 +350,7 @@ impl<'a> Recorder<'a> {
     ) -> Result<()> {
         self.require_recording("reset timestamps")?;
         queries.check_range(first, count)?;
+        self.record_pending();
         // SAFETY: recording; the pool outlives the recorder ('a).
         unsafe {
             self.parts.cb.shared.device.cmd_reset_query_pool(
@@ -295,6 +367,8 @@ impl<'a> Recorder<'a> {
     pub fn write_timestamp(&mut self, queries: &'a TimestampQueries, index: u32) -> Result<()> {
         self.require_recording("write a timestamp")?;
         queries.check_range(index, 1)?;
+        // The timestamp follows everything recorded so far: no dispatch may move across it.
+        self.record_pending();
         // SAFETY: recording; the pool outlives the recorder ('a).
         unsafe {
             self.parts.cb.shared.device.cmd_write_timestamp(
@@ -311,6 +385,7 @@ impl<'a> Recorder<'a> {
     /// `CommandBufferOutOfMemory`; the recorder then stays unusable until `reset`.
     pub fn submit(&mut self) -> Result<()> {
         if self.state == State::Recording {
+            self.record_pending();
             self.record_host_visibility();
             let ended = self.parts.cb.end();
             self.state = State::Executable;
@@ -347,7 +422,8 @@ impl<'a> Recorder<'a> {
         }
         self.parts.descriptors.reset()?;
         self.parts.cb.begin()?;
-        self.hazards.clear();
+        self.pending.clear();
+        self.levels.clear();
         self.state = State::Recording;
         self.dispatches = 0;
         self.barriers = 0;
@@ -364,9 +440,10 @@ impl<'a> Recorder<'a> {
         self.dispatches
     }
 
-    /// Barriers inserted so far (automatic and explicit).
+    /// Barriers inserted so far (automatic and explicit), counting those the dispatches not
+    /// yet in the command buffer will need.
     pub fn barrier_count(&self) -> u32 {
-        self.barriers
+        self.barriers + self.levels.barriers_needed()
     }
 
     /// Sum of `shared_bytes` over the recorded dispatches (the input of panvk's per-command-
@@ -387,22 +464,7 @@ impl<'a> Recorder<'a> {
     }
 
     fn record_barrier(&mut self) {
-        let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
-        // SAFETY: recording (callers check).
-        unsafe {
-            self.parts.cb.shared.device.cmd_pipeline_barrier(
-                self.parts.cb.raw,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::DependencyFlags::empty(),
-                &[barrier],
-                &[],
-                &[],
-            )
-        };
-        self.hazards.clear();
+        compute_barrier(&self.parts.cb.shared.device, self.parts.cb.raw);
         self.barriers += 1;
     }
 

@@ -135,6 +135,7 @@ fn dependent_dispatches_get_a_barrier_and_independent_ones_do_not() {
     let yb = Buffer::new(&ctx, n as u64 * 4, "y").unwrap();
     let zb = Buffer::new(&ctx, n as u64 * 4, "z").unwrap();
     let wb = Buffer::new(&ctx, n as u64 * 4, "w").unwrap();
+    let vb = Buffer::new(&ctx, n as u64 * 4, "v").unwrap();
 
     let mut rec = Recorder::new(&ctx).unwrap();
     // y = 2x + 1 and w = 3x (both only read x: independent).
@@ -163,7 +164,22 @@ fn dependent_dispatches_get_a_barrier_and_independent_ones_do_not() {
     .unwrap();
     assert_eq!(rec.barrier_count(), 1);
     assert_eq!(rec.dispatch_count(), 3);
+    // v = w / 2 reads w, which the second dispatch writes: it waits for that one, not for the
+    // third. Recorded in call order this would take a second barrier (after the third
+    // dispatch); levelled, it shares the third's level.
+    rec.dispatch(
+        &pipeline,
+        &[wb.whole(), vb.whole()],
+        &affine_push(0.5, 0.0, n),
+        groups_for(n),
+    )
+    .unwrap();
+    assert_eq!(rec.barrier_count(), 1);
     rec.submit_and_wait(TIMEOUT).unwrap();
+    assert_close(
+        &vb.download_f32(0, n as usize).unwrap(),
+        &affine_cpu(&affine_cpu(&x, 3.0, 0.0), 0.5, 0.0),
+    );
 
     let y = affine_cpu(&x, 2.0, 1.0);
     assert_close(

@@ -138,6 +138,9 @@ impl<'m> Emitter<'m> {
             if decl.access == Access::ReadOnly {
                 self.b.decorate(var, Decoration::NonWritable, []);
             }
+            if decl.coherent {
+                self.b.decorate(var, Decoration::Coherent, []);
+            }
             self.b.name(var, decl.name.clone());
             self.buffers.push(var);
             if all_globals {
@@ -339,6 +342,11 @@ impl<'m> Emitter<'m> {
                 let sem = self.konst(Type::U32, sem.bits());
                 self.void_inst(Op::ControlBarrier, Self::ids(&[wg, wg, sem]))?;
             }
+            Stmt::DeviceMemoryBarrier => {
+                let device = self.konst(Type::U32, Scope::Device as u32);
+                let sem = self.konst(Type::U32, device_acq_rel().bits());
+                self.void_inst(Op::MemoryBarrier, Self::ids(&[device, sem]))?;
+            }
         }
         Ok(())
     }
@@ -457,6 +465,17 @@ impl<'m> Emitter<'m> {
             Expr::LoadShared { array, index } => {
                 let p = self.shared_elem_ptr(*array, *index)?;
                 self.inst(Op::Load, t, Self::ids(&[p]))
+            }
+            Expr::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let p = self.buffer_elem_ptr(*buffer, *index)?;
+                let device = self.konst(Type::U32, Scope::Device as u32);
+                let sem = self.konst(Type::U32, device_acq_rel().bits());
+                let v = self.val(*value);
+                self.inst(Op::AtomicIAdd, t, Self::ids(&[p, device, sem, v]))
             }
             Expr::ArrayLength { buffer } => {
                 let base = self.buffers[*buffer as usize];
@@ -768,4 +787,10 @@ impl<'m> Emitter<'m> {
         }
         self.inst(opc, t, operands)
     }
+}
+
+/// Device-scope ordering of storage-buffer accesses (what GLSL's `memoryBarrierBuffer()` and
+/// a buffer `atomicAdd` use under the GLSL450 memory model).
+fn device_acq_rel() -> MemorySemantics {
+    MemorySemantics::ACQUIRE_RELEASE | MemorySemantics::UNIFORM_MEMORY
 }

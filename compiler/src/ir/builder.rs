@@ -55,6 +55,23 @@ impl KernelBuilder {
 
     /// Declares a storage buffer (descriptor set 0) whose elements are `elem`.
     pub fn buffer(&self, binding: u32, name: &str, elem: Type, access: Access) -> Buffer {
+        self.declare_buffer(binding, name, elem, access, false)
+    }
+
+    /// Declares a read-write storage buffer that workgroups of one dispatch hand data
+    /// through (see `BufferDecl::coherent`).
+    pub fn coherent_buffer(&self, binding: u32, name: &str, elem: Type) -> Buffer {
+        self.declare_buffer(binding, name, elem, Access::ReadWrite, true)
+    }
+
+    fn declare_buffer(
+        &self,
+        binding: u32,
+        name: &str,
+        elem: Type,
+        access: Access,
+        coherent: bool,
+    ) -> Buffer {
         assert!(
             elem.scalar != Scalar::Bool,
             "buffer {name}: bool has no storage layout"
@@ -74,6 +91,7 @@ impl KernelBuilder {
             name: name.into(),
             elem,
             access,
+            coherent,
         });
         Buffer { id, elem }
     }
@@ -713,5 +731,30 @@ impl KernelBuilder {
     /// workgroup: never call it under a non-uniform condition.
     pub fn barrier(&self) {
         self.push_stmt(Stmt::Barrier);
+    }
+
+    /// See [`Stmt::DeviceMemoryBarrier`].
+    pub fn device_memory_barrier(&self) {
+        self.push_stmt(Stmt::DeviceMemoryBarrier);
+    }
+
+    /// Atomically adds `value` (u32) to element `index` of a u32 buffer; yields the old
+    /// value (see [`Expr::AtomicAdd`]).
+    pub fn atomic_add(&self, buffer: Buffer, index: Value, value: Value) -> Value {
+        Self::check_index("atomic_add", index);
+        assert!(
+            buffer.elem == Type::U32 && value.ty == Type::U32,
+            "atomic_add: u32 buffers and values only, got {} and {}",
+            buffer.elem,
+            value.ty
+        );
+        self.emit(
+            Type::U32,
+            Expr::AtomicAdd {
+                buffer: buffer.id,
+                index,
+                value,
+            },
+        )
     }
 }

@@ -294,6 +294,8 @@ impl Exec<'_, '_> {
                     }
                 }
             }
+            // Workgroups run one after another here: every earlier one's writes are visible.
+            Stmt::DeviceMemoryBarrier => {}
             Stmt::Barrier => {
                 if mask.iter().any(|&a| !a) {
                     return Err(self.ub("barrier reached in non-uniform control flow".into()));
@@ -363,6 +365,32 @@ impl Exec<'_, '_> {
                     decl.elem,
                     self.index(*index, lane),
                 )?
+            }
+            Expr::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let decl = &self.m.buffers[*buffer as usize];
+                let what = format!("buffer {}", decl.name);
+                let i = self.index(*index, lane);
+                let old = read_elem(
+                    &self.m.name,
+                    &what,
+                    self.buffers[*buffer as usize],
+                    decl.elem,
+                    i,
+                )?;
+                let add = self.get(*value, lane)[0];
+                write_elem(
+                    &self.m.name,
+                    &what,
+                    self.buffers[*buffer as usize],
+                    decl.elem,
+                    i,
+                    [old[0].wrapping_add(add), 0, 0, 0],
+                )?;
+                old
             }
             Expr::LoadShared { array, index } => {
                 let decl = &self.m.shared[*array as usize];

@@ -74,6 +74,10 @@ pub struct BufferDecl {
     pub name: String,
     pub elem: Type,
     pub access: Access,
+    /// Writes are made visible to other workgroups by a [`Stmt::DeviceMemoryBarrier`] and
+    /// reads see theirs (SPIR-V `Coherent`): for buffers that workgroups of one dispatch hand
+    /// data through.
+    pub coherent: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -221,6 +225,7 @@ impl Expr {
             | Expr::LoadVar(_)
             | Expr::ArrayLength { .. } => vec![],
             Expr::LoadBuffer { index, .. } | Expr::LoadShared { index, .. } => vec![*index],
+            Expr::AtomicAdd { index, value, .. } => vec![*index, *value],
             Expr::Unary(_, a)
             | Expr::Convert(a)
             | Expr::Bitcast(a)
@@ -318,6 +323,14 @@ pub enum Expr {
         value: Value,
         operand: Option<Value>,
     },
+    /// Atomically adds `value` to u32 element `index` of a read-write buffer and yields the
+    /// element's previous value (device scope, acquire-release on uniform memory). The only
+    /// expression with a side effect: it runs where its `Let` stands, once per invocation.
+    AtomicAdd {
+        buffer: u32,
+        index: Value,
+        value: Value,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -372,6 +385,11 @@ pub enum Stmt {
     },
     /// Workgroup execution barrier that also orders workgroup-memory accesses.
     Barrier,
+    /// Orders this invocation's accesses to storage buffers for every invocation of the
+    /// device (SPIR-V `OpMemoryBarrier`, device scope, acquire-release on uniform memory):
+    /// with `coherent` buffers, what one workgroup wrote before it is seen by another that
+    /// observed it through an atomic.
+    DeviceMemoryBarrier,
 }
 
 /// One compute kernel (entry point `main`).

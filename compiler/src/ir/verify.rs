@@ -117,6 +117,23 @@ impl Checker<'_> {
                 self.check_exists("shared array", *array, self.module.shared.len())?;
                 self.use_value(*index)
             }
+            Expr::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let b = self.buffer(*buffer)?;
+                if b.access != Access::ReadWrite {
+                    return Err(IrError::AccessViolation {
+                        kernel: self.kernel(),
+                        buffer: b.name.clone(),
+                        access: b.access,
+                        action: "updated atomically",
+                    });
+                }
+                self.use_value(*index)?;
+                self.use_value(*value)
+            }
             Expr::ArrayLength { buffer } => self.buffer(*buffer).map(|_| ()),
             Expr::Unary(_, a)
             | Expr::Convert(a)
@@ -230,7 +247,7 @@ impl Checker<'_> {
                 self.defined[induction.id as usize] = false;
                 Ok(())
             }
-            Stmt::Barrier => Ok(()),
+            Stmt::Barrier | Stmt::DeviceMemoryBarrier => Ok(()),
         }
     }
 }

@@ -462,9 +462,12 @@ pub struct Executor<'m> {
     pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
     /// The reduce kernels of GEMMs split across the grid (`k_groups > 1`), by GEMM.
     reduce_pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
-    /// The partial sums of split GEMMs, sized for the largest at this ubatch (one at a time:
-    /// the stream's hazard tracking orders the GEMMs that share it).
-    scratch: Option<Buffer>,
+    /// The partial sums of split GEMMs, in regions: the split GEMMs that read the same input
+    /// (Q, K and V; gate and up) take one region each, so they and their reduces can run
+    /// together; each region is sized for the largest GEMM using it at this ubatch.
+    scratch: Vec<Buffer>,
+    /// `scratch_region_of[node]`: the scratch region of a split GEMM node.
+    scratch_region_of: Vec<Option<usize>>,
     cache: Option<PipelineCache>,
     /// The stream's command buffers and pools, kept across prefills.
     ring: StreamRing,
@@ -536,7 +539,8 @@ impl<'m> Executor<'m> {
             n_past: 0,
             pipelines: HashMap::new(),
             reduce_pipelines: HashMap::new(),
-            scratch: None,
+            scratch: Vec::new(),
+            scratch_region_of: Vec::new(),
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
             unsaved_pipelines: false,
@@ -569,7 +573,7 @@ impl<'m> Executor<'m> {
             .iter()
             .map(|b| (b.label().to_string(), b.size()))
             .collect();
-        if let Some(scratch) = &self.scratch {
+        for scratch in &self.scratch {
             plan.push((scratch.label().to_string(), scratch.size()));
         }
         let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
@@ -801,8 +805,13 @@ impl<'m> Executor<'m> {
         self.used.clear();
         self.kernels_of.clear();
         self.notices.clear();
-        for node in workloads {
+        self.scratch_region_of.clear();
+        // Split GEMMs seen so far per input value: the next one reading it takes the next
+        // scratch region.
+        let mut split_readers: HashMap<usize, usize> = HashMap::new();
+        for (node_index, node) in workloads.into_iter().enumerate() {
             let first = self.used.len();
+            let mut region = None;
             for (label, w) in node {
                 let (mut s, mut origin) = schedules.schedule(&w, &self.caps);
                 self.build_pipeline(&label, &w, &s)?;
@@ -818,21 +827,29 @@ impl<'m> Executor<'m> {
                         self.options.ubatch
                     ));
                 }
-                self.prepare_split_k(&label, &w, &s)?;
+                if is_split_gemm(&s) {
+                    let input = self.weights.graph.nodes[node_index].inputs[0];
+                    let readers = split_readers.entry(input).or_insert(0);
+                    self.prepare_split_k(&label, &w, &s, *readers)?;
+                    region = Some(*readers);
+                    *readers += 1;
+                }
                 self.used.push((label, w, s, origin));
             }
             self.kernels_of.push(first..self.used.len());
+            self.scratch_region_of.push(region);
         }
         Ok(())
     }
 
-    /// For a GEMM split across the grid: builds its reduce kernel and makes the scratch
-    /// buffer large enough for its partial sums at the full ubatch.
+    /// For a GEMM split across the grid: builds its reduce kernel and makes scratch region
+    /// `region` large enough for its partial sums at the full ubatch.
     fn prepare_split_k(
         &mut self,
         label: &str,
         w: &Workload,
         s: &Schedule,
+        region: usize,
     ) -> Result<(), ExecError> {
         let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) else {
             return Ok(());
@@ -852,9 +869,15 @@ impl<'m> Executor<'m> {
             self.unsaved_pipelines = true;
         }
         let bytes = 4 * rocky_compiler::templates::gemm::split_k::scratch_values(gw, gs);
-        if self.scratch.as_ref().map_or(true, |b| b.size() < bytes) {
-            self.scratch = None;
-            self.scratch = Some(Buffer::new(&self.ctx, bytes, "split-K partials")?);
+        while self.scratch.len() <= region {
+            let label = format!("split-K partials[{}]", self.scratch.len());
+            self.scratch.push(Buffer::new(&self.ctx, 4, &label)?);
+        }
+        if self.scratch[region].size() < bytes {
+            let label = self.scratch[region].label().to_string();
+            // Free the smaller one first: peak memory is the new size, not both.
+            self.scratch[region] = Buffer::new(&self.ctx, 4, &label)?;
+            self.scratch[region] = Buffer::new(&self.ctx, bytes, &label)?;
         }
         Ok(())
     }
@@ -1065,7 +1088,8 @@ impl<'m> Executor<'m> {
                         };
                         // Split across the grid: the GEMM writes partial sums into the
                         // scratch buffer, the reduce kernel adds them up into the output.
-                        let split = match (gs.k_groups > 1, &self.scratch) {
+                        let scratch = self.scratch_region_of[node_index].map(|r| &self.scratch[r]);
+                        let split = match (gs.k_groups > 1, scratch) {
                             (true, Some(scratch)) => Some((
                                 &self.reduce_pipelines[&(*w, *s)],
                                 scratch.range(
@@ -1197,6 +1221,11 @@ impl<'m> Executor<'m> {
         }
         Ok(())
     }
+}
+
+/// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).
+fn is_split_gemm(s: &Schedule) -> bool {
+    matches!(s, Schedule::Gemm(gs) if gs.k_groups > 1)
 }
 
 /// The same workload with `rows` rows (the last, shorter ubatch; the m = 1 tail).
