@@ -321,15 +321,20 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
 }
 
 /// Every GEMM of the default schedules split four ways across the grid where the schedule
-/// allows it (split-K with its reduce kernel, as a tuned database might choose).
-struct SplitKGemms;
+/// allows it (split-K with its reduce kernel, as a tuned database might choose; with
+/// `SplitKGemms(true)` the last group of each tile reduces instead).
+struct SplitKGemms(bool);
 
 impl ScheduleSource for SplitKGemms {
     fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
         let (s, origin) = DefaultSchedules.schedule(w, caps);
         match (w, s) {
             (Workload::Gemm(gw), Schedule::Gemm(g)) => {
-                let split = rocky_compiler::GemmSchedule { k_groups: 4, ..g };
+                let split = rocky_compiler::GemmSchedule {
+                    k_groups: 4,
+                    last_group_reduces: self.0,
+                    ..g
+                };
                 if split.validate(gw, caps).is_ok() {
                     (Schedule::Gemm(split), ScheduleOrigin::Tuned)
                 } else {
@@ -343,6 +348,15 @@ impl ScheduleSource for SplitKGemms {
 
 #[test]
 fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
+    split_k_prefill_gives_the_default_logits(false);
+}
+
+#[test]
+fn split_k_gemms_reducing_in_their_last_group_give_the_default_logits() {
+    split_k_prefill_gives_the_default_logits(true);
+}
+
+fn split_k_prefill_gives_the_default_logits(in_place: bool) {
     let path = shared().join("models/qwen2-tiny-q4_k_m.gguf");
     let file = GgufFile::open(&path).unwrap();
     let model = arch::load(&file).unwrap();
@@ -357,11 +371,13 @@ fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
     };
     let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
-    ex.prepare(&SplitKGemms).unwrap();
+    ex.prepare(&SplitKGemms(in_place)).unwrap();
     let split = ex
         .used
         .iter()
-        .filter(|(_, _, s, _)| matches!(s, Schedule::Gemm(g) if g.k_groups == 4))
+        .filter(|(_, _, s, _)| {
+            matches!(s, Schedule::Gemm(g) if g.k_groups == 4 && g.last_group_reduces == in_place)
+        })
         .count();
     assert!(split >= 4, "only {split} GEMMs split");
     // Q, K and V read one input: each has a scratch region of its own, so they can run
@@ -377,7 +393,7 @@ fn split_k_gemms_give_the_default_logits_at_full_and_partial_ubatches() {
     );
     drop(ex);
     for ubatch in [64, 16] {
-        let split = gpu_logits(&file, &model, &ids, ubatch, None, &SplitKGemms);
+        let split = gpu_logits(&file, &model, &ids, ubatch, None, &SplitKGemms(in_place));
         let default = gpu_logits(&file, &model, &ids, ubatch, None, &DefaultSchedules);
         let c = compare_logits(&default, &split);
         // Only the order of the f32 additions differs.
@@ -449,7 +465,7 @@ fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
         // 72 tokens at ubatch 64: a full ubatch and a partial one of 8 rows.
         let (ids, want) = golden(folder, "ids_len072");
         for fuse in [FuseOptions::NONE, FuseOptions::ALL] {
-            for source in [&DefaultSchedules as &dyn ScheduleSource, &SplitKGemms] {
+            for source in [&DefaultSchedules as &dyn ScheduleSource, &SplitKGemms(true)] {
                 let run =
                     |layouts| gpu_logits_uploaded(&file, &model, &ids, 64, fuse, layouts, source);
                 let (base, _) = run(gguf);

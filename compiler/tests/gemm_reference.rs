@@ -43,6 +43,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         wide_loads: false,
         k_unroll: 1,
         share_headers: false,
+        last_group_reduces: false,
         fold_per_slab: false,
         accumulate,
         math,

@@ -38,6 +38,7 @@ fn sched() -> GemmSchedule {
         wide_loads: false,
         k_unroll: 1,
         share_headers: false,
+        last_group_reduces: false,
         fold_per_slab: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,

@@ -313,8 +313,12 @@ fn run_gemm(
     let mut residual = inp.residual.as_ref().map(|r| act_bytes(r, w.act));
     // Split-K across the grid: the GEMM writes f32 partial sums (and binds no bias), the
     // reduce kernel adds them up with the bias into Y.
-    let split = s.k_groups > 1;
+    // With `last_group_reduces` the GEMM binds Y, its partials and tile counters, and
+    // reduces itself.
+    let in_place = s.k_groups > 1 && s.last_group_reduces;
+    let split = s.k_groups > 1 && !in_place;
     let mut partials = vec![0u8; 4 * gemm::split_k::scratch_values(w, s) as usize];
+    let partials_len = partials.len();
     // The weights in the workload's layout, all their rows (with SwiGLU the combined gate/up
     // tensor, repacked row by row as the executor uploads it); the inputs and the reference
     // are GGUF.
@@ -357,15 +361,30 @@ fn run_gemm(
                 bytes: r,
             });
         }
+        let grid = gemm::dispatch_grid_for(w.m, slice.n * w.epilogue.rows_per_column(), s);
+        // Non-zero garbage in the partials: the last group must read only what this
+        // dispatch wrote.
+        let mut in_place_partials = vec![0x7fu8; partials_len];
+        let mut counters = vec![0u8; 4 * gemm::interface::counters_of(grid) as usize];
+        if in_place {
+            bufs.push(BufferData {
+                binding: gemm::interface::BINDING_IN_PLACE_PARTIALS,
+                bytes: &mut in_place_partials,
+            });
+            bufs.push(BufferData {
+                binding: gemm::interface::BINDING_TILE_COUNTERS,
+                bytes: &mut counters,
+            });
+        }
         let push = GemmPush::for_slice(w, slice).to_bytes();
-        execute(
-            &module,
-            &mut bufs,
-            &push,
-            gemm::dispatch_grid_for(w.m, slice.n * w.epilogue.rows_per_column(), s),
-            caps.subgroup_size,
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
+        execute(&module, &mut bufs, &push, grid, caps.subgroup_size)
+            .unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
+        drop(bufs);
+        assert!(
+            counters.iter().all(|&c| c == 0),
+            "{}: the tile counters were not left at zero",
+            k.meta.name
+        );
     }
     if split {
         let reduce = gemm::split_k::reduce_ir(w, s);
@@ -515,6 +534,7 @@ fn every_path_of_the_template_matches_the_reference() {
         wide_loads: false,
         k_unroll: 1,
         share_headers: false,
+        last_group_reduces: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
@@ -628,6 +648,7 @@ fn shared_group_headers_match_the_reference() {
                     wide_loads: true,
                     k_unroll,
                     share_headers: true,
+                    last_group_reduces: false,
                     fold_per_slab: false,
                     accumulate,
                     math,
@@ -664,6 +685,7 @@ fn fused_epilogues_match_the_composed_reference() {
         wide_loads: false,
         k_unroll: 1,
         share_headers: false,
+        last_group_reduces: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
@@ -711,6 +733,28 @@ fn fused_epilogues_match_the_composed_reference() {
                     stage_b: true,
                     ..base
                 },
+                // The last group of each tile reduces (no reduce kernel): alone, with
+                // threads split along K too, and with wide tiles.
+                GemmSchedule {
+                    k_groups: 2,
+                    last_group_reduces: true,
+                    ..base
+                },
+                GemmSchedule {
+                    k_groups: 2,
+                    split_k: 2,
+                    last_group_reduces: true,
+                    ..base
+                },
+                GemmSchedule {
+                    k_groups: 4,
+                    bk: 32,
+                    tn: 4,
+                    bn: 32,
+                    stage_b: true,
+                    last_group_reduces: true,
+                    ..base
+                },
             ];
             if w.weight.is_quantized() {
                 variants.push(GemmSchedule {
@@ -724,6 +768,13 @@ fn fused_epilogues_match_the_composed_reference() {
                     stage_a: true,
                     stage_b: true,
                     k_groups: 2,
+                    ..base
+                });
+                variants.push(GemmSchedule {
+                    math: Math::Int8Dot,
+                    vector_width: 4,
+                    k_groups: 4,
+                    last_group_reduces: true,
                     ..base
                 });
             }
@@ -785,6 +836,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         wide_loads: false,
         k_unroll: 1,
         share_headers: false,
+        last_group_reduces: false,
         fold_per_slab: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,

@@ -315,7 +315,20 @@ fn run_on_gpu(
         .as_ref()
         .map(|b| Buffer::from_slice(ctx, b, "bias").unwrap());
 
-    let split = if s.k_groups > 1 {
+    // The last group of each tile reduces: partials, and zeroed tile counters per slice.
+    let in_place = (s.k_groups > 1 && s.last_group_reduces).then(|| {
+        let partials = Buffer::new(ctx, 4 * split_k::scratch_values(w, s), "partials").unwrap();
+        let counters: Vec<Buffer> = slices
+            .iter()
+            .map(|slice| {
+                let grid = dispatch_grid_for(w.m, slice.n, s);
+                let count = gemm::interface::counters_of(grid) as usize;
+                Buffer::from_slice(ctx, &vec![0u32; count], "tile counters").unwrap()
+            })
+            .collect();
+        (partials, counters)
+    });
+    let split = if s.k_groups > 1 && !s.last_group_reduces {
         let k = split_k::instantiate_reduce(w, s, caps).map_err(|e| format!("reduce: {e}"))?;
         let p = ComputePipeline::from_kernel(ctx, None, &k).map_err(|e| format!("reduce: {e}"))?;
         let scratch = Buffer::new(ctx, 4 * split_k::scratch_values(w, s), "partials")
@@ -325,7 +338,7 @@ fn run_on_gpu(
         None
     };
     let mut rec = Recorder::new(ctx).map_err(|e| e.to_string())?;
-    for slice in &slices {
+    for (index, slice) in slices.iter().enumerate() {
         let bindings = kernel
             .meta
             .bindings
@@ -340,6 +353,14 @@ fn run_on_gpu(
                     .as_ref()
                     .map(|b| b.whole())
                     .ok_or_else(|| "the kernel binds a bias the workload lacks".to_string()),
+                gemm::interface::BINDING_IN_PLACE_PARTIALS => in_place
+                    .as_ref()
+                    .map(|(p, _)| p.whole())
+                    .ok_or_else(|| "partials without last_group_reduces".to_string()),
+                gemm::interface::BINDING_TILE_COUNTERS => in_place
+                    .as_ref()
+                    .map(|(_, c)| c[index].whole())
+                    .ok_or_else(|| "tile counters without last_group_reduces".to_string()),
                 other => Err(format!("unknown GEMM binding {other} ({})", b.name)),
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -376,6 +397,14 @@ fn run_on_gpu(
     rec.submit_and_wait(Duration::from_secs(300))
         .map_err(|e| e.to_string())?;
     drop(rec);
+    if let Some((_, counters)) = &in_place {
+        for c in counters {
+            let left = c.download_u32(0, (c.size() / 4) as usize).unwrap();
+            if left.iter().any(|&v| v != 0) {
+                return Err("the tile counters were not left at zero".into());
+            }
+        }
+    }
     Ok(download_act(&y, w.act, (w.m * w.n) as usize))
 }
 

@@ -8,7 +8,8 @@ use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::interface::{
-    BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    counters_of, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_RESIDUAL, BINDING_TILE_COUNTERS,
+    BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use rocky_compiler::templates::gemm::reference::{
     compare, reference_with_epilogue, relative_tolerance, Mismatch, Reference,
@@ -140,6 +141,9 @@ pub struct GemmOnGpu {
     residual: Option<Buffer>,
     /// Split-K across the grid (`k_groups > 1`): the reduce kernel and the partial sums.
     split: Option<(ComputePipeline, Buffer)>,
+    /// Split-K whose last group per tile reduces (`last_group_reduces`): the partial sums,
+    /// the tile counters (zero; one region per slice) and each slice's counter offset.
+    in_place: Option<(Buffer, Buffer, Vec<u64>)>,
     /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
@@ -227,7 +231,28 @@ impl GemmOnGpu {
             Some(r) => Some(act_buffer(ctx, w.act, r, "residual")?),
             None => None,
         };
-        let split = if s.k_groups > 1 {
+        let in_place = if s.k_groups > 1 && s.last_group_reduces {
+            let partials = Buffer::new(ctx, 4 * scratch_values(w, s), "split-K partials")
+                .map_err(device_error)?;
+            let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
+            let mut offsets = Vec::new();
+            let mut total = 0u64;
+            for slice in &slices {
+                offsets.push(total);
+                let grid = dispatch_grid_for(w.m, slice.n * w.epilogue.rows_per_column(), s);
+                total += (4 * counters_of(grid)).next_multiple_of(align);
+            }
+            let counters = Buffer::from_slice(
+                ctx,
+                &vec![0u32; (total / 4) as usize],
+                "split-K tile counters",
+            )
+            .map_err(device_error)?;
+            Some((partials, counters, offsets))
+        } else {
+            None
+        };
+        let split = if s.k_groups > 1 && !s.last_group_reduces {
             let reduce = instantiate_reduce(w, s, caps).map_err(GpuError::Refused)?;
             let reduce = ComputePipeline::from_kernel(ctx, cache, &reduce).map_err(device_error)?;
             let scratch = Buffer::new(ctx, 4 * scratch_values(w, s), "split-K partials")
@@ -247,6 +272,7 @@ impl GemmOnGpu {
             bias,
             residual,
             split,
+            in_place,
             slices,
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
@@ -262,7 +288,17 @@ impl GemmOnGpu {
 
     /// Records one dispatch per N-slice.
     fn record<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<(), GpuError> {
-        for slice in &self.slices {
+        for (index, slice) in self.slices.iter().enumerate() {
+            let grid = dispatch_grid_for(
+                self.w.m,
+                slice.n * self.w.epilogue.rows_per_column(),
+                &self.s,
+            );
+            let in_place = |what: &str| {
+                GpuError::Internal(format!(
+                    "the kernel binds {what}, which only a last_group_reduces schedule has"
+                ))
+            };
             let mut bindings: Vec<BufferRange<'a>> = Vec::new();
             for b in &self.pipeline.meta().bindings {
                 bindings.push(match b.binding {
@@ -279,6 +315,16 @@ impl GemmOnGpu {
                         GpuError::Internal("the kernel binds a bias the workload lacks".into())
                     })?,
                     BINDING_RESIDUAL => self.residual_binding()?,
+                    BINDING_IN_PLACE_PARTIALS => match &self.in_place {
+                        Some((partials, _, _)) => partials.whole(),
+                        None => return Err(in_place("partials")),
+                    },
+                    BINDING_TILE_COUNTERS => match &self.in_place {
+                        Some((_, counters, offsets)) => counters
+                            .range(offsets[index], 4 * counters_of(grid))
+                            .map_err(device_error)?,
+                        None => return Err(in_place("tile counters")),
+                    },
                     other => {
                         return Err(GpuError::Internal(format!(
                             "the GEMM kernel has an unknown binding {other} ({})",
@@ -288,11 +334,6 @@ impl GemmOnGpu {
                 });
             }
             let push = GemmPush::for_slice(&self.w, slice).to_bytes();
-            let grid = dispatch_grid_for(
-                self.w.m,
-                slice.n * self.w.epilogue.rows_per_column(),
-                &self.s,
-            );
             rec.dispatch(&self.pipeline, &bindings, &push, grid)
                 .map_err(device_error)?;
         }

@@ -466,6 +466,9 @@ pub struct Executor<'m> {
     /// (Q, K and V; gate and up) take one region each, so they and their reduces can run
     /// together; each region is sized for the largest GEMM using it at this ubatch.
     scratch: Vec<Buffer>,
+    /// Per scratch region, the tile arrival counters of `last_group_reduces` GEMMs (zero
+    /// between dispatches; each N-slice has its own).
+    counters: Vec<Buffer>,
     /// `scratch_region_of[node]`: the scratch region of a split GEMM node.
     scratch_region_of: Vec<Option<usize>>,
     cache: Option<PipelineCache>,
@@ -540,6 +543,7 @@ impl<'m> Executor<'m> {
             pipelines: HashMap::new(),
             reduce_pipelines: HashMap::new(),
             scratch: Vec::new(),
+            counters: Vec::new(),
             scratch_region_of: Vec::new(),
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
@@ -573,8 +577,10 @@ impl<'m> Executor<'m> {
             .iter()
             .map(|b| (b.label().to_string(), b.size()))
             .collect();
-        for scratch in &self.scratch {
-            plan.push((scratch.label().to_string(), scratch.size()));
+        for buffer in self.scratch.iter().chain(&self.counters) {
+            if buffer.size() > 4 {
+                plan.push((buffer.label().to_string(), buffer.size()));
+            }
         }
         let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
         plan.push((format!("KV cache ({} layers, K and V)", self.kv.len()), kv));
@@ -857,7 +863,7 @@ impl<'m> Executor<'m> {
         if gs.k_groups <= 1 {
             return Ok(());
         }
-        if !self.reduce_pipelines.contains_key(&(*w, *s)) {
+        if !gs.last_group_reduces && !self.reduce_pipelines.contains_key(&(*w, *s)) {
             let kernel =
                 rocky_compiler::templates::gemm::split_k::instantiate_reduce(gw, gs, &self.caps)
                     .map_err(|r| ExecError::Refused {
@@ -868,18 +874,66 @@ impl<'m> Executor<'m> {
             self.reduce_pipelines.insert((*w, *s), p);
             self.unsaved_pipelines = true;
         }
-        let bytes = 4 * rocky_compiler::templates::gemm::split_k::scratch_values(gw, gs);
         while self.scratch.len() <= region {
-            let label = format!("split-K partials[{}]", self.scratch.len());
-            self.scratch.push(Buffer::new(&self.ctx, 4, &label)?);
+            let r = self.scratch.len();
+            self.scratch.push(Buffer::new(
+                &self.ctx,
+                4,
+                &format!("split-K partials[{r}]"),
+            )?);
+            self.counters.push(Buffer::new(
+                &self.ctx,
+                4,
+                &format!("split-K tile counters[{r}]"),
+            )?);
         }
+        let bytes = 4 * rocky_compiler::templates::gemm::split_k::scratch_values(gw, gs);
         if self.scratch[region].size() < bytes {
             let label = self.scratch[region].label().to_string();
             // Free the smaller one first: peak memory is the new size, not both.
             self.scratch[region] = Buffer::new(&self.ctx, 4, &label)?;
             self.scratch[region] = Buffer::new(&self.ctx, bytes, &label)?;
         }
+        if gs.last_group_reduces {
+            let bytes = self
+                .counter_bytes(gw, gs, gw.m)
+                .map_err(|r| ExecError::Refused {
+                    label: label.to_string(),
+                    reason: r.to_string(),
+                })?;
+            if self.counters[region].size() < bytes {
+                let label = self.counters[region].label().to_string();
+                // Zero: the kernels leave their counters as they found them.
+                self.counters[region] =
+                    Buffer::from_slice(&self.ctx, &vec![0u32; (bytes / 4) as usize], &label)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Bytes of tile counters a `last_group_reduces` GEMM of `rows` rows needs: one region
+    /// per N-slice, each at an offset the device can bind.
+    fn counter_bytes(
+        &self,
+        gw: &GemmWorkload,
+        gs: &rocky_compiler::GemmSchedule,
+        rows: u32,
+    ) -> Result<u64, rocky_compiler::Refusal> {
+        let caps = self.ctx.caps();
+        let align = caps.min_storage_buffer_offset_alignment.max(4);
+        let slices = n_slices(gw, u64::from(caps.max_storage_buffer_range), align)?;
+        Ok(slices
+            .iter()
+            .map(|slice| {
+                let grid = rocky_compiler::templates::gemm::dispatch_grid_for(
+                    rows,
+                    slice.n * gw.epilogue.rows_per_column(),
+                    gs,
+                );
+                (4 * rocky_compiler::templates::gemm::interface::counters_of(grid))
+                    .next_multiple_of(align)
+            })
+            .sum())
     }
 
     /// Compiles the pipeline of (`w`, `s`) unless it is built already.
@@ -1088,8 +1142,12 @@ impl<'m> Executor<'m> {
                         };
                         // Split across the grid: the GEMM writes partial sums into the
                         // scratch buffer, the reduce kernel adds them up into the output.
-                        let scratch = self.scratch_region_of[node_index].map(|r| &self.scratch[r]);
-                        let split = match (gs.k_groups > 1, scratch) {
+                        let region = self.scratch_region_of[node_index];
+                        let scratch = region.map(|r| &self.scratch[r]);
+                        // With `last_group_reduces` the GEMM reduces itself: it binds Y and
+                        // the partials and counters besides.
+                        let in_place = gs.k_groups > 1 && gs.last_group_reduces;
+                        let split = match (gs.k_groups > 1 && !in_place, scratch) {
                             (true, Some(scratch)) => Some((
                                 &self.reduce_pipelines[&(*w, *s)],
                                 scratch.range(
@@ -1107,6 +1165,7 @@ impl<'m> Executor<'m> {
                             _ => None,
                         };
                         let output = slot_range(node.output, rows, 0)?;
+                        let mut counter_offset = 0u64;
                         for slice in n_slices(gw, max_range, align).map_err(refused)? {
                             let mut named: Vec<(&str, BufferRange)> = vec![
                                 ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
@@ -1127,6 +1186,27 @@ impl<'m> Executor<'m> {
                                 slice.n * gw.epilogue.rows_per_column(),
                                 gs,
                             );
+                            if in_place {
+                                let r = region.ok_or_else(|| {
+                                    ExecError::Unsupported(format!(
+                                        "{label}: a split-K schedule without its scratch buffer"
+                                    ))
+                                })?;
+                                let partials = 4
+                                    * rocky_compiler::templates::gemm::split_k::scratch_values(
+                                        gw, gs,
+                                    );
+                                let counters = 4
+                                    * rocky_compiler::templates::gemm::interface::counters_of(
+                                        groups,
+                                    );
+                                named.push(("partials", self.scratch[r].range(0, partials)?));
+                                named.push((
+                                    "counters",
+                                    self.counters[r].range(counter_offset, counters)?,
+                                ));
+                                counter_offset += counters.next_multiple_of(align.max(4));
+                            }
                             emit(
                                 label,
                                 Workload::Gemm(GemmWorkload { n: slice.n, ..*gw }),

@@ -20,6 +20,12 @@
 //! `y[(g·m + row)·ldy + n_offset + j]`. The reduce kernel of [`super::split_k`] then sums
 //! them, adds the bias and writes the real Y (one dispatch for all N-slices).
 //!
+//! With `last_group_reduces` as well, `y`, `bias` and `residual` are bound as without
+//! split-K, group g writes its partial sums into 5 `partials` (same layout), and the last
+//! group of each tile to arrive (6 `counters`, one u32 per tile, index
+//! `wg.y · grid.x + wg.x`, all zero between dispatches) sums them into Y: no reduce kernel.
+//! Each dispatch (each N-slice) needs counters of its own.
+//!
 //! Push constants ([`GemmPush`], 20 bytes): `m, n, k, n_offset, ldy`, all u32. `n` is the
 //! number of columns this dispatch computes (the slice width), `n_offset` the first of them:
 //! the kernel reads weight row `j` of its binding for output column `n_offset + j` and writes
@@ -35,6 +41,17 @@ pub const BINDING_WEIGHT: u32 = 1;
 pub const BINDING_Y: u32 = 2;
 pub const BINDING_BIAS: u32 = 3;
 pub const BINDING_RESIDUAL: u32 = 4;
+/// `last_group_reduces`: the f32 partial sums, `k_groups × m × ldy` (`2·ldy` with SwiGLU),
+/// laid out as the reduce kernel's scratch.
+pub const BINDING_IN_PLACE_PARTIALS: u32 = 5;
+/// `last_group_reduces`: one u32 arrival counter per workgroup tile of the dispatch
+/// ([`counters_of`]), zero before the dispatch and left zero after it.
+pub const BINDING_TILE_COUNTERS: u32 = 6;
+
+/// Arrival counters a `last_group_reduces` dispatch over `grid` needs: one per (x, y) tile.
+pub fn counters_of(grid: [u32; 3]) -> u64 {
+    u64::from(grid[0]) * u64::from(grid[1])
+}
 
 /// The push-constant block of the GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

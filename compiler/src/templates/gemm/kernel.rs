@@ -16,7 +16,10 @@
 //! Rows past `m` and columns past `n` read the last valid row/column (clamped) so every load
 //! stays in bounds without branches; their results are never stored.
 
-use super::interface::{BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y};
+use super::interface::{
+    BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_RESIDUAL, BINDING_TILE_COUNTERS,
+    BINDING_WEIGHT, BINDING_X, BINDING_Y,
+};
 use super::schedule::{int8_scale_lanes, GemmSchedule, Math, Precision};
 use super::workload::{ActType, Epilogue, GemmWorkload};
 use std::cell::RefCell;
@@ -45,6 +48,8 @@ struct Gemm<'a> {
     bias: Option<Buffer>,
     /// The residual R of `Epilogue::Residual` (not bound with split-K across the grid).
     residual: Option<Buffer>,
+    /// `last_group_reduces`: the partial sums and the tiles' arrival counters.
+    in_place_reduce: Option<(Buffer, Buffer)>,
     // Push constants and geometry.
     m: Value,
     n: Value,
@@ -113,8 +118,15 @@ impl<'a> Gemm<'a> {
             WeightLayout::Gguf => Type::U32,
         };
         let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
-        // Split-K across the grid writes f32 partial sums; the reduce kernel adds the bias.
-        let split = s.k_groups > 1;
+        // Split-K across the grid writes f32 partial sums into y; the reduce kernel adds the
+        // bias. With `last_group_reduces` the kernel does all of it and y is Y.
+        let split = s.k_groups > 1 && !s.last_group_reduces;
+        let in_place_reduce = (s.k_groups > 1 && s.last_group_reduces).then(|| {
+            (
+                b.coherent_buffer(BINDING_IN_PLACE_PARTIALS, "partials", Type::F32),
+                b.coherent_buffer(BINDING_TILE_COUNTERS, "counters", Type::U32),
+            )
+        });
         let y_ty = if split { Type::F32 } else { Type::scalar(act) };
         let y = b.buffer(BINDING_Y, "y", y_ty, Access::WriteOnly);
         let bias =
@@ -188,6 +200,7 @@ impl<'a> Gemm<'a> {
             y,
             bias,
             residual,
+            in_place_reduce,
             m,
             n,
             n_offset,
@@ -847,6 +860,30 @@ impl<'a> Gemm<'a> {
 
     /// Reduces split-K partial sums, applies the epilogue and stores the in-range outputs.
     fn reduce_and_store(&self, totals: &[Vec<Value>]) {
+        match self.in_place_reduce {
+            None => self.for_each_output(totals, |i, j, v, up| self.store_output(i, j, v, up)),
+            Some((partials, counters)) => {
+                self.for_each_output(totals, |i, j, v, up| {
+                    self.store_partial(partials, i, j, v, up)
+                });
+                self.if_last_group(counters, || {
+                    self.for_each_owned(|i, j, up| {
+                        let v = self.sum_partials(partials, i, j, 0);
+                        let up = up.then(|| self.sum_partials(partials, i, j, 1));
+                        self.store_output(i, j, v, up)
+                    })
+                });
+            }
+        }
+    }
+
+    /// Calls `f(i, j, sum, up sum)` for each micro-tile output this thread finishes, after
+    /// adding up the `split_k` threads' sums through shared memory.
+    fn for_each_output(
+        &self,
+        totals: &[Vec<Value>],
+        f: impl Fn(usize, usize, Value, Option<Value>),
+    ) {
         let b = self.b;
         let s = self.s;
         let (tm, tn) = (s.tm, s.tn);
@@ -856,7 +893,7 @@ impl<'a> Gemm<'a> {
         if s.split_k == 1 {
             for (i, row) in totals.iter().enumerate() {
                 for j in 0..out_tn {
-                    self.store_output(i, j, row[j], up_of(j).map(|u| row[u]));
+                    f(i, j, row[j], up_of(j).map(|u| row[u]));
                 }
             }
             return;
@@ -873,7 +910,6 @@ impl<'a> Gemm<'a> {
             }
         }
         b.barrier();
-        // Output (i, j) is finished by the split thread (i*tn + j) % split_k.
         let sum_of = |e: u32| {
             let slot = b.addi(thread_base, e);
             let mut sum = b.load_shared(red, slot);
@@ -882,37 +918,136 @@ impl<'a> Gemm<'a> {
             }
             sum
         };
+        self.for_each_owned(|i, j, up| {
+            let e = i as u32 * tn + j as u32;
+            let up = up.then(|| sum_of(i as u32 * tn + (j + out_tn) as u32));
+            f(i, j, sum_of(e), up)
+        });
+    }
+
+    /// Calls `f(i, j, has_up)` for each micro-tile output (i, j) this thread finishes: all of
+    /// them, or with `split_k` threads per micro-tile, those with (i·tn + j) % split_k = kz.
+    fn for_each_owned(&self, f: impl Fn(usize, usize, bool)) {
+        let b = self.b;
+        let (tm, tn, split_k) = (self.s.tm, self.s.tn, self.s.split_k);
+        let out_tn = self.out_cols.len();
+        let has_up = out_tn < tn as usize;
         for i in 0..tm as usize {
             for j in 0..out_tn {
                 let e = i as u32 * tn + j as u32;
-                b.if_(b.eq(self.kz, b.c_u32(e % s.split_k)), || {
-                    let up = up_of(j).map(|u| sum_of(i as u32 * tn + u as u32));
-                    self.store_output(i, j, sum_of(e), up);
-                });
+                if split_k == 1 {
+                    f(i, j, has_up);
+                } else {
+                    b.if_(b.eq(self.kz, b.c_u32(e % split_k)), || f(i, j, has_up));
+                }
             }
         }
+    }
+
+    /// Index of output (row, ycol)'s partial sum of group `g` (`half` 1: its up sum) in the
+    /// partials: planes of m × ldy, or m × 2·ldy with SwiGLU (each row's gate sums, then its
+    /// up sums), as the reduce kernel reads them.
+    fn partial_index(&self, g: Value, row: Value, ycol: Value, half: u32) -> Value {
+        let b = self.b;
+        let swiglu = self.out_cols.len() < self.s.tn as usize;
+        let stride = if swiglu {
+            b.add(self.ldy, self.ldy)
+        } else {
+            self.ldy
+        };
+        let at = b.add(b.mul(b.add(b.mul(g, self.m), row), stride), ycol);
+        if half == 1 {
+            b.add(at, self.ldy)
+        } else {
+            at
+        }
+    }
+
+    /// Output (i, j)'s row, its column in Y, and whether it is inside m × n.
+    fn output_at(&self, i: usize, j: usize) -> (Value, Value, Value) {
+        let b = self.b;
+        let (row, col) = (self.out_rows[i], self.out_cols[j]);
+        let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
+        (row, b.add(self.n_offset, col), inside)
+    }
+
+    /// `last_group_reduces`: stores this group's partial sums of output (i, j).
+    fn store_partial(&self, partials: Buffer, i: usize, j: usize, v: Value, up: Option<Value>) {
+        let b = self.b;
+        let (row, ycol, inside) = self.output_at(i, j);
+        b.if_(inside, || {
+            let g = b.builtin(Builtin::WorkgroupId(2));
+            b.store(partials, self.partial_index(g, row, ycol, 0), v);
+            if let Some(up) = up {
+                b.store(partials, self.partial_index(g, row, ycol, 1), up);
+            }
+        });
+    }
+
+    /// `last_group_reduces`: output (i, j)'s sum over all groups' partials, in group order
+    /// (rows and columns outside m × n read a clamped, valid index; they are not stored).
+    fn sum_partials(&self, partials: Buffer, i: usize, j: usize, half: u32) -> Value {
+        let b = self.b;
+        let row = b.min(self.out_rows[i], self.m_last);
+        let ycol = b.add(self.n_offset, b.min(self.out_cols[j], self.n_last));
+        let mut sum = b.load(partials, self.partial_index(b.c_u32(0), row, ycol, half));
+        for g in 1..self.s.k_groups {
+            sum = b.add(
+                sum,
+                b.load(partials, self.partial_index(b.c_u32(g), row, ycol, half)),
+            );
+        }
+        sum
+    }
+
+    /// `last_group_reduces`: publishes this workgroup's partial sums, counts it in at its
+    /// tile's counter and runs `then` in the last of the tile's `k_groups` workgroups to
+    /// arrive (which resets the counter for the next dispatch). Nobody waits for anybody:
+    /// the last one finds the others' sums written, so no forward-progress guarantee is
+    /// needed.
+    fn if_last_group(&self, counters: Buffer, then: impl FnOnce()) {
+        let b = self.b;
+        let groups = self.s.k_groups;
+        // Every invocation's partials reach device scope before the workgroup counts in.
+        b.device_memory_barrier();
+        b.barrier();
+        let flag = b.shared_array("last_group", Type::U32, 1);
+        b.if_(b.eq(self.tid, b.c_u32(0)), || {
+            let tile = b.add(
+                b.mul(
+                    b.builtin(Builtin::WorkgroupId(1)),
+                    b.builtin(Builtin::NumWorkgroups(0)),
+                ),
+                b.builtin(Builtin::WorkgroupId(0)),
+            );
+            let arrived = b.atomic_add(counters, tile, b.c_u32(1));
+            let last = b.eq(arrived, b.c_u32(groups - 1));
+            b.if_(last, || {
+                // Back to zero (adding -groups in wrapping u32 arithmetic).
+                b.atomic_add(counters, tile, b.c_u32(groups.wrapping_neg()));
+            });
+            b.store_shared(flag, b.c_u32(0), b.select(last, b.c_u32(1), b.c_u32(0)));
+        });
+        b.barrier();
+        b.if_(b.eq(b.load_shared(flag, b.c_u32(0)), b.c_u32(1)), || {
+            // See the other groups' partials (their release, our acquire).
+            b.device_memory_barrier();
+            then();
+        });
     }
 
     /// Stores output (i, j): `v` is its sum (the gate sum with SwiGLU, `up` the up sum).
     fn store_output(&self, i: usize, j: usize, v: Value, up: Option<Value>) {
         let b = self.b;
-        let (row, col) = (self.out_rows[i], self.out_cols[j]);
-        let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
+        let (row, ycol, inside) = self.output_at(i, j);
         b.if_(inside, || {
-            let ycol = b.add(self.n_offset, col);
-            if self.s.k_groups > 1 {
-                // This group's partial sums, in f32, in its plane of the scratch: m × ldy, or
-                // m × 2·ldy with SwiGLU (the gate sums, then the up sums of each row).
+            if self.s.k_groups > 1 && self.in_place_reduce.is_none() {
+                // This group's partial sums, in f32, in its plane of the scratch (y here),
+                // for the reduce kernel.
                 let g = b.builtin(Builtin::WorkgroupId(2));
-                let plane_row = b.add(b.mul(g, self.m), row);
-                let stride = match up {
-                    Some(_) => b.add(self.ldy, self.ldy),
-                    None => self.ldy,
-                };
-                let at = b.add(b.mul(plane_row, stride), ycol);
-                b.store(self.y, at, v);
+                b.store(self.y, self.partial_index(g, row, ycol, 0), v);
                 if let Some(up) = up {
-                    b.store(self.y, b.add(at, self.ldy), up);
+                    b.store(self.y, self.partial_index(g, row, ycol, 1), up);
                 }
                 return;
             }

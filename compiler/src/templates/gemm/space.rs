@@ -85,6 +85,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         wide_loads: false,
                                         k_unroll: 1,
                                         share_headers: false,
+                                        last_group_reduces: false,
                                         fold_per_slab: false,
                                         accumulate,
                                         math,
@@ -112,6 +113,14 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                             let g = GemmSchedule { k_groups, ..s };
                                             if g.validate(w, caps).is_ok() {
                                                 out.push(g);
+                                                // The last group of a tile reduces.
+                                                let g = GemmSchedule {
+                                                    last_group_reduces: true,
+                                                    ..g
+                                                };
+                                                if g.validate(w, caps).is_ok() {
+                                                    out.push(g);
+                                                }
                                             }
                                         }
                                     }
