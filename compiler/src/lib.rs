@@ -35,7 +35,7 @@ pub use templates::kv_cache::{KvWritePush, KvWriteSchedule, KvWriteWorkload};
 pub use templates::rms_norm::{RmsNormPush, RmsNormSchedule, RmsNormWorkload, RowReduce};
 pub use templates::rope::{RopePush, RopeSchedule, RopeWorkload};
 pub use templates::{
-    default_schedule, dispatch_grid, instantiate, search_space, Schedule, Workload,
+    default_schedule, dispatch_grid, instantiate, search_space, seed_schedules, Schedule, Workload,
     GLUE_SCHEDULE_VERSION,
 };
 

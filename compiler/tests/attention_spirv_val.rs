@@ -150,6 +150,26 @@ fn samples_pass_spirv_val_for_vulkan_1_1_and_1_3() {
     }
 }
 
+/// The tuner's seeds are schedules of the space (tiled, where the space has tiles), valid
+/// kernels, and none where shared memory is slow.
+#[test]
+fn seed_schedules_come_from_the_space() {
+    for w in workloads() {
+        let space = attention::search_space(&w, &desktop_vk12());
+        let seeds = attention::seed_schedules(&w, &desktop_vk12());
+        // (a prefill's rows; one query row has too few rows for a tile)
+        if w.m >= 64 {
+            assert!(!seeds.is_empty(), "no seeds for {w:?}");
+        }
+        for s in &seeds {
+            assert!(s.is_tiled() && space.contains(s), "{s:?} not in the space");
+            let k = attention::instantiate(&w, s, &desktop_vk12()).unwrap();
+            spirv_val(&k.spirv, "vulkan1.2").unwrap();
+        }
+        assert!(attention::seed_schedules(&w, &mali_vk12()).is_empty());
+    }
+}
+
 #[test]
 fn default_schedules_are_valid_and_follow_the_device_class() {
     for w in workloads() {

@@ -407,6 +407,12 @@ impl<'db> Tuner<'db> {
         {
             seeds.push(t.schedule);
         }
+        // The template's own picks (shapes a short search rarely draws).
+        for s in rocky_compiler::seed_schedules(workload, &self.caps) {
+            if !seeds.contains(&s) {
+                seeds.push(s);
+            }
+        }
         let mut winners = Vec::new();
         for key in self.db.keys_for_device(&self.device)? {
             if key.compiler_version != self.compiler_version {

@@ -16,7 +16,8 @@ pub mod workload;
 
 pub use reference::{reference, reference_for, reference_rows, ReferenceRows};
 pub use schedule::{
-    default_schedule, search_space, AttentionSchedule, LaneReduce, ATTENTION_SCHEDULE_VERSION,
+    default_schedule, search_space, seed_schedules, AttentionSchedule, LaneReduce,
+    ATTENTION_SCHEDULE_VERSION,
 };
 pub use workload::{dispatch_grid, AttentionPush, AttentionWorkload};
 

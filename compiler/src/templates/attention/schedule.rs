@@ -397,6 +397,34 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
     out
 }
 
+/// Register-tiled schedules for the tuner to try first where the space has them: 8 queries
+/// per workgroup (× the heads of a kv group), 32- and 16-key blocks, 4×2 tiles, f16 products;
+/// on the H200 (Qwen2.5-3B shape) 2.26x the default at KV 4096 and 1.74x at 512, which a
+/// 30-trial search over the ~1,100 schedules did not find (docs/measurements/2026-12-03b-h200.md).
+pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
+    if !(caps.subgroup_shuffle && !caps.shared_memory_is_slow && caps.float16) {
+        return Vec::new();
+    }
+    [(8, 32, 4, 2), (8, 16, 4, 2), (4, 32, 4, 2)]
+        .into_iter()
+        .map(|(rows, kv_block, tile_rows, tile_keys)| AttentionSchedule {
+            rows: rows.min(w.m.max(1).next_power_of_two()),
+            kv_block,
+            threads_per_row: 1,
+            group_heads: w.group() > 1,
+            stage_kv: true,
+            lane_reduce: LaneReduce::Shuffle,
+            f16_qk: true,
+            f16_pv: true,
+            tile_rows,
+            tile_keys,
+        })
+        .filter(|s| {
+            s.threads(w) >= 32.min(caps.max_workgroup_invocations) && s.validate(w, caps).is_ok()
+        })
+        .collect()
+}
+
 fn prev_pow2(x: u32) -> u32 {
     if x == 0 {
         0

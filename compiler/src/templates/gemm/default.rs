@@ -12,8 +12,9 @@
 //!   two ways across K below 256) and each workgroup keeps 16 slabs of K, else 64×64 (4×4)
 //!   tiles, split four ways across K (`k_groups`) where their grid has fewer than
 //!   [`SPLIT_K_MIN_WORKGROUPS`] workgroups;
-//!   grids of fewer than 32 such tiles take 32×32 (2×2) tiles split up to 8 ways; a split
-//!   GEMM's last group per tile reduces (`last_group_reduces`: no reduce kernel).
+//!   grids of fewer than 32 such tiles take 32×32 (2×2) tiles split up to 8 ways, each with
+//!   its reduce kernel (`last_group_reduces`, one dispatch fewer, made the 3B prefill 6-11 %
+//!   slower on the H200: docs/measurements/2026-12-03c-h200.md).
 //! - Otherwise: stage both operands, f32 math, 16×16 threads, and the biggest tile whose grid
 //!   still fills the GPU: 128×128 (8×8 micro-tiles, where the register budget allows them)
 //!   with at least [`BIG_TILE_MIN_WORKGROUPS`] workgroups, 64×64 (4×4) with half as many,
@@ -71,15 +72,6 @@ fn split_k_groups(w: &GemmWorkload, s: &GemmSchedule, max: u32, target: u32) -> 
         g *= 2;
     }
     g
-}
-
-/// A split schedule's last group of each tile reduces (`last_group_reduces`): no reduce
-/// kernel, and no barrier level for it.
-fn in_place_split(s: GemmSchedule) -> GemmSchedule {
-    GemmSchedule {
-        last_group_reduces: s.k_groups > 1,
-        ..s
-    }
 }
 
 fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
@@ -258,7 +250,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             };
             // Short K (the 0.5B's k = 896 gate/up, 14 slabs) lost 11 % of the 0.5B prefill.
             if w.k / (huge.bk * k_groups) >= F16_HUGE_TILE_MIN_SLABS {
-                c.push(in_place_split(GemmSchedule { k_groups, ..huge }));
+                c.push(GemmSchedule { k_groups, ..huge });
             }
         }
         // 64×64 tiles, split four ways across the grid where they leave fewer than 256
@@ -280,7 +272,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             } else {
                 split_k_groups(w, &big, 4, tiles64 * 4)
             };
-            c.push(in_place_split(GemmSchedule { k_groups, ..big }));
+            c.push(GemmSchedule { k_groups, ..big });
         }
         for (bm, bn, tm, tn) in [(32, 32, 2, 2), (16, 32, 1, 2)] {
             let small = GemmSchedule {
@@ -291,7 +283,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                 ..staged
             };
             let k_groups = split_k_groups(w, &small, 8, F16_SMALL_GRID_TARGET);
-            c.push(in_place_split(GemmSchedule { k_groups, ..small }));
+            c.push(GemmSchedule { k_groups, ..small });
         }
         c.push(GemmSchedule {
             bm: 64,

@@ -111,8 +111,9 @@ pub struct GemmSchedule {
     /// counts itself in at its tile's counter (an atomic); the last of the tile's `k_groups`
     /// to arrive adds up all their partials (in group order, as the reduce kernel does),
     /// applies bias and epilogue and writes Y, and resets the counter. One dispatch and one
-    /// barrier level fewer per split GEMM: at ubatch 64 the reduces were 9 % of a Qwen2.5-3B
-    /// prefill on the H200, most of it the GPU draining between the two kernels. Omitted
+    /// barrier level fewer per split GEMM (at ubatch 64 the reduces were 9 % of a
+    /// Qwen2.5-3B prefill on the H200), but as the default it made that prefill 6 % (ubatch
+    /// 512) to 11 % (ubatch 64) slower there: a search dimension, not a default. Omitted
     /// from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub last_group_reduces: bool,
