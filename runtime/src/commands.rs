@@ -76,6 +76,8 @@ struct Pending {
     set: vk::DescriptorSet,
     push_constants: Vec<u8>,
     groups: [u32; 3],
+    /// Printed to standard error right before the dispatch is recorded (the budget trace).
+    trace: Option<String>,
 }
 
 /// Whether dispatches are reordered by level (the default). `ROCKY_REORDER=0` records them in
@@ -157,6 +159,19 @@ impl<'a> Recorder<'a> {
         bindings: &[BufferRange<'a>],
         push_constants: &[u8],
         groups: [u32; 3],
+    ) -> Result<()> {
+        self.dispatch_traced(pipeline, bindings, push_constants, groups, None)
+    }
+
+    /// [`Recorder::dispatch`] that prints `trace` to standard error when the dispatch goes
+    /// into the command buffer (so it sits next to what the driver logs for it).
+    pub fn dispatch_traced(
+        &mut self,
+        pipeline: &'a ComputePipeline,
+        bindings: &[BufferRange<'a>],
+        push_constants: &[u8],
+        groups: [u32; 3],
+        trace: Option<String>,
     ) -> Result<()> {
         let meta = pipeline.meta();
         let refuse = |reason: String| {
@@ -280,6 +295,7 @@ impl<'a> Recorder<'a> {
             set,
             push_constants: push_constants.to_vec(),
             groups,
+            trace,
         });
         if !reorder_enabled() {
             self.record_pending();
@@ -313,6 +329,9 @@ impl<'a> Recorder<'a> {
                 compute_barrier(device, cb);
                 self.barriers += 1;
                 open_level = p.level;
+            }
+            if let Some(t) = &p.trace {
+                eprintln!("{t}");
             }
             // SAFETY: recording (callers check); the set, pipeline and buffers are alive for
             // 'a, which outlives this recorder and therefore its submissions.

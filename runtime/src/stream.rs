@@ -208,18 +208,21 @@ impl<'a> Stream<'a> {
             self.flush()?;
             self.tracker.admit(cost);
         }
-        if crate::budget::budget_trace() && pipeline.meta().shared_bytes > 0 {
-            eprintln!(
-                "rocky: dispatch {}x{}x{} shared {} B estimate {cost} B",
-                groups[0],
-                groups[1],
-                groups[2],
-                pipeline.meta().shared_bytes
-            );
-        }
+        // Printed when the dispatch enters the command buffer (the recorder may record it
+        // later than now, levelled), right before the driver's own line for it.
+        let trace =
+            (crate::budget::budget_trace() && pipeline.meta().shared_bytes > 0).then(|| {
+                format!(
+                    "rocky: dispatch {}x{}x{} shared {} B estimate {cost} B",
+                    groups[0],
+                    groups[1],
+                    groups[2],
+                    pipeline.meta().shared_bytes
+                )
+            });
         let slot = &mut self.slots[self.current];
         slot.rec
-            .dispatch(pipeline, bindings, push_constants, groups)?;
+            .dispatch_traced(pipeline, bindings, push_constants, groups, trace)?;
         slot.recorded.push(Recorded {
             pipeline,
             bindings: bindings.to_vec(),
