@@ -49,6 +49,9 @@ enum Command {
     Tune(cmd::tune::Args),
     /// List, inspect, export and import the tuning database.
     Db(cmd::db::Args),
+    /// Write one file to send back from a board: system, doctor, devices, model, bench,
+    /// prefill profile and tuning database.
+    Report(cmd::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Db(a) => cmd::db::run(a),
+        Command::Report(a) => cmd::report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

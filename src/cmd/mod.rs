@@ -11,6 +11,7 @@ pub mod info;
 pub mod kernel;
 pub mod prefill;
 pub mod prompt;
+pub mod report;
 pub mod staging;
 pub mod synth;
 pub mod tokenize;
