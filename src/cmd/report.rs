@@ -29,7 +29,7 @@ pub struct Args {
     /// Where to write the report
     #[arg(short, long, default_value = "rocky-report.md")]
     pub output: PathBuf,
-    /// Prompt lengths of the bench (comma-separated); the profile uses the first
+    /// Prompt lengths of the bench (comma-separated); the profile uses the first (at most 8192)
     #[arg(short = 'p', long, default_value = "512")]
     pub prompt: String,
     /// Tokens per ubatch of the bench and the profile
@@ -51,6 +51,10 @@ pub struct Args {
     #[arg(long, default_value_t = 900)]
     pub section_timeout: u64,
 }
+
+/// Longest profiled prompt: its ids travel as one command-line argument, and Linux caps one
+/// argument at 128 KiB (8192 ids of up to 6 digits and a comma fit).
+const MAX_PROFILE_TOKENS: usize = 8192;
 
 /// Environment variables worth reporting: the drivers' and rocky's switches, nothing else.
 const ENV_PREFIXES: &[&str] = &["MESA_", "PAN", "BIFROST_", "VK_", "RADV_", "ROCKY_"];
@@ -80,7 +84,8 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         "tuned,default"
     };
-    let ids = profile_token_ids(prompt_lengths[0], n_vocab);
+    let profile_tokens = prompt_lengths[0].min(MAX_PROFILE_TOKENS);
+    let ids = profile_token_ids(profile_tokens, n_vocab);
     let export = std::env::temp_dir().join(format!("rocky-report-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&export);
 
@@ -118,7 +123,7 @@ pub fn run(args: Args) -> CmdResult {
     profile.extend(device_args.iter().cloned());
     profile.extend(db_args.iter().cloned());
     sections.push((
-        format!("Prefill profile ({} tokens)", prompt_lengths[0]),
+        format!("Prefill profile ({profile_tokens} tokens)"),
         profile,
     ));
     // Only a database that exists is exported (no database is not a failure: the board has
