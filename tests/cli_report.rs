@@ -3,35 +3,18 @@
 //! the profile's busy share, the tuning records), and a section that fails keeps its error
 //! text while the others still run.
 
+mod common;
+
+use common::{rocky, shared, text};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn rocky(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rocky"));
-    cmd.args(args);
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        let dir = std::env::temp_dir().join(format!("rocky-cli-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        cmd.env("XDG_RUNTIME_DIR", dir);
-    }
-    cmd.output().expect("rocky runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("rocky-cli-report-{}-{name}", std::process::id()))
 }
 
 fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/models/qwen2-tiny-q8_0.gguf")
+    shared()
+        .join("models/qwen2-tiny-q8_0.gguf")
         .display()
         .to_string()
 }

@@ -174,6 +174,8 @@ pub fn run(args: Args) -> CmdResult {
                 fenced(&records)
             );
         }
+        // The export ran (its section above says how) and wrote nothing.
+        _ if has_db => report.push_str("No tuning records in it.\n"),
         _ => {
             let where_ = db_file.map_or("(no location: set ROCKY_DB)".to_string(), |p| {
                 p.display().to_string()
@@ -181,7 +183,7 @@ pub fn run(args: Args) -> CmdResult {
             let _ = writeln!(
                 report,
                 "## {}. Tuning database\n\nNo tuning records at {where_} (run `rocky tune MODEL` first to include them).",
-                sections.len() + 2 - usize::from(has_db)
+                sections.len() + 2
             );
         }
     }

@@ -8,8 +8,8 @@ use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::interface::{
-    counters_of, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_RESIDUAL, BINDING_TILE_COUNTERS,
-    BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    counter_layout, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_RESIDUAL,
+    BINDING_TILE_COUNTERS, BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use rocky_compiler::templates::gemm::reference::{
     compare, reference_with_epilogue, relative_tolerance, Mismatch, Reference,
@@ -142,8 +142,8 @@ pub struct GemmOnGpu {
     /// Split-K across the grid (`k_groups > 1`): the reduce kernel and the partial sums.
     split: Option<(ComputePipeline, Buffer)>,
     /// Split-K whose last group per tile reduces (`last_group_reduces`): the partial sums,
-    /// the tile counters (zero; one region per slice) and each slice's counter offset.
-    in_place: Option<(Buffer, Buffer, Vec<u64>)>,
+    /// the tile counters (zero) and each slice's region of them (`counter_layout`).
+    in_place: Option<(Buffer, Buffer, Vec<(u64, u64)>)>,
     /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
@@ -234,21 +234,15 @@ impl GemmOnGpu {
         let in_place = if s.k_groups > 1 && s.last_group_reduces {
             let partials = Buffer::new(ctx, 4 * scratch_values(w, s), "split-K partials")
                 .map_err(device_error)?;
-            let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
-            let mut offsets = Vec::new();
-            let mut total = 0u64;
-            for slice in &slices {
-                offsets.push(total);
-                let grid = dispatch_grid_for(w.m, slice.n * w.epilogue.rows_per_column(), s);
-                total += (4 * counters_of(grid)).next_multiple_of(align);
-            }
+            let align = ctx.caps().min_storage_buffer_offset_alignment;
+            let (regions, total) = counter_layout(w.m, w, s, &slices, align);
             let counters = Buffer::from_slice(
                 ctx,
                 &vec![0u32; (total / 4) as usize],
                 "split-K tile counters",
             )
             .map_err(device_error)?;
-            Some((partials, counters, offsets))
+            Some((partials, counters, regions))
         } else {
             None
         };
@@ -320,8 +314,8 @@ impl GemmOnGpu {
                         None => return Err(in_place("partials")),
                     },
                     BINDING_TILE_COUNTERS => match &self.in_place {
-                        Some((_, counters, offsets)) => counters
-                            .range(offsets[index], 4 * counters_of(grid))
+                        Some((_, counters, regions)) => counters
+                            .range(regions[index].0, regions[index].1)
                             .map_err(device_error)?,
                         None => return Err(in_place("tile counters")),
                     },

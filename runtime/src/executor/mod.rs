@@ -860,9 +860,6 @@ impl<'m> Executor<'m> {
         let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) else {
             return Ok(());
         };
-        if gs.k_groups <= 1 {
-            return Ok(());
-        }
         if !gs.last_group_reduces && !self.reduce_pipelines.contains_key(&(*w, *s)) {
             let kernel =
                 rocky_compiler::templates::gemm::split_k::instantiate_reduce(gw, gs, &self.caps)
@@ -895,12 +892,18 @@ impl<'m> Executor<'m> {
             self.scratch[region] = Buffer::new(&self.ctx, bytes, &label)?;
         }
         if gs.last_group_reduces {
-            let bytes = self
-                .counter_bytes(gw, gs, gw.m)
-                .map_err(|r| ExecError::Refused {
-                    label: label.to_string(),
-                    reason: r.to_string(),
+            let caps = self.ctx.caps();
+            let align = caps.min_storage_buffer_offset_alignment;
+            let slices =
+                n_slices(gw, u64::from(caps.max_storage_buffer_range), align).map_err(|r| {
+                    ExecError::Refused {
+                        label: label.to_string(),
+                        reason: r.to_string(),
+                    }
                 })?;
+            let (_, bytes) = rocky_compiler::templates::gemm::interface::counter_layout(
+                gw.m, gw, gs, &slices, align,
+            );
             if self.counters[region].size() < bytes {
                 let label = self.counters[region].label().to_string();
                 // Zero: the kernels leave their counters as they found them.
@@ -909,31 +912,6 @@ impl<'m> Executor<'m> {
             }
         }
         Ok(())
-    }
-
-    /// Bytes of tile counters a `last_group_reduces` GEMM of `rows` rows needs: one region
-    /// per N-slice, each at an offset the device can bind.
-    fn counter_bytes(
-        &self,
-        gw: &GemmWorkload,
-        gs: &rocky_compiler::GemmSchedule,
-        rows: u32,
-    ) -> Result<u64, rocky_compiler::Refusal> {
-        let caps = self.ctx.caps();
-        let align = caps.min_storage_buffer_offset_alignment.max(4);
-        let slices = n_slices(gw, u64::from(caps.max_storage_buffer_range), align)?;
-        Ok(slices
-            .iter()
-            .map(|slice| {
-                let grid = rocky_compiler::templates::gemm::dispatch_grid_for(
-                    rows,
-                    slice.n * gw.epilogue.rows_per_column(),
-                    gs,
-                );
-                (4 * rocky_compiler::templates::gemm::interface::counters_of(grid))
-                    .next_multiple_of(align)
-            })
-            .sum())
     }
 
     /// Compiles the pipeline of (`w`, `s`) unless it is built already.
@@ -1140,17 +1118,15 @@ impl<'m> Executor<'m> {
                         let Schedule::Gemm(gs) = s else {
                             unreachable!("a GEMM workload has a GEMM schedule")
                         };
-                        // Split across the grid: the GEMM writes partial sums into the
-                        // scratch buffer, the reduce kernel adds them up into the output.
-                        let region = self.scratch_region_of[node_index];
-                        let scratch = region.map(|r| &self.scratch[r]);
-                        // With `last_group_reduces` the GEMM reduces itself: it binds Y and
-                        // the partials and counters besides.
-                        let in_place = gs.k_groups > 1 && gs.last_group_reduces;
-                        let split = match (gs.k_groups > 1 && !in_place, scratch) {
-                            (true, Some(scratch)) => Some((
-                                &self.reduce_pipelines[&(*w, *s)],
-                                scratch.range(
+                        // Split across the grid: the GEMM writes partial sums into the node's
+                        // scratch region; the reduce kernel adds them up into the output, or
+                        // with `last_group_reduces` the GEMM's last group per tile does
+                        // (binding Y, the partials and its tile counters).
+                        let scratch = match (gs.k_groups > 1, self.scratch_region_of[node_index]) {
+                            (false, _) => None,
+                            (true, Some(r)) => Some((
+                                r,
+                                self.scratch[r].range(
                                     0,
                                     4 * rocky_compiler::templates::gemm::split_k::scratch_values(
                                         gw, gs,
@@ -1162,11 +1138,23 @@ impl<'m> Executor<'m> {
                                     "{label}: a split-K schedule without its scratch buffer"
                                 )))
                             }
-                            _ => None,
                         };
+                        let in_place = scratch.filter(|_| gs.last_group_reduces);
+                        let split = scratch
+                            .filter(|_| !gs.last_group_reduces)
+                            .map(|(_, partials)| (&self.reduce_pipelines[&(*w, *s)], partials));
                         let output = slot_range(node.output, rows, 0)?;
-                        let mut counter_offset = 0u64;
-                        for slice in n_slices(gw, max_range, align).map_err(refused)? {
+                        let slices = n_slices(gw, max_range, align).map_err(refused)?;
+                        let counters = match in_place {
+                            Some(_) => {
+                                rocky_compiler::templates::gemm::interface::counter_layout(
+                                    rows, gw, gs, &slices, align,
+                                )
+                                .0
+                            }
+                            None => Vec::new(),
+                        };
+                        for (index, slice) in slices.into_iter().enumerate() {
                             let mut named: Vec<(&str, BufferRange)> = vec![
                                 ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
                                 (
@@ -1186,26 +1174,10 @@ impl<'m> Executor<'m> {
                                 slice.n * gw.epilogue.rows_per_column(),
                                 gs,
                             );
-                            if in_place {
-                                let r = region.ok_or_else(|| {
-                                    ExecError::Unsupported(format!(
-                                        "{label}: a split-K schedule without its scratch buffer"
-                                    ))
-                                })?;
-                                let partials = 4
-                                    * rocky_compiler::templates::gemm::split_k::scratch_values(
-                                        gw, gs,
-                                    );
-                                let counters = 4
-                                    * rocky_compiler::templates::gemm::interface::counters_of(
-                                        groups,
-                                    );
-                                named.push(("partials", self.scratch[r].range(0, partials)?));
-                                named.push((
-                                    "counters",
-                                    self.counters[r].range(counter_offset, counters)?,
-                                ));
-                                counter_offset += counters.next_multiple_of(align.max(4));
+                            if let Some((r, partials)) = in_place {
+                                let (offset, bytes) = counters[index];
+                                named.push(("partials", partials));
+                                named.push(("counters", self.counters[r].range(offset, bytes)?));
                             }
                             emit(
                                 label,

@@ -400,7 +400,8 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
 /// Register-tiled schedules for the tuner to try first where the space has them: 8 queries
 /// per workgroup (× the heads of a kv group), 32- and 16-key blocks, 4×2 tiles, f16 products;
 /// on the H200 (Qwen2.5-3B shape) 2.26x the default at KV 4096 and 1.74x at 512, which a
-/// 30-trial search over the ~1,100 schedules did not find (docs/measurements/2026-12-03b-h200.md).
+/// 30-trial search over the 1,575 schedules of that workload did not find
+/// (docs/measurements/2026-12-03b-h200.md; the space size from the H200 tuner log of 2026-12-03c).
 pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
     if !(caps.subgroup_shuffle && !caps.shared_memory_is_slow && caps.float16) {
         return Vec::new();

@@ -53,6 +53,28 @@ pub fn counters_of(grid: [u32; 3]) -> u64 {
     u64::from(grid[0]) * u64::from(grid[1])
 }
 
+/// Where each N-slice's tile counters sit in the one counter buffer of a `last_group_reduces`
+/// GEMM over `m` rows: (byte offset, bytes) per slice, each offset a multiple of
+/// `offset_alignment` (at least 4), and the bytes of the whole buffer.
+pub fn counter_layout(
+    m: u32,
+    w: &GemmWorkload,
+    s: &GemmSchedule,
+    slices: &[NSlice],
+    offset_alignment: u64,
+) -> (Vec<(u64, u64)>, u64) {
+    let align = offset_alignment.max(4);
+    let mut regions = Vec::with_capacity(slices.len());
+    let mut total = 0;
+    for slice in slices {
+        let grid = dispatch_grid_for(m, slice.n * w.epilogue.rows_per_column(), s);
+        let bytes = 4 * counters_of(grid);
+        regions.push((total, bytes));
+        total += bytes.next_multiple_of(align);
+    }
+    (regions, total)
+}
+
 /// The push-constant block of the GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmPush {

@@ -971,7 +971,8 @@ impl<'a> Gemm<'a> {
         (row, b.add(self.n_offset, col), inside)
     }
 
-    /// `last_group_reduces`: stores this group's partial sums of output (i, j).
+    /// Stores this group's partial sums of output (i, j) into `partials` (the reduce kernel's
+    /// scratch, or with `last_group_reduces` the in-place partials).
     fn store_partial(&self, partials: Buffer, i: usize, j: usize, v: Value, up: Option<Value>) {
         let b = self.b;
         let (row, ycol, inside) = self.output_at(i, j);
@@ -1038,19 +1039,13 @@ impl<'a> Gemm<'a> {
 
     /// Stores output (i, j): `v` is its sum (the gate sum with SwiGLU, `up` the up sum).
     fn store_output(&self, i: usize, j: usize, v: Value, up: Option<Value>) {
+        if self.s.k_groups > 1 && self.in_place_reduce.is_none() {
+            // Split for the reduce kernel: y is the f32 scratch of partial sums.
+            return self.store_partial(self.y, i, j, v, up);
+        }
         let b = self.b;
         let (row, ycol, inside) = self.output_at(i, j);
         b.if_(inside, || {
-            if self.s.k_groups > 1 && self.in_place_reduce.is_none() {
-                // This group's partial sums, in f32, in its plane of the scratch (y here),
-                // for the reduce kernel.
-                let g = b.builtin(Builtin::WorkgroupId(2));
-                b.store(self.y, self.partial_index(g, row, ycol, 0), v);
-                if let Some(up) = up {
-                    b.store(self.y, self.partial_index(g, row, ycol, 1), up);
-                }
-                return;
-            }
             let at = b.add(b.mul(row, self.ldy), ycol);
             let mut v = match self.bias {
                 Some(bias) => b.add(v, b.load(bias, ycol)),
