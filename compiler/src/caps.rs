@@ -47,6 +47,14 @@ pub struct DeviceCaps {
     /// slower than f32 there, so default schedules keep f32 math.
     #[serde(default)]
     pub emulated_f16: bool,
+    /// Memory accesses that differ between the lanes of a subgroup run lane by lane, while
+    /// arithmetic runs on all lanes at once (CPU implementations: llvmpipe vectorizes a
+    /// subgroup across SIMD lanes but turns every storage- or workgroup-memory load whose
+    /// address varies by lane into a loop over the lanes with a bounds check each). A kernel
+    /// there is fast when each loaded value feeds many FMAs: default schedules take wide
+    /// per-thread tiles and share X rows through subgroup broadcasts.
+    #[serde(default)]
+    pub lane_serial_memory: bool,
 }
 
 impl DeviceCaps {
@@ -71,6 +79,7 @@ impl DeviceCaps {
             max_storage_buffer_range: u64::from(u32::MAX),
             min_storage_buffer_offset_alignment: 16,
             emulated_f16: false,
+            lane_serial_memory: false,
         }
     }
 
@@ -95,6 +104,7 @@ impl DeviceCaps {
             max_storage_buffer_range: u64::from(u32::MAX),
             min_storage_buffer_offset_alignment: 64,
             emulated_f16: false,
+            lane_serial_memory: false,
         }
     }
 
@@ -119,6 +129,33 @@ impl DeviceCaps {
             max_storage_buffer_range: 128 << 20,
             min_storage_buffer_offset_alignment: 256,
             emulated_f16: false,
+            lane_serial_memory: false,
+        }
+    }
+
+    /// lavapipe (Mesa's llvmpipe Vulkan driver, Debian 12's 22.3.6 on an AVX2 machine): what it
+    /// reports, with the runtime's CPU-implementation rules applied.
+    pub fn lavapipe() -> DeviceCaps {
+        DeviceCaps {
+            max_workgroup_size: [1024, 1024, 1024],
+            max_workgroup_invocations: 1024,
+            max_shared_memory_bytes: 32 * 1024,
+            subgroup_size: 8,
+            subgroup_arithmetic: true,
+            subgroup_shuffle: true,
+            float16: true,
+            int8: true,
+            int16: true,
+            integer_dot_product: true,
+            storage_16bit: true,
+            storage_8bit: true,
+            spirv_version: (1, 6),
+            shared_memory_is_slow: true,
+            register_budget: 256,
+            max_storage_buffer_range: 128 << 20,
+            min_storage_buffer_offset_alignment: 16,
+            emulated_f16: true,
+            lane_serial_memory: true,
         }
     }
 

@@ -16,9 +16,16 @@ use rocky_compiler::DeviceCaps;
 /// both live) while leaving the estimate's error some room below the hardware's 255.
 pub const DISCRETE_REGISTER_BUDGET: u32 = 224;
 
+/// Registers per thread a schedule may plan for on CPU implementations (lavapipe). A "register"
+/// there is a SIMD register or a stack slot in L1, so the budget only keeps kernels from
+/// growing without bound; what costs on llvmpipe is each lane-varying load (see
+/// `DeviceCaps::lane_serial_memory`), and the wide tiles that save them need ~150 by the
+/// estimate (4×8 micro-tiles: 3.3-3.8x the 4×1 tile on the 0.5B's GEMMs at m = 32,
+/// docs/measurements/2026-12-03d-lavapipe.md).
+pub const CPU_REGISTER_BUDGET: u32 = 256;
+
 /// Registers per thread for every other device: mobile and integrated GPUs have small register
-/// files (Mali-G610 halves occupancy above 32 registers and spills above 64), and CPU
-/// implementations do not gain from bigger per-thread tiles.
+/// files (Mali-G610 halves occupancy above 32 registers and spills above 64).
 pub const OTHER_REGISTER_BUDGET: u32 = 64;
 
 /// What the compiler may assume about the device of `info`, with the features `caps` says
@@ -30,8 +37,10 @@ pub const OTHER_REGISTER_BUDGET: u32 = 64;
 ///   ordinary memory, staging through it only adds copies and barriers) and for panvk, whose
 ///   sources document Mali's workgroup memory as "backed by global memory anyway"; false for
 ///   every other GPU (on-chip shared memory).
-/// - `register_budget`: [`DISCRETE_REGISTER_BUDGET`] for discrete GPUs,
-///   [`OTHER_REGISTER_BUDGET`] otherwise.
+/// - `register_budget`: [`DISCRETE_REGISTER_BUDGET`] for discrete GPUs, [`CPU_REGISTER_BUDGET`]
+///   for CPU implementations, [`OTHER_REGISTER_BUDGET`] otherwise.
+/// CPU implementations also get `emulated_f16` and `lane_serial_memory` (what llvmpipe's code
+/// generation does, which no Vulkan property says).
 pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
     DeviceCaps {
         max_workgroup_size: caps.max_workgroup_size,
@@ -50,8 +59,11 @@ pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
         shared_memory_is_slow: info.is_cpu || is_panvk(info),
         // CPU implementations run f16 arithmetic through conversions: f32 is faster there.
         emulated_f16: info.is_cpu,
+        lane_serial_memory: info.is_cpu,
         register_budget: if info.device_type == DeviceType::Discrete {
             DISCRETE_REGISTER_BUDGET
+        } else if info.is_cpu {
+            CPU_REGISTER_BUDGET
         } else {
             OTHER_REGISTER_BUDGET
         },
@@ -189,6 +201,7 @@ mod tests {
                 max_storage_buffer_range: 134_217_728,
                 min_storage_buffer_offset_alignment: 64,
                 emulated_f16: false,
+                lane_serial_memory: false,
             }
         );
     }
@@ -202,9 +215,12 @@ mod tests {
         assert_eq!(panvk.register_budget, OTHER_REGISTER_BUDGET);
         let lavapipe = of(DeviceType::Cpu, vk::DriverId::MESA_LLVMPIPE);
         assert!(lavapipe.shared_memory_is_slow);
+        assert!(lavapipe.emulated_f16 && lavapipe.lane_serial_memory);
+        assert_eq!(lavapipe.register_budget, CPU_REGISTER_BUDGET);
         let nvidia = of(DeviceType::Discrete, vk::DriverId::NVIDIA_PROPRIETARY);
         assert!(!nvidia.shared_memory_is_slow);
         assert_eq!(nvidia.register_budget, DISCRETE_REGISTER_BUDGET);
+        assert!(!panvk.lane_serial_memory && !nvidia.lane_serial_memory);
         // The rule is the driver, not the device type: a discrete panvk does not exist, but a
         // Mali reported as "other" must still get the slow-shared-memory schedules.
         assert!(of(DeviceType::Other, vk::DriverId::MESA_PANVK).shared_memory_is_slow);

@@ -5,7 +5,8 @@
 //!   broadcasts (`shuffle_a`) where the subgroup is a power of two; small register footprint (Mali halves
 //!   occupancy above 32 registers); f16 packed math where the device has it, accumulating
 //!   in f32; 64 threads.
-//! - Devices that emulate f16 (CPU implementations) keep f32 math.
+//! - Devices that emulate f16 (CPU implementations) keep f32 math; where lane-varying loads
+//!   run lane by lane (CPU implementations) the X broadcasts feed 4×8 micro-tiles.
 //! - GPUs with native f16 and fast shared memory: packed f16 math with f32 accumulation
 //!   (the f16 partial sums folded into f32 once per slab), both operands staged, 64-deep K
 //!   slabs; 128×128 (8×8) tiles where m ≥ 256, their grid has at least 32 tiles (split
@@ -103,6 +104,21 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
     };
     let mut c = Vec::new();
     if w.m <= 4 {
+        if caps.lane_serial_memory && caps.subgroup_shuffle {
+            // One row per workgroup, 8 columns per lane, the X row broadcast: on lavapipe the
+            // 0.5B's output projection (m = 1, n = 151936, Q8_0) took 40 ms against 280 ms
+            // with the GPU rule below (docs/measurements/2026-12-03d-lavapipe.md).
+            let sg = caps.subgroup_size;
+            c.push(GemmSchedule {
+                bm: 1,
+                bn: 8 * sg,
+                bk: 4 * sg,
+                tn: 8,
+                shuffle_a: true,
+                wide_loads: true,
+                ..base
+            });
+        }
         if caps.shared_memory_is_slow {
             // Decode-like without any workgroup memory (panvk allocates it per dispatch).
             c.push(GemmSchedule {
@@ -148,6 +164,21 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             shuffle_a: true,
             ..base
         };
+        if caps.lane_serial_memory {
+            // CPU implementations load lane by lane but compute on all lanes at once: every
+            // X vec4 a lane loads (and broadcasts) should feed as many columns as possible.
+            // On lavapipe (m = 32, the 0.5B's GEMMs) 4×8 micro-tiles ran 3.3-3.8x faster than
+            // the 4×1 tile, 4×4 2.4-3.0x, and 8-row tiles no faster than 4-row ones
+            // (docs/measurements/2026-12-03d-lavapipe.md).
+            for tn in [8, 4] {
+                c.push(GemmSchedule {
+                    bn: sg * tn,
+                    tn,
+                    wide_loads: true,
+                    ..shuffled
+                });
+            }
+        }
         // Weights read as word runs, each loaded once per slab (quantized formats): ls fell
         // 18 -> 15 (Q4_K), 80 -> 41 (Q6_K), 46 -> 30 (Q8_0). Q4_K (3 weight loads per slab)
         // also takes two slabs per K-loop iteration where k allows: 22 ls against 25.4 sfu
@@ -470,6 +501,47 @@ mod tests {
             let desk = default_schedule(&w, &DeviceCaps::desktop_all_features());
             assert!(!desk.share_headers && !desk.shuffle_a, "{desk:?}");
         }
+    }
+
+    #[test]
+    fn lane_serial_devices_take_wide_tiles_with_broadcast_x_rows() {
+        let caps = DeviceCaps::lavapipe();
+        // (m, n, k, weight) → (bm, tm, tn): the 0.5B's GEMMs at ubatch 32, the output
+        // projection of one row, a fused SwiGLU GEMM.
+        for (m, n, k, weight, want) in [
+            (32, 4864, 896, WeightFormat::Q5_0, (16, 4, 8)),
+            (32, 896, 4864, WeightFormat::Q4K, (16, 4, 8)),
+            (32, 896, 4864, WeightFormat::Q6K, (16, 4, 8)),
+            (32, 128, 896, WeightFormat::Q5_0, (16, 4, 8)),
+            (512, 2048, 2048, WeightFormat::Q8_0, (16, 4, 8)),
+            (1, 151936, 896, WeightFormat::Q8_0, (1, 1, 8)),
+        ] {
+            let w = GemmWorkload {
+                weight,
+                layout: default_layout(weight, &caps),
+                ..gemm(m, n, k)
+            };
+            let s = default_schedule(&w, &caps);
+            assert!(s.shuffle_a && s.wide_loads, "{m}x{n}x{k}: {s:?}");
+            assert_eq!(s.math, Math::FmaF32, "{m}x{n}x{k}: {s:?}");
+            assert_eq!((s.bm, s.tm, s.tn), want, "{m}x{n}x{k}: {s:?}");
+            assert_eq!(s.bn, caps.subgroup_size * s.tn, "{s:?}");
+        }
+        // The fused gate/up GEMM keeps the wide tile (an even tn).
+        let fused = GemmWorkload {
+            weight: WeightFormat::Q5_0,
+            layout: WeightLayout::Aligned,
+            epilogue: super::super::workload::Epilogue::SwiGlu,
+            ..gemm(32, 4864, 896)
+        };
+        assert_eq!(default_schedule(&fused, &caps).tn, 8);
+        // The same device without the lane-serial rule keeps the Mali tile.
+        let gpu_like = DeviceCaps {
+            lane_serial_memory: false,
+            ..DeviceCaps::lavapipe()
+        };
+        let s = default_schedule(&gemm(32, 4864, 896), &gpu_like);
+        assert_eq!(s.tn, 1, "{s:?}");
     }
 
     #[test]
