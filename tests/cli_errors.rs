@@ -8,7 +8,7 @@ mod common;
 
 use common::{asset, shared, text};
 use rocky_models::formats::GgmlType;
-use rocky_models::gguf::{GgufFile, GgufWriter, TensorSpec};
+use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue, TensorSpec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -127,6 +127,31 @@ fn model_with_type(dir: &Temp, tensor: &str, ty: GgmlType) -> PathBuf {
     out
 }
 
+/// The tiny model with `general.architecture` set to `arch` (its tensors unchanged).
+fn model_with_architecture(dir: &Temp, arch: &str) -> PathBuf {
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in &file.metadata {
+        let v = if k == "general.architecture" {
+            MetaValue::String(arch.into())
+        } else {
+            v.clone()
+        };
+        w.set(k, v);
+    }
+    for t in &file.tensors {
+        w.add_tensor(TensorSpec {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            ggml_type: t.ggml_type,
+        });
+    }
+    let out = dir.join(&format!("{arch}.gguf"));
+    w.write(&out, |i, _| Ok(file.tensor_data(&file.tensors[i]).to_vec()))
+        .unwrap();
+    out
+}
+
 /// Byte offset of `tensor`'s type id in the header of the GGUF `bytes`: after its name
 /// (u64 length + bytes), its dimension count (u32) and its dimensions (u64 each).
 fn type_field_offset(bytes: &[u8], tensor: &str) -> usize {
@@ -222,25 +247,42 @@ fn a_hostile_tensor_count_is_refused_before_allocating() {
 }
 
 #[test]
-fn unsupported_architecture_is_named_for_gpu_prefill_and_tune() {
-    let gemma = asset("gemma-3-270m-q4_k_m.gguf");
+fn unsupported_architecture_is_named_for_prefill_and_tune() {
     let dir = Temp::new("arch");
+    let mamba = model_with_architecture(&dir, "mamba");
     let db = dir.join("tuning.sled");
     for args in [
-        vec!["prefill", s(&gemma), "--token-ids", "2,3"],
-        tune_args(s(&gemma), s(&db)),
+        vec!["prefill", s(&mamba), "--token-ids", "2,3"],
+        vec![
+            "prefill",
+            s(&mamba),
+            "--backend",
+            "cpu",
+            "--token-ids",
+            "2,3",
+        ],
+        tune_args(s(&mamba), s(&db)),
     ] {
         let o = rocky(&args);
         assert_error(
             &o,
             3,
             &[
-                s(&gemma),
-                "architecture \"gemma3\" is not supported",
-                "use a qwen2 model",
+                s(&mamba),
+                "architecture \"mamba\" is not supported",
+                "qwen2, qwen3, gemma3",
             ],
         );
     }
+}
+
+#[test]
+fn ops_without_gpu_kernels_point_to_the_cpu_backend() {
+    // Gemma 3 runs on the CPU reference; its embedding scale, head norms and GELU-gated FFN
+    // have no GPU kernels yet.
+    let gemma = asset("gemma-3-270m-q4_k_m.gguf");
+    let o = rocky(&["prefill", s(&gemma), "--token-ids", "2,3"]);
+    assert_error(&o, 3, &["not on the GPU yet", "--backend cpu"]);
 }
 
 #[test]

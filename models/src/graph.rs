@@ -44,13 +44,29 @@ pub enum Op {
         theta: f32,
     },
     /// Causal grouped-query attention over the KV cache of `layer`; inputs q, k, v. The new
-    /// k and v rows are appended to the cache at the ubatch's positions first.
+    /// k and v rows are appended to the cache at the ubatch's positions first. With
+    /// `sliding_window = Some(w)` the query at position p sees only keys at positions
+    /// p - w < j ≤ p (llama.cpp's standard sliding window, Gemma 3's local layers).
     Attention {
         layer: usize,
         n_heads: usize,
         n_kv_heads: usize,
         head_dim: usize,
+        sliding_window: Option<usize>,
     },
+    /// RMSNorm of each head: the value is `n_heads × head_dim` wide and every `head_dim`
+    /// slice is normalized on its own with the one `head_dim`-long weight (the Q and K norms
+    /// of Qwen3 and Gemma 3).
+    HeadRmsNorm {
+        weight: String,
+        eps: f32,
+        n_heads: usize,
+        head_dim: usize,
+    },
+    /// y = x · factor (Gemma's embedding scale √n_embd).
+    Scale { factor: f32, width: usize },
+    /// gelu(gate) * up with GELU's tanh approximation (Gemma's FFN); inputs gate, up.
+    GeGlu { width: usize },
     /// silu(gate) * up; inputs gate, up.
     SwiGlu { width: usize },
     /// Elementwise sum (the residual connection); inputs a, b.

@@ -122,10 +122,28 @@ impl<'a> CpuSession<'a> {
                     n_heads,
                     n_kv_heads,
                     head_dim,
+                    sliding_window,
                 } => {
                     let (q, k, v) = (input(0).to_vec(), input(1).to_vec(), input(2).to_vec());
-                    self.attention(&q, k, v, *layer, *n_heads, *n_kv_heads, *head_dim)
+                    let heads = Heads {
+                        n_heads: *n_heads,
+                        n_kv_heads: *n_kv_heads,
+                        head_dim: *head_dim,
+                    };
+                    self.attention(&q, k, v, *layer, heads, *sliding_window)
                 }
+                Op::HeadRmsNorm {
+                    weight,
+                    eps,
+                    head_dim,
+                    ..
+                } => {
+                    // Each head is a row of its own for the norm.
+                    let w = self.dense(weight)?;
+                    rms_norm(input(0), &w, *eps, *head_dim)
+                }
+                Op::Scale { factor, .. } => input(0).iter().map(|v| v * factor).collect(),
+                Op::GeGlu { .. } => geglu(input(0), input(1)),
                 Op::SwiGlu { .. } => swiglu(input(0), input(1)),
                 Op::Add { .. } => add(input(0), input(1)),
                 Op::LastRow { width } => input(0)[(n - 1) * width..].to_vec(),
@@ -219,16 +237,14 @@ impl<'a> CpuSession<'a> {
         Ok(y)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         q: &[f32],
         mut k: Vec<f32>,
         mut v: Vec<f32>,
         layer: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
+        heads: Heads,
+        sliding_window: Option<usize>,
     ) -> Vec<f32> {
         if self.options.kv_f16 {
             for x in k.iter_mut().chain(v.iter_mut()) {
@@ -238,38 +254,63 @@ impl<'a> CpuSession<'a> {
         let (kc, vc) = &mut self.kv[layer];
         kc.extend_from_slice(&k);
         vc.extend_from_slice(&v);
-        let (kc, vc) = (&*kc, &*vc);
-        let q_w = n_heads * head_dim;
-        let kv_w = n_kv_heads * head_dim;
-        let n_new = q.len() / q_w;
-        let n_past = self.n_past;
-        let group = n_heads / n_kv_heads;
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let mut out = vec![0f32; n_new * q_w];
-        out.par_chunks_mut(head_dim)
-            .enumerate()
-            .for_each(|(idx, o)| {
-                let (i, h) = (idx / n_heads, idx % n_heads);
-                let kvh = h / group;
-                let qv = &q[i * q_w + h * head_dim..][..head_dim];
-                // Causal: position n_past + i sees positions 0..=n_past + i.
-                let n_keys = n_past + i + 1;
-                let scores: Vec<f32> = (0..n_keys)
-                    .map(|j| dot(qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale)
-                    .collect();
-                let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = weights.iter().map(|&w| w as f64).sum();
-                let inv = (1.0 / sum) as f32;
-                for (j, w) in weights.iter().enumerate() {
-                    let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
-                    for (o, vv) in o.iter_mut().zip(vrow) {
-                        *o += w * inv * vv;
-                    }
-                }
-            });
-        out
+        attend(q, kc, vc, self.n_past, heads, sliding_window)
     }
+}
+
+/// Causal grouped-query attention of the `q` rows at positions `n_past..` over the cached
+/// keys and values `kc`, `vc` (positions `0..n_past + rows`). Position p sees keys
+/// 0..=p, or with a sliding window of w the last w of them (p - w < j ≤ p).
+fn attend(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    n_past: usize,
+    heads: Heads,
+    sliding_window: Option<usize>,
+) -> Vec<f32> {
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let q_w = n_heads * head_dim;
+    let kv_w = n_kv_heads * head_dim;
+    let n_new = q.len() / q_w;
+    let group = n_heads / n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut out = vec![0f32; n_new * q_w];
+    out.par_chunks_mut(head_dim)
+        .enumerate()
+        .for_each(|(idx, o)| {
+            let (i, h) = (idx / n_heads, idx % n_heads);
+            let kvh = h / group;
+            let qv = &q[i * q_w + h * head_dim..][..head_dim];
+            let n_keys = n_past + i + 1;
+            let first = sliding_window.map_or(0, |w| n_keys.saturating_sub(w));
+            let scores: Vec<f32> = (first..n_keys)
+                .map(|j| dot(qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale)
+                .collect();
+            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+            let sum: f64 = weights.iter().map(|&w| w as f64).sum();
+            let inv = (1.0 / sum) as f32;
+            for (j, w) in (first..n_keys).zip(&weights) {
+                let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
+                for (o, vv) in o.iter_mut().zip(vrow) {
+                    *o += w * inv * vv;
+                }
+            }
+        });
+    out
+}
+
+/// The head layout of an attention op.
+#[derive(Clone, Copy, Debug)]
+struct Heads {
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
 }
 
 /// Runs a whole prompt from an empty cache and returns the last position's logits.
@@ -402,6 +443,67 @@ fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// gelu(gate) * up, GELU with ggml's tanh approximation:
+/// 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))).
+fn geglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| gelu_tanh(g) * u)
+        .collect()
+}
+
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
 fn add(a: &[f32], b: &[f32]) -> Vec<f32> {
     a.iter().zip(b).map(|(a, b)| a + b).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADS: Heads = Heads {
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 4,
+    };
+
+    /// Zero queries give every visible key the same weight: each output is the mean of the
+    /// values the position sees, a closed form for the mask.
+    fn mean_of_visible(n: usize, window: Option<usize>) -> Vec<f32> {
+        let q = vec![0f32; n * 8];
+        let k: Vec<f32> = (0..n * 4).map(|i| (i as f32 * 0.37).sin()).collect();
+        let v: Vec<f32> = (0..n * 4).map(|i| (i / 4) as f32).collect();
+        attend(&q, &k, &v, 0, HEADS, window)
+    }
+
+    #[test]
+    fn causal_attention_averages_every_earlier_position_under_uniform_scores() {
+        let out = mean_of_visible(6, None);
+        for p in 0..6 {
+            let want = (0..=p).sum::<usize>() as f32 / (p + 1) as f32;
+            for &o in &out[p * 8..(p + 1) * 8] {
+                assert!((o - want).abs() < 1e-5, "position {p}: {o} != {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_sliding_window_keeps_the_last_w_positions() {
+        let w: usize = 3;
+        let out = mean_of_visible(7, Some(w));
+        for p in 0..7usize {
+            let first = (p + 1).saturating_sub(w);
+            let want = (first..=p).sum::<usize>() as f32 / (p + 1 - first) as f32;
+            for &o in &out[p * 8..(p + 1) * 8] {
+                assert!((o - want).abs() < 1e-5, "position {p}: {o} != {want}");
+            }
+        }
+        // A window as long as the prompt is plain causal attention.
+        assert_eq!(mean_of_visible(5, Some(5)), mean_of_visible(5, None));
+    }
 }

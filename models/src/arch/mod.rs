@@ -1,5 +1,6 @@
 //! Architectures: from GGUF metadata to a validated configuration and an op graph.
 
+mod gemma3;
 mod qwen2;
 
 use crate::gguf::{GgufError, GgufFile};
@@ -7,7 +8,7 @@ use crate::graph::Graph;
 use serde::Serialize;
 
 /// Architectures rocky can run, as named by `general.architecture`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "qwen3", "gemma3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -78,7 +79,9 @@ pub struct Model {
 pub fn load(file: &GgufFile) -> Result<Model, ModelError> {
     let arch = file.architecture()?;
     match arch {
-        "qwen2" => qwen2::load(file),
+        "qwen2" => qwen2::load(file, qwen2::Variant::Qwen2),
+        "qwen3" => qwen2::load(file, qwen2::Variant::Qwen3),
+        "gemma3" => gemma3::load(file),
         other => Err(ModelError::UnsupportedArchitecture {
             path: file.path().display().to_string(),
             arch: other.to_string(),

@@ -1,38 +1,64 @@
 //! Qwen2 / Qwen2.5 (`general.architecture = qwen2`), as llama.cpp's qwen2 loader reads it:
 //! QKV biases, grouped-query attention, NeoX RoPE, RMSNorm, SwiGLU FFN, tied or separate
-//! output projection.
+//! output projection. Qwen3 (`qwen3`) is the same graph without the QKV biases and with a
+//! per-head RMSNorm of Q and K before RoPE (`attn_q_norm`, `attn_k_norm`).
 
 use super::{expect_tensor, Model, ModelConfig, ModelError};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, Op};
 
-pub(super) fn load(file: &GgufFile) -> Result<Model, ModelError> {
-    let config = read_config(file)?;
-    check_tensors(file, &config)?;
-    let graph = build_graph(&config);
+/// The two members of the family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Variant {
+    Qwen2,
+    Qwen3,
+}
+
+impl Variant {
+    fn arch(self) -> &'static str {
+        match self {
+            Variant::Qwen2 => "qwen2",
+            Variant::Qwen3 => "qwen3",
+        }
+    }
+
+    fn qkv_bias(self) -> bool {
+        self == Variant::Qwen2
+    }
+
+    fn qk_norm(self) -> bool {
+        self == Variant::Qwen3
+    }
+}
+
+pub(super) fn load(file: &GgufFile, variant: Variant) -> Result<Model, ModelError> {
+    let config = read_config(file, variant)?;
+    check_tensors(file, &config, variant)?;
+    let graph = build_graph(&config, variant);
     Ok(Model { config, graph })
 }
 
-fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
+fn read_config(file: &GgufFile, variant: Variant) -> Result<ModelConfig, ModelError> {
+    let arch = variant.arch();
     let path = file.path().display().to_string();
     let invalid = |detail: String| ModelError::Invalid {
         path: path.clone(),
         detail,
     };
     let n = |key: &str| -> Result<usize, ModelError> {
-        let v = file.get_u64(&format!("qwen2.{key}"))?;
+        let v = file.get_u64(&format!("{arch}.{key}"))?;
         if v == 0 || v > 1 << 24 {
-            return Err(invalid(format!("qwen2.{key} = {v} is out of range")));
+            return Err(invalid(format!("{arch}.{key} = {v} is out of range")));
         }
         Ok(v as usize)
     };
     let n_embd = n("embedding_length")?;
     let n_head = n("attention.head_count")?;
-    let n_head_kv = match file.get("qwen2.attention.head_count_kv") {
+    let n_head_kv = match file.get(&format!("{arch}.attention.head_count_kv")) {
         Some(_) => n("attention.head_count_kv")?,
         None => n_head,
     };
-    let head_dim = match file.get("qwen2.attention.key_length") {
+    let head_dim = match file.get(&format!("{arch}.attention.key_length")) {
         Some(_) => n("attention.key_length")?,
         None => n_embd / n_head,
     };
@@ -51,17 +77,17 @@ fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
         .ok_or_else(|| invalid("tensor token_embd.weight is missing".to_string()))?;
     let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
     let rope_theta = file
-        .get("qwen2.rope.freq_base")
+        .get(&format!("{arch}.rope.freq_base"))
         .and_then(|v| v.as_f64())
         .unwrap_or(10000.0) as f32;
-    let rms_eps = file.get_f64("qwen2.attention.layer_norm_rms_epsilon")? as f32;
+    let rms_eps = file.get_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32;
     if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
         return Err(invalid(format!(
             "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
         )));
     }
     Ok(ModelConfig {
-        architecture: "qwen2".into(),
+        architecture: arch.into(),
         n_embd,
         n_layer: n("block_count")?,
         n_head,
@@ -69,14 +95,14 @@ fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
         head_dim,
         n_ff: n("feed_forward_length")?,
         n_vocab,
-        n_ctx_train: file.get_u64("qwen2.context_length").unwrap_or(0) as usize,
+        n_ctx_train: file.get_u64(&format!("{arch}.context_length")).unwrap_or(0) as usize,
         rope_theta,
         rms_eps,
         tied_output: file.tensor("output.weight").is_none(),
     })
 }
 
-fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
+fn check_tensors(file: &GgufFile, c: &ModelConfig, variant: Variant) -> Result<(), ModelError> {
     let (e, q, kv, f) = (
         c.n_embd,
         c.n_head * c.head_dim,
@@ -92,11 +118,17 @@ fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
         let t = |s: &str| format!("blk.{l}.{s}");
         expect_tensor(file, &t("attn_norm.weight"), &[e])?;
         expect_tensor(file, &t("attn_q.weight"), &[e, q])?;
-        expect_tensor(file, &t("attn_q.bias"), &[q])?;
         expect_tensor(file, &t("attn_k.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_k.bias"), &[kv])?;
         expect_tensor(file, &t("attn_v.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_v.bias"), &[kv])?;
+        if variant.qkv_bias() {
+            expect_tensor(file, &t("attn_q.bias"), &[q])?;
+            expect_tensor(file, &t("attn_k.bias"), &[kv])?;
+            expect_tensor(file, &t("attn_v.bias"), &[kv])?;
+        }
+        if variant.qk_norm() {
+            expect_tensor(file, &t("attn_q_norm.weight"), &[c.head_dim])?;
+            expect_tensor(file, &t("attn_k_norm.weight"), &[c.head_dim])?;
+        }
         expect_tensor(file, &t("attn_output.weight"), &[q, e])?;
         expect_tensor(file, &t("ffn_norm.weight"), &[e])?;
         expect_tensor(file, &t("ffn_gate.weight"), &[e, f])?;
@@ -106,7 +138,7 @@ fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
     Ok(())
 }
 
-fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
+fn build_graph(c: &ModelConfig, variant: Variant) -> crate::graph::Graph {
     let (e, q_w, kv_w, f) = (
         c.n_embd,
         c.n_head * c.head_dim,
@@ -140,9 +172,28 @@ fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
             },
             &[x],
         );
-        let q = g.push(p("attn_q"), linear(p("attn_q.weight"), true, e, q_w), &[h]);
-        let k = g.push(p("attn_k"), linear(p("attn_k.weight"), true, e, kv_w), &[h]);
-        let v = g.push(p("attn_v"), linear(p("attn_v.weight"), true, e, kv_w), &[h]);
+        let bias = variant.qkv_bias();
+        let mut q = g.push(p("attn_q"), linear(p("attn_q.weight"), bias, e, q_w), &[h]);
+        let mut k = g.push(p("attn_k"), linear(p("attn_k.weight"), bias, e, kv_w), &[h]);
+        let v = g.push(p("attn_v"), linear(p("attn_v.weight"), bias, e, kv_w), &[h]);
+        if variant.qk_norm() {
+            let head_norm = |w: String, n_heads| Op::HeadRmsNorm {
+                weight: w,
+                eps: c.rms_eps,
+                n_heads,
+                head_dim: c.head_dim,
+            };
+            q = g.push(
+                p("attn_q_norm"),
+                head_norm(p("attn_q_norm.weight"), c.n_head),
+                &[q],
+            );
+            k = g.push(
+                p("attn_k_norm"),
+                head_norm(p("attn_k_norm.weight"), c.n_head_kv),
+                &[k],
+            );
+        }
         let rope = |n_heads| Op::RopeNeox {
             n_heads,
             head_dim: c.head_dim,
@@ -157,6 +208,7 @@ fn build_graph(c: &ModelConfig) -> crate::graph::Graph {
                 n_heads: c.n_head,
                 n_kv_heads: c.n_head_kv,
                 head_dim: c.head_dim,
+                sliding_window: None,
             },
             &[q, k, v],
         );

@@ -132,6 +132,24 @@ pub enum ExecError {
     },
 }
 
+/// The name of an op in messages.
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Embedding { .. } => "embedding",
+        Op::RmsNorm { .. } => "RMSNorm",
+        Op::HeadRmsNorm { .. } => "per-head RMSNorm",
+        Op::Linear { .. } => "linear",
+        Op::LinearSwiGlu { .. } => "fused SwiGLU linear",
+        Op::RopeNeox { .. } => "NeoX RoPE",
+        Op::Attention { .. } => "attention",
+        Op::SwiGlu { .. } => "SwiGLU",
+        Op::GeGlu { .. } => "GELU-gated",
+        Op::Scale { .. } => "scale",
+        Op::Add { .. } => "add",
+        Op::LastRow { .. } => "last-row",
+    }
+}
+
 /// A model's weights on the device, and the graph they were uploaded for: the model's graph
 /// after the fusion pass (`ROCKY_FUSE`, see `rocky_models::fuse`), whose fused gate/up GEMMs
 /// read one combined tensor each (named [`gate_up_name`]).
@@ -778,8 +796,16 @@ impl<'m> Executor<'m> {
                     n_heads,
                     n_kv_heads,
                     head_dim,
+                    sliding_window,
                     ..
                 } => {
+                    // Within the window every key is visible: the causal kernel is exact.
+                    if let Some(window) = sliding_window.filter(|&w| self.n_ctx > w) {
+                        return Err(ExecError::Unsupported(format!(
+                            "{}: sliding-window attention (window {window}) is not on the GPU yet, and this prefill holds {} tokens; prefill at most {window} tokens on the GPU, or use --backend cpu",
+                            node.label, self.n_ctx
+                        )));
+                    }
                     let kv_width = (n_kv_heads * head_dim) as u32;
                     w.push(Workload::KvWrite(KvWriteWorkload { m: rows, kv_width }));
                     w.push(Workload::Attention(AttentionWorkload {
@@ -799,6 +825,13 @@ impl<'m> Executor<'m> {
                     m: rows,
                     width: *width as u32,
                 })),
+                Op::HeadRmsNorm { .. } | Op::Scale { .. } | Op::GeGlu { .. } => {
+                    return Err(ExecError::Unsupported(format!(
+                        "{}: the {} op is not on the GPU yet (Qwen3 and Gemma 3 run on the CPU reference: --backend cpu)",
+                        node.label,
+                        op_name(&node.op)
+                    )))
+                }
             }
             out.push(w.into_iter().map(|w| (node.label.clone(), w)).collect());
         }

@@ -43,8 +43,13 @@ pub fn output_width(op: &Op) -> usize {
         Op::Embedding { width, .. }
         | Op::RmsNorm { width, .. }
         | Op::SwiGlu { width }
+        | Op::GeGlu { width }
+        | Op::Scale { width, .. }
         | Op::Add { width }
         | Op::LastRow { width } => *width,
+        Op::HeadRmsNorm {
+            n_heads, head_dim, ..
+        } => n_heads * head_dim,
         Op::Linear { out_features, .. } | Op::LinearSwiGlu { out_features, .. } => *out_features,
         Op::RopeNeox {
             n_heads, head_dim, ..
