@@ -1,6 +1,8 @@
 //! Reads `tokenizer.ggml.*` metadata into a validated vocabulary, applying llama.cpp's rules
 //! for token kinds and special-token flags. Anything missing or inconsistent is an error that
-//! names the key: a tokenizer that guesses produces plausible but wrong ids.
+//! names the key: a tokenizer that guesses produces plausible but wrong ids. The readers of the
+//! keys every vocabulary has (tokens, token types, special ids, flags) are shared with the
+//! SentencePiece vocabulary (`spm`).
 
 use super::pre_tokenizer::PreTokenizer;
 use super::{TokenKind, TokenizerError};
@@ -9,13 +11,13 @@ use std::collections::{HashMap, HashSet};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_PRE: &str = "tokenizer.ggml.pre";
-const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
-const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+pub(super) const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+pub(super) const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 const KEY_MERGES: &str = "tokenizer.ggml.merges";
-const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
-const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
-const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
-const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+pub(super) const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
+pub(super) const KEY_EOS: &str = "tokenizer.ggml.eos_token_id";
+pub(super) const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+pub(super) const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 
 /// A byte-level BPE vocabulary as llama.cpp would load it.
 pub(crate) struct GgufVocab {
@@ -32,23 +34,9 @@ pub(crate) struct GgufVocab {
 
 impl GgufVocab {
     pub fn read(file: &GgufFile) -> Result<GgufVocab, TokenizerError> {
-        let err = |key: &str, detail: String| TokenizerError::Metadata {
-            path: file.path().to_path_buf(),
-            key: key.to_string(),
-            detail,
-        };
+        let err = metadata_error(file);
 
-        let model = match file.get(KEY_MODEL) {
-            None => {
-                return Err(err(
-                    KEY_MODEL,
-                    "is missing: the file carries no tokenizer (use the GGUF converted with its vocabulary, or a tokenizer.json)".into(),
-                ))
-            }
-            Some(v) => v
-                .as_str()
-                .ok_or_else(|| err(KEY_MODEL, format!("is {v}, expected a string")))?,
-        };
+        let model = tokenizer_model(file)?;
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel {
                 path: file.path().to_path_buf(),
@@ -108,9 +96,32 @@ impl GgufVocab {
     }
 }
 
-type ErrFn<'a> = dyn Fn(&str, String) -> TokenizerError + 'a;
+pub(super) type ErrFn<'a> = dyn Fn(&str, String) -> TokenizerError + 'a;
 
-fn read_tokens(file: &GgufFile, err: &ErrFn) -> Result<Vec<String>, TokenizerError> {
+/// `tokenizer.ggml.model`: which tokenizer family the vocabulary belongs to.
+pub(super) fn tokenizer_model(file: &GgufFile) -> Result<&str, TokenizerError> {
+    let err = metadata_error(file);
+    match file.get(KEY_MODEL) {
+        None => Err(err(
+            KEY_MODEL,
+            "is missing: the file carries no tokenizer (use the GGUF converted with its vocabulary, or a tokenizer.json)".into(),
+        )),
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| err(KEY_MODEL, format!("is {v}, expected a string"))),
+    }
+}
+
+/// The error for a bad `key` of `file`'s tokenizer metadata.
+pub(super) fn metadata_error(file: &GgufFile) -> impl Fn(&str, String) -> TokenizerError + '_ {
+    |key: &str, detail: String| TokenizerError::Metadata {
+        path: file.path().to_path_buf(),
+        key: key.to_string(),
+        detail,
+    }
+}
+
+pub(super) fn read_tokens(file: &GgufFile, err: &ErrFn) -> Result<Vec<String>, TokenizerError> {
     let values = file
         .get(KEY_TOKENS)
         .ok_or_else(|| err(KEY_TOKENS, "is missing: the file has no vocabulary".into()))?;
@@ -146,7 +157,11 @@ fn read_tokens(file: &GgufFile, err: &ErrFn) -> Result<Vec<String>, TokenizerErr
         .collect()
 }
 
-fn read_kinds(file: &GgufFile, n: usize, err: &ErrFn) -> Result<Vec<TokenKind>, TokenizerError> {
+pub(super) fn read_kinds(
+    file: &GgufFile,
+    n: usize,
+    err: &ErrFn,
+) -> Result<Vec<TokenKind>, TokenizerError> {
     let values = file.get(KEY_TOKEN_TYPE).ok_or_else(|| {
         err(
             KEY_TOKEN_TYPE,
@@ -181,7 +196,7 @@ fn read_kinds(file: &GgufFile, n: usize, err: &ErrFn) -> Result<Vec<TokenKind>, 
         .collect()
 }
 
-fn index_tokens<'v>(
+pub(super) fn index_tokens<'v>(
     tokens: &'v [String],
     err: &ErrFn,
 ) -> Result<HashMap<&'v str, u32>, TokenizerError> {
@@ -267,7 +282,7 @@ fn check_byte_alphabet(ids: &HashMap<&str, u32>, err: &ErrFn) -> Result<(), Toke
     Ok(())
 }
 
-fn read_token_id(
+pub(super) fn read_token_id(
     file: &GgufFile,
     key: &str,
     n: usize,
@@ -286,7 +301,7 @@ fn read_token_id(
     }
 }
 
-fn read_flag(
+pub(super) fn read_flag(
     file: &GgufFile,
     key: &str,
     default: bool,
@@ -307,28 +322,38 @@ fn read_flag(
 /// llama.cpp forces every end-of-generation text, and for each FIM role whose id is not in the
 /// metadata the first matching text it meets; rocky forces all matching texts of such a role
 /// (the same result unless a vocabulary holds two spellings of one role).
-fn force_control_looking_tokens(
+pub(super) fn force_control_looking_tokens(
     file: &GgufFile,
     ids: &HashMap<&str, u32>,
     kinds: &mut [TokenKind],
 ) {
+    // llama.cpp 0c1e57098's end-of-generation texts (its end-of-turn texts are among them).
     const END_OF_GENERATION: &[&str] = &[
         "<|eot_id|>",
         "<|im_end|>",
         "<|end|>",
         "<|return|>",
         "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
         "<end_of_turn>",
         "<|endoftext|>",
+        "</s>",
         "<|eom_id|>",
         "<EOT>",
         "_<EOT>",
+        "[EOT]",
+        "[EOS]",
         "<|end_of_text|>",
         "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<｜end▁of▁sentence｜>",
+        "[e~[",
     ];
     // (metadata keys that name the role's token, texts llama.cpp recognizes for it)
     const ROLES: &[(&[&str], &[&str])] = &[
-        (&["tokenizer.ggml.eot_token_id"], &["<｜end▁of▁sentence｜>"]),
         (
             &[
                 "tokenizer.ggml.fim_pre_token_id",
@@ -342,6 +367,7 @@ fn force_control_looking_tokens(
                 "<PRE>",
                 "▁<PRE>",
                 "<|code_prefix|>",
+                "<|prefix|>",
             ],
         ),
         (
@@ -357,6 +383,7 @@ fn force_control_looking_tokens(
                 "<SUF>",
                 "▁<SUF>",
                 "<|code_suffix|>",
+                "<|suffix|>",
             ],
         ),
         (
@@ -372,11 +399,12 @@ fn force_control_looking_tokens(
                 "<MID>",
                 "▁<MID>",
                 "<|code_middle|>",
+                "<|middle|>",
             ],
         ),
         (
             &["tokenizer.ggml.fim_pad_token_id"],
-            &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"],
+            &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
         ),
         (
             &["tokenizer.ggml.fim_rep_token_id"],

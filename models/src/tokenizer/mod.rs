@@ -1,7 +1,8 @@
 //! Text ↔ token ids, producing exactly the ids llama.cpp produces for the same GGUF.
 //!
 //! Supported: GGUF `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with the Qwen2
-//! pre-tokenizer (`tokenizer.ggml.pre` = qwen2 and the names llama.cpp treats identically).
+//! pre-tokenizer (`tokenizer.ggml.pre` = qwen2 and the names llama.cpp treats identically), and
+//! `tokenizer.ggml.model = "llama"` (SentencePiece-style: Llama 1/2, Gemma, Mistral; `spm`).
 //! Anything else is refused with an error naming the value, never tokenized by a guess. A
 //! Hugging Face tokenizer.json can be loaded instead ([`Tokenizer::from_tokenizer_json`]);
 //! it then tokenizes with Hugging Face's semantics.
@@ -12,12 +13,14 @@ mod gguf_vocab;
 mod hf_json;
 mod pre_tokenizer;
 mod special_split;
+mod spm;
 
 pub use pre_tokenizer::PreTokenizer;
 
 use crate::gguf::GgufFile;
 use gguf_bpe::GgufBpe;
 use hf_json::HfJson;
+use spm::GgufSpm;
 use std::path::{Path, PathBuf};
 
 /// A token's kind, from GGUF `tokenizer.ggml.token_type` (after llama.cpp's fix-ups).
@@ -66,7 +69,7 @@ impl TokenKind {
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error(
-        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes only \"gpt2\" (byte-level BPE) vocabularies with pre-tokenizer {}",
+        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes \"gpt2\" (byte-level BPE, with pre-tokenizer {}) and \"llama\" (SentencePiece) vocabularies",
         path.display(), describe_model(model), supported_pre()
     )]
     UnsupportedModel { path: PathBuf, model: String },
@@ -118,6 +121,7 @@ pub struct Tokenizer {
 
 enum Backend {
     Gguf(Box<GgufBpe>),
+    Spm(Box<GgufSpm>),
     HfJson(Box<HfJson>),
 }
 
@@ -125,9 +129,17 @@ impl Tokenizer {
     /// The tokenizer of a GGUF file's `tokenizer.ggml.*` metadata (a model or a
     /// vocabulary-only file).
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
-        Ok(Tokenizer {
-            backend: Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
-        })
+        let backend = match gguf_vocab::tokenizer_model(file)? {
+            "gpt2" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
+            "llama" => Backend::Spm(Box::new(GgufSpm::from_gguf(file)?)),
+            model => {
+                return Err(TokenizerError::UnsupportedModel {
+                    path: file.path().to_path_buf(),
+                    model: model.to_string(),
+                })
+            }
+        };
+        Ok(Tokenizer { backend })
     }
 
     /// A Hugging Face tokenizer.json (e.g. the one beside the original model).
@@ -149,13 +161,15 @@ impl Tokenizer {
     ) -> Result<Vec<u32>, TokenizerError> {
         match &self.backend {
             Backend::Gguf(t) => t.encode(text, add_special, parse_special),
+            Backend::Spm(t) => t.encode(text, add_special, parse_special),
             Backend::HfJson(t) => t.encode(text, add_special, parse_special),
         }
     }
 
     /// The text of `ids`, special tokens written out. Bytes that do not form UTF-8 (a
     /// character split across the ends of the list) and ids outside the vocabulary become
-    /// U+FFFD.
+    /// U+FFFD. A SentencePiece vocabulary that adds a space prefix loses it again, as in
+    /// llama.cpp's detokenizer.
     pub fn decode(&self, ids: &[u32]) -> String {
         match &self.backend {
             Backend::Gguf(t) => {
@@ -167,6 +181,7 @@ impl Tokenizer {
                 }
                 String::from_utf8_lossy(&bytes).into_owned()
             }
+            Backend::Spm(t) => t.decode(ids),
             Backend::HfJson(t) => t.decode(ids).unwrap_or_else(|| {
                 // Decode the valid ids; mark the invalid ones.
                 ids.iter()
@@ -187,6 +202,10 @@ impl Tokenizer {
                 let mut bytes = Vec::new();
                 t.token_bytes(id, &mut bytes).then_some(bytes)
             }
+            Backend::Spm(t) => {
+                let mut bytes = Vec::new();
+                t.token_bytes(id, &mut bytes).then_some(bytes)
+            }
             Backend::HfJson(t) => {
                 t.token_text(id)?;
                 t.decode(&[id]).map(String::into_bytes)
@@ -204,19 +223,23 @@ impl Tokenizer {
         }
     }
 
-    /// The token's text as stored in the vocabulary (byte-level spelling: 'Ġ' for a space).
+    /// The token's text as stored in the vocabulary (byte-level spelling: 'Ġ' for a space;
+    /// SentencePiece: '▁').
     pub fn token_text(&self, id: u32) -> Option<String> {
         match &self.backend {
             Backend::Gguf(t) => t.token_text(id).map(str::to_string),
+            Backend::Spm(t) => t.token_text(id).map(str::to_string),
             Backend::HfJson(t) => t.token_text(id),
         }
     }
 
     /// The id of a vocabulary entry given its stored text (byte-level spelling for ordinary
-    /// tokens, e.g. "Ġcapital"; literal text for special ones, e.g. "<|im_start|>").
+    /// tokens, e.g. "Ġcapital" or SentencePiece's "▁capital"; literal text for special ones,
+    /// e.g. "<|im_start|>").
     pub fn token_id(&self, text: &str) -> Option<u32> {
         match &self.backend {
             Backend::Gguf(t) => t.token_id(text),
+            Backend::Spm(t) => t.token_id(text),
             Backend::HfJson(t) => t.token_id(text),
         }
     }
@@ -224,6 +247,7 @@ impl Tokenizer {
     pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
         match &self.backend {
             Backend::Gguf(t) => t.token_kind(id),
+            Backend::Spm(t) => t.token_kind(id),
             Backend::HfJson(t) => t.token_kind(id),
         }
     }
@@ -232,6 +256,7 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         match &self.backend {
             Backend::Gguf(t) => t.vocab_size(),
+            Backend::Spm(t) => t.vocab_size(),
             Backend::HfJson(t) => t.vocab_size(),
         }
     }
@@ -240,6 +265,7 @@ impl Tokenizer {
     pub fn bos_id(&self) -> Option<u32> {
         match &self.backend {
             Backend::Gguf(t) => t.bos(),
+            Backend::Spm(t) => t.bos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -248,6 +274,7 @@ impl Tokenizer {
     pub fn eos_id(&self) -> Option<u32> {
         match &self.backend {
             Backend::Gguf(t) => t.eos(),
+            Backend::Spm(t) => t.eos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -256,16 +283,21 @@ impl Tokenizer {
     pub fn adds_bos(&self) -> bool {
         match &self.backend {
             Backend::Gguf(t) => t.add_bos(),
+            Backend::Spm(t) => t.add_bos(),
             Backend::HfJson(_) => false,
         }
     }
 
     /// The tokenizer as a Hugging Face tokenizer.json document (pretty-printed). For a GGUF
     /// vocabulary: the same BPE and split, control tokens as special added tokens,
-    /// user-defined ones as ordinary added tokens, no normalizer.
+    /// user-defined ones as ordinary added tokens, no normalizer. Not available for a
+    /// SentencePiece vocabulary: Hugging Face would need a merge list it does not carry.
     pub fn to_tokenizer_json(&self) -> Result<String, TokenizerError> {
         match &self.backend {
             Backend::Gguf(t) => t.to_tokenizer_json(),
+            Backend::Spm(_) => Err(TokenizerError::Export(
+                "a SentencePiece (llama) GGUF vocabulary merges by token score, which tokenizer.json's BPE cannot express".into(),
+            )),
             Backend::HfJson(t) => t.to_json(),
         }
     }
@@ -297,6 +329,7 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.backend {
             Backend::Gguf(_) => "gguf byte-level BPE",
+            Backend::Spm(_) => "gguf SentencePiece",
             Backend::HfJson(_) => "tokenizer.json",
         };
         f.debug_struct("Tokenizer")
