@@ -26,7 +26,7 @@ pub use refusal::Refusal;
 pub use templates::attention::{
     AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce, ATTENTION_SCHEDULE_VERSION,
 };
-pub use templates::eltwise::{EltwisePush, EltwiseSchedule, EltwiseWorkload};
+pub use templates::eltwise::{EltwisePush, EltwiseSchedule, EltwiseWorkload, ScalePush};
 pub use templates::embedding::{EmbeddingPush, EmbeddingSchedule, EmbeddingWorkload};
 pub use templates::gemm::{
     ActType, GemmPush, GemmSchedule, GemmWorkload, Math, NSlice, Precision, GEMM_SCHEDULE_VERSION,

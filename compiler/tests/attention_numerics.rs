@@ -199,6 +199,7 @@ fn attention_matches_the_reference_across_the_space() {
         n_kv_heads: 2,
         head_dim: 64,
         max_kv: 64,
+        window: 0,
     };
     let c = case(w, 7, 13, 1);
     let mut worst = 0f32;
@@ -210,6 +211,43 @@ fn attention_matches_the_reference_across_the_space() {
         }
     }
     eprintln!("checked {checked} attention kernels; worst error / allowed = {worst:.3}");
+    assert!(checked >= 30);
+}
+
+#[test]
+fn sliding_window_attention_matches_the_reference_across_the_space() {
+    // Gemma 3's local layers: keys p - window < j ≤ p. pos0 = 13, 7 rows: the window of 5
+    // starts past key 0 for every row and inside the first key blocks of most schedules (all
+    // masked there), so the rescaling of a fully masked block is exercised.
+    let w = AttentionWorkload {
+        m: 9,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 64,
+        max_kv: 64,
+        window: 5,
+    };
+    let c = case(w, 7, 13, 21);
+    // The window changes the answer (so this test can fail).
+    let causal = AttentionWorkload { window: 0, ..w };
+    let a = attention::reference(&w, 7, 13, &c.q, &c.k_cache, &c.v_cache);
+    let b = attention::reference(&causal, 7, 13, &c.q, &c.k_cache, &c.v_cache);
+    let moved = a
+        .values
+        .iter()
+        .zip(&b.values)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(moved > 1e-2, "the window should move the outputs: {moved}");
+    let mut worst = 0f32;
+    let mut checked = 0;
+    for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+        for s in sample(&w, &caps, 12, 8) {
+            worst = worst.max(check(&c, &s, &caps, sg));
+            checked += 1;
+        }
+    }
+    eprintln!("checked {checked} windowed attention kernels; worst error / allowed = {worst:.3}");
     assert!(checked >= 30);
 }
 
@@ -234,6 +272,7 @@ fn attention_handles_qwen_groups_and_every_head_dim() {
             n_kv_heads: nkv,
             head_dim: hd,
             max_kv: 128,
+            window: 0,
         };
         let c = case(w, m_run, pos0, 10 + i as u64);
         for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
@@ -257,6 +296,7 @@ fn attention_works_with_a_small_subgroup_and_without_subgroups() {
         n_kv_heads: 1,
         head_dim: 64,
         max_kv: 64,
+        window: 0,
     };
     let c = case(w, 7, 3, 4);
     let small = DeviceCaps {
@@ -292,6 +332,7 @@ fn one_ubatch_at_a_time_equals_the_whole_prompt() {
         n_kv_heads: 1,
         head_dim: 64,
         max_kv: 32,
+        window: 0,
     };
     let caps = desktop_vk12();
     let s = attention::default_schedule(&w, &caps);
@@ -331,6 +372,7 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
         n_kv_heads: 2,
         head_dim: 64,
         max_kv: 16,
+        window: 0,
     };
     let (qw, kw) = (w.q_width() as usize, w.kv_width() as usize);
     let n = 11usize; // ubatches of 4, 4 and 3 rows
@@ -420,6 +462,7 @@ fn many_key_blocks_with_a_moving_maximum() {
         n_kv_heads: 1,
         head_dim: 64,
         max_kv: 256,
+        window: 0,
     };
     let mut c = case(w, 3, 150, 55);
     let kw = w.kv_width() as usize;
@@ -450,6 +493,7 @@ fn tiled_attention_matches_the_reference_over_its_space() {
             n_kv_heads: nkv,
             head_dim: hd,
             max_kv: 64,
+            window: 0,
         };
         let c = case(w, 19, 37, 40 + i as u64);
         let caps = desktop_vk12();

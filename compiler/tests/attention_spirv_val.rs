@@ -25,8 +25,20 @@ fn workloads() -> Vec<AttentionWorkload> {
                 n_kv_heads,
                 head_dim,
                 max_kv: 32768,
+                window: 0,
             });
         }
+    }
+    // Gemma 3 270M's sliding-window layers (4 heads, 1 kv head, head_dim 256, window 512).
+    for m in [7, 64] {
+        out.push(AttentionWorkload {
+            m,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            max_kv: 1024,
+            window: 512,
+        });
     }
     out
 }
@@ -309,6 +321,7 @@ fn workload_keys_grid_and_flops() {
         n_kv_heads: 2,
         head_dim: 64,
         max_kv: 4096,
+        window: 0,
     };
     let json = serde_json::to_string(&Workload::Attention(w)).unwrap();
     assert_eq!(
@@ -349,6 +362,7 @@ fn workload_keys_grid_and_flops() {
             n_kv_heads: 2,
             head_dim: hd,
             max_kv: 32768,
+            window: 0,
         };
         for caps in [desktop_vk12(), mali_vk12()] {
             let s = attention::default_schedule(&big, &caps);

@@ -17,7 +17,9 @@ use common::{desktop_vk12, mali_vk12};
 use half::f16;
 use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::ir::{Access, Builtin, KernelBuilder, Module, Type};
-use rocky_compiler::templates::eltwise::{self, EltwiseOp, EltwisePush, EltwiseWorkload};
+use rocky_compiler::templates::eltwise::{
+    self, EltwiseOp, EltwisePush, EltwiseWorkload, ScalePush,
+};
 use rocky_compiler::templates::embedding::{self, EmbeddingPush, EmbeddingWorkload};
 use rocky_compiler::templates::expected::Expected;
 use rocky_compiler::templates::kv_cache::{self, KvWritePush, KvWriteWorkload};
@@ -244,10 +246,26 @@ fn eltwise_kernels_match_their_references_across_their_spaces() {
         for (i, v) in a.iter_mut().enumerate() {
             *v *= [1.0, 8.0, 30.0, 120.0][i % 4];
         }
-        for op in [EltwiseOp::SwiGlu, EltwiseOp::Add] {
+        let factor = 25.298_222;
+        for op in [
+            EltwiseOp::SwiGlu,
+            EltwiseOp::GeGlu,
+            EltwiseOp::Add,
+            EltwiseOp::Scale,
+        ] {
             let expected = match op {
                 EltwiseOp::SwiGlu => eltwise::reference_swiglu(&w, m_run, &a, &b),
+                EltwiseOp::GeGlu => eltwise::reference_geglu(&w, m_run, &a, &b),
                 EltwiseOp::Add => eltwise::reference_add(&w, m_run, &a, &b),
+                EltwiseOp::Scale => eltwise::reference_scale(&w, m_run, &a, factor),
+            };
+            let push = match op {
+                EltwiseOp::Scale => ScalePush {
+                    m: m_run as u32,
+                    factor,
+                }
+                .to_bytes(),
+                _ => EltwisePush { m: m_run as u32 }.to_bytes(),
             };
             for (caps, sg) in profiles().into_iter().take(2) {
                 for s in eltwise::search_space(&w, &caps) {
@@ -255,7 +273,6 @@ fn eltwise_kernels_match_their_references_across_their_spaces() {
                     let module = eltwise::kernel_ir(op, &w, &s);
                     let (mut ab, mut bb) = (bytes_f32(&a), bytes_f32(&b));
                     let mut y = bytes_f32(&vec![SENTINEL; 6 * wd]);
-                    let push = EltwisePush { m: m_run as u32 }.to_bytes();
                     let grid = eltwise::dispatch_grid(&w, &s);
                     run(&module, &mut [&mut ab, &mut bb, &mut y], &push, grid, sg);
                     let y = f32s(&y);

@@ -37,7 +37,9 @@ fn workloads() -> Vec<Workload> {
             out.push(Workload::RopeNeox(RopeWorkload::new(m, nh, hd, 1e6)));
             out.push(Workload::RopeNeox(RopeWorkload::new(m, nkv, hd, 1e6)));
             out.push(Workload::SwiGlu(EltwiseWorkload { m, width: ffn }));
+            out.push(Workload::GeGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::Add(EltwiseWorkload { m, width: hidden }));
+            out.push(Workload::Scale(EltwiseWorkload { m, width: hidden }));
             out.push(Workload::KvWrite(KvWriteWorkload {
                 m,
                 kv_width: nkv * hd,
@@ -64,8 +66,9 @@ fn contract(w: &Workload) -> (Vec<&'static str>, u32) {
     match w {
         Workload::RmsNorm(_) => (vec!["x", "weight", "y"], 4),
         Workload::RopeNeox(_) => (vec!["x"], 8),
-        Workload::SwiGlu(_) => (vec!["gate", "up", "y"], 4),
+        Workload::SwiGlu(_) | Workload::GeGlu(_) => (vec!["gate", "up", "y"], 4),
         Workload::Add(_) => (vec!["a", "b", "y"], 4),
+        Workload::Scale(_) => (vec!["x", "y"], 8),
         Workload::Embedding(_) => (vec!["ids", "table", "y"], 8),
         Workload::KvWrite(_) => (vec!["src", "cache"], 8),
         other => panic!("not a glue workload: {other:?}"),
@@ -248,6 +251,11 @@ fn glue_keys_serialize_with_stable_names() {
     assert_eq!(
         serde_json::to_string(&w).unwrap(),
         r#"{"swiglu":{"m":1,"width":4864}}"#
+    );
+    let w = Workload::GeGlu(EltwiseWorkload { m: 1, width: 2048 });
+    assert_eq!(
+        serde_json::to_string(&w).unwrap(),
+        r#"{"geglu":{"m":1,"width":2048}}"#
     );
     let caps = desktop_vk12();
     for w in workloads() {

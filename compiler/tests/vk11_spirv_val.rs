@@ -57,6 +57,7 @@ fn workloads() -> Vec<Workload> {
             n_kv_heads: 2,
             head_dim: 64,
             max_kv: 4096,
+            window: 0,
         }));
     }
     out

@@ -107,6 +107,7 @@ pub fn run(args: Args) -> CmdResult {
             n_kv_heads: args.kv_heads,
             head_dim: args.head_dim,
             max_kv: AttentionWorkload::kv_bucket(kv),
+            window: 0,
         };
         w.validate().map_err(|e| CliError::usage(e.to_string()))?;
         let pos0 = kv - args.m;

@@ -105,8 +105,9 @@ fn load_tokenizer(model: &Path) -> Result<Tokenizer, CliError> {
     };
     loaded.map_err(|e| {
         CliError::input(format!(
-            "{e}\nUse a GGUF with a Qwen2-family vocabulary, or give the model's Hugging Face \
-             tokenizer.json as MODEL."
+            "{e}\nUse a GGUF whose vocabulary is BPE (tokenizer.ggml.model = gpt2: Qwen2/Qwen3) \
+             or SentencePiece-style (llama: Gemma 3, Llama 2), or give the model's Hugging \
+             Face tokenizer.json as MODEL."
         ))
     })
 }

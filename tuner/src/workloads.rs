@@ -91,6 +91,7 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
             n_kv_heads,
             head_dim,
             max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
+            window: 0,
         });
         if !out.iter().any(|o| o.workload == w) {
             out.push(ModelWorkload {

@@ -71,6 +71,7 @@ fn attention_kernels_match_the_cpu_reference_on_the_device() {
             n_kv_heads: nkv,
             head_dim: hd,
             max_kv: AttentionWorkload::kv_bucket(kv),
+            window: 0,
         };
         let inputs = AttentionInputs::random(&w, Some(kv - m), 40 + i as u64);
         assert_eq!(
@@ -122,6 +123,7 @@ fn a_wrong_output_fails_the_check() {
         n_kv_heads: 1,
         head_dim: 64,
         max_kv: 32,
+        window: 0,
     };
     let inputs = AttentionInputs::random(&w, Some(19), 3);
     let s = attention::default_schedule(&w, &caps);

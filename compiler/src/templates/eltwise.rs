@@ -1,8 +1,11 @@
-//! Elementwise kernels over rows of f32 activations: SwiGLU (`y = silu(gate) · up`) and the
-//! residual add (`y = a + b`).
+//! Elementwise kernels over rows of f32 activations: SwiGLU (`y = silu(gate) · up`), GeGLU
+//! (`y = gelu_tanh(gate) · up`, Gemma's FFN), the residual add (`y = a + b`) and a scale
+//! (`y = x · factor`, Gemma's embedding scale).
 //!
 //! Contract with the runtime:
-//! - SwiGLU bindings: 0 `gate`, 1 `up` (read), 2 `y` (written), all f32 [m × width];
+//! - SwiGLU and GeGLU bindings: 0 `gate`, 1 `up` (read), 2 `y` (written), all f32 [m × width];
+//! - Scale bindings: 0 `x` (read), 2 `y` (written), f32 [m × width]; push constants
+//!   [`ScalePush`] (8 bytes: `m`, then `factor` as f32), so one kernel serves every factor;
 //! - Add bindings: 0 `a`, 1 `b` (read), 2 `y` (written), all f32 [m × width]. `y` may be bound
 //!   to the same range as `a` (in place): every invocation loads `a[i]` and `b[i]` before it
 //!   stores `y[i]`, and the stored value depends on the loads, so no compiler can reorder them
@@ -27,22 +30,27 @@ pub const BINDING_Y: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EltwiseOp {
     SwiGlu,
+    GeGlu,
     Add,
+    Scale,
 }
 
 impl EltwiseOp {
     fn name(self) -> &'static str {
         match self {
             EltwiseOp::SwiGlu => "swiglu",
+            EltwiseOp::GeGlu => "geglu",
             EltwiseOp::Add => "add",
+            EltwiseOp::Scale => "scale",
         }
     }
 
-    /// Names of bindings 0, 1, 2.
-    pub fn binding_names(self) -> [&'static str; 3] {
+    /// Names of bindings 0, 1 (none for the one-input scale) and 2.
+    pub fn binding_names(self) -> [Option<&'static str>; 3] {
         match self {
-            EltwiseOp::SwiGlu => ["gate", "up", "y"],
-            EltwiseOp::Add => ["a", "b", "y"],
+            EltwiseOp::SwiGlu | EltwiseOp::GeGlu => [Some("gate"), Some("up"), Some("y")],
+            EltwiseOp::Add => [Some("a"), Some("b"), Some("y")],
+            EltwiseOp::Scale => [Some("x"), None, Some("y")],
         }
     }
 }
@@ -68,6 +76,11 @@ impl EltwiseWorkload {
     pub fn add_flops(&self) -> u64 {
         self.elems()
     }
+
+    /// The cubic, tanh through exp, divide and multiply: about 9 per element.
+    pub fn geglu_flops(&self) -> u64 {
+        9 * self.elems()
+    }
 }
 
 /// Push constants: `m` (u32).
@@ -81,6 +94,21 @@ impl EltwisePush {
 
     pub fn to_bytes(&self) -> Vec<u8> {
         push_bytes(&[self.m])
+    }
+}
+
+/// Push constants of the scale kernel: `m` (u32), `factor` (f32).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScalePush {
+    pub m: u32,
+    pub factor: f32,
+}
+
+impl ScalePush {
+    pub const BYTES: u32 = 8;
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        push_bytes(&[self.m, self.factor.to_bits()])
     }
 }
 
@@ -219,10 +247,11 @@ pub fn kernel_ir(op: EltwiseOp, w: &EltwiseWorkload, s: &EltwiseSchedule) -> Mod
     let vw = s.vector_width;
     let ty = Type::vec(Scalar::F32, vw);
     let [na, nb, ny] = op.binding_names();
-    let a = b.buffer(BINDING_A, na, ty, Access::ReadOnly);
-    let bb = b.buffer(BINDING_B, nb, ty, Access::ReadOnly);
-    let y = b.buffer(BINDING_Y, ny, ty, Access::WriteOnly);
+    let a = b.buffer(BINDING_A, na.unwrap_or("a"), ty, Access::ReadOnly);
+    let bb = nb.map(|nb| b.buffer(BINDING_B, nb, ty, Access::ReadOnly));
+    let y = b.buffer(BINDING_Y, ny.unwrap_or("y"), ty, Access::WriteOnly);
     let p_m = b.push_field("m", Type::U32);
+    let p_factor = (op == EltwiseOp::Scale).then(|| b.push_field("factor", Type::F32));
 
     let n_vec = w.width / vw;
     let row = b.builtin(Builtin::WorkgroupId(1));
@@ -239,10 +268,14 @@ pub fn kernel_ir(op: EltwiseOp, w: &EltwiseWorkload, s: &EltwiseSchedule) -> Mod
             let col = b.addi(first, e * s.threads);
             b.if_(b.lt(col, b.c_u32(n_vec)), || {
                 let i = b.add(base, col);
-                let (x0, x1) = (b.load(a, i), b.load(bb, i));
-                let v = match op {
-                    EltwiseOp::SwiGlu => swiglu(&b, x0, x1),
-                    EltwiseOp::Add => b.add(x0, x1),
+                let x0 = b.load(a, i);
+                let x1 = bb.map(|bb| b.load(bb, i));
+                let v = match (op, x1, p_factor) {
+                    (EltwiseOp::SwiGlu, Some(x1), _) => swiglu(&b, x0, x1),
+                    (EltwiseOp::GeGlu, Some(x1), _) => geglu(&b, x0, x1),
+                    (EltwiseOp::Add, Some(x1), _) => b.add(x0, x1),
+                    (EltwiseOp::Scale, _, Some(f)) => b.mul(x0, b.splat(b.push(f), vw)),
+                    _ => unreachable!("bindings and push fields follow the op"),
                 };
                 b.store(y, i, v);
             });
@@ -263,6 +296,27 @@ pub(crate) fn swiglu(b: &KernelBuilder, gate: Value, up: Value) -> Value {
     let silu = b.div(gate, b.add(one, b.exp(arg)));
     b.mul(silu, up)
 }
+
+/// `gelu_tanh(gate) · up` with GELU's tanh approximation, written as
+/// `x · sigmoid(2u)` = `x / (1 + exp(-2u))`, u = √(2/π)·(x + 0.044715·x³) (since
+/// `0.5·(1 + tanh(u)) = sigmoid(2u)`), the exponent clamped at 80 as in [`swiglu`]: for very
+/// negative gates the clamp gives ~x·1.8e-35 instead of the true x·exp(-2|u|).
+pub(crate) fn geglu(b: &KernelBuilder, gate: Value, up: Value) -> Value {
+    let lanes = gate.ty.lanes();
+    let c = |v: f32| b.splat(b.c_f32(v), lanes);
+    let cube = b.mul(b.mul(gate, gate), gate);
+    let u = b.mul(
+        c(GELU_SQRT_2_OVER_PI),
+        b.add(gate, b.mul(c(GELU_COEF_A), cube)),
+    );
+    let arg = b.min(b.mul(c(-2.0), u), c(80.0));
+    let gelu = b.div(gate, b.add(c(1.0), b.exp(arg)));
+    b.mul(gelu, up)
+}
+
+/// √(2/π) and the cubic coefficient of GELU's tanh approximation (ggml's constants).
+const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_COEF_A: f32 = 0.044715;
 
 // ---- CPU references -----------------------------------------------------------------------
 
@@ -303,5 +357,38 @@ pub fn reference_add(w: &EltwiseWorkload, m: usize, a: &[f32], b: &[f32]) -> Exp
     Expected {
         allowed: vec![0.0; n],
         values,
+    }
+}
+
+/// GeGLU in f64 over the first `m` rows. Allowed error relative to |y|: the kernel's
+/// exp(-2u) carries 3 + 2·|2u| ulp (Vulkan), u itself three roundings, the division 2.5 ulp
+/// and the product 1 ulp; `(12 + 4·|u|)·2⁻²³` covers them for every u the clamp leaves, and
+/// the absolute `1e-30·(1 + |x·up|)` the clamped tail (see [`geglu`]).
+pub fn reference_geglu(w: &EltwiseWorkload, m: usize, gate: &[f32], up: &[f32]) -> Expected {
+    let n = m * w.width as usize;
+    assert!(
+        gate.len() >= n && up.len() >= n,
+        "geglu reference: gate and up need {n} values"
+    );
+    let mut values = Vec::with_capacity(n);
+    let mut allowed = Vec::with_capacity(n);
+    for (&g, &u) in gate[..n].iter().zip(&up[..n]) {
+        let (x, up) = (f64::from(g), f64::from(u));
+        let t = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+        let y = 0.5 * x * (1.0 + t.tanh()) * up;
+        values.push(y as f32);
+        let rel = (12.0 + 4.0 * t.abs()) * 2f64.powi(-23);
+        allowed.push((y.abs() * rel + 1e-30 * (1.0 + (x * up).abs())) as f32);
+    }
+    Expected { values, allowed }
+}
+
+/// `x · factor` over the first `m` rows: one f32 rounding, so the kernel must match exactly.
+pub fn reference_scale(w: &EltwiseWorkload, m: usize, x: &[f32], factor: f32) -> Expected {
+    let n = m * w.width as usize;
+    assert!(x.len() >= n, "scale reference: x needs {n} values");
+    Expected {
+        values: x[..n].iter().map(|v| v * factor).collect(),
+        allowed: vec![0.0; n],
     }
 }

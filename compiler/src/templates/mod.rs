@@ -41,7 +41,10 @@ pub enum Workload {
     RopeNeox(rope::RopeWorkload),
     #[serde(rename = "swiglu")]
     SwiGlu(eltwise::EltwiseWorkload),
+    #[serde(rename = "geglu")]
+    GeGlu(eltwise::EltwiseWorkload),
     Add(eltwise::EltwiseWorkload),
+    Scale(eltwise::EltwiseWorkload),
     Embedding(embedding::EmbeddingWorkload),
     KvWrite(kv_cache::KvWriteWorkload),
     Attention(attention::AttentionWorkload),
@@ -56,7 +59,10 @@ pub enum Schedule {
     RopeNeox(rope::RopeSchedule),
     #[serde(rename = "swiglu")]
     SwiGlu(eltwise::EltwiseSchedule),
+    #[serde(rename = "geglu")]
+    GeGlu(eltwise::EltwiseSchedule),
     Add(eltwise::EltwiseSchedule),
+    Scale(eltwise::EltwiseSchedule),
     Embedding(embedding::EmbeddingSchedule),
     KvWrite(kv_cache::KvWriteSchedule),
     Attention(attention::AttentionSchedule),
@@ -69,7 +75,9 @@ impl Workload {
             Workload::RmsNorm(_) => "rms_norm",
             Workload::RopeNeox(_) => "rope_neox",
             Workload::SwiGlu(_) => "swiglu",
+            Workload::GeGlu(_) => "geglu",
             Workload::Add(_) => "add",
+            Workload::Scale(_) => "scale",
             Workload::Embedding(_) => "embedding",
             Workload::KvWrite(_) => "kv_write",
             Workload::Attention(_) => "attention",
@@ -83,7 +91,8 @@ impl Workload {
             Workload::RmsNorm(w) => w.flops(),
             Workload::RopeNeox(w) => w.flops(),
             Workload::SwiGlu(w) => w.swiglu_flops(),
-            Workload::Add(w) => w.add_flops(),
+            Workload::GeGlu(w) => w.geglu_flops(),
+            Workload::Add(w) | Workload::Scale(w) => w.add_flops(),
             Workload::Embedding(_) | Workload::KvWrite(_) => 0,
             Workload::Attention(w) => w.flops(),
         }
@@ -97,7 +106,9 @@ impl Schedule {
             Schedule::RmsNorm(_) => "rms_norm",
             Schedule::RopeNeox(_) => "rope_neox",
             Schedule::SwiGlu(_) => "swiglu",
+            Schedule::GeGlu(_) => "geglu",
             Schedule::Add(_) => "add",
+            Schedule::Scale(_) => "scale",
             Schedule::Embedding(_) => "embedding",
             Schedule::KvWrite(_) => "kv_write",
             Schedule::Attention(_) => "attention",
@@ -125,8 +136,14 @@ pub fn instantiate(
         (Workload::SwiGlu(w), Schedule::SwiGlu(s)) => {
             eltwise::instantiate(eltwise::EltwiseOp::SwiGlu, w, s, device)
         }
+        (Workload::GeGlu(w), Schedule::GeGlu(s)) => {
+            eltwise::instantiate(eltwise::EltwiseOp::GeGlu, w, s, device)
+        }
         (Workload::Add(w), Schedule::Add(s)) => {
             eltwise::instantiate(eltwise::EltwiseOp::Add, w, s, device)
+        }
+        (Workload::Scale(w), Schedule::Scale(s)) => {
+            eltwise::instantiate(eltwise::EltwiseOp::Scale, w, s, device)
         }
         (Workload::Embedding(w), Schedule::Embedding(s)) => embedding::instantiate(w, s, device),
         (Workload::KvWrite(w), Schedule::KvWrite(s)) => kv_cache::instantiate(w, s, device),
@@ -145,7 +162,9 @@ pub fn search_space(workload: &Workload, device: &DeviceCaps) -> Vec<Schedule> {
         Workload::RmsNorm(w) => wrap(rms_norm::search_space(w, device), Schedule::RmsNorm),
         Workload::RopeNeox(w) => wrap(rope::search_space(w, device), Schedule::RopeNeox),
         Workload::SwiGlu(w) => wrap(eltwise::search_space(w, device), Schedule::SwiGlu),
+        Workload::GeGlu(w) => wrap(eltwise::search_space(w, device), Schedule::GeGlu),
         Workload::Add(w) => wrap(eltwise::search_space(w, device), Schedule::Add),
+        Workload::Scale(w) => wrap(eltwise::search_space(w, device), Schedule::Scale),
         Workload::Embedding(w) => wrap(embedding::search_space(w, device), Schedule::Embedding),
         Workload::KvWrite(w) => wrap(kv_cache::search_space(w, device), Schedule::KvWrite),
         Workload::Attention(w) => wrap(attention::search_space(w, device), Schedule::Attention),
@@ -172,7 +191,9 @@ pub fn default_schedule(workload: &Workload, device: &DeviceCaps) -> Schedule {
         Workload::RmsNorm(w) => Schedule::RmsNorm(rms_norm::default_schedule(w, device)),
         Workload::RopeNeox(w) => Schedule::RopeNeox(rope::default_schedule(w, device)),
         Workload::SwiGlu(w) => Schedule::SwiGlu(eltwise::default_schedule(w, device)),
+        Workload::GeGlu(w) => Schedule::GeGlu(eltwise::default_schedule(w, device)),
         Workload::Add(w) => Schedule::Add(eltwise::default_schedule(w, device)),
+        Workload::Scale(w) => Schedule::Scale(eltwise::default_schedule(w, device)),
         Workload::Embedding(w) => Schedule::Embedding(embedding::default_schedule(w, device)),
         Workload::KvWrite(w) => Schedule::KvWrite(kv_cache::default_schedule(w, device)),
         Workload::Attention(w) => Schedule::Attention(attention::default_schedule(w, device)),
@@ -185,9 +206,10 @@ pub fn dispatch_grid(workload: &Workload, schedule: &Schedule) -> Result<[u32; 3
         (Workload::Gemm(w), Schedule::Gemm(s)) => Ok(gemm::dispatch_grid(w, s)),
         (Workload::RmsNorm(w), Schedule::RmsNorm(s)) => Ok(rms_norm::dispatch_grid(w, s)),
         (Workload::RopeNeox(w), Schedule::RopeNeox(s)) => Ok(rope::dispatch_grid(w, s)),
-        (Workload::SwiGlu(w), Schedule::SwiGlu(s)) | (Workload::Add(w), Schedule::Add(s)) => {
-            Ok(eltwise::dispatch_grid(w, s))
-        }
+        (Workload::SwiGlu(w), Schedule::SwiGlu(s))
+        | (Workload::GeGlu(w), Schedule::GeGlu(s))
+        | (Workload::Add(w), Schedule::Add(s))
+        | (Workload::Scale(w), Schedule::Scale(s)) => Ok(eltwise::dispatch_grid(w, s)),
         (Workload::Embedding(w), Schedule::Embedding(s)) => Ok(embedding::dispatch_grid(w, s)),
         (Workload::KvWrite(w), Schedule::KvWrite(s)) => Ok(kv_cache::dispatch_grid(w, s)),
         (Workload::Attention(w), Schedule::Attention(s)) => Ok(attention::dispatch_grid(w, s)),

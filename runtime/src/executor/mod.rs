@@ -21,7 +21,7 @@ use crate::{
 };
 use rocky_compiler::dequant::layout::to_device;
 use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
-use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload};
+use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload, ScalePush};
 use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
 use rocky_compiler::templates::gemm::{
     combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
@@ -132,24 +132,6 @@ pub enum ExecError {
     },
 }
 
-/// The name of an op in messages.
-fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Embedding { .. } => "embedding",
-        Op::RmsNorm { .. } => "RMSNorm",
-        Op::HeadRmsNorm { .. } => "per-head RMSNorm",
-        Op::Linear { .. } => "linear",
-        Op::LinearSwiGlu { .. } => "fused SwiGLU linear",
-        Op::RopeNeox { .. } => "NeoX RoPE",
-        Op::Attention { .. } => "attention",
-        Op::SwiGlu { .. } => "SwiGLU",
-        Op::GeGlu { .. } => "GELU-gated",
-        Op::Scale { .. } => "scale",
-        Op::Add { .. } => "add",
-        Op::LastRow { .. } => "last-row",
-    }
-}
-
 /// A model's weights on the device, and the graph they were uploaded for: the model's graph
 /// after the fusion pass (`ROCKY_FUSE`, see `rocky_models::fuse`), whose fused gate/up GEMMs
 /// read one combined tensor each (named [`gate_up_name`]).
@@ -241,7 +223,9 @@ impl GpuWeights {
         for node in &graph.nodes {
             match &node.op {
                 Op::Embedding { table, .. } => names.push((table.clone(), vec![table])),
-                Op::RmsNorm { weight, .. } => names.push((weight.clone(), vec![weight])),
+                Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => {
+                    names.push((weight.clone(), vec![weight]))
+                }
                 Op::Linear { weight, bias, .. } => {
                     names.push((weight.clone(), vec![weight]));
                     if let Some(b) = bias {
@@ -799,13 +783,6 @@ impl<'m> Executor<'m> {
                     sliding_window,
                     ..
                 } => {
-                    // Within the window every key is visible: the causal kernel is exact.
-                    if let Some(window) = sliding_window.filter(|&w| self.n_ctx > w) {
-                        return Err(ExecError::Unsupported(format!(
-                            "{}: sliding-window attention (window {window}) is not on the GPU yet, and this prefill holds {} tokens; prefill at most {window} tokens on the GPU, or use --backend cpu",
-                            node.label, self.n_ctx
-                        )));
-                    }
                     let kv_width = (n_kv_heads * head_dim) as u32;
                     w.push(Workload::KvWrite(KvWriteWorkload { m: rows, kv_width }));
                     w.push(Workload::Attention(AttentionWorkload {
@@ -815,6 +792,7 @@ impl<'m> Executor<'m> {
                         head_dim: *head_dim as u32,
                         // Bucketed: the tuning key (see `kv_bucket`), not the cache size.
                         max_kv: AttentionWorkload::kv_bucket(self.n_ctx as u32),
+                        window: sliding_window.map_or(0, |w| w as u32),
                     }))
                 }
                 Op::SwiGlu { width } => w.push(Workload::SwiGlu(EltwiseWorkload {
@@ -825,13 +803,25 @@ impl<'m> Executor<'m> {
                     m: rows,
                     width: *width as u32,
                 })),
-                Op::HeadRmsNorm { .. } | Op::Scale { .. } | Op::GeGlu { .. } => {
-                    return Err(ExecError::Unsupported(format!(
-                        "{}: the {} op is not on the GPU yet (Qwen3 and Gemma 3 run on the CPU reference: --backend cpu)",
-                        node.label,
-                        op_name(&node.op)
-                    )))
-                }
+                // Each head is a row of its own: the RMSNorm kernel over m·n_heads rows.
+                Op::HeadRmsNorm {
+                    eps,
+                    n_heads,
+                    head_dim,
+                    ..
+                } => w.push(Workload::RmsNorm(RmsNormWorkload::new(
+                    rows * *n_heads as u32,
+                    *head_dim as u32,
+                    *eps,
+                ))),
+                Op::Scale { width, .. } => w.push(Workload::Scale(EltwiseWorkload {
+                    m: rows,
+                    width: *width as u32,
+                })),
+                Op::GeGlu { width } => w.push(Workload::GeGlu(EltwiseWorkload {
+                    m: rows,
+                    width: *width as u32,
+                })),
             }
             out.push(w.into_iter().map(|w| (node.label.clone(), w)).collect());
         }
@@ -1072,7 +1062,12 @@ impl<'m> Executor<'m> {
             for (label, w, s, origin) in &self.used[self.kernels_of[node_index].clone()] {
                 let (label, origin) = (label.as_str(), *origin);
                 let pipeline = &self.pipelines[&(*w, *s)];
-                let actual = with_rows(w, rows);
+                // A per-head norm runs the RMSNorm kernel over one row per head.
+                let kernel_rows = match &node.op {
+                    Op::HeadRmsNorm { n_heads, .. } => rows * *n_heads as u32,
+                    _ => rows,
+                };
+                let actual = with_rows(w, kernel_rows);
                 let refused = |r: rocky_compiler::Refusal| ExecError::Refused {
                     label: label.to_string(),
                     reason: r.to_string(),
@@ -1295,6 +1290,27 @@ impl<'m> Executor<'m> {
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = EltwisePush { m: rows }.to_bytes();
                     }
+                    (Op::GeGlu { .. }, _) => {
+                        named.push(("gate", slot_range(node.inputs[0], rows, input_offset(0))?));
+                        named.push(("up", slot_range(node.inputs[1], rows, input_offset(1))?));
+                        named.push(("y", slot_range(node.output, rows, 0)?));
+                        push = EltwisePush { m: rows }.to_bytes();
+                    }
+                    (Op::Scale { factor, .. }, _) => {
+                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
+                        named.push(("y", slot_range(node.output, rows, 0)?));
+                        push = ScalePush {
+                            m: rows,
+                            factor: *factor,
+                        }
+                        .to_bytes();
+                    }
+                    (Op::HeadRmsNorm { weight, .. }, _) => {
+                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
+                        named.push(("weight", self.weights.get(weight).0.whole()));
+                        named.push(("y", slot_range(node.output, rows, 0)?));
+                        push = RmsNormPush { m: kernel_rows }.to_bytes();
+                    }
                     (op, _) => {
                         return Err(ExecError::Unsupported(format!(
                             "no GPU lowering for {op:?} ({label})"
@@ -1320,7 +1336,9 @@ fn with_rows(w: &Workload, rows: u32) -> Workload {
         Workload::Gemm(g) => g.m = rows,
         Workload::RmsNorm(x) => x.m = rows,
         Workload::RopeNeox(x) => x.m = rows,
-        Workload::SwiGlu(x) | Workload::Add(x) => x.m = rows,
+        Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) | Workload::Scale(x) => {
+            x.m = rows
+        }
         Workload::KvWrite(x) => x.m = rows,
         Workload::Attention(x) => x.m = rows,
         Workload::Embedding(x) => x.m = rows,

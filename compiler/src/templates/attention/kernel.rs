@@ -8,7 +8,8 @@
 //! n_keys = pos0 + min(last row of the workgroup + 1, m), capped by the bound cache length
 //! for kb in (0..n_keys).step_by(kv_block):          // uniform: barriers are legal
 //!     [stage_kv: K, V rows kb..kb+kv_block → shared (f16 words); barrier]
-//!     s[j] = Σ_lanes q·k[kb+j]  (key past the row's position → masked)
+//!     s[j] = Σ_lanes q·k[kb+j]  (key past the row's position, or with a sliding window w
+//!            at or before pos - w → masked)
 //!     mx' = max(mx, max_j s[j]); c = exp(mx - mx'); l = l·c; o = o·c
 //!     p[j] = exp(s[j] - mx'); l += Σ p[j]; o += Σ p[j]·v[kb+j]; mx = mx'
 //!     [barrier before the shared tiles / reduction slots are rewritten]
@@ -20,7 +21,10 @@
 //! Σ_j p[j]·v[kb+j] is summed in f16vec2, then added to the f32 output once per block.
 //! Keys of the last block past n_keys load the last valid key (clamped, so every read stays
 //! in bounds) and are masked. The running max starts at -1e30 rather than -∞ so no lane ever
-//! computes ∞ - ∞; every row's first block holds key 0, which is always visible.
+//! computes ∞ - ∞. Without a window every row's first block holds key 0, which is always
+//! visible; with one, a block before the row's window is all masked: its weights are
+//! exp(-1e30 + 1e30) = 1, and the first block with a visible key rescales them, with the
+//! output and the sum, by exp(-1e30 - max) = 0 (the row's own key is always visible).
 
 use super::schedule::{AttentionSchedule, LaneReduce};
 use super::workload::{
@@ -50,6 +54,9 @@ struct Attn<'a> {
     n_keys: Value,
     /// Keys this row may see: min(pos + 1, n_keys).
     row_keys: Value,
+    /// The row's position, and the sliding window when the workload has one.
+    pos: Value,
+    window: Option<u32>,
     k_tile: Option<SharedArray>,
     v_tile: Option<SharedArray>,
     red: Option<SharedArray>,
@@ -176,6 +183,8 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         kv_base: b.muli(kvh, head_u4),
         n_keys,
         row_keys,
+        pos,
+        window: w.is_windowed().then_some(w.window),
         k_tile,
         v_tile,
         red,
@@ -257,7 +266,15 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             .collect();
         let full = a.lane_sums(&partials);
         let valid: Vec<Value> = (0..kv_block)
-            .map(|j| b.lt(b.addi(kb, j), a.row_keys))
+            .map(|j| {
+                let key = b.addi(kb, j);
+                let causal = b.lt(key, a.row_keys);
+                match a.window {
+                    // Sliding window: also pos < key + window.
+                    Some(window) => b.logical_and(causal, b.lt(a.pos, b.addi(key, window))),
+                    None => causal,
+                }
+            })
             .collect();
         let scores: Vec<Value> = full
             .iter()

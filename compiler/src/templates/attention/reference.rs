@@ -140,12 +140,18 @@ pub fn reference_rows(
     let mut stats = Vec::with_capacity(rows.len() * w.n_heads as usize);
     for (ri, &i) in rows.iter().enumerate() {
         let n_keys = pos0 as usize + i + 1;
+        // A sliding window keeps the last `window` of them.
+        let first = if w.is_windowed() {
+            n_keys.saturating_sub(w.window as usize)
+        } else {
+            0
+        };
         for h in 0..w.n_heads as usize {
             let kvh = h / group;
             let qv: Vec<f64> = (0..hd).map(|d| f64::from(q[i * qw + h * hd + d])).collect();
             let mut scores = Vec::with_capacity(n_keys);
             let (mut s_mag, mut k_mag) = (0f64, 0f64);
-            for j in 0..n_keys {
+            for j in first..n_keys {
                 let base = j * kw + kvh * hd;
                 let (mut dot, mut mag, mut kabs) = (0f64, 0f64, 0f64);
                 for (d, &qd) in qv.iter().enumerate() {
@@ -166,7 +172,7 @@ pub fn reference_rows(
             let mut v_mag = 0f64;
             for d in 0..hd {
                 let mut o = 0f64;
-                for (j, p) in weights.iter().enumerate() {
+                for (j, p) in (first..n_keys).zip(&weights) {
                     let v = half_at(v_cache, j * kw + kvh * hd + d);
                     o += p * v;
                     v_mag = v_mag.max(v.abs());

@@ -354,7 +354,17 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         let mut p: Vec<Vec<Value>> = Vec::new();
         for i in 0..tm as usize {
             let valid: Vec<Value> = (0..tn)
-                .map(|jj| b.lt(b.add(kb, key_col(jj)), row_keys[i]))
+                .map(|jj| {
+                    let key = b.add(kb, key_col(jj));
+                    let causal = b.lt(key, row_keys[i]);
+                    if w.is_windowed() {
+                        // Sliding window: also pos < key + window.
+                        let pos = b.add(pos0, my_queries[i].1);
+                        b.logical_and(causal, b.lt(pos, b.addi(key, w.window)))
+                    } else {
+                        causal
+                    }
+                })
                 .collect();
             let masked: Vec<Value> = scores[i]
                 .iter()

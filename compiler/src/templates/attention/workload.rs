@@ -38,6 +38,15 @@ pub struct AttentionWorkload {
     /// Capacity of the cache in positions (the context length): sizes only the index range
     /// the kernel must handle and the FLOP count; the kernel reads the bound length.
     pub max_kv: u32,
+    /// Sliding window (Gemma 3's local layers): the query at position p sees only keys
+    /// p - window < j ≤ p. 0 is plain causal attention; omitted from the serialization at 0,
+    /// so stored keys stay valid.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl AttentionWorkload {
@@ -69,7 +78,21 @@ impl AttentionWorkload {
     pub fn score_pairs(&self) -> u64 {
         let m = u64::from(self.m);
         let past = u64::from(self.max_kv).saturating_sub(m);
-        m * past + m * (m + 1) / 2
+        let causal = m * past + m * (m + 1) / 2;
+        if self.window == 0 {
+            return causal;
+        }
+        // Row i sees min(past + i + 1, window) keys.
+        let w = u64::from(self.window);
+        (0..m)
+            .map(|i| (past + i + 1).min(w))
+            .sum::<u64>()
+            .min(causal)
+    }
+
+    /// Whether the kernel masks keys before the row's window.
+    pub fn is_windowed(&self) -> bool {
+        self.window > 0
     }
 
     /// 2 FLOPs per multiply-add in q·k and in p·v: 4·pairs·head_dim·n_heads.
