@@ -149,6 +149,7 @@ fn tuning_attention_stores_checked_winners_and_other_kv_lengths_use_the_nearest(
         n_kv_heads: 2,
         head_dim: 64,
         max_kv,
+        window: 0,
     };
     let workloads: Vec<ModelWorkload> = [8, 64]
         .into_iter()

@@ -46,11 +46,11 @@ impl EltwiseOp {
     }
 
     /// Names of bindings 0, 1 (none for the one-input scale) and 2.
-    pub fn binding_names(self) -> [Option<&'static str>; 3] {
+    pub fn binding_names(self) -> (&'static str, Option<&'static str>, &'static str) {
         match self {
-            EltwiseOp::SwiGlu | EltwiseOp::GeGlu => [Some("gate"), Some("up"), Some("y")],
-            EltwiseOp::Add => [Some("a"), Some("b"), Some("y")],
-            EltwiseOp::Scale => [Some("x"), None, Some("y")],
+            EltwiseOp::SwiGlu | EltwiseOp::GeGlu => ("gate", Some("up"), "y"),
+            EltwiseOp::Add => ("a", Some("b"), "y"),
+            EltwiseOp::Scale => ("x", None, "y"),
         }
     }
 }
@@ -246,10 +246,10 @@ pub fn kernel_ir(op: EltwiseOp, w: &EltwiseWorkload, s: &EltwiseSchedule) -> Mod
     let b = KernelBuilder::new(s.name(op, w), [s.threads, 1, 1]);
     let vw = s.vector_width;
     let ty = Type::vec(Scalar::F32, vw);
-    let [na, nb, ny] = op.binding_names();
-    let a = b.buffer(BINDING_A, na.unwrap_or("a"), ty, Access::ReadOnly);
+    let (na, nb, ny) = op.binding_names();
+    let a = b.buffer(BINDING_A, na, ty, Access::ReadOnly);
     let bb = nb.map(|nb| b.buffer(BINDING_B, nb, ty, Access::ReadOnly));
-    let y = b.buffer(BINDING_Y, ny.unwrap_or("y"), ty, Access::WriteOnly);
+    let y = b.buffer(BINDING_Y, ny, ty, Access::WriteOnly);
     let p_m = b.push_field("m", Type::U32);
     let p_factor = (op == EltwiseOp::Scale).then(|| b.push_field("factor", Type::F32));
 
