@@ -1,8 +1,8 @@
 //! One test per bad input a user can give the `rocky` binary: each checks the exit code
 //! (src/error.rs: 2 usage, 3 input, 4 device, 5 output) and that the message names the file or
 //! flag at fault and what to do about it. Cases already covered by cli_basics.rs
-//! (`info` on a non-GGUF file, CPU prefill of a truncated model, of a gemma model, and of an
-//! out-of-vocabulary token) are not repeated here.
+//! (`info` on a non-GGUF file, CPU prefill of a truncated model and of an out-of-vocabulary
+//! token) are not repeated here.
 
 mod common;
 
@@ -274,15 +274,6 @@ fn unsupported_architecture_is_named_for_prefill_and_tune() {
             ],
         );
     }
-}
-
-#[test]
-fn ops_without_gpu_kernels_point_to_the_cpu_backend() {
-    // Gemma 3 runs on the CPU reference; its embedding scale, head norms and GELU-gated FFN
-    // have no GPU kernels yet.
-    let gemma = asset("gemma-3-270m-q4_k_m.gguf");
-    let o = rocky(&["prefill", s(&gemma), "--token-ids", "2,3"]);
-    assert_error(&o, 3, &["not on the GPU yet", "--backend cpu"]);
 }
 
 #[test]

@@ -57,7 +57,9 @@ fn tiny_q8_0_types_match_llama_quantize() {
 fn more_bits_layers(shape: Shape) -> Vec<u64> {
     match shape {
         // n = 4: n/8 = 0, 7n/8 = 3.
-        Shape::Tiny => vec![2, 3],
+        Shape::Tiny | Shape::Qwen3Tiny => vec![2, 3],
+        // n = 7: n/8 = 0, 7n/8 = 6.
+        Shape::Gemma3Tiny => vec![2, 5, 6],
         // n = 24: n/8 = 3, 7n/8 = 21.
         Shape::Qwen25_0_5B => vec![0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23],
         // n = 28: n/8 = 3, 7n/8 = 24.
@@ -198,4 +200,26 @@ fn parameter_counts_match_the_published_checkpoints() {
             .sum();
         assert_eq!(n, want, "{}", shape.name());
     }
+}
+
+#[test]
+fn qwen3_and_gemma3_plans_name_the_tensors_their_loaders_expect() {
+    let names = |shape: Shape| -> Vec<String> {
+        tensor_plan(&shape.params(), Quant::Q8_0)
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    };
+    let qwen3 = names(Shape::Qwen3Tiny);
+    assert!(qwen3.contains(&"blk.0.attn_q_norm.weight".to_string()));
+    assert!(!qwen3.iter().any(|n| n.ends_with(".bias")), "{qwen3:?}");
+    let gemma3 = names(Shape::Gemma3Tiny);
+    for n in [
+        "blk.6.attn_k_norm.weight",
+        "blk.6.post_attention_norm.weight",
+        "blk.6.post_ffw_norm.weight",
+    ] {
+        assert!(gemma3.contains(&n.to_string()), "{n} missing");
+    }
+    assert!(!gemma3.iter().any(|n| n.ends_with(".bias")));
 }

@@ -54,20 +54,33 @@ pub fn text(o: &Output) -> String {
 /// the Mali recording tests share, made once into the test assets (about a minute of CPU;
 /// written to a temporary name first, so an interrupted run leaves no half file).
 pub fn synth_0_5b() -> PathBuf {
+    synth(
+        rocky_models::synth::Shape::Qwen25_0_5B,
+        rocky_models::synth::Quant::Q4KM,
+    )
+}
+
+/// The synthetic model of `shape` in mix `quant` (seed 1, the Qwen2 vocabulary), made once
+/// into the test assets as `synth-SHAPE-QUANT-seed1.gguf`.
+pub fn synth(shape: rocky_models::synth::Shape, quant: rocky_models::synth::Quant) -> PathBuf {
     use rocky_models::gguf::GgufFile;
-    use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
+    use rocky_models::synth::{write_model, SynthConfig, Vocabulary};
     // Tests of one binary run in parallel: one makes it, the others wait.
     static SYNTH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = SYNTH.lock().unwrap_or_else(|e| e.into_inner());
     let dir = assets_dir();
-    let path = dir.join("synth-qwen2.5-0.5b-q4_k_m-seed1.gguf");
+    let path = dir.join(format!(
+        "synth-{}-{}-seed1.gguf",
+        shape.name(),
+        quant.name()
+    ));
     if !path.exists() {
         std::fs::create_dir_all(&dir).unwrap();
         let vocab_file = GgufFile::open(shared().join("models/ggml-vocab-qwen2.gguf")).unwrap();
         let vocab = Vocabulary::from_gguf(&vocab_file).unwrap();
         let config = SynthConfig {
-            shape: Shape::Qwen25_0_5B,
-            quant: Quant::Q4KM,
+            shape,
+            quant,
             seed: 1,
         };
         let tmp = path.with_extension(format!("gguf.tmp{}", std::process::id()));

@@ -7,7 +7,7 @@
 //! local layers and `gemma3.rope.freq_base` on the global ones; queries scaled by
 //! 1/√head_dim (1/√(n_embd/n_head) on the 27B); tied output projection.
 
-use super::{expect_tensor, Model, ModelConfig, ModelError};
+use super::{expect_tensor, read_decoder_config, Model, ModelConfig, ModelError};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, Op};
 
@@ -35,60 +35,19 @@ pub(super) fn load(file: &GgufFile) -> Result<Model, ModelError> {
 }
 
 fn read_config(file: &GgufFile) -> Result<(ModelConfig, Gemma3), ModelError> {
-    let path = file.path().display().to_string();
+    let config = read_decoder_config(file, "gemma3", 1_000_000.0)?;
     let invalid = |detail: String| ModelError::Invalid {
-        path: path.clone(),
+        path: file.path().display().to_string(),
         detail,
-    };
-    let n = |key: &str| -> Result<usize, ModelError> {
-        let v = file.get_u64(&format!("gemma3.{key}"))?;
-        if v == 0 || v > 1 << 24 {
-            return Err(invalid(format!("gemma3.{key} = {v} is out of range")));
-        }
-        Ok(v as usize)
-    };
-    let n_embd = n("embedding_length")?;
-    let n_head = n("attention.head_count")?;
-    let n_head_kv = match file.get("gemma3.attention.head_count_kv") {
-        Some(_) => n("attention.head_count_kv")?,
-        None => n_head,
-    };
-    let head_dim = match file.get("gemma3.attention.key_length") {
-        Some(_) => n("attention.key_length")?,
-        None => n_embd / n_head,
     };
     if let Some(v) = file.get("gemma3.attention.value_length") {
         let v = v.as_u64().unwrap_or(0) as usize;
-        if v != head_dim {
+        if v != config.head_dim {
             return Err(invalid(format!(
-                "value length {v} differs from key length {head_dim}: rocky's attention needs them equal"
+                "value length {v} differs from key length {}: rocky's attention needs them equal",
+                config.head_dim
             )));
         }
-    }
-    if n_head % n_head_kv != 0 {
-        return Err(invalid(format!(
-            "{n_head} attention heads are not a multiple of {n_head_kv} KV heads"
-        )));
-    }
-    if head_dim % 2 != 0 {
-        return Err(invalid(format!(
-            "head dimension {head_dim} is odd: RoPE needs pairs"
-        )));
-    }
-    let n_layer = n("block_count")?;
-    let token_embd = file
-        .tensor("token_embd.weight")
-        .ok_or_else(|| invalid("tensor token_embd.weight is missing".to_string()))?;
-    let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
-    let rope_theta = file
-        .get("gemma3.rope.freq_base")
-        .and_then(|v| v.as_f64())
-        .unwrap_or(1_000_000.0) as f32;
-    let rms_eps = file.get_f64("gemma3.attention.layer_norm_rms_epsilon")? as f32;
-    if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
-        return Err(invalid(format!(
-            "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
-        )));
     }
     // Linear RoPE scaling (the 4B-27B files) changes the global layers' positions: not built.
     if let Some(f) = file
@@ -100,25 +59,14 @@ fn read_config(file: &GgufFile) -> Result<(ModelConfig, Gemma3), ModelError> {
             "gemma3.rope.scaling.factor = {f}: RoPE scaling is not supported yet (Gemma 3 270M and 1B have none)"
         )));
     }
-    let sliding_window = n("attention.sliding_window")?;
-    let query_scale = if n_layer == LAYERS_27B {
-        1.0 / ((n_embd / n_head) as f32).sqrt()
-    } else {
-        1.0 / (head_dim as f32).sqrt()
+    let sliding_window = match file.get_u64("gemma3.attention.sliding_window")? {
+        0 => return Err(invalid("gemma3.attention.sliding_window is 0".into())),
+        w => w as usize,
     };
-    let config = ModelConfig {
-        architecture: "gemma3".into(),
-        n_embd,
-        n_layer,
-        n_head,
-        n_head_kv,
-        head_dim,
-        n_ff: n("feed_forward_length")?,
-        n_vocab,
-        n_ctx_train: file.get_u64("gemma3.context_length").unwrap_or(0) as usize,
-        rope_theta,
-        rms_eps,
-        tied_output: file.tensor("output.weight").is_none(),
+    let query_scale = if config.n_layer == LAYERS_27B {
+        1.0 / ((config.n_embd / config.n_head) as f32).sqrt()
+    } else {
+        1.0 / (config.head_dim as f32).sqrt()
     };
     Ok((
         config,

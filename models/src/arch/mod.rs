@@ -117,3 +117,74 @@ pub(crate) fn expect_tensor(file: &GgufFile, name: &str, dims: &[usize]) -> Resu
     }
     Ok(())
 }
+
+/// The hyper-parameters every decoder-only architecture keeps under `ARCH.*` keys (llama.cpp's
+/// names), checked: sizes in range, heads a multiple of the KV heads, an even head dimension
+/// (`attention.key_length`, else n_embd / n_head), a finite RoPE base (`rope.freq_base`, else
+/// `default_rope_theta`) and an RMS epsilon in (0, 1). The vocabulary is token_embd's rows.
+pub(crate) fn read_decoder_config(
+    file: &GgufFile,
+    arch: &str,
+    default_rope_theta: f64,
+) -> Result<ModelConfig, ModelError> {
+    let path = file.path().display().to_string();
+    let invalid = |detail: String| ModelError::Invalid {
+        path: path.clone(),
+        detail,
+    };
+    let n = |key: &str| -> Result<usize, ModelError> {
+        let v = file.get_u64(&format!("{arch}.{key}"))?;
+        if v == 0 || v > 1 << 24 {
+            return Err(invalid(format!("{arch}.{key} = {v} is out of range")));
+        }
+        Ok(v as usize)
+    };
+    let n_embd = n("embedding_length")?;
+    let n_head = n("attention.head_count")?;
+    let n_head_kv = match file.get(&format!("{arch}.attention.head_count_kv")) {
+        Some(_) => n("attention.head_count_kv")?,
+        None => n_head,
+    };
+    let head_dim = match file.get(&format!("{arch}.attention.key_length")) {
+        Some(_) => n("attention.key_length")?,
+        None => n_embd / n_head,
+    };
+    if n_head % n_head_kv != 0 {
+        return Err(invalid(format!(
+            "{n_head} attention heads are not a multiple of {n_head_kv} KV heads"
+        )));
+    }
+    if head_dim % 2 != 0 {
+        return Err(invalid(format!(
+            "head dimension {head_dim} is odd: RoPE needs pairs"
+        )));
+    }
+    let token_embd = file
+        .tensor("token_embd.weight")
+        .ok_or_else(|| invalid("tensor token_embd.weight is missing".to_string()))?;
+    let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
+    let rope_theta = file
+        .get(&format!("{arch}.rope.freq_base"))
+        .and_then(|v| v.as_f64())
+        .unwrap_or(default_rope_theta) as f32;
+    let rms_eps = file.get_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32;
+    if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
+        return Err(invalid(format!(
+            "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
+        )));
+    }
+    Ok(ModelConfig {
+        architecture: arch.into(),
+        n_embd,
+        n_layer: n("block_count")?,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ff: n("feed_forward_length")?,
+        n_vocab,
+        n_ctx_train: file.get_u64(&format!("{arch}.context_length")).unwrap_or(0) as usize,
+        rope_theta,
+        rms_eps,
+        tied_output: file.tensor("output.weight").is_none(),
+    })
+}

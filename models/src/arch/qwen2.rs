@@ -3,7 +3,7 @@
 //! output projection. Qwen3 (`qwen3`) is the same graph without the QKV biases and with a
 //! per-head RMSNorm of Q and K before RoPE (`attn_q_norm`, `attn_k_norm`).
 
-use super::{expect_tensor, Model, ModelConfig, ModelError};
+use super::{expect_tensor, read_decoder_config, Model, ModelConfig, ModelError};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, Op};
 
@@ -39,67 +39,7 @@ pub(super) fn load(file: &GgufFile, variant: Variant) -> Result<Model, ModelErro
 }
 
 fn read_config(file: &GgufFile, variant: Variant) -> Result<ModelConfig, ModelError> {
-    let arch = variant.arch();
-    let path = file.path().display().to_string();
-    let invalid = |detail: String| ModelError::Invalid {
-        path: path.clone(),
-        detail,
-    };
-    let n = |key: &str| -> Result<usize, ModelError> {
-        let v = file.get_u64(&format!("{arch}.{key}"))?;
-        if v == 0 || v > 1 << 24 {
-            return Err(invalid(format!("{arch}.{key} = {v} is out of range")));
-        }
-        Ok(v as usize)
-    };
-    let n_embd = n("embedding_length")?;
-    let n_head = n("attention.head_count")?;
-    let n_head_kv = match file.get(&format!("{arch}.attention.head_count_kv")) {
-        Some(_) => n("attention.head_count_kv")?,
-        None => n_head,
-    };
-    let head_dim = match file.get(&format!("{arch}.attention.key_length")) {
-        Some(_) => n("attention.key_length")?,
-        None => n_embd / n_head,
-    };
-    if n_head % n_head_kv != 0 {
-        return Err(invalid(format!(
-            "{n_head} attention heads are not a multiple of {n_head_kv} KV heads"
-        )));
-    }
-    if head_dim % 2 != 0 {
-        return Err(invalid(format!(
-            "head dimension {head_dim} is odd: RoPE needs pairs"
-        )));
-    }
-    let token_embd = file
-        .tensor("token_embd.weight")
-        .ok_or_else(|| invalid("tensor token_embd.weight is missing".to_string()))?;
-    let n_vocab = *token_embd.dims.get(1).unwrap_or(&0) as usize;
-    let rope_theta = file
-        .get(&format!("{arch}.rope.freq_base"))
-        .and_then(|v| v.as_f64())
-        .unwrap_or(10000.0) as f32;
-    let rms_eps = file.get_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32;
-    if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
-        return Err(invalid(format!(
-            "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
-        )));
-    }
-    Ok(ModelConfig {
-        architecture: arch.into(),
-        n_embd,
-        n_layer: n("block_count")?,
-        n_head,
-        n_head_kv,
-        head_dim,
-        n_ff: n("feed_forward_length")?,
-        n_vocab,
-        n_ctx_train: file.get_u64(&format!("{arch}.context_length")).unwrap_or(0) as usize,
-        rope_theta,
-        rms_eps,
-        tied_output: file.tensor("output.weight").is_none(),
-    })
+    read_decoder_config(file, variant.arch(), 10000.0)
 }
 
 fn check_tensors(file: &GgufFile, c: &ModelConfig, variant: Variant) -> Result<(), ModelError> {

@@ -1,6 +1,7 @@
 //! Synthetic models: random-weight GGUF files with the real Qwen2.5 shapes, tensor names,
 //! metadata, vocabulary and llama-quantize's tensor types, so benchmarks and demos need no
-//! download. llama.cpp loads them as ordinary qwen2 models.
+//! download. llama.cpp loads them as ordinary qwen2 models. Small qwen3- and gemma3-
+//! architecture files (same vocabulary) exercise those graphs in tests.
 //!
 //! - `plan`: shapes, the tensor list and each tensor's type (`tensor_plan`);
 //! - `weights`: the reproducible random values, quantized in parallel (`tensor_data`);
@@ -9,7 +10,9 @@
 mod plan;
 mod weights;
 
-pub use plan::{tensor_plan, PlannedTensor, Quant, Shape, ShapeParams, TensorKind, QWEN2_N_VOCAB};
+pub use plan::{
+    tensor_plan, Arch, PlannedTensor, Quant, Shape, ShapeParams, TensorKind, QWEN2_N_VOCAB,
+};
 pub use weights::{fill_row, tensor_data, WEIGHT_STD};
 
 use crate::formats::GgmlType;
@@ -114,14 +117,15 @@ impl SynthConfig {
 }
 
 /// The metadata of a synthetic model, with the keys and value types llama.cpp's convert
-/// script and llama-quantize write for qwen2.
+/// script and llama-quantize write for its architecture.
 pub fn model_metadata(config: &SynthConfig, vocab: &Vocabulary) -> Vec<(String, MetaValue)> {
     let p = config.params(vocab);
+    let arch = p.arch.name();
     let u32_of = |v: u64| MetaValue::U32(v as u32);
     let mut kv = vec![
         (
             "general.architecture".to_string(),
-            MetaValue::String("qwen2".into()),
+            MetaValue::String(arch.into()),
         ),
         (
             "general.name".to_string(),
@@ -136,25 +140,28 @@ pub fn model_metadata(config: &SynthConfig, vocab: &Vocabulary) -> Vec<(String, 
         // GGML_QNT_VERSION, written by llama-quantize.
         kv.push(("general.quantization_version".into(), MetaValue::U32(2)));
     }
+    let key = |k: &str| format!("{arch}.{k}");
     kv.extend([
-        ("qwen2.context_length".to_string(), u32_of(p.n_ctx)),
-        ("qwen2.embedding_length".to_string(), u32_of(p.n_embd)),
-        ("qwen2.block_count".to_string(), u32_of(p.n_layer)),
-        ("qwen2.feed_forward_length".to_string(), u32_of(p.n_ff)),
-        ("qwen2.attention.head_count".to_string(), u32_of(p.n_head)),
+        (key("context_length"), u32_of(p.n_ctx)),
+        (key("embedding_length"), u32_of(p.n_embd)),
+        (key("block_count"), u32_of(p.n_layer)),
+        (key("feed_forward_length"), u32_of(p.n_ff)),
+        (key("attention.head_count"), u32_of(p.n_head)),
+        (key("attention.head_count_kv"), u32_of(p.n_head_kv)),
+        (key("rope.freq_base"), MetaValue::F32(p.rope_theta)),
         (
-            "qwen2.attention.head_count_kv".to_string(),
-            u32_of(p.n_head_kv),
-        ),
-        (
-            "qwen2.rope.freq_base".to_string(),
-            MetaValue::F32(p.rope_theta),
-        ),
-        (
-            "qwen2.attention.layer_norm_rms_epsilon".to_string(),
+            key("attention.layer_norm_rms_epsilon"),
             MetaValue::F32(p.rms_eps),
         ),
     ]);
+    // Where the head dimension is not n_embd / n_head, llama.cpp reads it from these keys.
+    if p.n_head * p.head_dim != p.n_embd {
+        kv.push((key("attention.key_length"), u32_of(p.head_dim)));
+        kv.push((key("attention.value_length"), u32_of(p.head_dim)));
+    }
+    if p.sliding_window > 0 {
+        kv.push((key("attention.sliding_window"), u32_of(p.sliding_window)));
+    }
     kv.extend(vocab.metadata.iter().cloned());
     kv
 }

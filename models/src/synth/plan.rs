@@ -11,6 +11,35 @@ use crate::gguf::TensorSpec;
 /// Tokens in the Qwen2 / Qwen2.5 vocabulary (the size of their embedding tables).
 pub const QWEN2_N_VOCAB: u64 = 151936;
 
+/// The architectures `rocky synth` can write (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Qwen2 / Qwen2.5: QKV biases.
+    Qwen2,
+    /// Qwen3: no QKV bias, per-head Q/K norms.
+    Qwen3,
+    /// Gemma 3: per-head Q/K norms, post-attention and post-FFN norms, sliding-window layers.
+    Gemma3,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    fn qkv_bias(self) -> bool {
+        self == Arch::Qwen2
+    }
+
+    fn qk_norm(self) -> bool {
+        self != Arch::Qwen2
+    }
+}
+
 /// The model shapes `rocky synth` can write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
@@ -19,14 +48,21 @@ pub enum Shape {
     Qwen25_0_5B,
     Qwen25_1_5B,
     Qwen25_3B,
+    /// A 4-layer Qwen3-style test model (Tiny's sizes, no QKV bias, Q/K norms).
+    Qwen3Tiny,
+    /// A 7-layer Gemma 3-style test model (256 hidden, 4 heads of 128, 1 kv head, FFN 512),
+    /// whose sliding window of 32 keys short test prompts already pass; layer 5 is global.
+    Gemma3Tiny,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [
+    pub const ALL: [Shape; 6] = [
         Shape::Tiny,
         Shape::Qwen25_0_5B,
         Shape::Qwen25_1_5B,
         Shape::Qwen25_3B,
+        Shape::Qwen3Tiny,
+        Shape::Gemma3Tiny,
     ];
 
     /// The name used on the command line.
@@ -36,6 +72,16 @@ impl Shape {
             Shape::Qwen25_0_5B => "qwen2.5-0.5b",
             Shape::Qwen25_1_5B => "qwen2.5-1.5b",
             Shape::Qwen25_3B => "qwen2.5-3b",
+            Shape::Qwen3Tiny => "qwen3-tiny",
+            Shape::Gemma3Tiny => "gemma3-tiny",
+        }
+    }
+
+    pub fn arch(self) -> Arch {
+        match self {
+            Shape::Qwen3Tiny => Arch::Qwen3,
+            Shape::Gemma3Tiny => Arch::Gemma3,
+            _ => Arch::Qwen2,
         }
     }
 
@@ -50,7 +96,8 @@ impl Shape {
     pub fn params(self) -> ShapeParams {
         // (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx)
         let (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx) = match self {
-            Shape::Tiny => (256, 4, 4, 2, 64, 768, 4096),
+            Shape::Tiny | Shape::Qwen3Tiny => (256, 4, 4, 2, 64, 768, 4096),
+            Shape::Gemma3Tiny => (256, 7, 4, 1, 128, 512, 4096),
             Shape::Qwen25_0_5B => (896, 24, 14, 2, 64, 4864, 32768),
             Shape::Qwen25_1_5B => (1536, 28, 12, 2, 128, 8960, 32768),
             Shape::Qwen25_3B => (2048, 36, 16, 2, 128, 11008, 32768),
@@ -66,14 +113,16 @@ impl Shape {
             n_ctx,
             rope_theta: 1.0e6,
             rms_eps: 1.0e-6,
+            arch: self.arch(),
+            sliding_window: if self.arch() == Arch::Gemma3 { 32 } else { 0 },
         }
     }
 }
 
-/// Hyper-parameters of a dense qwen2 model with tied embeddings.
+/// Hyper-parameters of a dense model with tied embeddings.
 ///
-/// llama.cpp's qwen2 graph projects attention back with a {n_embd, n_embd} matrix, so
-/// `n_head * head_dim` must equal `n_embd` (true for every Qwen2.5 size).
+/// llama.cpp's qwen2 graph projects attention back with a {n_embd, n_embd} matrix, so there
+/// `n_head * head_dim` must equal `n_embd` (true for every Qwen2.5 size); Gemma 3's need not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShapeParams {
     pub n_embd: u64,
@@ -87,6 +136,9 @@ pub struct ShapeParams {
     pub n_ctx: u64,
     pub rope_theta: f32,
     pub rms_eps: f32,
+    pub arch: Arch,
+    /// Gemma 3's `attention.sliding_window` (0 for the others).
+    pub sliding_window: u64,
 }
 
 /// The quantization mixes `rocky synth` can write.
@@ -205,14 +257,28 @@ pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
             index: l,
             count: n_layer,
         };
+        let bias = s.arch.qkv_bias();
         push(t("attn_norm.weight"), vec![e], Norm, plain);
         push(t("attn_q.weight"), vec![e, q], Matrix, plain);
-        push(t("attn_q.bias"), vec![q], Bias, plain);
+        if bias {
+            push(t("attn_q.bias"), vec![q], Bias, plain);
+        }
         push(t("attn_k.weight"), vec![e, kv], Matrix, plain);
-        push(t("attn_k.bias"), vec![kv], Bias, plain);
+        if bias {
+            push(t("attn_k.bias"), vec![kv], Bias, plain);
+        }
         push(t("attn_v.weight"), vec![e, kv], Matrix, Role::AttnV(layer));
-        push(t("attn_v.bias"), vec![kv], Bias, plain);
+        if bias {
+            push(t("attn_v.bias"), vec![kv], Bias, plain);
+        }
+        if s.arch.qk_norm() {
+            push(t("attn_q_norm.weight"), vec![s.head_dim], Norm, plain);
+            push(t("attn_k_norm.weight"), vec![s.head_dim], Norm, plain);
+        }
         push(t("attn_output.weight"), vec![q, e], Matrix, plain);
+        if s.arch == Arch::Gemma3 {
+            push(t("post_attention_norm.weight"), vec![e], Norm, plain);
+        }
         push(t("ffn_norm.weight"), vec![e], Norm, plain);
         push(t("ffn_gate.weight"), vec![e, f], Matrix, plain);
         push(t("ffn_up.weight"), vec![e, f], Matrix, plain);
@@ -222,6 +288,9 @@ pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
             Matrix,
             Role::FfnDown(layer),
         );
+        if s.arch == Arch::Gemma3 {
+            push(t("post_ffw_norm.weight"), vec![e], Norm, plain);
+        }
     }
     push("output_norm.weight".into(), vec![e], Norm, Role::Plain);
     plan
@@ -323,7 +392,9 @@ mod tests {
     fn presets_have_consistent_heads() {
         for s in Shape::ALL {
             let p = s.params();
-            assert_eq!(p.n_head * p.head_dim, p.n_embd, "{}", s.name());
+            if p.arch != Arch::Gemma3 {
+                assert_eq!(p.n_head * p.head_dim, p.n_embd, "{}", s.name());
+            }
             assert_eq!(p.n_head % p.n_head_kv, 0, "{}", s.name());
             assert_eq!(Shape::from_name(s.name()), Some(s));
         }
