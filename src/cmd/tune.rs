@@ -462,8 +462,17 @@ pub fn describe_workload(w: &Workload) -> String {
             if g.bias { " +bias" } else { "" }
         ),
         Workload::Attention(a) => format!(
-            "attention m={} kv={} h={}/{} d={}",
-            a.m, a.max_kv, a.n_heads, a.n_kv_heads, a.head_dim
+            "attention m={} kv={} h={}/{} d={}{}",
+            a.m,
+            a.max_kv,
+            a.n_heads,
+            a.n_kv_heads,
+            a.head_dim,
+            if a.is_windowed() {
+                format!(" window={}", a.window)
+            } else {
+                String::new()
+            }
         ),
         other => serde_json::to_string(other).unwrap_or_default(),
     }

@@ -66,17 +66,24 @@ pub fn model_workloads_with_progress(
 /// context, cover a model. Empty for a model without attention.
 pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> Vec<ModelWorkload> {
     let mut shape = None;
-    let mut labels = Vec::new();
+    // Layers by sliding window (0: none): Gemma 3's local and global layers are different
+    // workloads (the executor keys each by its window).
+    let mut by_window: Vec<(u32, Vec<String>)> = Vec::new();
     for node in &model.graph.nodes {
         if let Op::Attention {
             n_heads,
             n_kv_heads,
             head_dim,
+            sliding_window,
             ..
         } = &node.op
         {
             shape.get_or_insert((*n_heads as u32, *n_kv_heads as u32, *head_dim as u32));
-            labels.push(node.label.clone());
+            let window = sliding_window.map_or(0, |w| w as u32);
+            match by_window.iter_mut().find(|(w, _)| *w == window) {
+                Some((_, labels)) => labels.push(node.label.clone()),
+                None => by_window.push((window, vec![node.label.clone()])),
+            }
         }
     }
     let Some((n_heads, n_kv_heads, head_dim)) = shape else {
@@ -85,19 +92,21 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
     let m = ubatch.max(1) as u32;
     let mut out: Vec<ModelWorkload> = Vec::new();
     for &kv in kv_lengths {
-        let w = Workload::Attention(AttentionWorkload {
-            m,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
-            window: 0,
-        });
-        if !out.iter().any(|o| o.workload == w) {
-            out.push(ModelWorkload {
-                workload: w,
-                labels: labels.clone(),
+        for (window, labels) in &by_window {
+            let w = Workload::Attention(AttentionWorkload {
+                m,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
+                window: *window,
             });
+            if !out.iter().any(|o| o.workload == w) {
+                out.push(ModelWorkload {
+                    workload: w,
+                    labels: labels.clone(),
+                });
+            }
         }
     }
     out
@@ -122,6 +131,8 @@ fn distinct_gemms<'a>(nodes: impl Iterator<Item = (&'a str, Workload)>) -> Vec<M
 mod tests {
     use super::*;
     use rocky_compiler::{ActType, GemmWorkload, RmsNormWorkload, WeightFormat};
+    use rocky_models::arch::ModelConfig;
+    use rocky_models::graph::GraphBuilder;
 
     fn gemm(n: u32) -> Workload {
         Workload::Gemm(GemmWorkload {
@@ -150,5 +161,62 @@ mod tests {
         assert_eq!(got[0].workload, gemm(256));
         assert_eq!(got[0].labels, ["blk.0.q", "blk.1.q"]);
         assert_eq!(got[1].labels, ["blk.0.ffn"]);
+    }
+
+    /// Two attention layers, one with a sliding window: each window is a workload of its own
+    /// at every KV length, labelled with its layers.
+    #[test]
+    fn windowed_and_global_layers_are_separate_attention_workloads() {
+        let (mut g, tokens) = GraphBuilder::new();
+        let mut x = tokens;
+        for (layer, sliding_window) in [(0, Some(512)), (1, None)] {
+            x = g.push(
+                format!("blk.{layer}.attn"),
+                Op::Attention {
+                    layer,
+                    n_heads: 4,
+                    n_kv_heads: 1,
+                    head_dim: 64,
+                    sliding_window,
+                },
+                &[x, x, x],
+            );
+        }
+        let config = ModelConfig {
+            architecture: "gemma3".into(),
+            n_embd: 256,
+            n_layer: 2,
+            n_head: 4,
+            n_head_kv: 1,
+            head_dim: 64,
+            n_ff: 512,
+            n_vocab: 16,
+            n_ctx_train: 4096,
+            rope_theta: 1e6,
+            rms_eps: 1e-6,
+            tied_output: true,
+        };
+        let model = Model {
+            config,
+            graph: g.finish(tokens, x),
+        };
+        let got: Vec<(u32, u32, Vec<String>)> = attention_workloads(&model, 64, &[64, 4096])
+            .into_iter()
+            .map(|mw| match mw.workload {
+                Workload::Attention(a) => (a.max_kv, a.window, mw.labels),
+                other => panic!("not attention: {other:?}"),
+            })
+            .collect();
+        let local = vec!["blk.0.attn".to_string()];
+        let global = vec!["blk.1.attn".to_string()];
+        assert_eq!(
+            got,
+            vec![
+                (64, 512, local.clone()),
+                (64, 0, global.clone()),
+                (4096, 512, local),
+                (4096, 0, global),
+            ]
+        );
     }
 }
