@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::token_cases::{check, ids_of, Case};
+
 use rocky_models::gguf::GgufFile;
 use rocky_models::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -41,23 +43,6 @@ fn open_tokenizer(path: &Path) -> Tokenizer {
 fn read_json(path: &Path) -> Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an id array")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
-}
-
-/// One text with the ids llama.cpp gave it.
-struct Case {
-    origin: String,
-    text: String,
-    add_special: bool,
-    parse_special: bool,
-    expected: Vec<u32>,
 }
 
 /// llama.cpp's test-tokenizer-0 files: texts separated by "\n__ggml_vocab_test__\n" (so each
@@ -187,32 +172,6 @@ fn text_prompt_cases(dir: &Path) -> Vec<Case> {
             expected: ids_of(&j["token_ids"]),
         })
         .collect()
-}
-
-/// Encodes every case; prints a summary and the first differences, returns the mismatches.
-fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
-    let mut mismatches = 0;
-    let mut ids_checked = 0;
-    for case in cases {
-        let got = tokenizer
-            .encode(&case.text, case.add_special, case.parse_special)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.origin));
-        ids_checked += case.expected.len();
-        if got != case.expected {
-            mismatches += 1;
-            if mismatches <= 10 {
-                eprintln!(
-                    "MISMATCH {}: text {:?}\n  llama.cpp {:?}\n  rocky     {:?}",
-                    case.origin, case.text, case.expected, got
-                );
-            }
-        }
-    }
-    println!(
-        "{label}: {} texts, {ids_checked} expected ids, {mismatches} mismatches",
-        cases.len()
-    );
-    mismatches
 }
 
 /// decode(encode(text)) must give the text back (no normalization, lossless byte-level BPE).

@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::token_cases::{check, ids_of, Case};
+
 use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue, ValueType};
 use rocky_models::tokenizer::{TokenKind, Tokenizer, TokenizerError};
 use serde_json::Value;
@@ -37,23 +39,6 @@ fn gemma() -> &'static Tokenizer {
 fn read_json(path: &Path) -> Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an id array")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
-}
-
-/// One text with the ids llama.cpp gave it.
-struct Case {
-    origin: String,
-    text: String,
-    add_special: bool,
-    parse_special: bool,
-    expected: Vec<u32>,
 }
 
 fn tokenize_only_cases() -> Vec<Case> {
@@ -114,32 +99,6 @@ fn greedy_prompt_cases() -> Vec<Case> {
             expected: ids_of(&p["prompt_token_ids"]),
         })
         .collect()
-}
-
-/// Encodes every case; prints a summary and the first differences, returns the mismatches.
-fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
-    let mut mismatches = 0;
-    let mut ids_checked = 0;
-    for case in cases {
-        let got = tokenizer
-            .encode(&case.text, case.add_special, case.parse_special)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.origin));
-        ids_checked += case.expected.len();
-        if got != case.expected {
-            mismatches += 1;
-            if mismatches <= 10 {
-                eprintln!(
-                    "MISMATCH {}: text {:?}\n  llama.cpp {:?}\n  rocky     {:?}",
-                    case.origin, case.text, case.expected, got
-                );
-            }
-        }
-    }
-    println!(
-        "{label}: {} texts, {ids_checked} expected ids, {mismatches} mismatches",
-        cases.len()
-    );
-    mismatches
 }
 
 #[test]

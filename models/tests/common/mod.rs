@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod token_cases;
+
 /// ../shared beside the checkout (override: ROCKY_SHARED).
 pub fn shared() -> PathBuf {
     std::env::var_os("ROCKY_SHARED")

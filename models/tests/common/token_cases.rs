@@ -1,0 +1,49 @@
+//! Tokenizer test cases shared by the golden tokenizer tests: a text with the ids llama.cpp
+//! gave it, and the check that encodes every case.
+
+use rocky_models::tokenizer::Tokenizer;
+use serde_json::Value;
+
+/// The ids of a JSON array of integers.
+pub fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an id array")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// One text with the ids llama.cpp gave it.
+pub struct Case {
+    pub origin: String,
+    pub text: String,
+    pub add_special: bool,
+    pub parse_special: bool,
+    pub expected: Vec<u32>,
+}
+
+/// Encodes every case; prints a summary and the first differences, returns the mismatches.
+pub fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
+    let mut mismatches = 0;
+    let mut ids_checked = 0;
+    for case in cases {
+        let got = tokenizer
+            .encode(&case.text, case.add_special, case.parse_special)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.origin));
+        ids_checked += case.expected.len();
+        if got != case.expected {
+            mismatches += 1;
+            if mismatches <= 10 {
+                eprintln!(
+                    "MISMATCH {}: text {:?}\n  llama.cpp {:?}\n  rocky     {:?}",
+                    case.origin, case.text, case.expected, got
+                );
+            }
+        }
+    }
+    println!(
+        "{label}: {} texts, {ids_checked} expected ids, {mismatches} mismatches",
+        cases.len()
+    );
+    mismatches
+}
