@@ -74,13 +74,7 @@ fn text_prompt_cases() -> Vec<Case> {
         .iter()
         .map(|p| read_json(p))
         .filter(|j| j["kind"] == "text")
-        .map(|j| Case {
-            origin: format!("{}.json", j["name"].as_str().unwrap()),
-            text: j["text"].as_str().expect("text").to_string(),
-            add_special: j["add_special"].as_bool().expect("add_special"),
-            parse_special: j["parse_special"].as_bool().expect("parse_special"),
-            expected: ids_of(&j["token_ids"]),
-        })
+        .map(|j| Case::from_prompt(&j, format!("{}.json", j["name"].as_str().unwrap())))
         .collect()
 }
 

@@ -7,7 +7,9 @@
 //! local layers and `gemma3.rope.freq_base` on the global ones; queries scaled by
 //! 1/√head_dim (1/√(n_embd/n_head) on the 27B); tied output projection.
 
-use super::{expect_tensor, read_decoder_config, Model, ModelConfig, ModelError};
+use super::{
+    expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
+};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, Op};
 
@@ -85,11 +87,7 @@ fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
         c.n_ff,
         c.head_dim,
     );
-    expect_tensor(file, "token_embd.weight", &[e, c.n_vocab])?;
-    expect_tensor(file, "output_norm.weight", &[e])?;
-    if !c.tied_output {
-        expect_tensor(file, "output.weight", &[e, c.n_vocab])?;
-    }
+    expect_outer_tensors(file, c)?;
     for l in 0..c.n_layer {
         let t = |s: &str| format!("blk.{l}.{s}");
         expect_tensor(file, &t("attn_norm.weight"), &[e])?;

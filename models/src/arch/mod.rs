@@ -188,3 +188,14 @@ pub(crate) fn read_decoder_config(
         tied_output: file.tensor("output.weight").is_none(),
     })
 }
+
+/// The tensors around the blocks that every decoder architecture has: the embedding, the
+/// final norm, and the output projection unless it is tied to the embedding.
+pub(crate) fn expect_outer_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
+    expect_tensor(file, "token_embd.weight", &[c.n_embd, c.n_vocab])?;
+    expect_tensor(file, "output_norm.weight", &[c.n_embd])?;
+    if !c.tied_output {
+        expect_tensor(file, "output.weight", &[c.n_embd, c.n_vocab])?;
+    }
+    Ok(())
+}

@@ -3,7 +3,9 @@
 //! output projection. Qwen3 (`qwen3`) is the same graph without the QKV biases and with a
 //! per-head RMSNorm of Q and K before RoPE (`attn_q_norm`, `attn_k_norm`).
 
-use super::{expect_tensor, read_decoder_config, Model, ModelConfig, ModelError};
+use super::{
+    expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
+};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, Op};
 
@@ -49,11 +51,7 @@ fn check_tensors(file: &GgufFile, c: &ModelConfig, variant: Variant) -> Result<(
         c.n_head_kv * c.head_dim,
         c.n_ff,
     );
-    expect_tensor(file, "token_embd.weight", &[e, c.n_vocab])?;
-    expect_tensor(file, "output_norm.weight", &[e])?;
-    if !c.tied_output {
-        expect_tensor(file, "output.weight", &[e, c.n_vocab])?;
-    }
+    expect_outer_tensors(file, c)?;
     for l in 0..c.n_layer {
         let t = |s: &str| format!("blk.{l}.{s}");
         expect_tensor(file, &t("attn_norm.weight"), &[e])?;

@@ -22,6 +22,20 @@ pub struct Case {
     pub expected: Vec<u32>,
 }
 
+impl Case {
+    /// A golden prompt file (`kind: text`): its text, special-token flags and ids, named
+    /// `origin`.
+    pub fn from_prompt(j: &Value, origin: String) -> Case {
+        Case {
+            origin,
+            text: j["text"].as_str().expect("text").to_string(),
+            add_special: j["add_special"].as_bool().expect("add_special"),
+            parse_special: j["parse_special"].as_bool().expect("parse_special"),
+            expected: ids_of(&j["token_ids"]),
+        }
+    }
+}
+
 /// Encodes every case; prints a summary and the first differences, returns the mismatches.
 pub fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
     let mut mismatches = 0;
