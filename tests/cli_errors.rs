@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{asset, shared, text};
+use common::{shared, text};
 use rocky_models::formats::GgmlType;
 use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue, TensorSpec};
 use serde_json::Value;

@@ -37,7 +37,12 @@ fn s(p: &Path) -> &str {
 /// The GEMMs of a Qwen2 prefill read straight from the GGUF, independently of the executor:
 /// the seven projections of every layer at `ubatch` rows and the LM head at one row (the last
 /// position only; the token embedding when the head is tied). Each as `(m, n, k, weight, bias)`.
-fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, bool)> {
+/// (m, n, k, weight type, bias, epilogue) of every GEMM `rocky tune` should tune, worked out
+/// from the file's tensors: the projections at the ubatch (the attention output and FFN down
+/// projections with the residual add in their epilogue), the output head at m = 1, and gate
+/// and up fused into one GEMM with SwiGLU in its epilogue where their types and shapes match
+/// (tuned beside the separate ones: the graph step chooses between them).
+fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
     let file = GgufFile::open(path).unwrap();
     let projections = [
         "attn_q",
@@ -58,19 +63,33 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
         let Some(base) = t.name.strip_suffix(".weight") else {
             continue;
         };
-        let m = match base.split('.').collect::<Vec<_>>()[..] {
-            ["blk", _, op] if projections.contains(&op) => ubatch,
-            [name] if name == head => 1,
+        let (m, epilogue) = match base.split('.').collect::<Vec<_>>()[..] {
+            ["blk", _, "attn_output" | "ffn_down"] => (ubatch, "residual"),
+            ["blk", _, op] if projections.contains(&op) => (ubatch, "none"),
+            [name] if name == head => (1, "none"),
             _ => continue,
         };
         let bias = file.tensor(&format!("{base}.bias")).is_some();
         let weight = t.ggml_type.to_string().to_lowercase();
-        out.insert((m, t.dims[1], t.dims[0], weight, bias));
+        out.insert((
+            m,
+            t.dims[1],
+            t.dims[0],
+            weight.clone(),
+            bias,
+            epilogue.into(),
+        ));
+        if let Some(layer) = base.strip_suffix(".ffn_gate") {
+            let up = file.tensor(&format!("{layer}.ffn_up.weight")).unwrap();
+            if up.ggml_type == t.ggml_type && up.dims == t.dims {
+                out.insert((ubatch, t.dims[1], t.dims[0], weight, false, "swiglu".into()));
+            }
+        }
     }
     out
 }
 
-fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool) {
+fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool, String) {
     let g = &workload["gemm"];
     (
         g["m"].as_u64().unwrap(),
@@ -78,6 +97,7 @@ fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool) {
         g["k"].as_u64().unwrap(),
         g["weight"].as_str().unwrap().to_string(),
         g["bias"].as_bool().unwrap(),
+        g["epilogue"].as_str().unwrap_or("none").to_string(),
     )
 }
 

@@ -71,6 +71,7 @@ fn gpu_logits(
         budget: budget.unwrap_or_else(|| CommandBudget::for_device(ctx.info())),
         timeout: Duration::from_secs(600),
         profile: false,
+        fuse: FuseOptions::DEFAULT,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     ex.prefill(ids, schedules).unwrap()
@@ -294,6 +295,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
         budget,
         timeout: Duration::from_secs(600),
         profile: false,
+        fuse: FuseOptions::DEFAULT,
     };
     let weights = GpuWeights::upload(ctx, &file, &model).unwrap();
     let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
@@ -368,6 +370,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
         budget: CommandBudget::for_device(ctx().info()),
         timeout: Duration::from_secs(600),
         profile: false,
+        fuse: FuseOptions::DEFAULT,
     };
     let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
@@ -410,7 +413,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
     }
 }
 
-/// Logits of a prefill over `ids` with the weights uploaded with the fusions `fuse` and the
+/// Logits of a prefill over `ids` with the fusions `fuse` and the weights uploaded in the
 /// layouts `layouts`, and the executor's GEMM workloads (with the layouts they read).
 fn gpu_logits_uploaded(
     file: &GgufFile,
@@ -423,12 +426,13 @@ fn gpu_logits_uploaded(
 ) -> (Vec<f32>, Vec<rocky_compiler::GemmWorkload>) {
     let ctx = ctx();
     let weights =
-        GpuWeights::upload_fused(ctx, file, model, fuse, layouts, &mut |_, _| {}).unwrap();
+        GpuWeights::upload_with_layouts(ctx, file, model, layouts, &mut |_, _| {}).unwrap();
     let options = ExecutorOptions {
         ubatch: ubatch.min(ids.len()),
         budget: CommandBudget::for_device(ctx.info()),
         timeout: Duration::from_secs(600),
         profile: false,
+        fuse,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     let logits = ex.prefill(ids, schedules).unwrap();
@@ -509,6 +513,58 @@ fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
                 assert_eq!(g.top1_a, g.top1_b, "{what}: top-1 against llama.cpp");
             }
         }
+    }
+}
+
+/// One upload serves both graphs: gate and up live in one combined buffer, which the fused
+/// GEMM binds whole and the separate GEMMs bind by halves. Executors with and without the
+/// fusion on the same weights give the same logits, and llama.cpp's top-1.
+#[test]
+fn one_upload_runs_gate_and_up_fused_and_separate() {
+    let file = GgufFile::open(shared().join("models/qwen2-tiny-q8_0.gguf")).unwrap();
+    let model = arch::load(&file).unwrap();
+    let (ids, want) = golden("qwen2-tiny-q8_0", "ids_len072");
+    let weights = std::sync::Arc::new(GpuWeights::upload(ctx(), &file, &model).unwrap());
+    assert!(weights.has_combined(), "no gate/up pair was combined");
+    assert!(weights.combined("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"));
+    let run = |fuse: FuseOptions| {
+        let options = ExecutorOptions {
+            ubatch: 64,
+            budget: CommandBudget::for_device(ctx().info()),
+            timeout: Duration::from_secs(600),
+            profile: false,
+            fuse,
+        };
+        let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
+        let fused = ex
+            .graph()
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, rocky_models::graph::Op::LinearSwiGlu { .. }))
+            .count();
+        (ex.prefill(&ids, &DefaultSchedules).unwrap(), fused)
+    };
+    let (separate, n_separate) = run(FuseOptions::NONE);
+    let (fused, n_fused) = run(FuseOptions::ALL);
+    assert_eq!(n_separate, 0);
+    assert_eq!(
+        n_fused, model.config.n_layer,
+        "one fused gate/up GEMM per layer"
+    );
+    let c = compare_logits(&separate, &fused);
+    println!(
+        "fused vs separate on one upload: max|Δ| {:.2e}",
+        c.max_abs_diff
+    );
+    assert!(c.max_abs_diff <= 1e-3, "{}", c.max_abs_diff);
+    for (what, got) in [("separate", &separate), ("fused", &fused)] {
+        let g = compare_logits(&want, got);
+        assert!(
+            g.correlation >= 0.999,
+            "{what}: corr vs golden {}",
+            g.correlation
+        );
+        assert_eq!(g.top1_a, g.top1_b, "{what}: top-1 against llama.cpp");
     }
 }
 

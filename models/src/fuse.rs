@@ -30,37 +30,49 @@ impl FuseOptions {
         residual: false,
     };
 
-    /// The default: the residual fusion only. The SwiGLU fusion is correct but its default
-    /// schedule on lavapipe is slower than the two unfused GEMMs (the fastest unfused rule
-    /// tile has tn = 1, which cannot pair gate and up), so it is opt-in until it is tuned.
+    /// The default: the residual fusion only. The SwiGLU fusion is correct but whether it is
+    /// faster depends on the device and the ubatch (on lavapipe the fastest unfused rule tile
+    /// has tn = 1, which cannot pair gate and up; on the H200 tuned it wins at ubatch 512 and
+    /// loses at 64), so `rocky tune`'s graph step times both and stores the winner.
     pub const DEFAULT: FuseOptions = FuseOptions {
         swiglu: false,
         residual: true,
     };
 
-    /// The setting of `ROCKY_FUSE` (for A/B measurements): unset means [`FuseOptions::DEFAULT`],
-    /// `1` fuses everything, `0` nothing, `swiglu` or `residual` only that fusion. Anything else
-    /// is an error.
-    pub fn from_env() -> Result<FuseOptions, String> {
-        match std::env::var("ROCKY_FUSE") {
-            Err(_) => Ok(FuseOptions::DEFAULT),
-            Ok(v) => match v.as_str() {
-                "" => Ok(FuseOptions::DEFAULT),
-                "1" | "all" => Ok(FuseOptions::ALL),
-                "0" | "none" => Ok(FuseOptions::NONE),
-                "swiglu" => Ok(FuseOptions {
-                    swiglu: true,
-                    residual: false,
-                }),
-                "residual" => Ok(FuseOptions {
-                    swiglu: false,
-                    residual: true,
-                }),
-                other => Err(format!(
-                    "ROCKY_FUSE={other:?}: use 1 (fuse), 0 (do not), swiglu or residual"
-                )),
+    /// The setting of `ROCKY_FUSE`, which overrides the tuned choice (for A/B measurements):
+    /// `None` when unset or empty, `1` fuses everything, `0` nothing, `swiglu` or `residual`
+    /// only that fusion. Anything else is an error.
+    pub fn env_override() -> Result<Option<FuseOptions>, String> {
+        let Ok(v) = std::env::var("ROCKY_FUSE") else {
+            return Ok(None);
+        };
+        Ok(Some(match v.as_str() {
+            "" => return Ok(None),
+            "1" | "all" => FuseOptions::ALL,
+            "0" | "none" => FuseOptions::NONE,
+            "swiglu" => FuseOptions {
+                swiglu: true,
+                residual: false,
             },
-        }
+            "residual" => FuseOptions {
+                swiglu: false,
+                residual: true,
+            },
+            other => {
+                return Err(format!(
+                    "ROCKY_FUSE={other:?}: use 1 (fuse), 0 (do not), swiglu or residual"
+                ))
+            }
+        }))
+    }
+
+    /// [`FuseOptions::env_override`], else `tuned` (the graph-level choice of `rocky tune`:
+    /// whether gate and up fuse), else [`FuseOptions::DEFAULT`].
+    pub fn resolve(tuned_swiglu: Option<bool>) -> Result<FuseOptions, String> {
+        Ok(Self::env_override()?.unwrap_or(FuseOptions {
+            swiglu: tuned_swiglu.unwrap_or(FuseOptions::DEFAULT.swiglu),
+            ..FuseOptions::DEFAULT
+        }))
     }
 }
 

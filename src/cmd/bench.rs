@@ -16,6 +16,7 @@ use super::gpu::{db_error, db_path, device_error, exec_error, upload_bar};
 use crate::error::{CliError, CmdResult};
 use rocky_compiler::Workload;
 use rocky_models::arch::{self, Model};
+use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_runtime::executor::{Executor, ForcedMath, ScheduleOrigin, ScheduleSource};
@@ -197,6 +198,8 @@ fn bench_gpu(
         );
     }
     let empty = DbSchedules::empty();
+    let tuned_fuse = FuseOptions::resolve(tuned.graph_choice().map(|g| g.fuse_swiglu))
+        .map_err(CliError::usage)?;
     let family = args.math.family();
     if let Some(f) = family {
         let caps = rocky_runtime::device_caps(ctx.info(), ctx.caps());
@@ -211,6 +214,26 @@ fn bench_gpu(
         family,
     };
     let budget = CommandBudget::for_device(ctx.info());
+    // The tuned row fuses as `rocky tune` chose, the default row as the defaults do
+    // (ROCKY_FUSE overrides both); backends with the same fusions share an executor.
+    let default_fuse = FuseOptions::resolve(None).map_err(CliError::usage)?;
+    let fuses: Vec<FuseOptions> = backends
+        .iter()
+        .map(|b| match b {
+            BenchBackend::Tuned => tuned_fuse,
+            _ => default_fuse,
+        })
+        .collect();
+    let mut distinct_fuses: Vec<FuseOptions> = Vec::new();
+    for f in &fuses {
+        if !distinct_fuses.contains(f) {
+            distinct_fuses.push(*f);
+        }
+    }
+    let executor_of: Vec<usize> = fuses
+        .iter()
+        .map(|f| distinct_fuses.iter().position(|d| d == f).unwrap_or(0))
+        .collect();
     eprintln!("bench: uploading {} to {device}", args.model.display());
     let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))
         .map_err(exec_error)?;
@@ -221,7 +244,9 @@ fn bench_gpu(
             _ => &defaults,
         })
         .collect();
-    check_results(args, &mut rig, file, model, backends, &sources, budget)?;
+    check_results(
+        args, &mut rig, file, model, backends, &sources, &fuses, budget,
+    )?;
     let timestamps = ctx.info().has_timestamps();
     if !timestamps {
         eprintln!(
@@ -230,8 +255,10 @@ fn bench_gpu(
     }
     let mut rows = Vec::new();
     for &ubatch in &args.ubatches {
-        let mut executor = rig
-            .executor(ubatch.min(max_prompt), budget)
+        let mut executors = distinct_fuses
+            .iter()
+            .map(|&fuse| rig.executor(ubatch.min(max_prompt), budget, fuse))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(exec_error)?;
         for &n in &args.prompts {
             let ids = random_prompt(model.config.n_vocab, n, args.seed);
@@ -245,12 +272,12 @@ fn bench_gpu(
             // Round 0 is the warm-up (pipelines built, clocks up); then round-robin.
             for rep in 0..=args.repetitions {
                 for (i, source) in sources.iter().enumerate() {
-                    let seconds =
-                        prefill_seconds(&mut executor, &ids, *source).map_err(exec_error)?;
+                    let executor = &mut executors[executor_of[i]];
+                    let seconds = prefill_seconds(executor, &ids, *source).map_err(exec_error)?;
                     if rep > 0 {
                         samples[i].push(seconds);
                     } else {
-                        tuned_counts[i] = tuned_gemms(&executor);
+                        tuned_counts[i] = tuned_gemms(executor);
                     }
                 }
             }
@@ -259,6 +286,7 @@ fn bench_gpu(
                     BenchBackend::Tuned => "Vulkan tuned",
                     _ => "Vulkan default",
                 };
+                let executor = &executors[executor_of[i]];
                 rows.push(identity.row(
                     name,
                     &device,
@@ -271,7 +299,6 @@ fn bench_gpu(
                 ));
             }
         }
-        rig.give_back(executor);
     }
     Ok(rows)
 }
@@ -285,6 +312,7 @@ fn check_results(
     model: &Model,
     backends: &[BenchBackend],
     sources: &[&dyn ScheduleSource],
+    fuses: &[FuseOptions],
     budget: CommandBudget,
 ) -> Result<(), CliError> {
     let ids = check_prompt(model, CHECK_TOKENS.min(rig.n_ctx()), args.seed);
@@ -294,12 +322,11 @@ fn check_results(
     );
     let cpu = cpu_logits(file, model, &ids);
     let ubatch = args.ubatches.first().copied().unwrap_or(1).min(ids.len());
-    let mut executor = rig.executor(ubatch, budget).map_err(exec_error)?;
     let mut checks = Vec::new();
-    for (b, source) in backends.iter().zip(sources) {
+    for ((b, source), fuse) in backends.iter().zip(sources).zip(fuses) {
+        let mut executor = rig.executor(ubatch, budget, *fuse).map_err(exec_error)?;
         checks.push((*b, verify_device(&mut executor, *source, &ids, &cpu)));
     }
-    rig.give_back(executor);
     for (b, check) in checks {
         let check = check.map_err(exec_error)?;
         if let Err(why) = check.result {

@@ -5,6 +5,7 @@ use crate::error::CliError;
 use crate::progress::Bar;
 use crate::units::human_bytes;
 use rocky_models::arch::Model;
+use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{
     ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, LayoutChoice, MathFamily,
@@ -187,11 +188,14 @@ impl<'m> GpuSession<'m> {
         let weights =
             GpuWeights::upload_with_layouts(&ctx, file, model, layouts, &mut upload_bar(&ctx))
                 .map_err(exec_error)?;
+        // ROCKY_FUSE wins over the tuned fusion, which wins over the default.
+        let fuse = FuseOptions::resolve(graph.map(|g| g.fuse_swiglu)).map_err(CliError::usage)?;
         let options = ExecutorOptions {
             ubatch: ubatch.min(n_tokens.max(1)),
             budget,
             timeout: Duration::from_secs(600),
             profile: profile && no_gpu_profile.is_none(),
+            fuse,
         };
         let executor =
             Executor::new(&ctx, model, weights, options, n_tokens).map_err(exec_error)?;

@@ -307,9 +307,12 @@ pub fn run(args: Args) -> CmdResult {
         }
         if let Some(g) = &graph {
             println!(
-                "graph: ubatch {} with at most {} dispatches per command buffer ({:.1} tok/s); \
-                 `rocky prefill` uses it when --ubatch is not given",
-                g.ubatch, g.max_dispatches_per_cb, g.tok_s
+                "graph: ubatch {} with at most {} dispatches per command buffer, gate/up {} \
+                 ({:.1} tok/s); `rocky prefill` uses it when --ubatch is not given",
+                g.ubatch,
+                g.max_dispatches_per_cb,
+                if g.fuse_swiglu { "fused" } else { "separate" },
+                g.tok_s
             );
         }
     }
@@ -347,8 +350,10 @@ fn tune_graph_level(
         Some(text) => FaultPlan::parse(text).unwrap_or_default(),
         None => FaultPlan::default(),
     };
+    let mut rig =
+        PrefillRig::new(&ctx, file, model, n_tokens, &mut upload_bar(&ctx)).map_err(exec_error)?;
     let options = GraphTuneOptions {
-        candidates: graph::default_candidates(args.ubatch, n_tokens, &budget),
+        candidates: graph::default_candidates(args.ubatch, n_tokens, &budget, rig.can_fuse()),
         n_tokens,
         runs: 2,
         time: Duration::from_secs(args.graph_time),
@@ -362,16 +367,20 @@ fn tune_graph_level(
         options.candidates.len(),
         args.graph_time
     ));
-    let mut rig =
-        PrefillRig::new(&ctx, file, model, n_tokens, &mut upload_bar(&ctx)).map_err(exec_error)?;
     let mut outcome = graph::tune_graph(&mut rig, &schedules, &options, &budget, &mut |t| {
         let result = match &t.failure {
             None => format!("{:.1} tok/s", t.tok_s()),
             Some(why) => format!("failed ({why})"),
         };
         say(format!(
-            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer: {result}",
-            t.candidate.ubatch, t.candidate.max_dispatches,
+            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer, gate/up {}: {result}",
+            t.candidate.ubatch,
+            t.candidate.max_dispatches,
+            if t.candidate.fuse_swiglu {
+                "fused"
+            } else {
+                "separate"
+            },
         ))
     });
     if let Some(check) = &outcome.device_check {
@@ -433,6 +442,7 @@ fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
             json!({
                 "ubatch": t.candidate.ubatch,
                 "max_dispatches": t.candidate.max_dispatches,
+                "fuse_swiglu": t.candidate.fuse_swiglu,
                 "seconds": t.seconds,
                 "tok_s": t.is_ok().then(|| t.tok_s()),
                 "passed": t.is_ok(),
@@ -450,16 +460,22 @@ fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
     })
 }
 
-/// `m=16 n=896 k=896 q4_k +bias`.
+/// `m=16 n=896 k=896 q4_k +bias`, `m=16 n=4864 k=896 q4_k +swiglu` (gate and up fused).
 pub fn describe_workload(w: &Workload) -> String {
+    use rocky_compiler::templates::gemm::Epilogue;
     match w {
         Workload::Gemm(g) => format!(
-            "m={} n={} k={} {}{}",
+            "m={} n={} k={} {}{}{}",
             g.m,
             g.n,
             g.k,
             g.weight.ggml_name().to_lowercase(),
-            if g.bias { " +bias" } else { "" }
+            if g.bias { " +bias" } else { "" },
+            match g.epilogue {
+                Epilogue::None => "",
+                Epilogue::SwiGlu => " +swiglu",
+                Epilogue::Residual => " +res",
+            }
         ),
         Workload::Attention(a) => format!(
             "attention m={} kv={} h={}/{} d={}{}",

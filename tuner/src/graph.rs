@@ -17,6 +17,7 @@
 use crate::fault::{self, FaultPlan, GraphFault, INJECTED};
 use crate::logits_check::{check_logits, Agreement, CHECK_TOKENS, CPU_TOLERANCE, GRAPH_TOLERANCE};
 use rocky_models::arch::Model;
+use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_runtime::executor::{
@@ -25,6 +26,7 @@ use rocky_runtime::executor::{
 use rocky_runtime::{CommandBudget, Context};
 use rocky_tuning_db::GraphChoice;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One graph-level setting to time.
@@ -32,6 +34,18 @@ use std::time::{Duration, Instant};
 pub struct GraphCandidate {
     pub ubatch: usize,
     pub max_dispatches: u32,
+    /// Gate and up as one GEMM with SwiGLU in its epilogue.
+    pub fuse_swiglu: bool,
+}
+
+impl GraphCandidate {
+    /// The fusions an executor runs for this candidate.
+    pub fn fuse(&self) -> FuseOptions {
+        FuseOptions {
+            swiglu: self.fuse_swiglu,
+            ..FuseOptions::DEFAULT
+        }
+    }
 }
 
 /// A timed candidate.
@@ -74,17 +88,31 @@ pub struct GraphTuneOptions {
 
 /// The candidates worth timing around a kernel-tuned ubatch: half, the same and double
 /// (within the prompt), each with the device's default dispatches per command buffer, a
-/// quarter of it and four times it. The tuned ubatch with the default budget comes first:
-/// it is the baseline every other candidate has to beat.
+/// quarter of it and four times it, and (where `can_fuse`: the model has gate/up pairs that
+/// fuse) each with gate and up separate and fused. The tuned ubatch with the default budget
+/// and the default fusion comes first: it is the baseline every other candidate has to beat;
+/// the same with the other fusion comes second (the setting most likely to matter, since the
+/// tuned fused and separate GEMMs differ by a few percent either way).
 pub fn default_candidates(
     tuned_ubatch: usize,
     n_tokens: usize,
     default_budget: &CommandBudget,
+    can_fuse: bool,
 ) -> Vec<GraphCandidate> {
     let d = default_budget.max_dispatches.max(1);
     let first = GraphCandidate {
         ubatch: tuned_ubatch.min(n_tokens).max(1),
         max_dispatches: d,
+        fuse_swiglu: FuseOptions::DEFAULT.swiglu,
+    };
+    let fusions: &[bool] = if can_fuse {
+        &[false, true]
+    } else {
+        &[first.fuse_swiglu]
+    };
+    let second = GraphCandidate {
+        fuse_swiglu: !first.fuse_swiglu,
+        ..first
     };
     let mut rest = BTreeSet::new();
     for ubatch in [tuned_ubatch / 2, tuned_ubatch, tuned_ubatch * 2] {
@@ -92,14 +120,18 @@ pub fn default_candidates(
             continue;
         }
         for max_dispatches in [d, (d / 4).max(1), d.saturating_mul(4)] {
-            rest.insert(GraphCandidate {
-                ubatch,
-                max_dispatches,
-            });
+            for &fuse_swiglu in fusions {
+                rest.insert(GraphCandidate {
+                    ubatch,
+                    max_dispatches,
+                    fuse_swiglu,
+                });
+            }
         }
     }
     rest.remove(&first);
-    std::iter::once(first).chain(rest).collect()
+    let second = rest.remove(&second).then_some(second);
+    std::iter::once(first).chain(second).chain(rest).collect()
 }
 
 /// A key naming what graph-level choices depend on: architecture, dimensions and the
@@ -135,12 +167,13 @@ pub fn random_prompt(n_vocab: usize, n: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Makes executors of one model at several ubatch sizes, uploading the weights once.
+/// Makes executors of one model at several ubatch sizes and fusions, uploading the weights
+/// once (every executor shares them).
 pub struct PrefillRig<'m> {
     ctx: Context,
     file: &'m GgufFile,
     model: &'m Model,
-    weights: Option<GpuWeights>,
+    weights: Arc<GpuWeights>,
     n_ctx: usize,
 }
 
@@ -154,7 +187,7 @@ impl<'m> PrefillRig<'m> {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<PrefillRig<'m>, ExecError> {
         Ok(PrefillRig {
-            weights: Some(GpuWeights::upload_with_progress(
+            weights: Arc::new(GpuWeights::upload_with_progress(
                 ctx, file, model, progress,
             )?),
             ctx: ctx.clone(),
@@ -164,22 +197,34 @@ impl<'m> PrefillRig<'m> {
         })
     }
 
-    /// An executor at `ubatch` with `budget`; give it back with [`PrefillRig::give_back`].
+    /// An executor at `ubatch` with `budget` and the fusions `fuse`, on the rig's weights.
+    /// Each holds its own activations and KV cache: drop it (or [`PrefillRig::give_back`])
+    /// before making the next where device memory is tight.
     pub fn executor(
         &mut self,
         ubatch: usize,
         budget: CommandBudget,
+        fuse: FuseOptions,
     ) -> Result<Executor<'m>, ExecError> {
-        let weights = self.weights.take().ok_or_else(|| {
-            ExecError::Unsupported("the weights are lent to another executor".into())
-        })?;
         let options = ExecutorOptions {
             ubatch,
             budget,
             timeout: Duration::from_secs(600),
             profile: false,
+            fuse,
         };
-        Executor::new(&self.ctx, self.model, weights, options, self.n_ctx)
+        Executor::new(
+            &self.ctx,
+            self.model,
+            self.weights.clone(),
+            options,
+            self.n_ctx,
+        )
+    }
+
+    /// Whether the model has gate/up pairs that can run fused (see `GpuWeights::combined`).
+    pub fn can_fuse(&self) -> bool {
+        self.weights.has_combined()
     }
 
     /// The longest prompt the rig's executors take.
@@ -187,8 +232,9 @@ impl<'m> PrefillRig<'m> {
         self.n_ctx
     }
 
+    /// Frees an executor's activations and KV cache (the weights stay with the rig).
     pub fn give_back(&mut self, executor: Executor<'m>) {
-        self.weights = Some(executor.into_weights());
+        drop(executor);
     }
 }
 
@@ -337,7 +383,7 @@ pub fn tune_graph(
             max_dispatches: c.max_dispatches,
             ..*default_budget
         };
-        let mut executor = match rig.executor(c.ubatch, budget) {
+        let mut executor = match rig.executor(c.ubatch, budget, c.fuse()) {
             Ok(e) => e,
             Err(e) => {
                 outcome.error = Some(e);
@@ -384,7 +430,7 @@ fn default_reference(
     ids: &[u32],
     seed: u64,
 ) -> Result<(DeviceCheck, Option<Vec<f32>>), ExecError> {
-    let mut executor = rig.executor(ubatch, *budget)?;
+    let mut executor = rig.executor(ubatch, *budget, FuseOptions::DEFAULT)?;
     let checked = (|| {
         let short = check_prompt(rig.model, CHECK_TOKENS.min(rig.n_ctx), seed);
         let cpu = cpu_logits(rig.file, rig.model, &short);
@@ -454,6 +500,7 @@ pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Opt
             max_dispatches_per_cb: t.candidate.max_dispatches,
             budget_bytes: default_budget.max_driver_bytes,
             tok_s: t.tok_s(),
+            fuse_swiglu: t.candidate.fuse_swiglu,
         })
 }
 
@@ -481,22 +528,45 @@ mod tests {
 
     #[test]
     fn candidates_start_with_the_tuned_baseline_and_stay_in_range() {
-        let c = default_candidates(32, 64, &budget(512));
-        assert_eq!(
-            c[0],
-            GraphCandidate {
-                ubatch: 32,
-                max_dispatches: 512
-            }
-        );
+        let baseline = GraphCandidate {
+            ubatch: 32,
+            max_dispatches: 512,
+            fuse_swiglu: false,
+        };
+        let c = default_candidates(32, 64, &budget(512), false);
+        assert_eq!(c[0], baseline);
         // 16, 32, 64 × 128, 512, 2048, without repeating the baseline.
         assert_eq!(c.len(), 9);
         assert!(c.iter().all(|c| [16, 32, 64].contains(&c.ubatch)));
+        assert!(c.iter().all(|c| !c.fuse_swiglu));
         let distinct: BTreeSet<_> = c.iter().collect();
         assert_eq!(distinct.len(), c.len());
         // A prompt shorter than the doubled ubatch drops it.
-        let c = default_candidates(32, 40, &budget(512));
+        let c = default_candidates(32, 40, &budget(512), false);
         assert!(c.iter().all(|c| c.ubatch <= 32));
+    }
+
+    #[test]
+    fn fusable_models_time_the_baseline_fused_second_and_every_setting_both_ways() {
+        let c = default_candidates(32, 64, &budget(512), true);
+        assert_eq!(c.len(), 18);
+        assert!(!c[0].fuse_swiglu);
+        assert_eq!(
+            c[1],
+            GraphCandidate {
+                fuse_swiglu: true,
+                ..c[0]
+            }
+        );
+        let distinct: BTreeSet<_> = c.iter().collect();
+        assert_eq!(distinct.len(), c.len());
+        for x in &c {
+            let other = GraphCandidate {
+                fuse_swiglu: !x.fuse_swiglu,
+                ..*x
+            };
+            assert!(c.contains(&other), "{x:?} without its other fusion");
+        }
     }
 
     #[test]

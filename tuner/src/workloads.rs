@@ -4,6 +4,7 @@
 
 use rocky_compiler::{AttentionWorkload, Workload};
 use rocky_models::arch::Model;
+use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::graph::Op;
 use rocky_runtime::executor::{DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights};
@@ -19,7 +20,8 @@ pub struct ModelWorkload {
 }
 
 /// The distinct GEMM workloads the executor runs for `model` at `ubatch` tokens, in graph
-/// order of first use.
+/// order of first use: those of the default graph, then the fused gate/up GEMMs where gate and
+/// up can fuse (whether they should is the graph-level step's choice, which needs both tuned).
 ///
 /// Asks the executor itself (it decides the weight formats, activation types and the
 /// last-row shapes), so the tuner tunes exactly the keys the prefill later looks up. This
@@ -41,21 +43,27 @@ pub fn model_workloads_with_progress(
     ubatch: usize,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Vec<ModelWorkload>, ExecError> {
-    let weights = GpuWeights::upload_with_progress(ctx, file, model, progress)?;
-    let options = ExecutorOptions {
-        ubatch,
-        budget: CommandBudget::for_device(ctx.info()),
-        timeout: Duration::from_secs(600),
-        profile: false,
-    };
-    let mut executor = Executor::new(ctx, model, weights, options, ubatch)?;
-    executor.prepare(&DefaultSchedules)?;
-    Ok(distinct_gemms(
-        executor
-            .used
-            .iter()
-            .map(|(label, w, _, _)| (label.as_str(), *w)),
-    ))
+    let weights = std::sync::Arc::new(GpuWeights::upload_with_progress(
+        ctx, file, model, progress,
+    )?);
+    let mut variants = vec![FuseOptions::DEFAULT];
+    if weights.has_combined() {
+        variants.push(FuseOptions::ALL);
+    }
+    let mut used: Vec<(String, Workload)> = Vec::new();
+    for fuse in variants {
+        let options = ExecutorOptions {
+            ubatch,
+            budget: CommandBudget::for_device(ctx.info()),
+            timeout: Duration::from_secs(600),
+            profile: false,
+            fuse,
+        };
+        let mut executor = Executor::new(ctx, model, weights.clone(), options, ubatch)?;
+        executor.prepare(&DefaultSchedules)?;
+        used.extend(executor.used.iter().map(|(l, w, _, _)| (l.clone(), *w)));
+    }
+    Ok(distinct_gemms(used.iter().map(|(l, w)| (l.as_str(), *w))))
 }
 
 /// The attention workloads `rocky tune` searches for `model` at `ubatch`: one per KV length

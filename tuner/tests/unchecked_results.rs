@@ -72,10 +72,12 @@ fn the_graph_step_never_chooses_a_candidate_with_wrong_logits() {
         GraphCandidate {
             ubatch: 32,
             max_dispatches: budget.max_dispatches,
+            fuse_swiglu: false,
         },
         GraphCandidate {
             ubatch: 8,
             max_dispatches: budget.max_dispatches,
+            fuse_swiglu: false,
         },
     ];
     let run = |rig: &mut PrefillRig, faults: FaultPlan| {

@@ -65,6 +65,8 @@ struct StrictGraphChoice {
     max_dispatches_per_cb: u32,
     budget_bytes: u64,
     tok_s: f64,
+    #[serde(default)]
+    fuse_swiglu: bool,
 }
 
 /// One parsed and validated line of an export file.

@@ -135,6 +135,10 @@ pub struct GraphChoice {
     pub budget_bytes: u64,
     /// Prefill throughput measured with these settings.
     pub tok_s: f64,
+    /// Whether gate and up run as one GEMM with SwiGLU in its epilogue (`rocky_models::fuse`).
+    /// Absent in choices stored before fusion was tuned: those ran unfused.
+    #[serde(default)]
+    pub fuse_swiglu: bool,
 }
 
 /// Serializes `value` as compact JSON with every object's keys sorted, so the bytes depend

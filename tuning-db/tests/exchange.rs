@@ -291,6 +291,7 @@ fn choice(ubatch: u32, tok_s: f64) -> GraphChoice {
         max_dispatches_per_cb: 48,
         budget_bytes: 64 << 20,
         tok_s,
+        fuse_swiglu: ubatch >= 128,
     }
 }
 
@@ -377,6 +378,33 @@ fn graph_choices_travel_with_export_and_import() {
     );
     assert_eq!(again.graph_choices_kept_local, 2);
     assert_eq!(sorted_choices(&dst), want);
+}
+
+/// A graph choice exported before fusion was tuned has no `fuse_swiglu`: it imports as
+/// unfused, which is what it ran.
+#[test]
+fn graph_choices_without_the_fusion_field_import_as_unfused() {
+    let dir = Scratch::new("graph-old");
+    let (src, _) = populated_with_choices(&dir);
+    let mut out = Vec::new();
+    export_jsonl(&src, &mut out, &ExportFilter::default()).unwrap();
+    let old: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["format"] == "rocky-graph-choice" {
+                let removed = v["choice"].as_object_mut().unwrap().remove("fuse_swiglu");
+                assert!(removed.is_some(), "exports carry the field");
+            }
+            v.to_string()
+        })
+        .collect();
+    let dst = TuningDb::open(dir.join("dst")).unwrap();
+    import_jsonl(&dst, old.join("\n").as_bytes(), "old.jsonl").unwrap();
+    let choices = sorted_choices(&dst);
+    assert_eq!(choices.len(), 2);
+    assert!(choices.iter().all(|c| !c.choice.fuse_swiglu));
 }
 
 #[test]

@@ -205,6 +205,7 @@ fn graph_choices_are_per_device_and_model_shape_and_persist() {
         max_dispatches_per_cb: 48,
         budget_bytes: 64 << 20,
         tok_s: 123.5,
+        fuse_swiglu: true,
     };
     {
         let db = TuningDb::open(&path).unwrap();

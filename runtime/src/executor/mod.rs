@@ -40,6 +40,7 @@ use rocky_models::gguf::GgufFile;
 use rocky_models::graph::{Graph, Op};
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where a node's schedule came from (shown by `--profile`).
@@ -73,6 +74,8 @@ pub struct ExecutorOptions {
     pub timeout: Duration,
     /// Time every dispatch with GPU timestamps (see `Executor::profile`).
     pub profile: bool,
+    /// Which ops fuse (the gate/up fusion only where the weights hold the pair combined).
+    pub fuse: FuseOptions,
 }
 
 /// GPU time of one dispatch, from timestamps written around it.
@@ -132,17 +135,42 @@ pub enum ExecError {
     },
 }
 
-/// A model's weights on the device, and the graph they were uploaded for: the model's graph
-/// after the fusion pass (`ROCKY_FUSE`, see `rocky_models::fuse`), whose fused gate/up GEMMs
-/// read one combined tensor each (named [`gate_up_name`]).
+/// A model's weights on the device. The gate and up tensors of every SwiGLU pair that can
+/// fuse (same block format and shape, see `rocky_models::fuse`) are uploaded as one combined
+/// buffer (named [`gate_up_name`]: the gate rows, then the up rows), which serves both graphs:
+/// the fused GEMM binds it whole, the separate gate and up GEMMs bind its two halves. So
+/// whether gate and up fuse is a choice of each executor ([`ExecutorOptions::fuse`]), made
+/// without uploading the model again.
 pub struct GpuWeights {
     buffers: HashMap<String, (Buffer, GgmlType)>,
-    graph: Graph,
+    /// Tensors that live inside a combined buffer: name → (buffer name, byte offset, bytes).
+    aliases: HashMap<String, (String, u64, u64)>,
     /// Device layout per buffer (GGUF unless listed); every GEMM of a buffer reads this one.
     layouts: HashMap<String, WeightLayout>,
     /// Host time of the upload, and the part of it spent repacking.
     pub upload_time: Duration,
     pub repack_time: Duration,
+}
+
+/// One weight tensor on the device: a whole buffer or a part of a combined one.
+#[derive(Clone, Copy)]
+pub struct WeightRef<'a> {
+    buffer: &'a Buffer,
+    offset: u64,
+    bytes: u64,
+    pub ty: GgmlType,
+}
+
+impl<'a> WeightRef<'a> {
+    /// The whole tensor as a binding.
+    pub fn whole(&self) -> Result<BufferRange<'a>, RuntimeError> {
+        self.buffer.range(self.offset, self.bytes)
+    }
+
+    /// `bytes` from `offset` within the tensor.
+    pub fn range(&self, offset: u64, bytes: u64) -> Result<BufferRange<'a>, RuntimeError> {
+        self.buffer.range(self.offset + offset, bytes)
+    }
 }
 
 /// The name of the combined gate/up tensor of a fused SwiGLU GEMM.
@@ -180,8 +208,8 @@ impl GpuWeights {
 
     /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
     /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus), with each GEMM
-    /// weight in the layout `choice` picks ([`weight_layouts`]). Fuses the graph as
-    /// `ROCKY_FUSE` says (default: the residual fusion; `ROCKY_FUSE=1` all).
+    /// weight in the layout `choice` picks ([`weight_layouts`]) and every fusable gate/up
+    /// pair in one combined buffer.
     pub fn upload_with_layouts(
         ctx: &Context,
         file: &GgufFile,
@@ -189,22 +217,11 @@ impl GpuWeights {
         choice: LayoutChoice,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<GpuWeights, ExecError> {
-        let options = FuseOptions::from_env().map_err(ExecError::Unsupported)?;
-        Self::upload_fused(ctx, file, model, options, choice, progress)
-    }
-
-    /// [`GpuWeights::upload_with_layouts`] with the fusions given explicitly.
-    pub fn upload_fused(
-        ctx: &Context,
-        file: &GgufFile,
-        model: &Model,
-        options: FuseOptions,
-        choice: LayoutChoice,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<GpuWeights, ExecError> {
         let start = Instant::now();
-        // A combined gate/up tensor is bound whole: fuse only pairs that fit one binding.
+        // A combined gate/up tensor is bound whole by the fused GEMM: combine only pairs
+        // that fit one binding.
         let max_range = u64::from(ctx.caps().max_storage_buffer_range);
+        let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
         let same = |a: &str, b: &str| match (file.tensor(a), file.tensor(b)) {
             (Some(a), Some(b)) => {
                 a.ggml_type == b.ggml_type
@@ -214,9 +231,10 @@ impl GpuWeights {
             }
             _ => false,
         };
-        let graph = fuse(&model.graph, options, &same);
+        // The graph with every pair that can fuse fused: what decides the combined buffers.
+        let graph = fuse(&model.graph, FuseOptions::ALL, &same);
         let caps = device_caps(ctx.info(), ctx.caps());
-        let layouts = weight_layouts(file, &graph, choice, &caps);
+        let mut layouts = weight_layouts(file, &graph, choice, &caps);
         let mut repack_time = Duration::ZERO;
         // (buffer name, the tensors it holds: one, or gate and up combined row-wise)
         let mut names: Vec<(String, Vec<&str>)> = Vec::new();
@@ -258,7 +276,8 @@ impl GpuWeights {
         let total: u64 = tensors.iter().flatten().map(|t| t.size).sum();
         let mut done = 0;
         let mut buffers = HashMap::new();
-        for ((name, _), parts) in names.into_iter().zip(tensors) {
+        let mut aliases = HashMap::new();
+        for ((name, names_of_parts), parts) in names.into_iter().zip(tensors) {
             // Row combining comes first, before anything per format: the combined tensor is
             // the gate rows then the up rows (`rocky_compiler::templates::gemm::combine_gate_up`).
             let combined;
@@ -274,34 +293,68 @@ impl GpuWeights {
                 _ => unreachable!("one tensor or a gate/up pair"),
             };
             // Then the repack, row by row over all of the buffer's rows (for a combined
-            // tensor its 2n rows: each row is repacked on its own, so the gate/up order stays).
+            // tensor its 2n rows: each row is repacked on its own, so the gate/up order stays
+            // and the up rows start at the middle).
             let repack_start = Instant::now();
             let data = repack_for_upload(&name, &parts, data, &layouts)?;
             repack_time += repack_start.elapsed();
-            // Kernels read weights as u32 words: pad to a multiple of 4 bytes.
-            let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), &name)?;
-            buf.upload_bytes(0, &data)?;
-            buffers.insert(name, (buf, parts[0].ggml_type));
+            let ty = parts[0].ggml_type;
+            match names_of_parts.as_slice() {
+                [gate, up] => {
+                    let half = data.len() as u64 / 2;
+                    if half % align == 0 {
+                        let buf = upload_bytes(ctx, &name, &data)?;
+                        aliases.insert(gate.to_string(), (name.clone(), 0, half));
+                        aliases.insert(up.to_string(), (name.clone(), half, half));
+                        buffers.insert(name, (buf, ty));
+                    } else {
+                        // The up half cannot be bound at an offset the device accepts: two
+                        // buffers (already repacked), and the pair never fuses.
+                        let layout = layouts.remove(&name);
+                        for (part, bytes) in [
+                            (*gate, &data[..half as usize]),
+                            (*up, &data[half as usize..]),
+                        ] {
+                            if let Some(l) = layout {
+                                layouts.insert(part.to_string(), l);
+                            }
+                            buffers.insert(part.to_string(), (upload_bytes(ctx, part, bytes)?, ty));
+                        }
+                    }
+                }
+                _ => {
+                    buffers.insert(name.clone(), (upload_bytes(ctx, &name, &data)?, ty));
+                }
+            }
             done += parts.iter().map(|t| t.size).sum::<u64>();
             progress(done, total);
         }
         Ok(GpuWeights {
             buffers,
-            graph,
+            aliases,
             layouts,
             upload_time: start.elapsed(),
             repack_time,
         })
     }
 
-    /// The graph these weights serve (fused or not).
-    pub fn graph(&self) -> &Graph {
-        &self.graph
+    /// Whether `gate` and `up` share one combined buffer (so their GEMMs may fuse).
+    pub fn combined(&self, gate: &str, up: &str) -> bool {
+        let name = gate_up_name(gate, up);
+        self.aliases.get(gate).is_some_and(|(b, _, _)| *b == name)
+            && self.aliases.get(up).is_some_and(|(b, _, _)| *b == name)
     }
 
-    /// The device layout of buffer `name` (a tensor, or a combined [`gate_up_name`]).
+    /// Whether any gate/up pair is combined (whether fusing them is a choice at all).
+    pub fn has_combined(&self) -> bool {
+        !self.aliases.is_empty()
+    }
+
+    /// The device layout of tensor or buffer `name` (a tensor, a combined [`gate_up_name`],
+    /// or a tensor inside one).
     pub fn layout(&self, name: &str) -> WeightLayout {
-        self.layouts.get(name).copied().unwrap_or_default()
+        let buffer = self.aliases.get(name).map_or(name, |(b, _, _)| b.as_str());
+        self.layouts.get(buffer).copied().unwrap_or_default()
     }
 
     /// Buffers in a layout other than GGUF, with it (sorted by name).
@@ -327,8 +380,19 @@ impl GpuWeights {
         (total, largest)
     }
 
-    fn get(&self, name: &str) -> &(Buffer, GgmlType) {
-        &self.buffers[name]
+    /// Tensor or combined buffer `name` on the device.
+    fn get(&self, name: &str) -> WeightRef<'_> {
+        let (buffer, offset, bytes) = match self.aliases.get(name) {
+            Some((b, offset, bytes)) => (b.as_str(), *offset, Some(*bytes)),
+            None => (name, 0, None),
+        };
+        let (buffer, ty) = &self.buffers[buffer];
+        WeightRef {
+            buffer,
+            offset,
+            bytes: bytes.unwrap_or(buffer.size()),
+            ty: *ty,
+        }
     }
 }
 
@@ -404,6 +468,14 @@ fn weight_layouts(
     out
 }
 
+/// A device buffer holding `data`, padded to a multiple of 4 bytes (kernels read weights as
+/// u32 words).
+fn upload_bytes(ctx: &Context, name: &str, data: &[u8]) -> Result<Buffer, ExecError> {
+    let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), name)?;
+    buf.upload_bytes(0, data)?;
+    Ok(buf)
+}
+
 /// The bytes of buffer `name` (holding the rows of `parts`, row-combined already) as the
 /// device holds them: as they are, or repacked into its layout (`dequant::layout`; the GGUF
 /// file is never rewritten).
@@ -447,7 +519,10 @@ pub struct Executor<'m> {
     ctx: Context,
     caps: DeviceCaps,
     model: &'m Model,
-    weights: GpuWeights,
+    /// Shared: executors with other ubatches or fusions may run from the same upload.
+    weights: Arc<GpuWeights>,
+    /// The model's graph with this executor's fusions.
+    graph: Graph,
     options: ExecutorOptions,
     plan: slots::SlotPlan,
     slots: Vec<Buffer>,
@@ -494,10 +569,11 @@ impl<'m> Executor<'m> {
     pub fn new(
         ctx: &Context,
         model: &'m Model,
-        weights: GpuWeights,
+        weights: impl Into<Arc<GpuWeights>>,
         options: ExecutorOptions,
         n_ctx: usize,
     ) -> Result<Executor<'m>, ExecError> {
+        let weights = weights.into();
         if options.ubatch == 0 || options.ubatch > 4096 {
             return Err(ExecError::Unsupported(format!(
                 "ubatch {} is out of range: use 1 to 4096",
@@ -506,7 +582,12 @@ impl<'m> Executor<'m> {
         }
         let cfg = &model.config;
         let caps = device_caps(ctx.info(), ctx.caps());
-        let plan = slots::plan(&weights.graph);
+        // Gate and up fuse where this executor's options say so and the weights hold them
+        // combined.
+        let graph = fuse(&model.graph, options.fuse, &|gate, up| {
+            weights.combined(gate, up)
+        });
+        let plan = slots::plan(&graph);
         let slots = plan
             .slot_bytes(options.ubatch)
             .into_iter()
@@ -533,6 +614,7 @@ impl<'m> Executor<'m> {
             caps,
             model,
             weights,
+            graph,
             options,
             plan,
             slots,
@@ -615,6 +697,11 @@ impl<'m> Executor<'m> {
         self.options.budget = budget;
     }
 
+    /// The graph this executor runs (the model's, with its fusions).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
     /// The uploaded weights (layouts, upload time, footprint).
     pub fn weights(&self) -> &GpuWeights {
         &self.weights
@@ -622,7 +709,7 @@ impl<'m> Executor<'m> {
 
     /// Gives the uploaded weights back, so an executor with another ubatch can reuse them
     /// instead of uploading the model again.
-    pub fn into_weights(self) -> GpuWeights {
+    pub fn into_weights(self) -> Arc<GpuWeights> {
         self.weights
     }
 
@@ -707,11 +794,11 @@ impl<'m> Executor<'m> {
     fn node_workloads(&self, m: u32) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
         let mut out = Vec::new();
         let mut rows = m;
-        for node in &self.weights.graph.nodes {
+        for node in &self.graph.nodes {
             let mut w = Vec::new();
             match &node.op {
                 Op::Embedding { table, width } => {
-                    let (_, ty) = self.weights.get(table);
+                    let ty = &self.weights.get(table).ty;
                     w.push(Workload::Embedding(EmbeddingWorkload {
                         m: rows,
                         width: *width as u32,
@@ -731,7 +818,7 @@ impl<'m> Executor<'m> {
                     out_features,
                     residual,
                 } => {
-                    let (_, ty) = self.weights.get(weight);
+                    let ty = &self.weights.get(weight).ty;
                     w.push(Workload::Gemm(GemmWorkload {
                         m: rows,
                         n: *out_features as u32,
@@ -754,7 +841,7 @@ impl<'m> Executor<'m> {
                     out_features,
                 } => {
                     let name = gate_up_name(gate, up);
-                    let (_, ty) = self.weights.get(&name);
+                    let ty = &self.weights.get(&name).ty;
                     w.push(Workload::Gemm(GemmWorkload {
                         m: rows,
                         n: *out_features as u32,
@@ -857,7 +944,7 @@ impl<'m> Executor<'m> {
                     ));
                 }
                 if is_split_gemm(&s) {
-                    let input = self.weights.graph.nodes[node_index].inputs[0];
+                    let input = self.graph.nodes[node_index].inputs[0];
                     let readers = split_readers.entry(input).or_insert(0);
                     self.prepare_split_k(&label, &w, &s, *readers)?;
                     region = Some(*readers);
@@ -989,7 +1076,7 @@ impl<'m> Executor<'m> {
         last: bool,
         log: &mut Vec<DispatchTime>,
     ) -> Result<(), ExecError> {
-        let graph = &self.weights.graph;
+        let graph = &self.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
         let mut rows = m;
@@ -1079,7 +1166,7 @@ impl<'m> Executor<'m> {
                     (Op::Embedding { table, .. }, Workload::Embedding(e)) => {
                         // One dispatch per bindable piece of the table; each writes the rows
                         // of the ids in its piece.
-                        let table_buf = &self.weights.get(table).0;
+                        let table_buf = self.weights.get(table);
                         let as_rows = GemmWorkload {
                             m: 1,
                             n: self.model.config.n_vocab as u32,
@@ -1120,7 +1207,7 @@ impl<'m> Executor<'m> {
                     }
                     (Op::RmsNorm { weight, .. }, _) => {
                         named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("weight", self.weights.get(weight).0.whole()));
+                        named.push(("weight", self.weights.get(weight).whole()?));
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: rows }.to_bytes();
                     }
@@ -1142,7 +1229,7 @@ impl<'m> Executor<'m> {
                         } else {
                             None
                         };
-                        let wbuf = &self.weights.get(&weight).0;
+                        let wbuf = self.weights.get(&weight);
                         let Schedule::Gemm(gs) = s else {
                             unreachable!("a GEMM workload has a GEMM schedule")
                         };
@@ -1192,7 +1279,7 @@ impl<'m> Executor<'m> {
                                 ("y", split.map_or(output, |(_, scratch)| scratch)),
                             ];
                             if let (Some(b), None) = (bias, split) {
-                                named.push(("bias", self.weights.get(b).0.whole()));
+                                named.push(("bias", self.weights.get(b).whole()?));
                             }
                             if let (Some(r), None) = (residual, split) {
                                 named.push(("residual", r));
@@ -1221,7 +1308,7 @@ impl<'m> Executor<'m> {
                             use rocky_compiler::templates::gemm::split_k::reduce_grid;
                             let mut named = vec![("partials", scratch), ("y", output)];
                             if let Some(b) = bias {
-                                named.push(("bias", self.weights.get(b).0.whole()));
+                                named.push(("bias", self.weights.get(b).whole()?));
                             }
                             if let Some(r) = residual {
                                 named.push(("residual", r));
@@ -1307,7 +1394,7 @@ impl<'m> Executor<'m> {
                     }
                     (Op::HeadRmsNorm { weight, .. }, _) => {
                         named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("weight", self.weights.get(weight).0.whole()));
+                        named.push(("weight", self.weights.get(weight).whole()?));
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: kernel_rows }.to_bytes();
                     }
