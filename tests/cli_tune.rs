@@ -222,6 +222,21 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let graph = &first["graph"];
     assert!(graph["ubatch"].as_u64().unwrap() >= 1, "{first}");
     assert_eq!(&second["graph"], graph, "{}", text(&second_out));
+    // Beside the model's choice, the fastest setting at each ubatch timed (for runs at a
+    // ubatch given by flag): the chosen ubatch's is the choice itself.
+    let listed = text(&rocky(&["db", "list", "--db", s(&db)]));
+    let chosen = graph["ubatch"].as_u64().unwrap();
+    let per_ubatch: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.starts_with("graph choice:") && l.contains("#ubatch="))
+        .collect();
+    assert!(
+        per_ubatch
+            .iter()
+            .any(|l| l.contains(&format!("ubatch {chosen},"))
+                && l.contains(&format!("#ubatch={chosen} "))),
+        "{listed}"
+    );
 
     // 3. The prefill uses the tuned schedules and still matches the CPU reference.
     let ids: Vec<String> = (100..121).map(|i| i.to_string()).collect();

@@ -198,8 +198,22 @@ fn bench_gpu(
         );
     }
     let empty = DbSchedules::empty();
-    let tuned_fuse = FuseOptions::resolve(tuned.graph_choice().map(|g| g.fuse_swiglu))
-        .map_err(CliError::usage)?;
+    // The tuned row fuses as `rocky tune` chose for the ubatch, the default row as the
+    // defaults do (ROCKY_FUSE overrides both); backends with the same fusions share an
+    // executor.
+    let fuses_at = |ubatch: usize| -> Result<Vec<FuseOptions>, CliError> {
+        let tuned_fuse =
+            FuseOptions::resolve(tuned.graph_choice_for(Some(ubatch)).map(|g| g.fuse_swiglu));
+        let default_fuse = FuseOptions::resolve(None);
+        backends
+            .iter()
+            .map(|b| match b {
+                BenchBackend::Tuned => tuned_fuse.clone(),
+                _ => default_fuse.clone(),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CliError::usage)
+    };
     let family = args.math.family();
     if let Some(f) = family {
         let caps = rocky_runtime::device_caps(ctx.info(), ctx.caps());
@@ -214,26 +228,6 @@ fn bench_gpu(
         family,
     };
     let budget = CommandBudget::for_device(ctx.info());
-    // The tuned row fuses as `rocky tune` chose, the default row as the defaults do
-    // (ROCKY_FUSE overrides both); backends with the same fusions share an executor.
-    let default_fuse = FuseOptions::resolve(None).map_err(CliError::usage)?;
-    let fuses: Vec<FuseOptions> = backends
-        .iter()
-        .map(|b| match b {
-            BenchBackend::Tuned => tuned_fuse,
-            _ => default_fuse,
-        })
-        .collect();
-    let mut distinct_fuses: Vec<FuseOptions> = Vec::new();
-    for f in &fuses {
-        if !distinct_fuses.contains(f) {
-            distinct_fuses.push(*f);
-        }
-    }
-    let executor_of: Vec<usize> = fuses
-        .iter()
-        .map(|f| distinct_fuses.iter().position(|d| d == f).unwrap_or(0))
-        .collect();
     eprintln!("bench: uploading {} to {device}", args.model.display());
     let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))
         .map_err(exec_error)?;
@@ -244,6 +238,7 @@ fn bench_gpu(
             _ => &defaults,
         })
         .collect();
+    let fuses = fuses_at(args.ubatches.first().copied().unwrap_or(1))?;
     check_results(
         args, &mut rig, file, model, backends, &sources, &fuses, budget,
     )?;
@@ -255,6 +250,17 @@ fn bench_gpu(
     }
     let mut rows = Vec::new();
     for &ubatch in &args.ubatches {
+        let fuses = fuses_at(ubatch)?;
+        let mut distinct_fuses: Vec<FuseOptions> = Vec::new();
+        for f in &fuses {
+            if !distinct_fuses.contains(f) {
+                distinct_fuses.push(*f);
+            }
+        }
+        let executor_of: Vec<usize> = fuses
+            .iter()
+            .map(|f| distinct_fuses.iter().position(|d| d == f).unwrap_or(0))
+            .collect();
         let mut executors = distinct_fuses
             .iter()
             .map(|&fuse| rig.executor(ubatch.min(max_prompt), budget, fuse))

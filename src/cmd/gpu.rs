@@ -156,7 +156,7 @@ impl<'m> GpuSession<'m> {
             None => DbSchedules::empty(),
         };
         // Flags win over the graph-level choice of `rocky tune`, which wins over defaults.
-        let graph = schedules.graph_choice();
+        let graph = schedules.graph_choice_for(args.ubatch);
         let mut budget = CommandBudget::for_device(ctx.info());
         if let Some(g) = graph {
             budget.max_dispatches = g.max_dispatches_per_cb;

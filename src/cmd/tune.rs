@@ -11,7 +11,7 @@ use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::{host_timing_reason, CommandBudget, TimingMethod};
 use rocky_runtime::{Context, DeviceSelector};
-use rocky_tuner::db_schedules::graph_choice_key;
+use rocky_tuner::db_schedules::{graph_choice_key, ubatch_choice_key};
 use rocky_tuner::graph::{self, GraphOutcome, GraphTuneOptions, PrefillRig};
 use rocky_tuner::{
     attention_workloads, model_workloads_with_progress, MeasureOptions, Progress, TuneOptions,
@@ -421,6 +421,12 @@ fn tune_graph_level(
     };
     db.set_graph_choice(device, &key, &choice)
         .map_err(db_error)?;
+    // And the fastest at each ubatch timed, for runs at a ubatch given by flag.
+    let shape = graph::model_shape_key(file, model);
+    for (ubatch, best) in graph::best_per_ubatch(&outcome.trials, &budget) {
+        db.set_graph_choice(device, &ubatch_choice_key(&shape, ubatch), &best)
+            .map_err(db_error)?;
+    }
     Ok((Some(choice), report))
 }
 

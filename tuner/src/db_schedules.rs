@@ -16,15 +16,25 @@ use std::path::Path;
 /// and a database error must surface before the prefill, not as a silent default).
 pub struct DbSchedules {
     best: HashMap<Workload, Schedule>,
-    /// The graph-level choice (ubatch, dispatches per command buffer) for the model, when
-    /// loaded with [`DbSchedules::open_for_model`] and one was tuned.
+    /// The graph-level choice (ubatch, dispatches per command buffer, fusion) for the model,
+    /// when loaded with [`DbSchedules::open_for_model`] and one was tuned.
     graph: Option<GraphChoice>,
+    /// The fastest setting timed at each ubatch (see [`ubatch_choice_key`]): what a run at a
+    /// ubatch given by flag uses.
+    per_ubatch: HashMap<u32, GraphChoice>,
 }
 
 /// The database key of a model's graph-level choice: the model shape and the compiler version
 /// (the choice was timed with this compiler's kernels).
 pub fn graph_choice_key(model_shape_key: &str) -> String {
     format!("{model_shape_key}@{}", compiler_version())
+}
+
+/// The database key of the fastest setting timed at `ubatch` for a model: its fusion and
+/// dispatches per command buffer differ by ubatch (on the H200 gate and up fused won at
+/// ubatch 512 and lost at 64), so a run at another ubatch than the chosen one reads its own.
+pub fn ubatch_choice_key(model_shape_key: &str, ubatch: u32) -> String {
+    format!("{}#ubatch={ubatch}", graph_choice_key(model_shape_key))
 }
 
 impl DbSchedules {
@@ -41,7 +51,11 @@ impl DbSchedules {
                 best.insert(key.workload, t.schedule);
             }
         }
-        Ok(DbSchedules { best, graph: None })
+        Ok(DbSchedules {
+            best,
+            graph: None,
+            per_ubatch: HashMap::new(),
+        })
     }
 
     /// Opens the database at `path` only if it exists (no database: defaults everywhere, and
@@ -58,12 +72,31 @@ impl DbSchedules {
         let db = TuningDb::open(path)?;
         let device = fingerprint(info);
         let mut out = DbSchedules::load(&db, &device)?;
-        out.graph = db.graph_choice(&device, &graph_choice_key(model_shape_key))?;
+        let main = graph_choice_key(model_shape_key);
+        let per_ubatch_prefix = format!("{main}#ubatch=");
+        for stored in db.graph_choices(Some(&device))? {
+            if stored.model_shape_key == main {
+                out.graph = Some(stored.choice);
+            } else if let Some(u) = stored.model_shape_key.strip_prefix(&per_ubatch_prefix) {
+                if let Ok(u) = u.parse::<u32>() {
+                    out.per_ubatch.insert(u, stored.choice);
+                }
+            }
+        }
         Ok(out)
     }
 
+    /// The model's graph-level choice (its ubatch is what a run without `--ubatch` uses).
     pub fn graph_choice(&self) -> Option<&GraphChoice> {
         self.graph.as_ref()
+    }
+
+    /// The settings for a run at `ubatch` (`None`: at the chosen ubatch): the fastest timed at
+    /// that ubatch, else the model's choice.
+    pub fn graph_choice_for(&self, ubatch: Option<usize>) -> Option<&GraphChoice> {
+        ubatch
+            .and_then(|u| self.per_ubatch.get(&(u as u32)))
+            .or(self.graph.as_ref())
     }
 
     /// No tuned schedules.
@@ -71,6 +104,7 @@ impl DbSchedules {
         DbSchedules {
             best: HashMap::new(),
             graph: None,
+            per_ubatch: HashMap::new(),
         }
     }
 
@@ -197,7 +231,11 @@ mod tests {
         let caps = DeviceCaps::desktop_all_features();
         let s512 = tuned_schedule(&gemm(512), &caps);
         let best = HashMap::from([(Workload::Gemm(gemm(512)), s512)]);
-        let source = DbSchedules { best, graph: None };
+        let source = DbSchedules {
+            best,
+            graph: None,
+            per_ubatch: HashMap::new(),
+        };
         // 392 rows: the last ubatch of a 5000-token prompt at ubatch 512.
         let (s, origin) = source.schedule(&Workload::Gemm(gemm(392)), &caps);
         assert_eq!((s, origin), (s512, ScheduleOrigin::Tuned));
@@ -219,7 +257,11 @@ mod tests {
             ..gemm(512)
         };
         let best = HashMap::from([(Workload::Gemm(other), tuned_schedule(&other, &caps))]);
-        let source = DbSchedules { best, graph: None };
+        let source = DbSchedules {
+            best,
+            graph: None,
+            per_ubatch: HashMap::new(),
+        };
         let (_, origin) = source.schedule(&Workload::Gemm(gemm(400)), &caps);
         assert_eq!(origin, ScheduleOrigin::Default);
     }
@@ -234,7 +276,11 @@ mod tests {
             (Workload::Gemm(gemm(400)), s400),
             (Workload::Gemm(gemm(300)), s300),
         ]);
-        let source = DbSchedules { best, graph: None };
+        let source = DbSchedules {
+            best,
+            graph: None,
+            per_ubatch: HashMap::new(),
+        };
         let (s, _) = source.schedule(&Workload::Gemm(gemm(250)), &caps);
         assert_eq!(s, s300);
     }

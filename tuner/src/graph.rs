@@ -489,6 +489,26 @@ fn time_checked(
     Ok((seconds, failure, worst))
 }
 
+/// The fastest trial whose logits passed their check at each ubatch timed, as records for
+/// the database (by ubatch).
+pub fn best_per_ubatch(
+    trials: &[GraphTrial],
+    default_budget: &CommandBudget,
+) -> Vec<(u32, GraphChoice)> {
+    let ubatches: BTreeSet<usize> = trials.iter().map(|t| t.candidate.ubatch).collect();
+    ubatches
+        .into_iter()
+        .filter_map(|u| {
+            let at: Vec<GraphTrial> = trials
+                .iter()
+                .filter(|t| t.candidate.ubatch == u)
+                .cloned()
+                .collect();
+            best_choice(&at, default_budget).map(|c| (u as u32, c))
+        })
+        .collect()
+}
+
 /// The fastest trial whose logits passed their check, as a record for the database.
 pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Option<GraphChoice> {
     trials
@@ -567,6 +587,35 @@ mod tests {
             };
             assert!(c.contains(&other), "{x:?} without its other fusion");
         }
+    }
+
+    #[test]
+    fn the_fastest_passing_trial_is_kept_per_ubatch() {
+        let trial = |ubatch, fuse_swiglu, seconds: f64, ok: bool| GraphTrial {
+            candidate: GraphCandidate {
+                ubatch,
+                max_dispatches: 512,
+                fuse_swiglu,
+            },
+            seconds: vec![seconds],
+            n_tokens: 64,
+            failure: (!ok).then(|| "logits differ".to_string()),
+            error_ratio: 0.0,
+        };
+        let trials = [
+            trial(32, false, 1.0, true),
+            trial(32, true, 0.5, false), // fastest at 32, but failed its check
+            trial(32, true, 0.9, true),
+            trial(64, false, 0.7, true),
+            trial(64, true, 0.8, true),
+        ];
+        let best = best_per_ubatch(&trials, &budget(512));
+        let got: Vec<(u32, u32, bool)> = best
+            .iter()
+            .map(|(u, c)| (*u, c.ubatch, c.fuse_swiglu))
+            .collect();
+        assert_eq!(got, [(32, 32, true), (64, 64, false)]);
+        assert_eq!(best_choice(&trials, &budget(512)).unwrap().ubatch, 64);
     }
 
     #[test]
