@@ -406,13 +406,18 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
 /// The device layout of a weight tensor of `format` that the GEMM defaults read, where the
 /// tuner has not chosen one: the aligned layout (`dequant::layout`) where shared memory is
 /// slow (Mali: its 16-byte-aligned bodies let Mesa merge the weight loads into 16-byte ones,
-/// docs/measurements/2026-12-02c-mali-shim26-repack.md), else the GGUF layout.
+/// docs/measurements/2026-12-02c-mali-shim26-repack.md); for Q6_K also on GPUs whose loads are
+/// not lane-serial (on the H200 the 3B's Q6_K ffn_down ran 9 % faster at M = 512 and 11 % at
+/// M = 64 with the tuned schedule: its 210-byte GGUF blocks are only 2-byte aligned,
+/// docs/measurements/2026-12-03e-h200.md); else the GGUF layout (CPU implementations, where
+/// the presets were tuned on it and nothing was measured to favour the repack).
 pub fn default_layout(format: WeightFormat, caps: &DeviceCaps) -> WeightLayout {
-    let aligned = matches!(
+    let has_aligned = matches!(
         format,
         WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q6K
     );
-    if caps.shared_memory_is_slow && aligned {
+    let q6k_on_a_gpu = format == WeightFormat::Q6K && !caps.lane_serial_memory;
+    if has_aligned && (caps.shared_memory_is_slow || q6k_on_a_gpu) {
         WeightLayout::Aligned
     } else {
         WeightLayout::Gguf
