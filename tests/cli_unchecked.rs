@@ -40,9 +40,9 @@ fn host_timed_tune_stores_checked_kernels_and_no_corrupted_graph_choice() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("t.sled");
-    // Every candidate default_candidates can make (at most 18: 9 settings, gate/up separate
-    // and fused) is corrupted.
-    let faults: Vec<String> = (1..=18).map(|n| format!("graph_logits@{n}")).collect();
+    // Every candidate default_candidates can make (at most 36: 9 settings, gate/up separate
+    // and fused, ubatches one or two at a time) is corrupted.
+    let faults: Vec<String> = (1..=36).map(|n| format!("graph_logits@{n}")).collect();
     let out = rocky_host_timed(&[
         "tune",
         s(&model()),

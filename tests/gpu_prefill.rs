@@ -72,6 +72,7 @@ fn gpu_logits(
         timeout: Duration::from_secs(600),
         profile: false,
         fuse: FuseOptions::DEFAULT,
+        overlap: false,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     ex.prefill(ids, schedules).unwrap()
@@ -296,6 +297,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
         timeout: Duration::from_secs(600),
         profile: false,
         fuse: FuseOptions::DEFAULT,
+        overlap: false,
     };
     let weights = GpuWeights::upload(ctx, &file, &model).unwrap();
     let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
@@ -371,6 +373,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
         timeout: Duration::from_secs(600),
         profile: false,
         fuse: FuseOptions::DEFAULT,
+        overlap: false,
     };
     let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
@@ -433,6 +436,7 @@ fn gpu_logits_uploaded(
         timeout: Duration::from_secs(600),
         profile: false,
         fuse,
+        overlap: false,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     let logits = ex.prefill(ids, schedules).unwrap();
@@ -516,6 +520,52 @@ fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
     }
 }
 
+/// Ubatches recorded two at a time, on two sets of activation slots and split-K scratch,
+/// compute exactly what one at a time computes: an odd and an even number of ubatches, a
+/// partial last one, default and split-K schedules (with a reduce kernel and reducing in
+/// place); and llama.cpp's top-1.
+#[test]
+fn overlapped_ubatches_give_the_same_logits() {
+    let file = GgufFile::open(shared().join("models/qwen2-tiny-q4_k_m.gguf")).unwrap();
+    let model = arch::load(&file).unwrap();
+    let (ids, want) = golden("qwen2-tiny-q4_k_m", "ids_len072");
+    let weights = std::sync::Arc::new(GpuWeights::upload(ctx(), &file, &model).unwrap());
+    let run = |ubatch: usize, overlap: bool, schedules: &dyn ScheduleSource| {
+        let options = ExecutorOptions {
+            ubatch,
+            budget: CommandBudget::for_device(ctx().info()),
+            timeout: Duration::from_secs(600),
+            profile: false,
+            fuse: FuseOptions::DEFAULT,
+            overlap,
+        };
+        let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
+        ex.prefill(&ids, schedules).unwrap()
+    };
+    // 72 tokens: 9 ubatches of 8 (the last group has one), 5 of 16 (the last has 8 rows).
+    for ubatch in [8, 16] {
+        for (what, source) in [
+            ("default", &DefaultSchedules as &dyn ScheduleSource),
+            ("split-K", &SplitKGemms(false)),
+            ("split-K in place", &SplitKGemms(true)),
+        ] {
+            let one = run(ubatch, false, source);
+            let two = run(ubatch, true, source);
+            let c = compare_logits(&one, &two);
+            assert_eq!(
+                c.max_abs_diff, 0.0,
+                "ubatch {ubatch} {what}: {}",
+                c.max_abs_diff
+            );
+            let g = compare_logits(&want, &two);
+            assert_eq!(
+                g.top1_a, g.top1_b,
+                "ubatch {ubatch} {what}: top-1 against llama.cpp"
+            );
+        }
+    }
+}
+
 /// One upload serves both graphs: gate and up live in one combined buffer, which the fused
 /// GEMM binds whole and the separate GEMMs bind by halves. Executors with and without the
 /// fusion on the same weights give the same logits, and llama.cpp's top-1.
@@ -534,6 +584,7 @@ fn one_upload_runs_gate_and_up_fused_and_separate() {
             timeout: Duration::from_secs(600),
             profile: false,
             fuse,
+            overlap: false,
         };
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         let fused = ex

@@ -19,7 +19,9 @@ use rocky_models::arch::{self, Model};
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
-use rocky_runtime::executor::{Executor, ForcedMath, ScheduleOrigin, ScheduleSource};
+use rocky_runtime::executor::{
+    resolve_overlap, Executor, ForcedMath, ScheduleOrigin, ScheduleSource,
+};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use rocky_tuner::graph::{
     check_prompt, cpu_logits, model_shape_key, prefill_seconds, random_prompt, verify_device,
@@ -201,17 +203,23 @@ fn bench_gpu(
     // The tuned row fuses as `rocky tune` chose for the ubatch, the default row as the
     // defaults do (ROCKY_FUSE overrides both); backends with the same fusions share an
     // executor.
-    let fuses_at = |ubatch: usize| -> Result<Vec<FuseOptions>, CliError> {
-        let tuned_fuse =
-            FuseOptions::resolve(tuned.graph_choice_for(Some(ubatch)).map(|g| g.fuse_swiglu));
-        let default_fuse = FuseOptions::resolve(None);
+    // Per backend at a ubatch: the fusions and the overlap. The tuned row runs as `rocky tune`
+    // chose for the ubatch, the default row as the defaults do (ROCKY_FUSE / ROCKY_OVERLAP
+    // override both); backends with the same settings share an executor.
+    let settings_at = |ubatch: usize| -> Result<Vec<(FuseOptions, bool)>, CliError> {
+        let tuned_choice = tuned.graph_choice_for(Some(ubatch));
         backends
             .iter()
-            .map(|b| match b {
-                BenchBackend::Tuned => tuned_fuse.clone(),
-                _ => default_fuse.clone(),
+            .map(|b| {
+                let choice = match b {
+                    BenchBackend::Tuned => tuned_choice,
+                    _ => None,
+                };
+                let fuse = FuseOptions::resolve(choice.map(|g| g.fuse_swiglu))?;
+                let overlap = resolve_overlap(ubatch, choice.map(|g| g.overlap))?;
+                Ok((fuse, overlap))
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, String>>()
             .map_err(CliError::usage)
     };
     let family = args.math.family();
@@ -238,9 +246,10 @@ fn bench_gpu(
             _ => &defaults,
         })
         .collect();
-    let fuses = fuses_at(args.ubatches.first().copied().unwrap_or(1))?;
+    let first_ubatch = args.ubatches.first().copied().unwrap_or(1);
+    let settings = settings_at(first_ubatch.min(max_prompt))?;
     check_results(
-        args, &mut rig, file, model, backends, &sources, &fuses, budget,
+        args, &mut rig, file, model, backends, &sources, &settings, budget,
     )?;
     let timestamps = ctx.info().has_timestamps();
     if !timestamps {
@@ -250,20 +259,21 @@ fn bench_gpu(
     }
     let mut rows = Vec::new();
     for &ubatch in &args.ubatches {
-        let fuses = fuses_at(ubatch)?;
-        let mut distinct_fuses: Vec<FuseOptions> = Vec::new();
-        for f in &fuses {
-            if !distinct_fuses.contains(f) {
-                distinct_fuses.push(*f);
+        let run_ubatch = ubatch.min(max_prompt);
+        let settings = settings_at(run_ubatch)?;
+        let mut distinct: Vec<(FuseOptions, bool)> = Vec::new();
+        for s in &settings {
+            if !distinct.contains(s) {
+                distinct.push(*s);
             }
         }
-        let executor_of: Vec<usize> = fuses
+        let executor_of: Vec<usize> = settings
             .iter()
-            .map(|f| distinct_fuses.iter().position(|d| d == f).unwrap_or(0))
+            .map(|s| distinct.iter().position(|d| d == s).unwrap_or(0))
             .collect();
-        let mut executors = distinct_fuses
+        let mut executors = distinct
             .iter()
-            .map(|&fuse| rig.executor(ubatch.min(max_prompt), budget, fuse))
+            .map(|&(fuse, overlap)| rig.executor(run_ubatch, budget, fuse, overlap))
             .collect::<Result<Vec<_>, _>>()
             .map_err(exec_error)?;
         for &n in &args.prompts {
@@ -318,7 +328,7 @@ fn check_results(
     model: &Model,
     backends: &[BenchBackend],
     sources: &[&dyn ScheduleSource],
-    fuses: &[FuseOptions],
+    settings: &[(FuseOptions, bool)],
     budget: CommandBudget,
 ) -> Result<(), CliError> {
     let ids = check_prompt(model, CHECK_TOKENS.min(rig.n_ctx()), args.seed);
@@ -329,8 +339,10 @@ fn check_results(
     let cpu = cpu_logits(file, model, &ids);
     let ubatch = args.ubatches.first().copied().unwrap_or(1).min(ids.len());
     let mut checks = Vec::new();
-    for ((b, source), fuse) in backends.iter().zip(sources).zip(fuses) {
-        let mut executor = rig.executor(ubatch, budget, *fuse).map_err(exec_error)?;
+    for ((b, source), &(fuse, overlap)) in backends.iter().zip(sources).zip(settings) {
+        let mut executor = rig
+            .executor(ubatch, budget, fuse, overlap)
+            .map_err(exec_error)?;
         checks.push((*b, verify_device(&mut executor, *source, &ids, &cpu)));
     }
     for (b, check) in checks {

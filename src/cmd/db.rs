@@ -192,10 +192,11 @@ fn list(db: &TuningDb, as_json: bool) -> CmdResult {
     // which `rocky prefill` uses too: listed so a reader sees everything that steers a run.
     for g in db.graph_choices(None).map_err(db_error)? {
         println!(
-            "graph choice: ubatch {}, ≤{} dispatches per command buffer, gate/up {} ({:.1} tok/s) for {} on {}",
+            "graph choice: ubatch {}, ≤{} dispatches per command buffer, gate/up {}, {} ({:.1} tok/s) for {} on {}",
             g.choice.ubatch,
             g.choice.max_dispatches_per_cb,
             if g.choice.fuse_swiglu { "fused" } else { "separate" },
+            if g.choice.overlap { "ubatches overlapped" } else { "one ubatch at a time" },
             g.choice.tok_s,
             g.model_shape_key,
             g.device.describe()

@@ -190,12 +190,17 @@ impl<'m> GpuSession<'m> {
                 .map_err(exec_error)?;
         // ROCKY_FUSE wins over the tuned fusion, which wins over the default.
         let fuse = FuseOptions::resolve(graph.map(|g| g.fuse_swiglu)).map_err(CliError::usage)?;
+        let run_ubatch = ubatch.min(n_tokens.max(1));
+        let overlap =
+            rocky_runtime::executor::resolve_overlap(run_ubatch, graph.map(|g| g.overlap))
+                .map_err(CliError::usage)?;
         let options = ExecutorOptions {
-            ubatch: ubatch.min(n_tokens.max(1)),
+            ubatch: run_ubatch,
             budget,
             timeout: Duration::from_secs(600),
             profile: profile && no_gpu_profile.is_none(),
             fuse,
+            overlap,
         };
         let executor =
             Executor::new(&ctx, model, weights, options, n_tokens).map_err(exec_error)?;

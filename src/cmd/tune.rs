@@ -307,11 +307,16 @@ pub fn run(args: Args) -> CmdResult {
         }
         if let Some(g) = &graph {
             println!(
-                "graph: ubatch {} with at most {} dispatches per command buffer, gate/up {} \
-                 ({:.1} tok/s); `rocky prefill` uses it when --ubatch is not given",
+                "graph: ubatch {} with at most {} dispatches per command buffer, gate/up {}, \
+                 ubatches {} ({:.1} tok/s); `rocky prefill` uses it when --ubatch is not given",
                 g.ubatch,
                 g.max_dispatches_per_cb,
                 if g.fuse_swiglu { "fused" } else { "separate" },
+                if g.overlap {
+                    "overlapped"
+                } else {
+                    "one at a time"
+                },
                 g.tok_s
             );
         }
@@ -373,13 +378,18 @@ fn tune_graph_level(
             Some(why) => format!("failed ({why})"),
         };
         say(format!(
-            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer, gate/up {}: {result}",
+            "graph: ubatch {:>4}, ≤{:>5} dispatches/command buffer, gate/up {}, {}: {result}",
             t.candidate.ubatch,
             t.candidate.max_dispatches,
             if t.candidate.fuse_swiglu {
                 "fused"
             } else {
                 "separate"
+            },
+            if t.candidate.overlap {
+                "overlapped"
+            } else {
+                "one at a time"
             },
         ))
     });
@@ -449,6 +459,7 @@ fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
                 "ubatch": t.candidate.ubatch,
                 "max_dispatches": t.candidate.max_dispatches,
                 "fuse_swiglu": t.candidate.fuse_swiglu,
+                "overlap": t.candidate.overlap,
                 "seconds": t.seconds,
                 "tok_s": t.is_ok().then(|| t.tok_s()),
                 "passed": t.is_ok(),

@@ -22,6 +22,7 @@ use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{self, ReferenceOptions};
 use rocky_runtime::executor::{
     DefaultSchedules, ExecError, Executor, ExecutorOptions, GpuWeights, ScheduleSource,
+    OVERLAP_MAX_UBATCH,
 };
 use rocky_runtime::{CommandBudget, Context};
 use rocky_tuning_db::GraphChoice;
@@ -36,6 +37,8 @@ pub struct GraphCandidate {
     pub max_dispatches: u32,
     /// Gate and up as one GEMM with SwiGLU in its epilogue.
     pub fuse_swiglu: bool,
+    /// Ubatches recorded two at a time (`ExecutorOptions::overlap`).
+    pub overlap: bool,
 }
 
 impl GraphCandidate {
@@ -88,11 +91,12 @@ pub struct GraphTuneOptions {
 
 /// The candidates worth timing around a kernel-tuned ubatch: half, the same and double
 /// (within the prompt), each with the device's default dispatches per command buffer, a
-/// quarter of it and four times it, and (where `can_fuse`: the model has gate/up pairs that
-/// fuse) each with gate and up separate and fused. The tuned ubatch with the default budget
-/// and the default fusion comes first: it is the baseline every other candidate has to beat;
-/// the same with the other fusion comes second (the setting most likely to matter, since the
-/// tuned fused and separate GEMMs differ by a few percent either way).
+/// quarter of it and four times it, with ubatches one and two at a time, and (where
+/// `can_fuse`: the model has gate/up pairs that fuse) with gate and up separate and fused.
+/// The tuned ubatch with the default budget, fusion and overlap comes first: it is the
+/// baseline every other candidate has to beat; the same with the other fusion comes second
+/// and with the other overlap third (the settings most likely to matter: the tuned fused and
+/// separate GEMMs differ by a few percent either way, overlap by up to 17 % at small ubatches).
 pub fn default_candidates(
     tuned_ubatch: usize,
     n_tokens: usize,
@@ -100,19 +104,17 @@ pub fn default_candidates(
     can_fuse: bool,
 ) -> Vec<GraphCandidate> {
     let d = default_budget.max_dispatches.max(1);
+    let ubatch = tuned_ubatch.min(n_tokens).max(1);
     let first = GraphCandidate {
-        ubatch: tuned_ubatch.min(n_tokens).max(1),
+        ubatch,
         max_dispatches: d,
         fuse_swiglu: FuseOptions::DEFAULT.swiglu,
+        overlap: ubatch <= OVERLAP_MAX_UBATCH,
     };
     let fusions: &[bool] = if can_fuse {
         &[false, true]
     } else {
         &[first.fuse_swiglu]
-    };
-    let second = GraphCandidate {
-        fuse_swiglu: !first.fuse_swiglu,
-        ..first
     };
     let mut rest = BTreeSet::new();
     for ubatch in [tuned_ubatch / 2, tuned_ubatch, tuned_ubatch * 2] {
@@ -121,17 +123,30 @@ pub fn default_candidates(
         }
         for max_dispatches in [d, (d / 4).max(1), d.saturating_mul(4)] {
             for &fuse_swiglu in fusions {
-                rest.insert(GraphCandidate {
-                    ubatch,
-                    max_dispatches,
-                    fuse_swiglu,
-                });
+                for overlap in [false, true] {
+                    rest.insert(GraphCandidate {
+                        ubatch,
+                        max_dispatches,
+                        fuse_swiglu,
+                        overlap,
+                    });
+                }
             }
         }
     }
     rest.remove(&first);
-    let second = rest.remove(&second).then_some(second);
-    std::iter::once(first).chain(second).chain(rest).collect()
+    let flipped = [
+        GraphCandidate {
+            fuse_swiglu: !first.fuse_swiglu,
+            ..first
+        },
+        GraphCandidate {
+            overlap: !first.overlap,
+            ..first
+        },
+    ];
+    let next: Vec<GraphCandidate> = flipped.into_iter().filter(|c| rest.remove(c)).collect();
+    std::iter::once(first).chain(next).chain(rest).collect()
 }
 
 /// A key naming what graph-level choices depend on: architecture, dimensions and the
@@ -197,14 +212,15 @@ impl<'m> PrefillRig<'m> {
         })
     }
 
-    /// An executor at `ubatch` with `budget` and the fusions `fuse`, on the rig's weights.
-    /// Each holds its own activations and KV cache: drop it (or [`PrefillRig::give_back`])
-    /// before making the next where device memory is tight.
+    /// An executor at `ubatch` with `budget`, the fusions `fuse` and ubatches overlapped or
+    /// not, on the rig's weights. Each holds its own activations and KV cache: drop it (or
+    /// [`PrefillRig::give_back`]) before making the next where device memory is tight.
     pub fn executor(
         &mut self,
         ubatch: usize,
         budget: CommandBudget,
         fuse: FuseOptions,
+        overlap: bool,
     ) -> Result<Executor<'m>, ExecError> {
         let options = ExecutorOptions {
             ubatch,
@@ -212,6 +228,7 @@ impl<'m> PrefillRig<'m> {
             timeout: Duration::from_secs(600),
             profile: false,
             fuse,
+            overlap,
         };
         Executor::new(
             &self.ctx,
@@ -383,7 +400,7 @@ pub fn tune_graph(
             max_dispatches: c.max_dispatches,
             ..*default_budget
         };
-        let mut executor = match rig.executor(c.ubatch, budget, c.fuse()) {
+        let mut executor = match rig.executor(c.ubatch, budget, c.fuse(), c.overlap) {
             Ok(e) => e,
             Err(e) => {
                 outcome.error = Some(e);
@@ -430,7 +447,7 @@ fn default_reference(
     ids: &[u32],
     seed: u64,
 ) -> Result<(DeviceCheck, Option<Vec<f32>>), ExecError> {
-    let mut executor = rig.executor(ubatch, *budget, FuseOptions::DEFAULT)?;
+    let mut executor = rig.executor(ubatch, *budget, FuseOptions::DEFAULT, false)?;
     let checked = (|| {
         let short = check_prompt(rig.model, CHECK_TOKENS.min(rig.n_ctx), seed);
         let cpu = cpu_logits(rig.file, rig.model, &short);
@@ -521,6 +538,7 @@ pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Opt
             budget_bytes: default_budget.max_driver_bytes,
             tok_s: t.tok_s(),
             fuse_swiglu: t.candidate.fuse_swiglu,
+            overlap: t.candidate.overlap,
         })
 }
 
@@ -552,11 +570,20 @@ mod tests {
             ubatch: 32,
             max_dispatches: 512,
             fuse_swiglu: false,
+            overlap: true,
         };
         let c = default_candidates(32, 64, &budget(512), false);
         assert_eq!(c[0], baseline);
-        // 16, 32, 64 × 128, 512, 2048, without repeating the baseline.
-        assert_eq!(c.len(), 9);
+        // The baseline one ubatch at a time comes next.
+        assert_eq!(
+            c[1],
+            GraphCandidate {
+                overlap: false,
+                ..baseline
+            }
+        );
+        // 16, 32, 64 × 128, 512, 2048 × overlap or not.
+        assert_eq!(c.len(), 18);
         assert!(c.iter().all(|c| [16, 32, 64].contains(&c.ubatch)));
         assert!(c.iter().all(|c| !c.fuse_swiglu));
         let distinct: BTreeSet<_> = c.iter().collect();
@@ -564,17 +591,27 @@ mod tests {
         // A prompt shorter than the doubled ubatch drops it.
         let c = default_candidates(32, 40, &budget(512), false);
         assert!(c.iter().all(|c| c.ubatch <= 32));
+        // Above OVERLAP_MAX_UBATCH the baseline runs one ubatch at a time.
+        let big = 2 * OVERLAP_MAX_UBATCH;
+        assert!(!default_candidates(big, 2 * big, &budget(512), false)[0].overlap);
     }
 
     #[test]
     fn fusable_models_time_the_baseline_fused_second_and_every_setting_both_ways() {
         let c = default_candidates(32, 64, &budget(512), true);
-        assert_eq!(c.len(), 18);
+        assert_eq!(c.len(), 36);
         assert!(!c[0].fuse_swiglu);
         assert_eq!(
             c[1],
             GraphCandidate {
                 fuse_swiglu: true,
+                ..c[0]
+            }
+        );
+        assert_eq!(
+            c[2],
+            GraphCandidate {
+                overlap: !c[0].overlap,
                 ..c[0]
             }
         );
@@ -596,6 +633,7 @@ mod tests {
                 ubatch,
                 max_dispatches: 512,
                 fuse_swiglu,
+                overlap: false,
             },
             seconds: vec![seconds],
             n_tokens: 64,

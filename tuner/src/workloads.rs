@@ -58,6 +58,7 @@ pub fn model_workloads_with_progress(
             timeout: Duration::from_secs(600),
             profile: false,
             fuse,
+            overlap: false,
         };
         let mut executor = Executor::new(ctx, model, weights.clone(), options, ubatch)?;
         executor.prepare(&DefaultSchedules)?;

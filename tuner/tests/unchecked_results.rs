@@ -73,11 +73,13 @@ fn the_graph_step_never_chooses_a_candidate_with_wrong_logits() {
             ubatch: 32,
             max_dispatches: budget.max_dispatches,
             fuse_swiglu: false,
+            overlap: false,
         },
         GraphCandidate {
             ubatch: 8,
             max_dispatches: budget.max_dispatches,
             fuse_swiglu: false,
+            overlap: false,
         },
     ];
     let run = |rig: &mut PrefillRig, faults: FaultPlan| {

@@ -67,6 +67,8 @@ struct StrictGraphChoice {
     tok_s: f64,
     #[serde(default)]
     fuse_swiglu: bool,
+    #[serde(default)]
+    overlap: bool,
 }
 
 /// One parsed and validated line of an export file.

@@ -139,6 +139,10 @@ pub struct GraphChoice {
     /// Absent in choices stored before fusion was tuned: those ran unfused.
     #[serde(default)]
     pub fuse_swiglu: bool,
+    /// Whether ubatches are recorded two at a time (`ExecutorOptions::overlap`). Absent in
+    /// choices stored before it was tuned: those ran one at a time.
+    #[serde(default)]
+    pub overlap: bool,
 }
 
 /// Serializes `value` as compact JSON with every object's keys sorted, so the bytes depend

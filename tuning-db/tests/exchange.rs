@@ -292,6 +292,7 @@ fn choice(ubatch: u32, tok_s: f64) -> GraphChoice {
         budget_bytes: 64 << 20,
         tok_s,
         fuse_swiglu: ubatch >= 128,
+        overlap: ubatch <= 64,
     }
 }
 
@@ -380,8 +381,8 @@ fn graph_choices_travel_with_export_and_import() {
     assert_eq!(sorted_choices(&dst), want);
 }
 
-/// A graph choice exported before fusion was tuned has no `fuse_swiglu`: it imports as
-/// unfused, which is what it ran.
+/// A graph choice exported before fusion and overlap were tuned has neither field: it imports
+/// as unfused and one ubatch at a time, which is what it ran.
 #[test]
 fn graph_choices_without_the_fusion_field_import_as_unfused() {
     let dir = Scratch::new("graph-old");
@@ -394,8 +395,10 @@ fn graph_choices_without_the_fusion_field_import_as_unfused() {
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
             if v["format"] == "rocky-graph-choice" {
-                let removed = v["choice"].as_object_mut().unwrap().remove("fuse_swiglu");
-                assert!(removed.is_some(), "exports carry the field");
+                for field in ["fuse_swiglu", "overlap"] {
+                    let removed = v["choice"].as_object_mut().unwrap().remove(field);
+                    assert!(removed.is_some(), "exports carry {field}");
+                }
             }
             v.to_string()
         })
@@ -404,7 +407,9 @@ fn graph_choices_without_the_fusion_field_import_as_unfused() {
     import_jsonl(&dst, old.join("\n").as_bytes(), "old.jsonl").unwrap();
     let choices = sorted_choices(&dst);
     assert_eq!(choices.len(), 2);
-    assert!(choices.iter().all(|c| !c.choice.fuse_swiglu));
+    assert!(choices
+        .iter()
+        .all(|c| !c.choice.fuse_swiglu && !c.choice.overlap));
 }
 
 #[test]

@@ -206,6 +206,7 @@ fn graph_choices_are_per_device_and_model_shape_and_persist() {
         budget_bytes: 64 << 20,
         tok_s: 123.5,
         fuse_swiglu: true,
+        overlap: true,
     };
     {
         let db = TuningDb::open(&path).unwrap();

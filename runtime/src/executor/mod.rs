@@ -76,6 +76,38 @@ pub struct ExecutorOptions {
     pub profile: bool,
     /// Which ops fuse (the gate/up fusion only where the weights hold the pair combined).
     pub fuse: FuseOptions,
+    /// Record ubatches two at a time, node by node, each pair on its own activation slots, so
+    /// the GPU runs one's later layers beside the other's earlier ones (more work per barrier
+    /// level at small ubatches; twice the activation memory).
+    pub overlap: bool,
+}
+
+/// Whether ubatches overlap (`ExecutorOptions::overlap`) where nothing was tuned: at ubatches
+/// up to this size. Small ubatches leave the GPU half idle at every barrier level, and two
+/// recorded in step fill it (H200, Qwen2.5-3B tuned: ubatch 64 +7 %, 128 +4 %, 512 +0.2 %;
+/// 0.5B default at 64: +17 %, docs/measurements/2026-12-03e-h200.md); above it the gain is
+/// nil and the second set of activations costs memory.
+pub const OVERLAP_MAX_UBATCH: usize = 256;
+
+/// The overlap setting where nothing was tuned: `ROCKY_OVERLAP` (`1` on, `0` off: for A/B
+/// measurements, it also overrides a tuned setting) or [`OVERLAP_MAX_UBATCH`]'s rule.
+pub fn overlap_override_from_env() -> Result<Option<bool>, String> {
+    match std::env::var("ROCKY_OVERLAP").as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("1") => Ok(Some(true)),
+        Ok("0") => Ok(Some(false)),
+        Ok(other) => Err(format!(
+            "ROCKY_OVERLAP={other:?}: use 1 (overlap) or 0 (do not)"
+        )),
+    }
+}
+
+/// Whether a run at `ubatch` overlaps ubatches: `ROCKY_OVERLAP`, else the tuned setting, else
+/// [`OVERLAP_MAX_UBATCH`]'s rule.
+pub fn resolve_overlap(ubatch: usize, tuned: Option<bool>) -> Result<bool, String> {
+    Ok(overlap_override_from_env()?
+        .or(tuned)
+        .unwrap_or(ubatch <= OVERLAP_MAX_UBATCH))
 }
 
 /// GPU time of one dispatch, from timestamps written around it.
@@ -525,7 +557,10 @@ pub struct Executor<'m> {
     graph: Graph,
     options: ExecutorOptions,
     plan: slots::SlotPlan,
+    /// The activation slots, `n_sets` sets of the plan's slots one after the other.
     slots: Vec<Buffer>,
+    /// Sets of activation slots and split-K scratch (2 when ubatches overlap, else 1).
+    n_sets: usize,
     /// The prompt's token ids, one region per ubatch at an offset the device can bind
     /// (host-visible: written in place, no staging copy).
     ids: Buffer,
@@ -588,12 +623,20 @@ impl<'m> Executor<'m> {
             weights.combined(gate, up)
         });
         let plan = slots::plan(&graph);
-        let slots = plan
-            .slot_bytes(options.ubatch)
-            .into_iter()
-            .enumerate()
-            .map(|(i, bytes)| Buffer::new(ctx, bytes.max(4), &format!("activations[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Two sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`):
+        // set s holds ubatches s, s + 2, ...
+        let n_sets = if options.overlap { 2 } else { 1 };
+        let bytes_per_slot = plan.slot_bytes(options.ubatch);
+        let mut slots = Vec::new();
+        for set in 0..n_sets {
+            for (i, &bytes) in bytes_per_slot.iter().enumerate() {
+                let name = match n_sets {
+                    1 => format!("activations[{i}]"),
+                    _ => format!("activations[{set}][{i}]"),
+                };
+                slots.push(Buffer::new(ctx, bytes.max(4), &name)?);
+            }
+        }
         let kv_width = cfg.n_head_kv * cfg.head_dim;
         let kv_bytes = (n_ctx.max(1) * kv_width * 2) as u64;
         let kv = (0..cfg.n_layer)
@@ -618,6 +661,7 @@ impl<'m> Executor<'m> {
             options,
             plan,
             slots,
+            n_sets,
             ids,
             ids_stride,
             logits,
@@ -755,10 +799,29 @@ impl<'m> Executor<'m> {
             let setup = start.elapsed();
             let mut log = Vec::new();
             let n_chunks = tokens.len().div_ceil(ubatch);
-            for (i, chunk) in tokens.chunks(ubatch).enumerate() {
-                let pos0 = (self.n_past + i * ubatch) as u32;
-                let last = i + 1 == n_chunks;
-                self.record_ubatch(&mut stream, i, chunk.len() as u32, pos0, last, &mut log)?;
+            let mut cursors: Vec<UbatchCursor> = tokens
+                .chunks(ubatch)
+                .enumerate()
+                .map(|(i, chunk)| UbatchCursor {
+                    index: i,
+                    pos0: (self.n_past + i * ubatch) as u32,
+                    last: i + 1 == n_chunks,
+                    set: i % self.n_sets,
+                    rows: chunk.len() as u32,
+                    row_offset_of: HashMap::new(),
+                    done: false,
+                })
+                .collect();
+            // Ubatches in groups of `n_sets`, recorded node by node in step: the level
+            // scheduler then runs the second's layer l beside the first's later layers (it
+            // waits only for the first's KV-cache writes of layer l), so small ubatches fill
+            // the GPU together.
+            for group in cursors.chunks_mut(self.n_sets) {
+                for node_index in 0..self.graph.nodes.len() {
+                    for cursor in group.iter_mut().filter(|c| !c.done) {
+                        self.record_node(&mut stream, cursor, node_index, &mut log)?;
+                    }
+                }
             }
             let (times, stats) = stream.finish().map_err(|e| self.submit_error(e))?;
             (times, stats, log, setup)
@@ -981,6 +1044,21 @@ impl<'m> Executor<'m> {
             self.reduce_pipelines.insert((*w, *s), p);
             self.unsaved_pipelines = true;
         }
+        // Each set of slots has its own scratch: region r of set s is `r * n_sets + s`.
+        for set in 0..self.n_sets {
+            self.ensure_scratch(gw, gs, label, region * self.n_sets + set)?;
+        }
+        Ok(())
+    }
+
+    /// Makes scratch buffer `region` (and its tile counters) large enough for `gw` split by `gs`.
+    fn ensure_scratch(
+        &mut self,
+        gw: &GemmWorkload,
+        gs: &rocky_compiler::GemmSchedule,
+        label: &str,
+        region: usize,
+    ) -> Result<(), ExecError> {
         while self.scratch.len() <= region {
             let r = self.scratch.len();
             self.scratch.push(Buffer::new(
@@ -1065,29 +1143,31 @@ impl<'m> Executor<'m> {
         }
     }
 
-    /// Records ubatch `index` (`m` tokens from position `pos0`) into the stream. Only the last
-    /// ubatch runs the ops after the last row (final norm, output projection).
-    fn record_ubatch<'s>(
+    /// Records node `node_index` of the ubatch at `cursor` into the stream. Only the last
+    /// ubatch runs the ops after the last row (final norm, output projection): at `LastRow`
+    /// any other ubatch is done.
+    fn record_node<'s>(
         &'s self,
         stream: &mut Stream<'s>,
-        index: usize,
-        m: u32,
-        pos0: u32,
-        last: bool,
+        cursor: &mut UbatchCursor,
+        node_index: usize,
         log: &mut Vec<DispatchTime>,
     ) -> Result<(), ExecError> {
         let graph = &self.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
-        let mut rows = m;
-        let mut row_offset_of: HashMap<usize, u64> = HashMap::new();
+        let (index, pos0, last, set) = (cursor.index, cursor.pos0, cursor.last, cursor.set);
+        let mut rows = cursor.rows;
+        let row_offset_of = &mut cursor.row_offset_of;
+        let n_slots = self.plan.slot_bytes(1).len();
         let slot_range =
             |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'s>, RuntimeError> {
                 let width = self.plan.width_of[value] as u64;
                 let buffer = if value == graph.logits {
                     &self.logits
                 } else {
-                    &self.slots[self.plan.slot_of[value].expect("activation has a slot")]
+                    let slot = self.plan.slot_of[value].expect("activation has a slot");
+                    &self.slots[set * n_slots + slot]
                 };
                 buffer.range(offset, u64::from(rows) * width * 4)
             };
@@ -1120,7 +1200,8 @@ impl<'m> Executor<'m> {
             }
             Ok(())
         };
-        for (node_index, node) in graph.nodes.iter().enumerate() {
+        {
+            let node = &graph.nodes[node_index];
             let in_off: Vec<u64> = node
                 .inputs
                 .iter()
@@ -1130,7 +1211,10 @@ impl<'m> Executor<'m> {
             match &node.op {
                 // What follows the last row only makes the logits, which only the last
                 // ubatch returns.
-                Op::LastRow { .. } if !last => break,
+                Op::LastRow { .. } if !last => {
+                    cursor.done = true;
+                    return Ok(());
+                }
                 Op::LastRow { width } => {
                     let off = u64::from(rows - 1) * (*width as u64) * 4 + input_offset(0);
                     if off % align != 0 {
@@ -1240,8 +1324,8 @@ impl<'m> Executor<'m> {
                         let scratch = match (gs.k_groups > 1, self.scratch_region_of[node_index]) {
                             (false, _) => None,
                             (true, Some(r)) => Some((
-                                r,
-                                self.scratch[r].range(
+                                r * self.n_sets + set,
+                                self.scratch[r * self.n_sets + set].range(
                                     0,
                                     4 * rocky_compiler::templates::gemm::split_k::scratch_values(
                                         gw, gs,
@@ -1407,8 +1491,24 @@ impl<'m> Executor<'m> {
                 emit(label, actual, origin, pipeline, named, &push, groups)?;
             }
         }
+        cursor.rows = rows;
         Ok(())
     }
+}
+
+/// Where the recording of one ubatch stands (see `Executor::record_node`).
+struct UbatchCursor {
+    /// The ubatch's number in the prompt (its token ids' region).
+    index: usize,
+    pos0: u32,
+    last: bool,
+    /// Which set of activation slots and split-K scratch it uses.
+    set: usize,
+    /// Rows of the values now (`m`, then 1 after the last row).
+    rows: u32,
+    /// Byte offset of values that are a view into another (the last row, rope in place).
+    row_offset_of: HashMap<usize, u64>,
+    done: bool,
 }
 
 /// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).
