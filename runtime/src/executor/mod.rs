@@ -76,9 +76,9 @@ pub struct ExecutorOptions {
     pub profile: bool,
     /// Which ops fuse (the gate/up fusion only where the weights hold the pair combined).
     pub fuse: FuseOptions,
-    /// Record ubatches two at a time, node by node, each pair on its own activation slots, so
-    /// the GPU runs one's later layers beside the other's earlier ones (more work per barrier
-    /// level at small ubatches; twice the activation memory).
+    /// Record ubatches several at a time ([`overlap_sets`]), node by node, each on its own
+    /// activation slots, so the GPU runs one's later layers beside the others' earlier ones
+    /// (more work per barrier level at small ubatches; an activation set per ubatch in step).
     pub overlap: bool,
 }
 
@@ -88,6 +88,27 @@ pub struct ExecutorOptions {
 /// 0.5B default at 64: +17 %, docs/measurements/2026-12-03e-h200.md); above it the gain is
 /// nil and the second set of activations costs memory.
 pub const OVERLAP_MAX_UBATCH: usize = 256;
+
+/// Rows of ubatches in flight when ubatches overlap: `overlap_sets` records this many rows' worth
+/// of ubatches in step (at least 2, at most [`MAX_OVERLAP_SETS`]). H200, Qwen2.5-3B tuned at
+/// ubatch 64: 2 in step 5251 tok/s, 3 5651, 4 5887, against 5085 without overlap
+/// (docs/measurements/2026-12-03e-h200.md); each set's activations are ubatch-sized, so 4 sets
+/// of 64 rows hold no more than one ubatch of 256.
+pub const OVERLAP_ROWS_IN_FLIGHT: usize = 256;
+pub const MAX_OVERLAP_SETS: usize = 4;
+
+/// How many ubatches are recorded in step at `ubatch` when they overlap:
+/// [`OVERLAP_ROWS_IN_FLIGHT`] / ubatch within 2..=[`MAX_OVERLAP_SETS`], or `ROCKY_OVERLAP_SETS`
+/// (2 to 8, for measurements of other depths).
+pub fn overlap_sets(ubatch: usize) -> usize {
+    let env = std::env::var("ROCKY_OVERLAP_SETS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    match env {
+        Some(n) => n.clamp(2, 8),
+        None => (OVERLAP_ROWS_IN_FLIGHT / ubatch.max(1)).clamp(2, MAX_OVERLAP_SETS),
+    }
+}
 
 /// The overlap setting where nothing was tuned: `ROCKY_OVERLAP` (`1` on, `0` off: for A/B
 /// measurements, it also overrides a tuned setting) or [`OVERLAP_MAX_UBATCH`]'s rule.
@@ -623,9 +644,9 @@ impl<'m> Executor<'m> {
             weights.combined(gate, up)
         });
         let plan = slots::plan(&graph);
-        // Two sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`):
-        // set s holds ubatches s, s + 2, ...
-        let n_sets = if options.overlap { 2 } else { 1 };
+        // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
+        // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
+        let n_sets = if options.overlap { overlap_sets(options.ubatch) } else { 1 };
         let bytes_per_slot = plan.slot_bytes(options.ubatch);
         let mut slots = Vec::new();
         for set in 0..n_sets {
