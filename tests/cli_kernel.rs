@@ -370,6 +370,20 @@ fn bench_gemm_quick_prints_the_table() {
     }
     assert!(out.contains("Q4_K") && out.contains("Q6_K"), "{out}");
 
+    // A tuning database that is not there is a usage error naming the path, not a silent
+    // table without tuned rows.
+    let missing = temp_file("no-such-db.sled");
+    let o = rocky(&[
+        "bench-gemm",
+        "--quick",
+        "--m",
+        "2",
+        "--db",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no-such-db.sled"), "{}", text(&o));
+
     // JSON: every row checked within tolerance.
     let v = json(&rocky(&["bench-gemm", "--quick", "--m", "2", "--json"]));
     let rows = v["rows"].as_array().unwrap();

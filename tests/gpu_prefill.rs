@@ -542,7 +542,8 @@ fn overlapped_ubatches_give_the_same_logits() {
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         ex.prefill(&ids, schedules).unwrap()
     };
-    // 72 tokens: 9 ubatches of 8 (the last group has one), 5 of 16 (the last has 8 rows).
+    // 72 tokens: 9 ubatches of 8 (groups of 8 in step, `overlap_sets`: the last group has
+    // one), 5 of 16 (one group of 5, not full; the last ubatch has 8 rows).
     for ubatch in [8, 16] {
         for (what, source) in [
             ("default", &DefaultSchedules as &dyn ScheduleSource),

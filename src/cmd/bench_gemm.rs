@@ -7,13 +7,15 @@
 //! (packed f16 on devices with slow shared memory); with `--all-math`, also the default's tiles
 //! with every other math mode the device has. Every GEMM is checked against the CPU
 //! reference on a seeded sample of columns before it is timed: a fast wrong kernel is no
-//! result.
+//! result. With `--db`, the schedules `rocky tune` stored for these shapes are timed too, each
+//! on the exact workload it was tuned for (the residual add or the fused gate/up SwiGLU in its
+//! epilogue, as the prefill runs it): the tuned figures against the same ceiling.
 
 use super::kernel::gemm_gpu::{self, GemmInputs, GemmOnGpu, Timing};
 use super::kernel::write_stdout;
 use crate::error::{CliError, CmdResult};
 use rocky_compiler::templates::gemm::{
-    default_schedule, GemmSchedule, GemmWorkload, Math, Precision,
+    default_schedule, Epilogue, GemmSchedule, GemmWorkload, Math, Precision,
 };
 use rocky_compiler::templates::peak::{self, PeakConfig, PeakPrecision};
 use rocky_compiler::{ActType, DeviceCaps, WeightFormat};
@@ -52,6 +54,10 @@ pub struct Args {
     /// formats that have it; the others stay gguf).
     #[arg(long, default_value = "auto")]
     pub layout: String,
+    /// Also time the tuned schedules this tuning database holds for these shapes on this
+    /// device (rows `tuned`, each on the workload it was tuned for, epilogue included).
+    #[arg(long)]
+    pub db: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long, conflicts_with = "md")]
     pub json: bool,
@@ -142,6 +148,21 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
     let cache = PipelineCache::open_default(&ctx).ok();
+    let tuned = match &args.db {
+        Some(path) => {
+            if !path.exists() {
+                return Err(CliError::usage(format!(
+                    "--db {}: no tuning database there (run `rocky tune` first)",
+                    path.display()
+                )));
+            }
+            let db = rocky_tuning_db::TuningDb::open(path).map_err(super::gpu::db_error)?;
+            rocky_tuner::DbSchedules::load(&db, &rocky_tuner::fingerprint(ctx.info()))
+                .map_err(super::gpu::db_error)?
+                .gemm_schedules()
+        }
+        None => Vec::new(),
+    };
 
     let peak_target = Duration::from_millis(if args.quick { 5 } else { 20 });
     for precision in [PeakPrecision::F32, PeakPrecision::F16Packed] {
@@ -187,9 +208,22 @@ pub fn run(args: Args) -> CmdResult {
                 bias: false,
                 epilogue: Default::default(),
             };
-            let variants = variants(&w, &caps, &f32_caps, args.all_math, &mut bench.notes);
-            let inputs = GemmInputs::random(&w, 7);
-            for (variant, s) in variants {
+            let mut runs_of: Vec<(&'static str, GemmWorkload, GemmSchedule)> =
+                variants(&w, &caps, &f32_caps, args.all_math, &mut bench.notes)
+                    .into_iter()
+                    .map(|(variant, s)| (variant, w, s))
+                    .collect();
+            runs_of.extend(
+                tuned
+                    .iter()
+                    .filter(|(t, _)| {
+                        (t.m, t.n, t.k, t.weight, t.layout, t.act)
+                            == (m, n, k, weight, layout, w.act)
+                    })
+                    .map(|(t, s)| (tuned_variant(t), *t, *s)),
+            );
+            for (variant, w, s) in runs_of {
+                let inputs = GemmInputs::random(&w, 7);
                 let row = bench_one(
                     &ctx,
                     cache.as_ref(),
@@ -199,6 +233,7 @@ pub fn run(args: Args) -> CmdResult {
                     &inputs,
                     runs,
                     args.check_columns,
+                    (!args.quick).then_some(rocky_tuner::tune::GPU_MIN_WARMUP),
                 )?;
                 let peak = bench.peaks.iter().find(|p| match s.math {
                     Math::FmaF32 => p.precision == "f32",
@@ -231,6 +266,15 @@ pub fn run(args: Args) -> CmdResult {
         render(&bench, args.md)
     };
     write_stdout(&text)
+}
+
+/// The row label of a tuned schedule: what its epilogue adds to the bare GEMM.
+fn tuned_variant(w: &GemmWorkload) -> &'static str {
+    match w.epilogue {
+        Epilogue::None => "tuned",
+        Epilogue::Residual => "tuned +res",
+        Epilogue::SwiGlu => "tuned gate+up+swiglu",
+    }
 }
 
 /// The schedules timed for `w`: the f32-math default and the device's default (one row when
@@ -289,6 +333,7 @@ fn bench_one(
     inputs: &GemmInputs,
     runs: u32,
     check_columns: u32,
+    settle: Option<Duration>,
 ) -> Result<Row, CliError> {
     let kernel = rocky_compiler::templates::gemm::instantiate(w, s, caps).map_err(|e| {
         CliError::internal(format!(
@@ -296,8 +341,9 @@ fn bench_one(
         ))
     })?;
     let gpu = GemmOnGpu::new(ctx, cache, &kernel, w, s, caps, inputs)?;
-    // The checked run doubles as the warm-up.
+    let started = Instant::now();
     let got = gpu.run_once(ctx)?;
+    let one_run = started.elapsed();
     let cols = gemm_gpu::sampled_columns(w, &gpu.slices, check_columns, 7);
     let check = gemm_gpu::check(w, s, inputs, &got, &cols).map_err(|e| {
         CliError::internal(format!(
@@ -311,6 +357,12 @@ fn bench_one(
             serde_json::to_string(&rocky_compiler::Schedule::Gemm(*s)).unwrap_or_default()
         ))
     })?;
+    // The CPU check left the GPU idle: bring its clocks back up as the tuner does before
+    // each trial, so these figures compare with the tuner's and the prefill's.
+    // (Not with --quick: a CPU implementation has no such clocks to ramp.)
+    if let Some(least) = settle {
+        rocky_tuner::settle_clocks(ctx, &gpu, one_run, least).map_err(CliError::device)?;
+    }
     let timing = Timing::of(&gpu.time(ctx, runs)?, w.flops());
     Ok(Row {
         m: w.m,
@@ -460,6 +512,9 @@ fn render(b: &Bench, markdown: bool) -> String {
             keys.push((r.weight.as_str(), r.variant));
         }
     }
+    // Tuned rows carry epilogues (one fused GEMM stands for gate and up): they are no
+    // per-projection figures to add up.
+    keys.retain(|(_, variant)| !variant.starts_with("tuned"));
     for (weight, variant) in keys {
         let ms: f64 = b
             .rows

@@ -99,6 +99,21 @@ impl DbSchedules {
             .or(self.graph.as_ref())
     }
 
+    /// The tuned GEMM schedules, each with the exact workload it was tuned for (epilogue and
+    /// layout included), in a stable order: for benchmarks that time them one by one.
+    pub fn gemm_schedules(&self) -> Vec<(GemmWorkload, rocky_compiler::GemmSchedule)> {
+        let mut out: Vec<_> = self
+            .best
+            .iter()
+            .filter_map(|(w, s)| match (w, s) {
+                (Workload::Gemm(w), Schedule::Gemm(s)) => Some((*w, *s)),
+                _ => None,
+            })
+            .collect();
+        out.sort_by_key(|(w, _)| format!("{w:?}"));
+        out
+    }
+
     /// No tuned schedules.
     pub fn empty() -> DbSchedules {
         DbSchedules {

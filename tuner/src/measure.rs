@@ -426,6 +426,26 @@ pub(crate) fn warm_up(
     Ok(batch)
 }
 
+/// Keeps the device busy with `gpu`'s runs until its speed has settled, for at least `least`
+/// (the trials' warm-up, for benchmarks outside the tuner): a kernel timed right after a CPU
+/// check of its output would otherwise run at the clocks of an idle GPU (on an H200, bench-gemm
+/// timed the 3B's down projection 4.5x slower than the same kernel inside a prefill).
+/// `one_run` bounds one run's time from above (the checked run's wall time).
+pub fn settle_clocks(
+    ctx: &Context,
+    gpu: &dyn TimedRuns,
+    one_run: Duration,
+    least: Duration,
+) -> Result<(), String> {
+    let options = MeasureOptions {
+        warmup: least,
+        ..MeasureOptions::default()
+    };
+    warm_up(ctx, gpu, one_run, &options)
+        .map(|_| ())
+        .map_err(|(_, message)| message)
+}
+
 /// How long this device must be kept busy before a kernel runs at its sustained speed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WarmupCalibration {

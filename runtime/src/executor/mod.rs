@@ -83,19 +83,20 @@ pub struct ExecutorOptions {
 }
 
 /// Whether ubatches overlap (`ExecutorOptions::overlap`) where nothing was tuned: at ubatches
-/// up to this size. Small ubatches leave the GPU half idle at every barrier level, and two
-/// recorded in step fill it (H200, Qwen2.5-3B tuned: ubatch 64 +7 %, 128 +4 %, 512 +0.2 %;
-/// 0.5B default at 64: +17 %, docs/measurements/2026-12-03e-h200.md); above it the gain is
-/// nil and the second set of activations costs memory.
+/// up to this size. Small ubatches leave the GPU half idle at every barrier level, and several
+/// recorded in step fill it (H200, Qwen2.5-3B tuned, two in step: ubatch 64 +7 %, 128 +4 %,
+/// 512 +0.2 %; 0.5B default at 64: +17 %; deeper: see [`OVERLAP_ROWS_IN_FLIGHT`]); above it
+/// the gain is nil and each further set of activations costs memory.
 pub const OVERLAP_MAX_UBATCH: usize = 256;
 
 /// Rows of ubatches in flight when ubatches overlap: `overlap_sets` records this many rows' worth
 /// of ubatches in step (at least 2, at most [`MAX_OVERLAP_SETS`]). H200, Qwen2.5-3B tuned at
-/// ubatch 64: 2 in step 5251 tok/s, 3 5651, 4 5887, against 5085 without overlap
-/// (docs/measurements/2026-12-03e-h200.md); each set's activations are ubatch-sized, so 4 sets
-/// of 64 rows hold no more than one ubatch of 256.
-pub const OVERLAP_ROWS_IN_FLIGHT: usize = 256;
-pub const MAX_OVERLAP_SETS: usize = 4;
+/// ubatch 64, 512 tokens: none 4932 tok/s, 2 in step 4929, 4 5574, 8 5752, against 7465 at
+/// ubatch 512 (docs/measurements/2026-12-04-h200.md): 8 sets of 64 rows are the first to keep
+/// ubatch 64 within 1.3x of 512. Each set's activations are ubatch-sized, so 8 sets of 64 rows
+/// take about the memory of one ubatch of 512 (2.07 against 2.03 GiB with the 3B's weights).
+pub const OVERLAP_ROWS_IN_FLIGHT: usize = 512;
+pub const MAX_OVERLAP_SETS: usize = 8;
 
 /// How many ubatches are recorded in step at `ubatch` when they overlap:
 /// [`OVERLAP_ROWS_IN_FLIGHT`] / ubatch within 2..=[`MAX_OVERLAP_SETS`], or `ROCKY_OVERLAP_SETS`
@@ -646,7 +647,11 @@ impl<'m> Executor<'m> {
         let plan = slots::plan(&graph);
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
         // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
-        let n_sets = if options.overlap { overlap_sets(options.ubatch) } else { 1 };
+        let n_sets = if options.overlap {
+            overlap_sets(options.ubatch)
+        } else {
+            1
+        };
         let bytes_per_slot = plan.slot_bytes(options.ubatch);
         let mut slots = Vec::new();
         for set in 0..n_sets {
