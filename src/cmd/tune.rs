@@ -357,8 +357,13 @@ fn tune_graph_level(
     };
     let mut rig =
         PrefillRig::new(&ctx, file, model, n_tokens, &mut upload_bar(&ctx)).map_err(exec_error)?;
+    let stored = db.graph_choice(device, &key).map_err(db_error)?;
     let options = GraphTuneOptions {
-        candidates: graph::default_candidates(args.ubatch, n_tokens, &budget, rig.can_fuse()),
+        candidates: graph::with_stored_choice(
+            graph::default_candidates(args.ubatch, n_tokens, &budget, rig.can_fuse()),
+            stored.as_ref(),
+            n_tokens,
+        ),
         n_tokens,
         runs: 2,
         time: Duration::from_secs(args.graph_time),

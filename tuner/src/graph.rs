@@ -149,6 +149,34 @@ pub fn default_candidates(
     std::iter::once(first).chain(next).chain(rest).collect()
 }
 
+/// `candidates` with the stored choice's setting second (right after the baseline), unless
+/// it is among them already or its ubatch exceeds the prompt. A graph step at another
+/// `--ubatch` (say 64 after 512) then re-times the stored setting beside its own in the same
+/// run, so the model's choice only moves to a setting that beat it here, not to the best of a
+/// neighbourhood that never held it (H200: a run at ubatch 64 replaced the 7272 tok/s choice
+/// at 512 by its own best, 5996 at 128).
+pub fn with_stored_choice(
+    mut candidates: Vec<GraphCandidate>,
+    stored: Option<&GraphChoice>,
+    n_tokens: usize,
+) -> Vec<GraphCandidate> {
+    let Some(stored) = stored else {
+        return candidates;
+    };
+    let c = GraphCandidate {
+        ubatch: stored.ubatch as usize,
+        max_dispatches: stored.max_dispatches_per_cb,
+        fuse_swiglu: stored.fuse_swiglu,
+        overlap: stored.overlap,
+    };
+    if c.ubatch == 0 || c.ubatch > n_tokens.max(1) || candidates.contains(&c) {
+        return candidates;
+    }
+    let at = candidates.len().min(1);
+    candidates.insert(at, c);
+    candidates
+}
+
 /// A key naming what graph-level choices depend on: architecture, dimensions and the
 /// weight types (`qwen2:24x896:ff4864:h14/2:v151936:q4_k+q6_k+q8_0`).
 pub fn model_shape_key(file: &GgufFile, model: &Model) -> String {
@@ -669,5 +697,37 @@ mod tests {
         assert_eq!(a, random_prompt(1000, 64, 5));
         assert_ne!(a, random_prompt(1000, 64, 6));
         assert!(a.iter().all(|&t| t < 1000));
+    }
+
+    #[test]
+    fn the_stored_choice_is_re_timed_second_in_a_run_at_another_ubatch() {
+        let budget = budget(512);
+        let stored = GraphChoice {
+            ubatch: 512,
+            max_dispatches_per_cb: 512,
+            budget_bytes: 0,
+            tok_s: 7272.0,
+            fuse_swiglu: true,
+            overlap: false,
+        };
+        let base = default_candidates(64, 512, &budget, true);
+        assert!(base.iter().all(|c| c.ubatch <= 128));
+        let got = with_stored_choice(base.clone(), Some(&stored), 512);
+        assert_eq!(got.len(), base.len() + 1);
+        assert_eq!(got[0], base[0]);
+        assert_eq!(
+            got[1],
+            GraphCandidate {
+                ubatch: 512,
+                max_dispatches: 512,
+                fuse_swiglu: true,
+                overlap: false
+            }
+        );
+        // Already among the candidates: nothing added; too big for the prompt: likewise.
+        let again = with_stored_choice(got.clone(), Some(&stored), 512);
+        assert_eq!(again, got);
+        assert_eq!(with_stored_choice(base.clone(), Some(&stored), 256), base);
+        assert_eq!(with_stored_choice(base.clone(), None, 512), base);
     }
 }
