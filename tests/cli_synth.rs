@@ -27,7 +27,13 @@ fn synth(out: &Path, vocab: Option<&Path>) {
 }
 
 fn token_ids(model: &Path, prompt: &str) -> Vec<u64> {
-    let o = rocky(&["tokenize", model.to_str().unwrap(), "--prompt", prompt, "--json"]);
+    let o = rocky(&[
+        "tokenize",
+        model.to_str().unwrap(),
+        "--prompt",
+        prompt,
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     v["ids"]
@@ -48,7 +54,8 @@ fn synth_without_vocab_tokenizes_like_the_explicit_vocabulary() {
     synth(&builtin, None);
     synth(&explicit, Some(&vocab));
 
-    let prompt = "Hello world <|im_start|>user\nThe GPU does the prefill: 1234 tokens, ça va? 你好\n";
+    let prompt =
+        "Hello world <|im_start|>user\nThe GPU does the prefill: 1234 tokens, ça va? 你好\n";
     let a = token_ids(&builtin, prompt);
     let b = token_ids(&explicit, prompt);
     let c = token_ids(&vocab, prompt);

@@ -110,8 +110,11 @@ const QWEN2_VOCAB: &[u8] = include_bytes!(concat!(
 
 fn builtin_vocabulary() -> Result<Vocabulary, CliError> {
     let internal = |e: String| CliError::internal(format!("the built-in Qwen2 vocabulary: {e}"));
-    let file = rocky_models::gguf::GgufFile::from_bytes("<built-in ggml-vocab-qwen2.gguf>", QWEN2_VOCAB.to_vec())
-        .map_err(|e| internal(e.to_string()))?;
+    let file = rocky_models::gguf::GgufFile::from_bytes(
+        "<built-in ggml-vocab-qwen2.gguf>",
+        QWEN2_VOCAB.to_vec(),
+    )
+    .map_err(|e| internal(e.to_string()))?;
     Vocabulary::from_gguf(&file).map_err(|e| internal(e.to_string()))
 }
 
@@ -148,7 +151,10 @@ fn check_output(args: &Args) -> CmdResult {
     if !out.exists() {
         return Ok(());
     }
-    let same_file = match (out.canonicalize(), args.vocab.as_ref().map(|v| v.canonicalize())) {
+    let same_file = match (
+        out.canonicalize(),
+        args.vocab.as_ref().map(|v| v.canonicalize()),
+    ) {
         (Ok(a), Some(Ok(b))) => a == b,
         _ => false,
     };
