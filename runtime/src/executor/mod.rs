@@ -297,6 +297,10 @@ impl GpuWeights {
                 Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => {
                     names.push((weight.clone(), vec![weight]))
                 }
+                Op::Rope {
+                    freq_factors: Some(f),
+                    ..
+                } => names.push((f.clone(), vec![f])),
                 Op::Linear { weight, bias, .. } => {
                     names.push((weight.clone(), vec![weight]));
                     if let Some(b) = bias {
@@ -646,7 +650,11 @@ impl<'m> Executor<'m> {
         let plan = slots::plan(&graph);
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
         // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
-        let n_sets = if options.overlap { overlap_sets(options.ubatch) } else { 1 };
+        let n_sets = if options.overlap {
+            overlap_sets(options.ubatch)
+        } else {
+            1
+        };
         let bytes_per_slot = plan.slot_bytes(options.ubatch);
         let mut slots = Vec::new();
         for set in 0..n_sets {
@@ -937,16 +945,17 @@ impl<'m> Executor<'m> {
                         epilogue: Epilogue::SwiGlu,
                     }))
                 }
-                Op::RopeNeox {
+                Op::Rope {
                     n_heads,
                     head_dim,
                     theta,
-                } => w.push(Workload::RopeNeox(RopeWorkload::new(
-                    rows,
-                    *n_heads as u32,
-                    *head_dim as u32,
-                    *theta,
-                ))),
+                    pairing,
+                    freq_factors,
+                } => w.push(Workload::RopeNeox(
+                    RopeWorkload::new(rows, *n_heads as u32, *head_dim as u32, *theta)
+                        .with_pairing(*pairing)
+                        .with_freq_factors(freq_factors.is_some()),
+                )),
                 Op::Attention {
                     n_heads,
                     n_kv_heads,
@@ -1246,7 +1255,7 @@ impl<'m> Executor<'m> {
                     row_offset_of.insert(node.output, off);
                     rows = 1;
                 }
-                Op::RopeNeox { .. } => {
+                Op::Rope { .. } => {
                     row_offset_of.insert(node.output, input_offset(0));
                 }
                 _ => {}
@@ -1435,8 +1444,11 @@ impl<'m> Executor<'m> {
                         }
                         continue;
                     }
-                    (Op::RopeNeox { .. }, _) => {
+                    (Op::Rope { freq_factors, .. }, _) => {
                         named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
+                        if let Some(f) = freq_factors {
+                            named.push(("freqs", self.weights.get(f).whole()?));
+                        }
                         push = RopePush { m: rows, pos0 }.to_bytes();
                     }
                     (Op::Attention { layer, .. }, Workload::KvWrite(_)) => {
