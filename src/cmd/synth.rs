@@ -1,4 +1,4 @@
-//! `rocky synth`: write a random-weight, Qwen2.5-shaped (or small Qwen3-/Gemma 3-shaped) GGUF model.
+//! `rocky synth`: write a random-weight, Qwen2.5-shaped (or small Qwen3-/Gemma 3-/Llama 3-shaped) GGUF model.
 
 use crate::error::{CliError, CmdResult};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -17,11 +17,11 @@ const MIB: f64 = (1u64 << 20) as f64;
     built into rocky) unless --vocab names another GPT-2-style BPE GGUF (any Qwen2 model). Weights are N(0, 0.02), norms 1 + N(0, 0.02), the same \
     for a given seed in every quantization.")]
 pub struct Args {
-    /// Model shape (Qwen2.5 config.json sizes; tiny: 256 hidden, 4 layers; qwen3-tiny and
-    /// gemma3-tiny: small Qwen3- and Gemma 3-architecture test models).
+    /// Model shape (Qwen2.5 config.json sizes; tiny: 256 hidden, 4 layers; qwen3-tiny,
+    /// gemma3-tiny and llama-tiny: small Qwen3-, Gemma 3- and Llama 3-architecture test models).
     #[arg(long, value_parser = shape_parser())]
     pub shape: Shape,
-    /// Tensor types: f16, q8_0, or llama-quantize's q4_k_m mix.
+    /// Tensor types: f32, f16, q8_0, or llama-quantize's q4_k_m mix.
     #[arg(long, default_value = "q4_k_m", value_parser = quant_parser())]
     pub quant: Quant,
     /// GGUF file whose tokenizer (tokenizer.* keys) the model gets [default: the Qwen2
