@@ -98,7 +98,10 @@ fn agreement(model: &Model, file: &GgufFile, p: &Prompt) -> (bool, f64, f64) {
     let pairs: Vec<(f64, f64)> = p.top.iter().map(|&(id, lp)| (lp, ours[id])).collect();
     let n = pairs.len() as f64;
     let offset = pairs.iter().map(|(a, b)| a - b).sum::<f64>() / n;
-    let max_delta = pairs.iter().map(|(a, b)| (a - b - offset).abs()).fold(0.0, f64::max);
+    let max_delta = pairs
+        .iter()
+        .map(|(a, b)| (a - b - offset).abs())
+        .fold(0.0, f64::max);
     let (ma, mb) = (
         pairs.iter().map(|p| p.0).sum::<f64>() / n,
         pairs.iter().map(|p| p.1).sum::<f64>() / n,

@@ -234,11 +234,22 @@ fn llama_tiny_has_llama3_rope_factors_first() {
     assert_eq!(t.name, "rope_freqs.weight");
     assert_eq!((t.dims.clone(), t.ggml_type), (vec![32], GgmlType::F32));
     let f = t.fixed.as_ref().unwrap();
-    let want = [1.0, 1.0, 1.0, 1.425_495_1, 2.442_259_1, 4.637_150_3, 8.0, 8.0];
+    let want = [
+        1.0,
+        1.0,
+        1.0,
+        1.425_495_1,
+        2.442_259_1,
+        4.637_150_3,
+        8.0,
+        8.0,
+    ];
     for (i, (&got, want)) in f.iter().zip(want).enumerate() {
         assert!((got - want).abs() < 1e-5, "factor {i}: {got} vs {want}");
     }
     assert!(f[8..].iter().all(|&x| x == 8.0));
     // No biases, no Q/K norms.
-    assert!(plan.iter().all(|t| !t.name.ends_with(".bias") && !t.name.contains("_q_norm")));
+    assert!(plan
+        .iter()
+        .all(|t| !t.name.ends_with(".bias") && !t.name.contains("_q_norm")));
 }
