@@ -2,7 +2,8 @@
 //! the models' documented prompt formats: Qwen2's ChatML (the template in
 //! assets/vocab/ggml-vocab-qwen2.gguf, as llama.cpp's vocabulary file carries it) and
 //! Llama 3's header format (its tokenizer_config.json template, with BOS handling as llama.cpp
-//! does it); plus Python-style methods, raise_exception and a file without a template.
+//! does it), and against llama.cpp's own renderings (tests/fixtures); plus Python-style
+//! methods, raise_exception and a file without a template.
 
 use rocky_models::chat::{self, ChatError, Message, Specials};
 use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue};
@@ -102,4 +103,41 @@ fn a_file_without_a_template_is_a_clear_error() {
     assert!(matches!(e, ChatError::NoTemplate { .. }), "{e}");
     assert!(e.to_string().contains("no chat template"), "{e}");
     std::fs::remove_file(&path).ok();
+}
+
+/// llama.cpp's own renderings (tests/fixtures/chat-templates-llama-cpp.json, made by
+/// tools/chat-template-fixture.sh with llama-server's /apply-template) of three conversations
+/// with the Qwen2 vocabulary's template and Llama 3's, the vocabulary's BOS text passed in.
+#[test]
+fn renderings_equal_llama_cpps() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixtures.join("chat-templates-llama-cpp.json")).unwrap(),
+    )
+    .unwrap();
+    let file = qwen2_vocab();
+    let specials = Specials::of(&Tokenizer::from_gguf(&file).unwrap(), &file);
+    let llama3 = std::fs::read_to_string(fixtures.join("llama3-chat-template.jinja")).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 6);
+    for case in cases {
+        let template = match case["template"].as_str().unwrap() {
+            "gguf" => chat::template(&file).unwrap(),
+            "llama3" => llama3.as_str(),
+            other => panic!("unknown template {other}"),
+        };
+        let messages: Vec<Message> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let ours = chat::render("fixture", template, &messages, &specials).unwrap();
+        assert_eq!(
+            ours,
+            case["prompt"].as_str().unwrap(),
+            "{}",
+            case["template"]
+        );
+    }
 }
