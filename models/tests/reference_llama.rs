@@ -2,7 +2,7 @@
 //! --quant f32 --seed 1`: normal-pairing RoPE, base 500000, llama3 frequency factors for an
 //! original context of 64) against llama.cpp's next-token log-probabilities in
 //! tests/fixtures/llama-tiny-rope.json (made by tools/llama-rope-fixture.sh with llama.cpp
-//! 0c1e57098's llama-server, CPU, f16 KV cache; all-f32 weights, so llama.cpp computes in f32).
+//! 0c1e57098's llama-server, CPU, f16 KV cache, flash attention off; all-f32 weights, so llama.cpp computes in f32).
 //!
 //! Compared over llama.cpp's top 64 tokens: the same top-1, max |Δ log-probability| (after
 //! removing the mean difference) and the correlation of the log-probabilities. The fixture must also tell the RoPE variants apart:
@@ -16,11 +16,13 @@ use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
 use std::path::PathBuf;
 
 /// Bound on |Δ log-probability| against llama.cpp, up to one constant (each side's log-sum-exp
-/// over 151936 logits is rounded its own way; measured offsets 1.6e-5 and 7.5e-6). Measured
-/// (release): 160 tokens 5.6e-6 on every one of the 64; 40 tokens 1.0e-3 on one token, the
-/// others ~1e-5 (the ~1e-3 drift issue 15's item 5 reports on the f32 Qwen2 model). The RoPE
-/// variants are off by 1.7e-2 to 2.5e-2 (correlation 0.986-0.996).
-const MAX_DELTA: f64 = 2e-3;
+/// over 151936 logits is rounded its own way; measured offsets 3e-6 and 1.5e-5). Measured
+/// (release): 8.7e-5 (40 tokens) and 6.4e-5 (160 tokens). The fixture is made with llama.cpp's
+/// flash attention off: with `-fa auto` the 40-token prompt drifted to 1.0e-3 while the
+/// 160-token one agreed to 5.6e-6 (not investigated further; llama.cpp's CPU flash-attention
+/// path orders and rounds attention differently). The RoPE variants are off by ~2e-2 (correlation
+/// 0.986-0.996).
+const MAX_DELTA: f64 = 3e-4;
 const MIN_CORRELATION: f64 = 0.9999;
 
 struct Prompt {
