@@ -650,11 +650,7 @@ impl<'m> Executor<'m> {
         let plan = slots::plan(&graph);
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
         // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
-        let n_sets = if options.overlap {
-            overlap_sets(options.ubatch)
-        } else {
-            1
-        };
+        let n_sets = if options.overlap { overlap_sets(options.ubatch) } else { 1 };
         let bytes_per_slot = plan.slot_bytes(options.ubatch);
         let mut slots = Vec::new();
         for set in 0..n_sets {
