@@ -270,7 +270,7 @@ fn unsupported_architecture_is_named_for_prefill_and_tune() {
             &[
                 s(&mamba),
                 "architecture \"mamba\" is not supported",
-                "qwen2, qwen3, gemma3",
+                "qwen2, qwen3, llama, gemma3",
             ],
         );
     }

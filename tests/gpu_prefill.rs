@@ -718,8 +718,21 @@ fn gemma3_270m_past_the_sliding_window_agrees_with_the_cpu_reference() {
 /// prefill with a partial last ubatch.
 #[test]
 fn synth_qwen3_and_gemma3_agree_with_the_cpu_reference() {
-    use rocky_models::synth::{Quant, Shape};
-    for shape in [Shape::Qwen3Tiny, Shape::Gemma3Tiny] {
+    use rocky_models::synth::Shape;
+    synth_agrees_with_the_cpu_reference(&[Shape::Qwen3Tiny, Shape::Gemma3Tiny]);
+}
+
+/// The synthetic Llama 3-shaped file (`rocky synth --shape llama-tiny`: normal-pairing RoPE
+/// with frequency factors, GQA, tied output) likewise: 80 tokens also pass its factors'
+/// 64-position original context.
+#[test]
+fn synth_llama_agrees_with_the_cpu_reference() {
+    synth_agrees_with_the_cpu_reference(&[rocky_models::synth::Shape::LlamaTiny]);
+}
+
+fn synth_agrees_with_the_cpu_reference(shapes: &[rocky_models::synth::Shape]) {
+    use rocky_models::synth::Quant;
+    for &shape in shapes {
         let path = common::synth(shape, Quant::Q4KM);
         let file = GgufFile::open(&path).unwrap();
         let model = arch::load(&file).unwrap();

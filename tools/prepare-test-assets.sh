@@ -11,7 +11,7 @@ mkdir -p "$ASSETS"
 # The all-f32 tiny Qwen2 model behind ../shared/golden/qwen2-tiny-f32 (see its README).
 if [ ! -f "$ASSETS/qwen2-tiny-f32.gguf" ]; then
   python3 "$SHARED/tools/gen_qwen_rand.py" --shape tiny4 --dtype f32 --seed 7 \
-    --vocab "$SHARED/models/ggml-vocab-qwen2.gguf" --out "$ASSETS/qwen2-tiny-f32.gguf.tmp"
+    --vocab "$PWD/assets/vocab/ggml-vocab-qwen2.gguf" --out "$ASSETS/qwen2-tiny-f32.gguf.tmp"
   mv "$ASSETS/qwen2-tiny-f32.gguf.tmp" "$ASSETS/qwen2-tiny-f32.gguf"
 fi
 

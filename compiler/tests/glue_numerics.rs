@@ -24,7 +24,7 @@ use rocky_compiler::templates::embedding::{self, EmbeddingPush, EmbeddingWorkloa
 use rocky_compiler::templates::expected::Expected;
 use rocky_compiler::templates::kv_cache::{self, KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{self, RmsNormPush, RmsNormWorkload};
-use rocky_compiler::templates::rope::{self, RopePush, RopeWorkload};
+use rocky_compiler::templates::rope::{self, RopePairing, RopePush, RopeWorkload};
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{DeviceCaps, WeightFormat};
 
@@ -215,6 +215,122 @@ fn rope_matches_the_reference_across_its_space_and_positions() {
     }
     eprintln!("checked {checked} rope kernels");
     assert!(checked > 20);
+}
+
+/// Llama 3-style frequency factors for `half` pairs: 1 for the fast pairs, the scaling factor
+/// 8 for the slow ones, smoothly in between (the shape of llama.cpp's `rope_freqs`).
+fn llama3_like_factors(half: usize) -> Vec<f32> {
+    (0..half)
+        .map(|i| {
+            let t = i as f32 / (half - 1) as f32;
+            if t < 0.3 {
+                1.0
+            } else if t > 0.7 {
+                8.0
+            } else {
+                1.0 / (1.0 - (t - 0.3) / 0.4 * (1.0 - 1.0 / 8.0))
+            }
+        })
+        .collect()
+}
+
+/// Runs every schedule of `w` (with `freqs` bound where it has factors) over the first `m_run`
+/// rows of `x`; returns each schedule's output.
+fn run_rope(
+    w: &RopeWorkload,
+    x: &[f32],
+    m_run: usize,
+    pos0: u32,
+    freqs: Option<&[f32]>,
+) -> Vec<(String, Vec<f32>)> {
+    let mut out = Vec::new();
+    for (caps, sg) in profiles().into_iter().take(2) {
+        for s in rope::search_space(w, &caps) {
+            rope::instantiate(w, &s, &caps).unwrap();
+            let module = rope::kernel_ir(w, &s);
+            let mut xb = bytes_f32(x);
+            let mut fb = bytes_f32(freqs.unwrap_or(&[]));
+            let push = RopePush {
+                m: m_run as u32,
+                pos0,
+            }
+            .to_bytes();
+            let mut buffers: Vec<&mut Vec<u8>> = vec![&mut xb];
+            if freqs.is_some() {
+                buffers.push(&mut fb);
+            }
+            run(&module, &mut buffers, &push, rope::dispatch_grid(w, &s), sg);
+            out.push((module.name.clone(), f32s(&xb)));
+        }
+    }
+    out
+}
+
+#[test]
+fn rope_variants_match_the_reference_and_each_other() {
+    // Normal pairing and frequency factors (Llama 3), each against the reference, and two
+    // closed-form relations that need no reference: normal pairing is NeoX pairing on heads
+    // whose even elements come first; factors of 1 change nothing.
+    let mut checked = 0;
+    for (n_heads, head_dim, theta, pos0) in [(3u32, 64u32, 5e5f32, 0u32), (2, 128, 5e5, 4090)] {
+        let base = RopeWorkload::new(6, n_heads, head_dim, theta);
+        let (hd, width, m_run) = (head_dim as usize, base.row_width() as usize, 4);
+        let x = random_activations(6 * width, 11 + u64::from(pos0));
+        let factors = llama3_like_factors(hd / 2);
+        for pairing in [RopePairing::Neox, RopePairing::Normal] {
+            for freqs in [None, Some(factors.as_slice())] {
+                let w = base
+                    .with_pairing(pairing)
+                    .with_freq_factors(freqs.is_some());
+                let expected = rope::reference_with(&w, m_run, pos0, &x, freqs);
+                for (name, got) in run_rope(&w, &x, m_run, pos0, freqs) {
+                    assert!(
+                        name.starts_with(&format!("rope_{}_", pairing.name())),
+                        "{name}"
+                    );
+                    assert_eq!(name.ends_with("_ff"), freqs.is_some(), "{name}");
+                    check(&expected, &got[..m_run * width], width, &name);
+                    assert_eq!(&got[m_run * width..], &x[m_run * width..], "{name}");
+                    checked += 1;
+                }
+            }
+        }
+        // Normal pairing ≡ NeoX after de-interleaving each head (the kernels, not the reference).
+        let deinterleave = |v: &[f32]| -> Vec<f32> {
+            v.chunks(hd)
+                .flat_map(|h| {
+                    h.iter()
+                        .step_by(2)
+                        .chain(h.iter().skip(1).step_by(2))
+                        .copied()
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let normal = base
+            .with_pairing(RopePairing::Normal)
+            .with_freq_factors(true);
+        let neox = base.with_freq_factors(true);
+        let got_normal = &run_rope(&normal, &x, m_run, pos0, Some(&factors))[0].1;
+        let got_neox = &run_rope(&neox, &deinterleave(&x), m_run, pos0, Some(&factors))[0].1;
+        assert_eq!(
+            deinterleave(got_normal),
+            *got_neox,
+            "normal vs de-interleaved NeoX"
+        );
+        // Factors of 1 are no factors.
+        let ones = vec![1.0f32; hd / 2];
+        let with_ones = &run_rope(&neox, &x, m_run, pos0, Some(&ones))[0].1;
+        let without = &run_rope(&base, &x, m_run, pos0, None)[0].1;
+        assert_eq!(with_ones, without, "factors of 1");
+        // And the factors matter: the slow pairs turn by 1/8 of the angle.
+        assert_ne!(
+            &run_rope(&neox, &x, m_run, pos0.max(1), Some(&factors))[0].1,
+            &run_rope(&base, &x, m_run, pos0.max(1), None)[0].1
+        );
+    }
+    eprintln!("checked {checked} rope variant kernels");
+    assert!(checked > 40);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::embedding::EmbeddingWorkload;
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
-use rocky_compiler::templates::rope::RopeWorkload;
+use rocky_compiler::templates::rope::{RopePairing, RopeWorkload};
 use rocky_compiler::{
     default_schedule, instantiate, search_space, CompiledKernel, DeviceCaps, RowReduce, Schedule,
     WeightFormat, Workload,
@@ -36,6 +36,13 @@ fn workloads() -> Vec<Workload> {
             out.push(Workload::RmsNorm(RmsNormWorkload::new(m, hidden, 1e-6)));
             out.push(Workload::RopeNeox(RopeWorkload::new(m, nh, hd, 1e6)));
             out.push(Workload::RopeNeox(RopeWorkload::new(m, nkv, hd, 1e6)));
+            // Llama's variants: normal pairing, with and without frequency factors.
+            let llama = RopeWorkload::new(m, nh, hd, 5e5).with_pairing(RopePairing::Normal);
+            out.push(Workload::RopeNeox(llama));
+            out.push(Workload::RopeNeox(llama.with_freq_factors(true)));
+            out.push(Workload::RopeNeox(
+                RopeWorkload::new(m, nkv, hd, 1e6).with_freq_factors(true),
+            ));
             out.push(Workload::SwiGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::GeGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::Add(EltwiseWorkload { m, width: hidden }));
@@ -65,6 +72,7 @@ fn workloads() -> Vec<Workload> {
 fn contract(w: &Workload) -> (Vec<&'static str>, u32) {
     match w {
         Workload::RmsNorm(_) => (vec!["x", "weight", "y"], 4),
+        Workload::RopeNeox(w) if w.freq_factors => (vec!["x", "freqs"], 8),
         Workload::RopeNeox(_) => (vec!["x"], 8),
         Workload::SwiGlu(_) | Workload::GeGlu(_) => (vec!["gate", "up", "y"], 4),
         Workload::Add(_) => (vec!["a", "b", "y"], 4),
@@ -180,6 +188,33 @@ fn whole_glue_spaces_pass_spirv_val_for_vulkan_1_2() {
         modules.len(),
         failures[..failures.len().min(3)].join("\n\n")
     );
+}
+
+#[test]
+fn rope_keys_stay_those_of_the_stored_records() {
+    // The default RoPE (NeoX, no factors) serializes as before the variants existed, so the
+    // tuning records and kernel names made then still apply; the variants get keys of their own.
+    let default = RopeWorkload::new(64, 14, 64, 1e6);
+    assert_eq!(
+        serde_json::to_string(&Workload::RopeNeox(default)).unwrap(),
+        r#"{"rope_neox":{"m":64,"n_heads":14,"head_dim":64,"theta_bits":1232348160}}"#
+    );
+    let llama = default
+        .with_pairing(RopePairing::Normal)
+        .with_freq_factors(true);
+    let key = serde_json::to_string(&Workload::RopeNeox(llama)).unwrap();
+    assert!(
+        key.contains(r#""pairing":"normal""#) && key.contains(r#""freq_factors":true"#),
+        "{key}"
+    );
+    let back: Workload = serde_json::from_str(&key).unwrap();
+    assert_eq!(back, Workload::RopeNeox(llama));
+    let caps = desktop_vk12();
+    let Schedule::RopeNeox(s) = default_schedule(&Workload::RopeNeox(default), &caps) else {
+        unreachable!()
+    };
+    assert_eq!(s.name(&default), "rope_neox_h14x64_t64_hp2");
+    assert_eq!(s.name(&llama), "rope_norm_h14x64_t64_hp2_ff");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! Values are activations of shape `[n_tokens, width]` (row-major, one row per position of the
 //! ubatch), except after `LastRow`, where there is one row. Weights are named GGUF tensors.
 
+pub use rocky_compiler::templates::rope::RopePairing;
 use serde::Serialize;
 
 /// Index of an activation value in the graph.
@@ -37,11 +38,16 @@ pub enum Op {
         in_features: usize,
         out_features: usize,
     },
-    /// Rotary position embedding, NeoX style (pairs `i` and `i + head_dim/2`), in place per head.
-    RopeNeox {
+    /// Rotary position embedding in place per head: pairs `i` and `i + head_dim/2` (NeoX) or
+    /// `2i` and `2i + 1` (normal, Llama); pair i turns by pos · theta^(-2i/head_dim), divided
+    /// by `freq_factors[i]` where the model has them (a `head_dim/2` f32 tensor: Llama 3's
+    /// `rope_freqs.weight`).
+    Rope {
         n_heads: usize,
         head_dim: usize,
         theta: f32,
+        pairing: RopePairing,
+        freq_factors: Option<String>,
     },
     /// Causal grouped-query attention over the KV cache of `layer`; inputs q, k, v. The new
     /// k and v rows are appended to the cache at the ubatch's positions first. With

@@ -2,6 +2,7 @@
 //! and the CPU reference forward pass that every GPU kernel is checked against.
 
 pub mod arch;
+pub mod chat;
 pub mod formats;
 pub mod fuse;
 pub mod gguf;

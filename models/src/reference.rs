@@ -6,7 +6,7 @@
 use crate::arch::{Model, ModelConfig, ModelError};
 use crate::formats;
 use crate::gguf::GgufFile;
-use crate::graph::{Graph, Op};
+use crate::graph::{Graph, Op, RopePairing};
 use rayon::prelude::*;
 
 /// Options that make the reference imitate a backend's storage choices.
@@ -108,13 +108,36 @@ impl<'a> CpuSession<'a> {
                     let u = self.linear(input(0), up, *in_features, *out_features)?;
                     swiglu(&g, &u)
                 }
-                Op::RopeNeox {
+                Op::Rope {
                     n_heads,
                     head_dim,
                     theta,
+                    pairing,
+                    freq_factors,
                 } => {
+                    let factors = match freq_factors {
+                        Some(name) => {
+                            let f = self.dense(name)?;
+                            if f.len() != head_dim / 2 {
+                                return Err(self.invalid(format!(
+                                    "{name} has {} values, expected head_dim / 2 = {}",
+                                    f.len(),
+                                    head_dim / 2
+                                )));
+                            }
+                            Some(f)
+                        }
+                        None => None,
+                    };
                     let mut x = input(0).to_vec();
-                    rope_neox(&mut x, self.n_past, *n_heads, *head_dim, *theta);
+                    let rope = Rope {
+                        n_heads: *n_heads,
+                        head_dim: *head_dim,
+                        base: *theta,
+                        pairing: *pairing,
+                        freq_factors: factors.as_deref(),
+                    };
+                    rope.apply(&mut x, self.n_past);
                     x
                 }
                 Op::Attention {
@@ -352,29 +375,50 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, width: usize) -> Vec<f32> {
     out
 }
 
-/// NeoX RoPE in place over rows of `n_heads × head_dim`, row r at position `pos0 + r`. The
-/// angles follow ggml's rope cache: θ_i = pos · base^(-2i/d), built by repeated
-/// multiplication in f32 exactly as ggml does, so positions far into the context match.
-pub fn rope_neox(x: &mut [f32], pos0: usize, n_heads: usize, head_dim: usize, base: f32) {
-    let half = head_dim / 2;
-    let theta_scale = base.powf(-2.0 / head_dim as f32);
-    x.par_chunks_mut(n_heads * head_dim)
-        .enumerate()
-        .for_each(|(r, row)| {
-            let mut theta = (pos0 + r) as f32;
-            let mut cs = vec![(0f32, 0f32); half];
-            for c in cs.iter_mut() {
-                *c = (theta.cos(), theta.sin());
-                theta *= theta_scale;
-            }
-            for head in row.chunks_mut(head_dim) {
-                for (i, &(cos, sin)) in cs.iter().enumerate() {
-                    let (a, b) = (head[i], head[i + half]);
-                    head[i] = a * cos - b * sin;
-                    head[i + half] = a * sin + b * cos;
+/// One RoPE op's parameters (see `Op::Rope`).
+#[derive(Clone, Copy, Debug)]
+pub struct Rope<'a> {
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub base: f32,
+    pub pairing: RopePairing,
+    /// `head_dim / 2` divisors of the pairs' angles (Llama 3's rope_freqs).
+    pub freq_factors: Option<&'a [f32]>,
+}
+
+impl Rope<'_> {
+    /// RoPE in place over rows of `n_heads × head_dim`, row r at position `pos0 + r`. The
+    /// angles follow ggml's rope cache: θ_i = pos · base^(-2i/d), built by repeated
+    /// multiplication in f32 exactly as ggml does (so positions far into the context match),
+    /// then divided by the pair's frequency factor in f32 (`theta / ff` in
+    /// ggml_rope_cache_init).
+    pub fn apply(&self, x: &mut [f32], pos0: usize) {
+        let (head_dim, pairing) = (self.head_dim, self.pairing);
+        let half = head_dim / 2;
+        let theta_scale = self.base.powf(-2.0 / head_dim as f32);
+        x.par_chunks_mut(self.n_heads * head_dim)
+            .enumerate()
+            .for_each(|(r, row)| {
+                let mut theta = (pos0 + r) as f32;
+                let mut cs = vec![(0f32, 0f32); half];
+                for (i, c) in cs.iter_mut().enumerate() {
+                    let angle = match self.freq_factors {
+                        Some(f) => theta / f[i],
+                        None => theta,
+                    };
+                    *c = (angle.cos(), angle.sin());
+                    theta *= theta_scale;
                 }
-            }
-        });
+                for head in row.chunks_mut(head_dim) {
+                    for (i, &(cos, sin)) in cs.iter().enumerate() {
+                        let (lo, hi) = pairing.offsets(i, head_dim);
+                        let (a, b) = (head[lo], head[hi]);
+                        head[lo] = a * cos - b * sin;
+                        head[hi] = a * sin + b * cos;
+                    }
+                }
+            });
+    }
 }
 
 /// Statistics comparing two logit vectors, used by tests and `rocky prefill --compare`.

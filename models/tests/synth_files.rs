@@ -287,6 +287,7 @@ fn f16_weights_are_normal_with_the_target_moments() {
             TensorKind::Matrix => assert_normal(&t.name, &stats(&v), 0.0, 0.0),
             TensorKind::Bias => pooled.entry("biases").or_default().extend(v),
             TensorKind::Norm => pooled.entry("norms").or_default().extend(v),
+            TensorKind::Fixed => {}
         }
     }
     assert_normal("biases", &stats(&pooled["biases"]), 0.0, 0.0);

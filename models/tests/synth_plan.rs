@@ -57,7 +57,7 @@ fn tiny_q8_0_types_match_llama_quantize() {
 fn more_bits_layers(shape: Shape) -> Vec<u64> {
     match shape {
         // n = 4: n/8 = 0, 7n/8 = 3.
-        Shape::Tiny | Shape::Qwen3Tiny => vec![2, 3],
+        Shape::Tiny | Shape::Qwen3Tiny | Shape::LlamaTiny => vec![2, 3],
         // n = 7: n/8 = 0, 7n/8 = 6.
         Shape::Gemma3Tiny => vec![2, 5, 6],
         // n = 24: n/8 = 3, 7n/8 = 21.
@@ -222,4 +222,34 @@ fn qwen3_and_gemma3_plans_name_the_tensors_their_loaders_expect() {
         assert!(gemma3.contains(&n.to_string()), "{n} missing");
     }
     assert!(!gemma3.iter().any(|n| n.ends_with(".bias")));
+}
+
+#[test]
+fn llama_tiny_has_llama3_rope_factors_first() {
+    // The factors as convert_hf_to_gguf.py computes them for rope_scaling {factor 8,
+    // low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 64}, base 500000,
+    // head_dim 64 (numpy f32 frequencies, Python floats, stored f32): computed outside rocky.
+    let plan = tensor_plan(&Shape::LlamaTiny.params(), Quant::Q4KM);
+    let t = &plan[0];
+    assert_eq!(t.name, "rope_freqs.weight");
+    assert_eq!((t.dims.clone(), t.ggml_type), (vec![32], GgmlType::F32));
+    let f = t.fixed.as_ref().unwrap();
+    let want = [
+        1.0,
+        1.0,
+        1.0,
+        1.425_495_1,
+        2.442_259_1,
+        4.637_150_3,
+        8.0,
+        8.0,
+    ];
+    for (i, (&got, want)) in f.iter().zip(want).enumerate() {
+        assert!((got - want).abs() < 1e-5, "factor {i}: {got} vs {want}");
+    }
+    assert!(f[8..].iter().all(|&x| x == 8.0));
+    // No biases, no Q/K norms.
+    assert!(plan
+        .iter()
+        .all(|t| !t.name.ends_with(".bias") && !t.name.contains("_q_norm")));
 }

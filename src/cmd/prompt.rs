@@ -1,12 +1,22 @@
-//! The prompt of a command, given as text, a file, or token ids, turned into token ids.
+//! The prompt of a command, given as text, a file, or token ids, turned into token ids; with
+//! `--chat`, the text is first wrapped in the model's chat template as the user's message.
 
 use crate::error::CliError;
+use rocky_models::chat::{self, Message, Specials};
 use rocky_models::gguf::GgufFile;
 use rocky_models::tokenizer::Tokenizer;
 use std::path::PathBuf;
 
+// The three sources form one required group; --chat and --system stay outside it (the
+// struct-wide group clap derives would make them exclusive with the sources).
 #[derive(clap::Args, Clone, Debug)]
-#[group(required = true, multiple = false)]
+#[group(skip)]
+#[command(group(
+    clap::ArgGroup::new("prompt_source")
+        .args(["prompt", "file", "token_ids"])
+        .required(true)
+        .multiple(false)
+))]
 pub struct PromptArgs {
     /// The prompt text.
     #[arg(long, short = 'p')]
@@ -17,10 +27,17 @@ pub struct PromptArgs {
     /// The prompt as comma-separated token ids (no tokenizer involved).
     #[arg(long, value_delimiter = ',')]
     pub token_ids: Option<Vec<u32>>,
+    /// Send the text as a user message through the model's chat template
+    /// (tokenizer.chat_template), ending where the assistant's answer starts.
+    #[arg(long, conflicts_with = "token_ids")]
+    pub chat: bool,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat", value_name = "TEXT")]
+    pub system: Option<String>,
 }
 
 /// Token ids of the prompt; text is tokenized with the model's own tokenizer, special tokens
-/// and BOS as the vocabulary asks (llama.cpp's defaults).
+/// and BOS as the vocabulary asks (llama.cpp's defaults), after the chat template with --chat.
 pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliError> {
     let text = match (&args.prompt, &args.file, &args.token_ids) {
         (_, _, Some(ids)) => {
@@ -38,6 +55,11 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
         _ => unreachable!("clap requires one prompt source"),
     };
     let tokenizer = Tokenizer::from_gguf(file).map_err(|e| CliError::input(e.to_string()))?;
+    let text = if args.chat {
+        chat_text(args.system.as_deref(), &text, &tokenizer, file)?
+    } else {
+        text
+    };
     let ids = tokenizer
         .encode(&text, true, true)
         .map_err(|e| CliError::input(format!("cannot tokenize the prompt: {e}")))?;
@@ -45,4 +67,20 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
         return Err(CliError::usage("the prompt is empty: give some text"));
     }
     Ok(ids)
+}
+
+/// The chat template of `file` applied to [system,] user messages.
+pub fn chat_text(
+    system: Option<&str>,
+    user: &str,
+    tokenizer: &Tokenizer,
+    file: &GgufFile,
+) -> Result<String, CliError> {
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(Message::new("system", system));
+    }
+    messages.push(Message::new("user", user));
+    chat::render_for(file, &messages, &Specials::of(tokenizer, file))
+        .map_err(|e| CliError::input(e.to_string()))
 }

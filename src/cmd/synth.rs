@@ -1,4 +1,4 @@
-//! `rocky synth`: write a random-weight, Qwen2.5-shaped (or small Qwen3-/Gemma 3-shaped) GGUF model.
+//! `rocky synth`: write a random-weight, Qwen2.5-shaped (or small Qwen3-/Gemma 3-/Llama 3-shaped) GGUF model.
 
 use crate::error::{CliError, CmdResult};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -11,22 +11,23 @@ const MIB: f64 = (1u64 << 20) as f64;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
-    rocky synth --shape tiny --vocab ggml-vocab-qwen2.gguf -o tiny-q4_k_m.gguf\n  \
+    rocky synth --shape tiny -o tiny-q4_k_m.gguf\n  \
     rocky synth --shape qwen2.5-3b --quant q4_k_m --vocab ggml-vocab-qwen2.gguf --seed 7 -o qwen2.5-3b-synth.gguf\n\n\
-    The vocabulary file is llama.cpp's models/ggml-vocab-qwen2.gguf (or any Qwen2 GGUF model); its \
-    tokenizer is copied into the new model. Weights are N(0, 0.02), norms 1 + N(0, 0.02), the same \
+    The tokenizer copied into the new model is Qwen2's (llama.cpp's models/ggml-vocab-qwen2.gguf, \
+    built into rocky) unless --vocab names another GPT-2-style BPE GGUF (any Qwen2 model). Weights are N(0, 0.02), norms 1 + N(0, 0.02), the same \
     for a given seed in every quantization.")]
 pub struct Args {
-    /// Model shape (Qwen2.5 config.json sizes; tiny: 256 hidden, 4 layers; qwen3-tiny and
-    /// gemma3-tiny: small Qwen3- and Gemma 3-architecture test models).
+    /// Model shape (Qwen2.5 config.json sizes; tiny: 256 hidden, 4 layers; qwen3-tiny,
+    /// gemma3-tiny and llama-tiny: small Qwen3-, Gemma 3- and Llama 3-architecture test models).
     #[arg(long, value_parser = shape_parser())]
     pub shape: Shape,
-    /// Tensor types: f16, q8_0, or llama-quantize's q4_k_m mix.
+    /// Tensor types: f32, f16, q8_0, or llama-quantize's q4_k_m mix.
     #[arg(long, default_value = "q4_k_m", value_parser = quant_parser())]
     pub quant: Quant,
-    /// GGUF file whose tokenizer (tokenizer.* keys) the model gets.
+    /// GGUF file whose tokenizer (tokenizer.* keys) the model gets [default: the Qwen2
+    /// vocabulary built into rocky].
     #[arg(long)]
-    pub vocab: PathBuf,
+    pub vocab: Option<PathBuf>,
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1234)]
     pub seed: u64,
@@ -49,7 +50,10 @@ fn quant_parser() -> impl TypedValueParser<Value = Quant> {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let vocab = read_vocabulary(&args.vocab)?;
+    let vocab = match &args.vocab {
+        Some(path) => read_vocabulary(path)?,
+        None => builtin_vocabulary()?,
+    };
     check_output(&args)?;
     let config = SynthConfig {
         shape: args.shape,
@@ -95,6 +99,25 @@ pub fn run(args: Args) -> CmdResult {
     Ok(())
 }
 
+/// llama.cpp's ggml-vocab-qwen2.gguf, built into the binary rather than found at run time
+/// (e.g. beside CARGO_MANIFEST_DIR) because the binary is often carried alone to a board,
+/// where no checkout exists; 5.9 MB is small next to any model it makes.
+/// assets/vocab/README.md has its origin and license.
+const QWEN2_VOCAB: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/assets/vocab/ggml-vocab-qwen2.gguf"
+));
+
+fn builtin_vocabulary() -> Result<Vocabulary, CliError> {
+    let internal = |e: String| CliError::internal(format!("the built-in Qwen2 vocabulary: {e}"));
+    let file = rocky_models::gguf::GgufFile::from_bytes(
+        "<built-in ggml-vocab-qwen2.gguf>",
+        QWEN2_VOCAB.to_vec(),
+    )
+    .map_err(|e| internal(e.to_string()))?;
+    Vocabulary::from_gguf(&file).map_err(|e| internal(e.to_string()))
+}
+
 fn read_vocabulary(path: &Path) -> Result<Vocabulary, CliError> {
     if !path.exists() {
         return Err(CliError::input(format!(
@@ -128,8 +151,11 @@ fn check_output(args: &Args) -> CmdResult {
     if !out.exists() {
         return Ok(());
     }
-    let same_file = match (out.canonicalize(), args.vocab.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
+    let same_file = match (
+        out.canonicalize(),
+        args.vocab.as_ref().map(|v| v.canonicalize()),
+    ) {
+        (Ok(a), Some(Ok(b))) => a == b,
         _ => false,
     };
     if same_file {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 #[command(
     after_help = "Examples:\n  rocky tokenize ggml-vocab-qwen2.gguf --prompt 'The capital of France is'\n  \
 rocky tokenize model.gguf --file chat.txt --json\n  \
+rocky tokenize model.gguf --prompt 'Hi' --chat --system 'Be brief.'\n  \
 rocky tokenize tokenizer.json --prompt '<|im_start|>user' --no-special"
 )]
 pub struct Args {
@@ -24,6 +25,13 @@ pub struct Args {
     /// tokens in the text are recognized (llama.cpp's defaults).
     #[arg(long)]
     pub no_special: bool,
+    /// Tokenize the text as a user message through the model's chat template (what
+    /// `prefill --chat` feeds the model).
+    #[arg(long, conflicts_with = "no_special")]
+    pub chat: bool,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat", value_name = "TEXT")]
+    pub system: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -40,6 +48,17 @@ pub struct TextArgs {
 pub fn run(args: Args) -> CmdResult {
     let text = read_text(&args.text)?;
     let tokenizer = load_tokenizer(&args.model)?;
+    let text = if args.chat {
+        if is_json(&args.model) {
+            return Err(CliError::usage(
+                "--chat needs a GGUF file: the chat template is its tokenizer.chat_template",
+            ));
+        }
+        let file = super::open_gguf(&args.model)?;
+        super::prompt::chat_text(args.system.as_deref(), &text, &tokenizer, &file)?
+    } else {
+        text
+    };
     let special = !args.no_special;
     let ids = tokenizer
         .encode(&text, special, special)
@@ -93,11 +112,14 @@ fn read_text(args: &TextArgs) -> Result<String, CliError> {
     }
 }
 
-fn load_tokenizer(model: &Path) -> Result<Tokenizer, CliError> {
-    let is_json = model
+fn is_json(model: &Path) -> bool {
+    model
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let loaded = if is_json {
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+fn load_tokenizer(model: &Path) -> Result<Tokenizer, CliError> {
+    let loaded = if is_json(model) {
         Tokenizer::from_tokenizer_json(model)
     } else {
         let file = super::open_gguf(model)?;

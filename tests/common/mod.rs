@@ -76,7 +76,11 @@ pub fn synth(shape: rocky_models::synth::Shape, quant: rocky_models::synth::Quan
     ));
     if !path.exists() {
         std::fs::create_dir_all(&dir).unwrap();
-        let vocab_file = GgufFile::open(shared().join("models/ggml-vocab-qwen2.gguf")).unwrap();
+        // The repository's copy (assets/vocab), so synthetic models need nothing beside the clone.
+        let vocab_file = GgufFile::open(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/vocab/ggml-vocab-qwen2.gguf"),
+        )
+        .unwrap();
         let vocab = Vocabulary::from_gguf(&vocab_file).unwrap();
         let config = SynthConfig {
             shape,

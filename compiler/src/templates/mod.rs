@@ -38,6 +38,9 @@ pub const GLUE_SCHEDULE_VERSION: u32 = 1;
 pub enum Workload {
     Gemm(gemm::GemmWorkload),
     RmsNorm(rms_norm::RmsNormWorkload),
+    /// Every RoPE (NeoX or normal pairing, with or without frequency factors: see the
+    /// workload). The name stays from when NeoX was the only one: it is the tag in the keys
+    /// of stored tuning records.
     RopeNeox(rope::RopeWorkload),
     #[serde(rename = "swiglu")]
     SwiGlu(eltwise::EltwiseWorkload),

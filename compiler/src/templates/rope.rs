@@ -1,7 +1,11 @@
-//! Rotary position embedding, NeoX style (pairs `i` and `i + head_dim/2`), in place.
+//! Rotary position embedding, in place: NeoX pairing (pairs `i` and `i + head_dim/2`: Qwen2,
+//! Gemma 3; llama.cpp's LLAMA_ROPE_TYPE_NEOX) or normal pairing (adjacent `2i` and `2i + 1`:
+//! Llama; LLAMA_ROPE_TYPE_NORM), optionally with per-pair frequency factors (Llama 3's
+//! `rope_freqs.weight`, which divide pair i's angle as ggml's rope cache does).
 //!
 //! Contract with the runtime:
 //! - binding 0 `x`: f32 [m × n_heads·head_dim], rotated in place;
+//! - binding 1 `freqs` (only with `freq_factors`): f32 [head_dim/2], pair i's angle divisor;
 //! - push constants ([`RopePush`], 8 bytes): `m` (rows, ≤ the workload's m), `pos0` (position
 //!   of row 0; row r is at position `pos0 + r`);
 //! - grid `[ceil(head_dim/2 · ceil(n_heads/heads_per_thread) / threads), m, 1]`.
@@ -19,7 +23,9 @@
 //! the IR: GPU `sin`/`cos` are only specified to 2⁻¹¹ absolute inside [-π, π], and angles
 //! here reach 4096 rad and beyond. The fragment is accurate to ~1e-7 absolute for |θ| up to
 //! about 51000 (see its docs), so the kernel agrees with the f64 reference to a few f32 ulps of
-//! the row's values.
+//! the row's values. With frequency factors the angle is then divided by the pair's factor,
+//! as ggml does; Vulkan only bounds that division to 2.5 ulp, so there the reference allows
+//! 3 ulp of the angle on top (`reference_with`).
 
 use serde::{Deserialize, Serialize};
 
@@ -31,9 +37,48 @@ use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
 
 pub const BINDING_X: u32 = 0;
+pub const BINDING_FREQS: u32 = 1;
 
-/// NeoX RoPE over `m` rows of `n_heads` heads of `head_dim`; `theta_bits` is the f32 bit
-/// pattern of the frequency base (1e6 for Qwen2).
+/// Which elements of a head rotate together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RopePairing {
+    /// `i` with `i + head_dim/2` (GPT-NeoX; Qwen2, Qwen3, Gemma 3).
+    #[default]
+    Neox,
+    /// `2i` with `2i + 1` (the original RoPE; Llama).
+    Normal,
+}
+
+impl RopePairing {
+    pub fn is_neox(&self) -> bool {
+        *self == RopePairing::Neox
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            RopePairing::Neox => "neox",
+            RopePairing::Normal => "norm",
+        }
+    }
+
+    /// Offsets of pair `i`'s two elements within a head.
+    pub fn offsets(&self, i: usize, head_dim: usize) -> (usize, usize) {
+        match self {
+            RopePairing::Neox => (i, i + head_dim / 2),
+            RopePairing::Normal => (2 * i, 2 * i + 1),
+        }
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// RoPE over `m` rows of `n_heads` heads of `head_dim`; `theta_bits` is the f32 bit pattern of
+/// the frequency base (1e6 for Qwen2). `pairing` and `freq_factors` are left out of the
+/// serialized form at their defaults (NeoX, none), so the keys of the tuning records made
+/// before they existed still name the same kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RopeWorkload {
@@ -41,15 +86,34 @@ pub struct RopeWorkload {
     pub n_heads: u32,
     pub head_dim: u32,
     pub theta_bits: u32,
+    #[serde(default, skip_serializing_if = "RopePairing::is_neox")]
+    pub pairing: RopePairing,
+    /// Pair i's angle is divided by `freqs[i]` (binding 1).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub freq_factors: bool,
 }
 
 impl RopeWorkload {
+    /// NeoX pairing without frequency factors.
     pub fn new(m: u32, n_heads: u32, head_dim: u32, theta: f32) -> Self {
         RopeWorkload {
             m,
             n_heads,
             head_dim,
             theta_bits: theta.to_bits(),
+            pairing: RopePairing::Neox,
+            freq_factors: false,
+        }
+    }
+
+    pub fn with_pairing(self, pairing: RopePairing) -> Self {
+        RopeWorkload { pairing, ..self }
+    }
+
+    pub fn with_freq_factors(self, freq_factors: bool) -> Self {
+        RopeWorkload {
+            freq_factors,
+            ..self
         }
     }
 
@@ -98,10 +162,17 @@ pub struct RopeSchedule {
 }
 
 impl RopeSchedule {
+    /// `rope_neox_…` as before for the default workload; `rope_norm_…` and a `_ff` suffix for
+    /// the variants.
     pub fn name(&self, w: &RopeWorkload) -> String {
         format!(
-            "rope_neox_h{}x{}_t{}_hp{}",
-            w.n_heads, w.head_dim, self.threads, self.heads_per_thread
+            "rope_{}_h{}x{}_t{}_hp{}{}",
+            w.pairing.name(),
+            w.n_heads,
+            w.head_dim,
+            self.threads,
+            self.heads_per_thread,
+            if w.freq_factors { "_ff" } else { "" }
         )
     }
 
@@ -139,7 +210,7 @@ pub fn validate_workload(w: &RopeWorkload) -> Result<(), Refusal> {
     }
     if w.head_dim % 2 != 0 {
         return bad(format!(
-            "head_dim {} is odd: NeoX RoPE rotates pairs",
+            "head_dim {} is odd: RoPE rotates pairs",
             w.head_dim
         ));
     }
@@ -212,6 +283,9 @@ pub fn instantiate(
 pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
+    let freqs = w
+        .freq_factors
+        .then(|| b.buffer(BINDING_FREQS, "freqs", Type::F32, Access::ReadOnly));
     let p_m = b.push_field("m", Type::U32);
     let p_pos0 = b.push_field("pos0", Type::U32);
     let half = w.head_dim / 2;
@@ -231,13 +305,27 @@ pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
         b.for_range(b.c_u32(0), i, 1, Unroll::Never, |_| {
             b.store_var(theta, b.mul(b.load_var(theta), scale));
         });
-        let (sin, cos) = sin_cos(&b, b.load_var(theta));
+        // ggml's rope cache: theta / freq_factors[i] (f32 division).
+        let angle = match freqs {
+            Some(f) => b.div(b.load_var(theta), b.load(f, i)),
+            None => b.load_var(theta),
+        };
+        let (sin, cos) = sin_cos(&b, angle);
         let row_base = b.muli(row, w.row_width());
         for t in 0..s.heads_per_thread {
             let head = b.addi(b.muli(group, s.heads_per_thread), t);
             let rotate = || {
-                let lo = b.add(b.add(row_base, b.muli(head, w.head_dim)), i);
-                let hi = b.addi(lo, half);
+                let head_base = b.add(row_base, b.muli(head, w.head_dim));
+                let (lo, hi) = match w.pairing {
+                    RopePairing::Neox => {
+                        let lo = b.add(head_base, i);
+                        (lo, b.addi(lo, half))
+                    }
+                    RopePairing::Normal => {
+                        let lo = b.add(head_base, b.muli(i, 2));
+                        (lo, b.addi(lo, 1))
+                    }
+                };
                 let (x0, x1) = (b.load(x, lo), b.load(x, hi));
                 b.store(x, lo, b.sub(b.mul(x0, cos), b.mul(x1, sin)));
                 b.store(x, hi, b.add(b.mul(x0, sin), b.mul(x1, cos)));
@@ -318,24 +406,52 @@ pub fn ggml_angle(pos: u32, i: u32, theta_scale: f32) -> f32 {
 /// polynomial, |θ| < 51000) and the rotation rounds two products and a sum, so
 /// `|out| ≤ |x0| + |x1|` errs by at most `(1e-7 + 3·2⁻²⁴)·(|x0| + |x1|)`; 5e-7 leaves margin.
 pub fn reference(w: &RopeWorkload, m: usize, pos0: u32, x: &[f32]) -> Expected {
+    assert!(
+        !w.freq_factors,
+        "rope reference: pass the factors to reference_with"
+    );
+    reference_with(w, m, pos0, x, None)
+}
+
+/// [`reference`] with the workload's pairing and, where it has them, frequency factors
+/// (`freqs[i]` divides pair i's f32 angle, as ggml's rope cache does). Vulkan bounds OpFDiv
+/// only to 2.5 ulp, so with factors the allowed error adds 3 ulp of the angle times the
+/// pair's magnitude.
+pub fn reference_with(
+    w: &RopeWorkload,
+    m: usize,
+    pos0: u32,
+    x: &[f32],
+    freqs: Option<&[f32]>,
+) -> Expected {
     let (hd, width) = (w.head_dim as usize, w.row_width() as usize);
     assert!(x.len() >= m * width, "rope reference: x needs {m} rows");
     let half = hd / 2;
+    assert_eq!(w.freq_factors, freqs.is_some(), "rope reference: factors");
+    if let Some(f) = freqs {
+        assert!(f.len() >= half, "rope reference: {half} frequency factors");
+    }
     let scale = w.theta_scale();
     let mut values = x[..m * width].to_vec();
     let mut allowed = vec![0f32; m * width];
     for r in 0..m {
         for i in 0..half {
-            let theta = f64::from(ggml_angle(pos0 + r as u32, i as u32, scale));
-            let (sin, cos) = theta.sin_cos();
+            let mut theta = ggml_angle(pos0 + r as u32, i as u32, scale);
+            let mut angle_tol = 0.0;
+            if let Some(f) = freqs {
+                theta /= f[i];
+                angle_tol = 3.0 * f64::from(theta.abs()) * f64::from(f32::EPSILON) / 2.0;
+            }
+            let (sin, cos) = f64::from(theta).sin_cos();
             for h in 0..w.n_heads as usize {
-                let lo = r * width + h * hd + i;
-                let (x0, x1) = (f64::from(x[lo]), f64::from(x[lo + half]));
+                let (a, b) = w.pairing.offsets(i, hd);
+                let (lo, hi) = (r * width + h * hd + a, r * width + h * hd + b);
+                let (x0, x1) = (f64::from(x[lo]), f64::from(x[hi]));
                 values[lo] = (x0 * cos - x1 * sin) as f32;
-                values[lo + half] = (x0 * sin + x1 * cos) as f32;
-                let tol = (5e-7 * (x0.abs() + x1.abs())) as f32 + 1e-30;
+                values[hi] = (x0 * sin + x1 * cos) as f32;
+                let tol = ((5e-7 + angle_tol) * (x0.abs() + x1.abs())) as f32 + 1e-30;
                 allowed[lo] = tol;
-                allowed[lo + half] = tol;
+                allowed[hi] = tol;
             }
         }
     }

@@ -11,7 +11,7 @@ use super::{
     expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
 };
 use crate::gguf::GgufFile;
-use crate::graph::{GraphBuilder, Op};
+use crate::graph::{GraphBuilder, Op, RopePairing};
 
 /// Every `SWA_PATTERN`-th layer (index `SWA_PATTERN - 1`, `2·SWA_PATTERN - 1`, …) attends
 /// globally; the others through the sliding window (llama.cpp: `set_swa_pattern(6)`).
@@ -171,10 +171,12 @@ fn build_graph(c: &ModelConfig, g3: &Gemma3) -> crate::graph::Graph {
             head_norm(p("attn_k_norm.weight"), c.n_head_kv),
             &[k],
         );
-        let rope = |n_heads| Op::RopeNeox {
+        let rope = |n_heads| Op::Rope {
             n_heads,
             head_dim: c.head_dim,
             theta: if local { LOCAL_ROPE_BASE } else { c.rope_theta },
+            pairing: RopePairing::Neox,
+            freq_factors: None,
         };
         let mut q = g.push(p("rope_q"), rope(c.n_head), &[q]);
         let k = g.push(p("rope_k"), rope(c.n_head_kv), &[k]);

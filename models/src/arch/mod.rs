@@ -1,6 +1,7 @@
 //! Architectures: from GGUF metadata to a validated configuration and an op graph.
 
 mod gemma3;
+mod llama;
 mod qwen2;
 
 use crate::gguf::{GgufError, GgufFile};
@@ -8,7 +9,7 @@ use crate::graph::Graph;
 use serde::Serialize;
 
 /// Architectures rocky can run, as named by `general.architecture`.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "qwen3", "llama", "gemma3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -82,6 +83,7 @@ pub fn load(file: &GgufFile) -> Result<Model, ModelError> {
         "qwen2" => qwen2::load(file, qwen2::Variant::Qwen2),
         "qwen3" => qwen2::load(file, qwen2::Variant::Qwen3),
         "gemma3" => gemma3::load(file),
+        "llama" => llama::load(file),
         other => Err(ModelError::UnsupportedArchitecture {
             path: file.path().display().to_string(),
             arch: other.to_string(),

@@ -7,7 +7,7 @@ use super::{
     expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
 };
 use crate::gguf::GgufFile;
-use crate::graph::{GraphBuilder, Op};
+use crate::graph::{GraphBuilder, Op, RopePairing};
 
 /// The two members of the family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +132,12 @@ fn build_graph(c: &ModelConfig, variant: Variant) -> crate::graph::Graph {
                 &[k],
             );
         }
-        let rope = |n_heads| Op::RopeNeox {
+        let rope = |n_heads| Op::Rope {
             n_heads,
             head_dim: c.head_dim,
             theta: c.rope_theta,
+            pairing: RopePairing::Neox,
+            freq_factors: None,
         };
         let q = g.push(p("rope_q"), rope(c.n_head), &[q]);
         let k = g.push(p("rope_k"), rope(c.n_head_kv), &[k]);

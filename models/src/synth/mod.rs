@@ -1,6 +1,6 @@
 //! Synthetic models: random-weight GGUF files with the real Qwen2.5 shapes, tensor names,
 //! metadata, vocabulary and llama-quantize's tensor types, so benchmarks and demos need no
-//! download. llama.cpp loads them as ordinary qwen2 models. Small qwen3- and gemma3-
+//! download. llama.cpp loads them as ordinary qwen2 models. Small qwen3-, gemma3- and llama-
 //! architecture files (same vocabulary) exercise those graphs in tests.
 //!
 //! - `plan`: shapes, the tensor list and each tensor's type (`tensor_plan`);
@@ -11,7 +11,8 @@ mod plan;
 mod weights;
 
 pub use plan::{
-    tensor_plan, Arch, PlannedTensor, Quant, Shape, ShapeParams, TensorKind, QWEN2_N_VOCAB,
+    tensor_plan, Arch, Llama3Rope, PlannedTensor, Quant, Shape, ShapeParams, TensorKind,
+    QWEN2_N_VOCAB,
 };
 pub use weights::{fill_row, tensor_data, WEIGHT_STD};
 
@@ -158,6 +159,12 @@ pub fn model_metadata(config: &SynthConfig, vocab: &Vocabulary) -> Vec<(String, 
     if p.n_head * p.head_dim != p.n_embd {
         kv.push((key("attention.key_length"), u32_of(p.head_dim)));
         kv.push((key("attention.value_length"), u32_of(p.head_dim)));
+    }
+    if p.arch == Arch::Llama {
+        // What llama.cpp's converter writes for a Llama 3 model (the llama3 scaling itself
+        // travels as rope_freqs.weight).
+        kv.push((key("rope.dimension_count"), u32_of(p.head_dim)));
+        kv.push((key("vocab_size"), u32_of(p.n_vocab)));
     }
     if p.sliding_window > 0 {
         kv.push((key("attention.sliding_window"), u32_of(p.sliding_window)));

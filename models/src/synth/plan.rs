@@ -20,6 +20,9 @@ pub enum Arch {
     Qwen3,
     /// Gemma 3: per-head Q/K norms, post-attention and post-FFN norms, sliding-window layers.
     Gemma3,
+    /// Llama 3: no QKV bias, no Q/K norms, normal-pairing RoPE with frequency factors
+    /// (`rope_freqs.weight`).
+    Llama,
 }
 
 impl Arch {
@@ -28,6 +31,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Llama => "llama",
         }
     }
 
@@ -36,7 +40,7 @@ impl Arch {
     }
 
     fn qk_norm(self) -> bool {
-        self != Arch::Qwen2
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
 }
 
@@ -53,16 +57,21 @@ pub enum Shape {
     /// A 7-layer Gemma 3-style test model (256 hidden, 4 heads of 128, 1 kv head, FFN 512),
     /// whose sliding window of 32 keys short test prompts already pass; layer 5 is global.
     Gemma3Tiny,
+    /// A 4-layer Llama 3-style test model (Tiny's sizes, RoPE base 500000, `llama3` frequency
+    /// factors for an original context of 64 positions, so short test prompts already reach
+    /// the scaled pairs).
+    LlamaTiny,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 6] = [
+    pub const ALL: [Shape; 7] = [
         Shape::Tiny,
         Shape::Qwen25_0_5B,
         Shape::Qwen25_1_5B,
         Shape::Qwen25_3B,
         Shape::Qwen3Tiny,
         Shape::Gemma3Tiny,
+        Shape::LlamaTiny,
     ];
 
     /// The name used on the command line.
@@ -74,6 +83,7 @@ impl Shape {
             Shape::Qwen25_3B => "qwen2.5-3b",
             Shape::Qwen3Tiny => "qwen3-tiny",
             Shape::Gemma3Tiny => "gemma3-tiny",
+            Shape::LlamaTiny => "llama-tiny",
         }
     }
 
@@ -81,6 +91,7 @@ impl Shape {
         match self {
             Shape::Qwen3Tiny => Arch::Qwen3,
             Shape::Gemma3Tiny => Arch::Gemma3,
+            Shape::LlamaTiny => Arch::Llama,
             _ => Arch::Qwen2,
         }
     }
@@ -96,12 +107,13 @@ impl Shape {
     pub fn params(self) -> ShapeParams {
         // (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx)
         let (n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx) = match self {
-            Shape::Tiny | Shape::Qwen3Tiny => (256, 4, 4, 2, 64, 768, 4096),
+            Shape::Tiny | Shape::Qwen3Tiny | Shape::LlamaTiny => (256, 4, 4, 2, 64, 768, 4096),
             Shape::Gemma3Tiny => (256, 7, 4, 1, 128, 512, 4096),
             Shape::Qwen25_0_5B => (896, 24, 14, 2, 64, 4864, 32768),
             Shape::Qwen25_1_5B => (1536, 28, 12, 2, 128, 8960, 32768),
             Shape::Qwen25_3B => (2048, 36, 16, 2, 128, 11008, 32768),
         };
+        let llama = self.arch() == Arch::Llama;
         ShapeParams {
             n_embd,
             n_layer,
@@ -111,10 +123,17 @@ impl Shape {
             n_ff,
             n_vocab: QWEN2_N_VOCAB,
             n_ctx,
-            rope_theta: 1.0e6,
-            rms_eps: 1.0e-6,
+            // Llama 3's base and epsilon.
+            rope_theta: if llama { 5.0e5 } else { 1.0e6 },
+            rms_eps: if llama { 1.0e-5 } else { 1.0e-6 },
             arch: self.arch(),
             sliding_window: if self.arch() == Arch::Gemma3 { 32 } else { 0 },
+            llama3_rope: llama.then_some(Llama3Rope {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_context: 64,
+            }),
         }
     }
 }
@@ -139,11 +158,59 @@ pub struct ShapeParams {
     pub arch: Arch,
     /// Gemma 3's `attention.sliding_window` (0 for the others).
     pub sliding_window: u64,
+    /// Llama 3's rope scaling, written as `rope_freqs.weight` (None: no such tensor).
+    pub llama3_rope: Option<Llama3Rope>,
+}
+
+/// The `llama3` rope scaling of a Hugging Face config (`rope_scaling`), which llama.cpp's
+/// converter turns into per-pair frequency factors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    /// `original_max_position_embeddings` (8192 for Llama 3.1).
+    pub original_context: u64,
+}
+
+impl Llama3Rope {
+    /// The `head_dim / 2` factors, as convert_hf_to_gguf.py's LlamaModel computes them: 1 for
+    /// pairs whose wavelength is under original_context / high_freq_factor, `factor` above
+    /// original_context / low_freq_factor, smoothly between (f64 here, f32 in the file, as
+    /// the converter's Python floats are stored).
+    pub fn factors(&self, head_dim: u64, theta: f32) -> Vec<f32> {
+        let old = self.original_context as f64;
+        let (factor, low, high) = (
+            f64::from(self.factor),
+            f64::from(self.low_freq_factor),
+            f64::from(self.high_freq_factor),
+        );
+        let (low_wavelen, high_wavelen) = (old / low, old / high);
+        (0..head_dim / 2)
+            .map(|i| {
+                // torch: 1 / base ** (arange(0, dim, 2, float32) / dim), in f32.
+                let exponent = (2 * i) as f32 / head_dim as f32;
+                let freq = 1.0 / theta.powf(exponent);
+                let wavelen = 2.0 * std::f64::consts::PI / f64::from(freq);
+                let f = if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    factor
+                } else {
+                    let smooth = (old / wavelen - low) / (high - low);
+                    1.0 / ((1.0 - smooth) / factor + smooth)
+                };
+                f as f32
+            })
+            .collect()
+    }
 }
 
 /// The quantization mixes `rocky synth` can write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Quant {
+    /// Every matrix in F32 (llama.cpp then computes in f32: exact comparison targets).
+    F32,
     F16,
     Q8_0,
     /// llama.cpp's Q4_K_M: Q4_K with Q6_K for the embeddings and some attn_v / ffn_down.
@@ -151,11 +218,12 @@ pub enum Quant {
 }
 
 impl Quant {
-    pub const ALL: [Quant; 3] = [Quant::F16, Quant::Q8_0, Quant::Q4KM];
+    pub const ALL: [Quant; 4] = [Quant::F32, Quant::F16, Quant::Q8_0, Quant::Q4KM];
 
     /// The name used on the command line (llama-quantize's, lower case).
     pub fn name(self) -> &'static str {
         match self {
+            Quant::F32 => "f32",
             Quant::F16 => "f16",
             Quant::Q8_0 => "q8_0",
             Quant::Q4KM => "q4_k_m",
@@ -171,6 +239,7 @@ impl Quant {
     /// `general.file_type` (llama.h `enum llama_ftype`).
     pub fn file_type(self) -> u32 {
         match self {
+            Quant::F32 => 0,   // LLAMA_FTYPE_ALL_F32
             Quant::F16 => 1,   // LLAMA_FTYPE_MOSTLY_F16
             Quant::Q8_0 => 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
             Quant::Q4KM => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
@@ -180,7 +249,7 @@ impl Quant {
     /// Whether the mix uses block-quantized types (and so writes
     /// `general.quantization_version`).
     pub fn is_quantized(self) -> bool {
-        self != Quant::F16
+        !matches!(self, Quant::F32 | Quant::F16)
     }
 }
 
@@ -193,6 +262,9 @@ pub enum TensorKind {
     Bias,
     /// An RMS-norm weight: 1 + N(0, σ), always F32.
     Norm,
+    /// Values computed from the shape (`PlannedTensor::fixed`: Llama 3's RoPE frequency
+    /// factors), always F32.
+    Fixed,
 }
 
 /// One tensor of a synthetic model.
@@ -203,6 +275,8 @@ pub struct PlannedTensor {
     pub dims: Vec<u64>,
     pub ggml_type: GgmlType,
     pub kind: TensorKind,
+    /// The values of a `TensorKind::Fixed` tensor.
+    pub fixed: Option<Vec<f32>>,
 }
 
 impl PlannedTensor {
@@ -234,16 +308,25 @@ pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
     let mut push = |name: String, dims: Vec<u64>, kind: TensorKind, role: Role| {
         let ggml_type = match kind {
             TensorKind::Matrix => matrix_type(quant, role, dims[0]),
-            TensorKind::Bias | TensorKind::Norm => GgmlType::F32,
+            TensorKind::Bias | TensorKind::Norm | TensorKind::Fixed => GgmlType::F32,
         };
         plan.push(PlannedTensor {
             name,
             dims,
             ggml_type,
             kind,
+            fixed: None,
         });
     };
     use TensorKind::{Bias, Matrix, Norm};
+    // llama.cpp's converter yields rope_freqs before the other tensors.
+    let rope_freqs = s.llama3_rope.map(|r| PlannedTensor {
+        name: "rope_freqs.weight".into(),
+        dims: vec![s.head_dim / 2],
+        ggml_type: GgmlType::F32,
+        kind: TensorKind::Fixed,
+        fixed: Some(r.factors(s.head_dim, s.rope_theta)),
+    });
     push(
         "token_embd.weight".into(),
         vec![e, s.n_vocab],
@@ -293,6 +376,9 @@ pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
         }
     }
     push("output_norm.weight".into(), vec![e], Norm, Role::Plain);
+    if let Some(t) = rope_freqs {
+        plan.insert(0, t);
+    }
     plan
 }
 
@@ -318,6 +404,7 @@ enum Role {
 fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
     match quant {
         // Not a quantized mix: llama-quantize skips its per-tensor rules and fallbacks.
+        Quant::F32 => GgmlType::F32,
         Quant::F16 => GgmlType::F16,
         // The output/embedding rule keeps Q8_0 (it only upgrades types other than Q8_0).
         Quant::Q8_0 => with_fallback(GgmlType::Q8_0, row_len),

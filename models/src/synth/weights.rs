@@ -18,7 +18,7 @@ pub const WEIGHT_STD: f32 = 0.02;
 const MIN_ROWS_PER_TASK: usize = 8;
 
 /// The bytes of tensor `index` of a plan, as stored in the GGUF file: rows of N(0, σ) (or
-/// 1 + N(0, σ) for norms) encoded in the tensor's type.
+/// 1 + N(0, σ) for norms, or the values of a fixed tensor) encoded in the tensor's type.
 pub fn tensor_data(tensor: &PlannedTensor, index: u64, seed: u64) -> Result<Vec<u8>, FormatError> {
     let ty = tensor.ggml_type;
     let row_len = tensor.dims[0] as usize;
@@ -31,6 +31,10 @@ pub fn tensor_data(tensor: &PlannedTensor, index: u64, seed: u64) -> Result<Vec<
             block_size: ty.block_size(),
         })? as usize;
     let mut out = vec![0u8; n_rows * row_bytes];
+    if let Some(values) = &tensor.fixed {
+        quantize_into(ty, values, &mut out)?;
+        return Ok(out);
+    }
     out.par_chunks_mut(row_bytes)
         .with_min_len(MIN_ROWS_PER_TASK)
         .enumerate()
@@ -50,7 +54,7 @@ pub fn fill_row(out: &mut [f32], kind: TensorKind, seed: u64, index: u64, row: u
     fill_standard_normal(&mut rng, out);
     let offset = match kind {
         TensorKind::Norm => 1.0,
-        TensorKind::Matrix | TensorKind::Bias => 0.0,
+        TensorKind::Matrix | TensorKind::Bias | TensorKind::Fixed => 0.0,
     };
     for v in out.iter_mut() {
         *v = offset + WEIGHT_STD * *v;

@@ -298,6 +298,10 @@ impl GpuWeights {
                 Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => {
                     names.push((weight.clone(), vec![weight]))
                 }
+                Op::Rope {
+                    freq_factors: Some(f),
+                    ..
+                } => names.push((f.clone(), vec![f])),
                 Op::Linear { weight, bias, .. } => {
                     names.push((weight.clone(), vec![weight]));
                     if let Some(b) = bias {
@@ -942,16 +946,17 @@ impl<'m> Executor<'m> {
                         epilogue: Epilogue::SwiGlu,
                     }))
                 }
-                Op::RopeNeox {
+                Op::Rope {
                     n_heads,
                     head_dim,
                     theta,
-                } => w.push(Workload::RopeNeox(RopeWorkload::new(
-                    rows,
-                    *n_heads as u32,
-                    *head_dim as u32,
-                    *theta,
-                ))),
+                    pairing,
+                    freq_factors,
+                } => w.push(Workload::RopeNeox(
+                    RopeWorkload::new(rows, *n_heads as u32, *head_dim as u32, *theta)
+                        .with_pairing(*pairing)
+                        .with_freq_factors(freq_factors.is_some()),
+                )),
                 Op::Attention {
                     n_heads,
                     n_kv_heads,
@@ -1251,7 +1256,7 @@ impl<'m> Executor<'m> {
                     row_offset_of.insert(node.output, off);
                     rows = 1;
                 }
-                Op::RopeNeox { .. } => {
+                Op::Rope { .. } => {
                     row_offset_of.insert(node.output, input_offset(0));
                 }
                 _ => {}
@@ -1440,8 +1445,11 @@ impl<'m> Executor<'m> {
                         }
                         continue;
                     }
-                    (Op::RopeNeox { .. }, _) => {
+                    (Op::Rope { freq_factors, .. }, _) => {
                         named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
+                        if let Some(f) = freq_factors {
+                            named.push(("freqs", self.weights.get(f).whole()?));
+                        }
                         push = RopePush { m: rows, pos0 }.to_bytes();
                     }
                     (Op::Attention { layer, .. }, Workload::KvWrite(_)) => {

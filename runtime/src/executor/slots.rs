@@ -35,7 +35,7 @@ impl SlotPlan {
 
 /// Ops that rewrite or view their input instead of producing a new buffer.
 fn aliases_input(op: &Op) -> bool {
-    matches!(op, Op::RopeNeox { .. } | Op::LastRow { .. })
+    matches!(op, Op::Rope { .. } | Op::LastRow { .. })
 }
 
 pub fn output_width(op: &Op) -> usize {
@@ -51,7 +51,7 @@ pub fn output_width(op: &Op) -> usize {
             n_heads, head_dim, ..
         } => n_heads * head_dim,
         Op::Linear { out_features, .. } | Op::LinearSwiGlu { out_features, .. } => *out_features,
-        Op::RopeNeox {
+        Op::Rope {
             n_heads, head_dim, ..
         } => n_heads * head_dim,
         Op::Attention {
