@@ -267,3 +267,57 @@ fn explain_divergence(
     // Rocky's tokens are a prefix of llama.cpp's bytes: no divergence to explain.
     Some(0.0)
 }
+
+/// The same targets through `rocky generate` on the GPU (lavapipe in CI; its default schedules
+/// there compute in f32, so the GPU follows the CPU reference through the near ties): the
+/// golden's p4 as llama.cpp ran it, and p1 and p3 against llama.cpp on the F32 copy. Bytes are
+/// taken from the token ids of `--json` (p3 ends inside a UTF-8 character, which the streamed
+/// text shows as U+FFFD).
+#[test]
+fn gemma3_270m_greedy32_on_the_gpu_matches_llama_cpp() {
+    let path = asset("gemma-3-270m-q4_k_m.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&file).unwrap();
+    let cases = [
+        ("golden", "p4_code_python"),
+        ("f32deq", "p1_short_en"),
+        ("f32deq", "p3_non_ascii"),
+    ];
+    for t in targets(&tokenizer)
+        .into_iter()
+        .filter(|t| cases.contains(&(t.source, t.prompt.as_str())))
+    {
+        let ids: Vec<String> = t.ids.iter().map(u32::to_string).collect();
+        let dir = std::env::temp_dir().join(format!("rocky-generate-gemma-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocky"))
+            .args(["generate", path.to_str().unwrap(), "-n", "32", "--temp", "0", "--json"])
+            .args(["--token-ids", &ids.join(",")])
+            .env("XDG_RUNTIME_DIR", &dir)
+            .env("ROCKY_DB", dir.join("none.sled"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::text(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let bytes: Vec<u8> = doc["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|v| tokenizer.token_bytes(v.as_u64().unwrap() as u32).unwrap())
+            .collect();
+        println!(
+            "GPU {:<15} vs llama.cpp {:<6}: {}",
+            t.prompt,
+            t.source,
+            if bytes == t.bytes { "same bytes" } else { "DIFFERENT" }
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            String::from_utf8_lossy(&t.bytes),
+            "{} vs {}",
+            t.prompt,
+            t.source
+        );
+        assert_eq!(bytes, t.bytes);
+    }
+}
