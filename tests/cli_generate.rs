@@ -55,7 +55,10 @@ fn stdout_is_the_text_of_the_generated_tokens_and_gpu_agrees_with_cpu() {
         .map(|v| v.as_u64().unwrap() as u32)
         .collect();
     assert_eq!(ids.len(), 12);
-    assert_eq!(gpu_json["token_ids"], cpu_json["token_ids"], "GPU vs CPU reference");
+    assert_eq!(
+        gpu_json["token_ids"], cpu_json["token_ids"],
+        "GPU vs CPU reference"
+    );
     assert_eq!(gpu_json["generated_tokens"], 12);
     assert_eq!(gpu_json["prompt_tokens"], 5);
     assert_eq!(gpu_json["decode_steps"], 11);
@@ -68,14 +71,23 @@ fn stdout_is_the_text_of_the_generated_tokens_and_gpu_agrees_with_cpu() {
     let streamed = rocky(&[&[m][..], &args].concat());
     assert!(streamed.status.success(), "{}", text(&streamed));
     let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&model).unwrap()).unwrap();
-    let bytes: Vec<u8> = ids.iter().flat_map(|&t| tokenizer.token_bytes(t).unwrap()).collect();
+    let bytes: Vec<u8> = ids
+        .iter()
+        .flat_map(|&t| tokenizer.token_bytes(t).unwrap())
+        .collect();
     assert_eq!(
         String::from_utf8_lossy(&streamed.stdout),
         String::from_utf8_lossy(&bytes)
     );
-    assert_eq!(gpu_json["text"].as_str().unwrap().as_bytes(), streamed.stdout);
+    assert_eq!(
+        gpu_json["text"].as_str().unwrap().as_bytes(),
+        streamed.stdout
+    );
     let err = String::from_utf8_lossy(&streamed.stderr);
-    assert!(err.contains("prefill: 5 tokens") && err.contains("decode: 11 steps"), "{err}");
+    assert!(
+        err.contains("prefill: 5 tokens") && err.contains("decode: 11 steps"),
+        "{err}"
+    );
     assert!(err.contains("tok/s"), "{err}");
 }
 
@@ -105,7 +117,17 @@ fn gemma3_270m_on_the_gpu_prints_llama_cpps_greedy_start() {
 fn a_stop_string_ends_the_text_before_it() {
     let model = tiny();
     let m = model.to_str().unwrap();
-    let all = json(&rocky(&[m, "--token-ids", IDS, "-n", "12", "--temp", "0", "--cpu", "--json"]));
+    let all = json(&rocky(&[
+        m,
+        "--token-ids",
+        IDS,
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--cpu",
+        "--json",
+    ]));
     let full = all["text"].as_str().unwrap().to_string();
     // A stop string from the middle of the continuation (whole characters).
     let chars: Vec<char> = full.chars().collect();
@@ -113,7 +135,16 @@ fn a_stop_string_ends_the_text_before_it() {
     let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
     let before = &full[..full.find(&stop).unwrap()];
     let o = rocky(&[
-        m, "--token-ids", IDS, "-n", "12", "--temp", "0", "--cpu", "--stop", &stop,
+        m,
+        "--token-ids",
+        IDS,
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--cpu",
+        "--stop",
+        &stop,
     ]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), before);
@@ -126,8 +157,23 @@ fn the_same_seed_samples_the_same_text() {
     let m = model.to_str().unwrap();
     let run = |seed: &str| {
         json(&rocky(&[
-            m, "--token-ids", IDS, "-n", "10", "--temp", "1.5", "--top-k", "0", "--top-p",
-            "1", "--min-p", "0", "--seed", seed, "--cpu", "--json",
+            m,
+            "--token-ids",
+            IDS,
+            "-n",
+            "10",
+            "--temp",
+            "1.5",
+            "--top-k",
+            "0",
+            "--top-p",
+            "1",
+            "--min-p",
+            "0",
+            "--seed",
+            seed,
+            "--cpu",
+            "--json",
         ]))["token_ids"]
             .clone()
     };
@@ -144,7 +190,11 @@ fn bad_flags_give_clear_errors() {
     let cases: &[(&[&str], i32, &str)] = &[
         (&["--top-p", "2"], 2, "top-p 2 is out of range"),
         (&["--min-p=-1"], 2, "min-p -1 is out of range"),
-        (&["--repeat-penalty", "0"], 2, "repeat penalty 0 is out of range"),
+        (
+            &["--repeat-penalty", "0"],
+            2,
+            "repeat penalty 0 is out of range",
+        ),
         (&["-n", "0"], 2, "-n must be at least 1"),
         (&["--ctx", "0"], 2, "--ctx must be at least 1"),
         (&["--ctx", "3"], 2, "the prompt has 5 tokens but --ctx is 3"),

@@ -19,8 +19,7 @@ mod common;
 
 use common::{asset, shared};
 use rocky_generate::{
-    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions,
-    SamplerParams,
+    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams,
 };
 use rocky_models::arch;
 use rocky_models::gguf::GgufFile;
@@ -131,8 +130,16 @@ fn targets(tokenizer: &Tokenizer) -> Vec<Target> {
             .encode(g.text.strip_suffix('\n').unwrap_or(&g.text), true, true)
             .unwrap();
         let whole = tokenizer.encode(&g.text, true, true).unwrap();
-        assert_eq!(whole, g.prompt_ids, "{}: the golden's ids are the whole text's", g.name);
-        assert_eq!(g.decode_runs, 31, "{}: 32 tokens take 31 decode calls", g.name);
+        assert_eq!(
+            whole, g.prompt_ids,
+            "{}: the golden's ids are the whole text's",
+            g.name
+        );
+        assert_eq!(
+            g.decode_runs, 31,
+            "{}: 32 tokens take 31 decode calls",
+            g.name
+        );
         out.push(Target {
             source: "golden",
             prompt: g.name.clone(),
@@ -140,7 +147,10 @@ fn targets(tokenizer: &Tokenizer) -> Vec<Target> {
             bytes: g.bytes,
         });
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/generate/gemma3-270m-greedy32.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/generate/gemma3-270m-greedy32.json"
+    );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     for p in doc["prompts"].as_array().unwrap() {
@@ -179,9 +189,14 @@ fn gemma3_270m_greedy32_matches_llama_cpp() {
                 inner: CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), 2048),
                 logits: Vec::new(),
             };
-            let out =
-                generate(&mut ev, &tokenizer, &end, &t.ids, &options, &mut |_| {}).unwrap();
-            assert_eq!(out.tokens.len(), 32, "{}: stopped by {:?}", t.prompt, out.stop);
+            let out = generate(&mut ev, &tokenizer, &end, &t.ids, &options, &mut |_| {}).unwrap();
+            assert_eq!(
+                out.tokens.len(),
+                32,
+                "{}: stopped by {:?}",
+                t.prompt,
+                out.stop
+            );
             assert_eq!(out.decode_steps, 31);
             runs.push((t.ids.clone(), out.bytes, out.tokens, ev.logits));
         }
@@ -291,7 +306,15 @@ fn gemma3_270m_greedy32_on_the_gpu_matches_llama_cpp() {
         let dir = std::env::temp_dir().join(format!("rocky-generate-gemma-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocky"))
-            .args(["generate", path.to_str().unwrap(), "-n", "32", "--temp", "0", "--json"])
+            .args([
+                "generate",
+                path.to_str().unwrap(),
+                "-n",
+                "32",
+                "--temp",
+                "0",
+                "--json",
+            ])
             .args(["--token-ids", &ids.join(",")])
             .env("XDG_RUNTIME_DIR", &dir)
             .env("ROCKY_DB", dir.join("none.sled"))
@@ -309,7 +332,11 @@ fn gemma3_270m_greedy32_on_the_gpu_matches_llama_cpp() {
             "GPU {:<15} vs llama.cpp {:<6}: {}",
             t.prompt,
             t.source,
-            if bytes == t.bytes { "same bytes" } else { "DIFFERENT" }
+            if bytes == t.bytes {
+                "same bytes"
+            } else {
+                "DIFFERENT"
+            }
         );
         assert_eq!(
             String::from_utf8_lossy(&bytes),

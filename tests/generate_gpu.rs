@@ -12,8 +12,8 @@ use rocky_compiler::{
     default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
 };
 use rocky_generate::{
-    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions,
-    SamplerParams, Vocabulary,
+    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams,
+    Vocabulary,
 };
 use rocky_models::arch::{self, Model};
 use rocky_models::fuse::FuseOptions;

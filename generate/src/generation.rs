@@ -322,13 +322,21 @@ mod tests {
             &mut |_| {},
         )
         .unwrap_err();
-        assert!(err.to_string().contains("prompt has 2 tokens but the context holds 1"));
+        assert!(err
+            .to_string()
+            .contains("prompt has 2 tokens but the context holds 1"));
     }
 
     #[test]
     fn split_characters_stream_whole_and_the_bytes_stay_exact() {
         // Tokens 1-3 spell "é" split (c3 | a9) then the first two bytes of "⌧" (e2 8c).
-        let vocab = Bytes(vec![vec![], vec![0xc3], vec![0xa9], vec![0xe2, 0x8c], vec![]]);
+        let vocab = Bytes(vec![
+            vec![],
+            vec![0xc3],
+            vec![0xa9],
+            vec![0xe2, 0x8c],
+            vec![],
+        ]);
         let mut ev = Counter::new(5, 64);
         let (g, pieces) = run(&mut ev, &vocab, &[], &[0], &greedy(3));
         assert_eq!(g.bytes, vec![0xc3, 0xa9, 0xe2, 0x8c]);

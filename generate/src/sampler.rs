@@ -144,7 +144,12 @@ impl Sampler {
         if p.top_k > 0 {
             order.truncate(p.top_k.max(1));
         }
-        let probs = softmax(&order.iter().map(|&i| logits[i as usize]).collect::<Vec<_>>());
+        let probs = softmax(
+            &order
+                .iter()
+                .map(|&i| logits[i as usize])
+                .collect::<Vec<_>>(),
+        );
         if p.top_p < 1.0 {
             // The smallest prefix that reaches top_p, the token crossing it included.
             let mut cum = 0.0f64;
@@ -167,7 +172,11 @@ impl Sampler {
                 .max(1);
             order.truncate(keep);
         }
-        let t = if p.temperature > 0.0 { p.temperature } else { 1.0 };
+        let t = if p.temperature > 0.0 {
+            p.temperature
+        } else {
+            1.0
+        };
         let tempered: Vec<f32> = order.iter().map(|&i| logits[i as usize] / t).collect();
         softmax(&tempered)
             .into_iter()
@@ -288,9 +297,16 @@ mod tests {
         // softmax(ln p / T) ∝ p^(1/T).
         for t in [0.5f32, 2.0] {
             let d = params(|p| p.temperature = t).distribution(&four(), &[]);
-            let w: Vec<f32> = [0.1f32, 0.2, 0.3, 0.4].iter().map(|p| p.powf(1.0 / t)).collect();
+            let w: Vec<f32> = [0.1f32, 0.2, 0.3, 0.4]
+                .iter()
+                .map(|p| p.powf(1.0 / t))
+                .collect();
             let sum: f32 = w.iter().sum();
-            let want: Vec<(u32, f32)> = w.iter().enumerate().map(|(i, x)| (i as u32, x / sum)).collect();
+            let want: Vec<(u32, f32)> = w
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (i as u32, x / sum))
+                .collect();
             assert_close(&probs_by_id(&d), &want);
         }
     }
@@ -319,7 +335,10 @@ mod tests {
             p.repeat_penalty = 2.0;
             p.repeat_last_n = 1
         });
-        assert_eq!(s.penalized(&[2.0, -2.0, 1.0], &[0, 1]), vec![2.0, -4.0, 1.0]);
+        assert_eq!(
+            s.penalized(&[2.0, -2.0, 1.0], &[0, 1]),
+            vec![2.0, -4.0, 1.0]
+        );
     }
 
     #[test]

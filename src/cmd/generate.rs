@@ -6,8 +6,8 @@ use super::gpu::{GpuArgs, GpuSession};
 use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
 use rocky_generate::{
-    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateError,
-    GenerateOptions, Generation, SamplerParams,
+    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateError, GenerateOptions,
+    Generation, SamplerParams,
 };
 use rocky_models::arch;
 use rocky_models::reference::ReferenceOptions;
@@ -17,10 +17,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  rocky generate model.gguf --prompt 'The capital of France is' -n 32 --temp 0\n  \
+#[command(
+    after_help = "Examples:\n  rocky generate model.gguf --prompt 'The capital of France is' -n 32 --temp 0\n  \
 rocky generate model.gguf --file prompt.txt -n 200 --temp 0.7 --top-p 0.9 --seed 1 --json\n\n\
 Sampling follows llama.cpp: the repetition penalty, top-k, top-p and min-p filter the \
-untempered distribution, then the temperature applies; --temp 0 is greedy.")]
+untempered distribution, then the temperature applies; --temp 0 is greedy."
+)]
 pub struct Args {
     /// The GGUF model.
     pub model: PathBuf,
@@ -110,9 +112,8 @@ pub fn run(args: Args) -> CmdResult {
     sampler.validate().map_err(CliError::usage)?;
     let file = super::open_gguf(&args.model)?;
     let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
-    let tokenizer = Tokenizer::from_gguf(&file).map_err(|e| {
-        CliError::input(format!("generation needs the model's tokenizer: {e}"))
-    })?;
+    let tokenizer = Tokenizer::from_gguf(&file)
+        .map_err(|e| CliError::input(format!("generation needs the model's tokenizer: {e}")))?;
     let ids = prompt::token_ids(&args.prompt, &file)?;
     if let Some(&bad) = ids.iter().find(|&&t| t as usize >= model.config.n_vocab) {
         return Err(CliError::input(format!(
@@ -191,7 +192,9 @@ fn print_timings(g: &Generation, backend: &str, ubatch: Option<(usize, &str)>) {
         g.prompt_tokens,
         ms(g.prefill),
         g.prefill_tokens_per_second(),
-        ubatch.map_or(String::new(), |(u, origin)| format!(", ubatch {u} ({origin})"))
+        ubatch.map_or(String::new(), |(u, origin)| format!(
+            ", ubatch {u} ({origin})"
+        ))
     );
     match g.decode_tokens_per_second() {
         Some(tps) => eprintln!(
