@@ -169,6 +169,14 @@ fn targets(tokenizer: &Tokenizer) -> Vec<Target> {
     out
 }
 
+/// One greedy generation: the prompt, its bytes and tokens, and the logits of every step.
+struct Run {
+    ids: Vec<u32>,
+    bytes: Vec<u8>,
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
 #[test]
 fn gemma3_270m_greedy32_matches_llama_cpp() {
     let file = GgufFile::open(asset("gemma-3-270m-q4_k_m.gguf")).unwrap();
@@ -181,10 +189,10 @@ fn gemma3_270m_greedy32_matches_llama_cpp() {
         stop_strings: Vec::new(),
     };
     // One generation per distinct prompt (the golden's p4 is one token shorter).
-    let mut runs: Vec<(Vec<u32>, Vec<u8>, Vec<u32>, Vec<Vec<f32>>)> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     let mut failures = Vec::new();
     for t in targets(&tokenizer) {
-        if !runs.iter().any(|r| r.0 == t.ids) {
+        if !runs.iter().any(|r| r.ids == t.ids) {
             let mut ev = Recording {
                 inner: CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), 2048),
                 logits: Vec::new(),
@@ -198,9 +206,19 @@ fn gemma3_270m_greedy32_matches_llama_cpp() {
                 out.stop
             );
             assert_eq!(out.decode_steps, 31);
-            runs.push((t.ids.clone(), out.bytes, out.tokens, ev.logits));
+            runs.push(Run {
+                ids: t.ids.clone(),
+                bytes: out.bytes,
+                tokens: out.tokens,
+                logits: ev.logits,
+            });
         }
-        let (_, bytes, tokens, logits) = runs.iter().find(|r| r.0 == t.ids).unwrap();
+        let Run {
+            bytes,
+            tokens,
+            logits,
+            ..
+        } = runs.iter().find(|r| r.ids == t.ids).unwrap();
         let same = *bytes == t.bytes;
         let exact = EXACT.contains(&(t.source, t.prompt.as_str()));
         println!(
