@@ -11,33 +11,17 @@ pub struct EndOfGeneration {
     ids: BTreeSet<u32>,
 }
 
-/// Metadata keys naming end-of-generation tokens (llama.cpp adds the FIM pad/repo/separator
-/// tokens too: a code model that emits them has finished its fill-in).
+/// Metadata keys naming end-of-generation tokens.
 const EOG_KEYS: &[&str] = &[
     "tokenizer.ggml.eos_token_id",
     "tokenizer.ggml.eot_token_id",
     "tokenizer.ggml.eom_token_id",
-    "tokenizer.ggml.fim_pad_token_id",
-    "tokenizer.ggml.fim_rep_token_id",
-    "tokenizer.ggml.fim_sep_token_id",
-];
-
-/// FIM texts llama.cpp treats as end-of-generation when the metadata names none.
-const FIM_EOG_TEXTS: &[&str] = &[
-    "<|fim_pad|>",
-    "<fim-pad>",
-    "<fim_pad>",
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-    "<|file_sep|>",
 ];
 
 impl EndOfGeneration {
-    /// From the file's metadata and the vocabulary's texts, as llama.cpp's vocabulary loader
-    /// collects its end-of-generation set.
+    /// From the file's metadata and the vocabulary's texts, as llama.cpp 0c1e57098's
+    /// vocabulary loader collects its end-of-generation set (its `print_info: EOG token` lines:
+    /// tests/generate_stop.rs).
     pub fn from_vocabulary(file: &GgufFile, tokenizer: &Tokenizer) -> EndOfGeneration {
         let n = tokenizer.vocab_size() as u64;
         let mut ids: BTreeSet<u32> = EOG_KEYS
@@ -50,7 +34,6 @@ impl EndOfGeneration {
         ids.extend(
             END_OF_GENERATION
                 .iter()
-                .chain(FIM_EOG_TEXTS)
                 .filter_map(|t| tokenizer.token_id(t)),
         );
         EndOfGeneration { ids }
