@@ -220,3 +220,30 @@ fn bad_flags_give_clear_errors() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(!text(&o).contains("panicked"));
 }
+
+/// A context smaller than prompt + -n ends generation cleanly when it is full: 5 prompt
+/// tokens in 8 positions leave room for 3 decode steps, so 4 tokens (the last one sampled from
+/// the logits of position 7, never evaluated).
+#[test]
+fn a_full_context_stops_generation_cleanly() {
+    let model = tiny();
+    let m = model.to_str().unwrap();
+    for backend in [&["--cpu"][..], &[][..]] {
+        let args = [
+            m,
+            "--token-ids",
+            IDS,
+            "-n",
+            "12",
+            "--temp",
+            "0",
+            "--ctx",
+            "8",
+            "--json",
+        ];
+        let doc = json(&rocky(&[&args[..], backend].concat()));
+        assert_eq!(doc["stop"], "context_full", "{backend:?}");
+        assert_eq!(doc["generated_tokens"], 4, "{backend:?}");
+        assert_eq!(doc["decode_steps"], 3, "{backend:?}");
+    }
+}
