@@ -29,6 +29,9 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Run the prefill of a prompt and print the next-token candidates.
     Prefill(cmd::prefill::Args),
+    /// Continue a prompt: stream the generated text to standard output (timings to standard
+    /// error), greedy or sampled.
+    Generate(cmd::generate::Args),
     /// Write a random-weight Qwen2.5-shaped GGUF model (for benchmarks and demos).
     Synth(cmd::synth::Args),
     /// List Vulkan devices with the limits and features rocky uses.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Info(a) => cmd::info::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Prefill(a) => cmd::prefill::run(a),
+        Command::Generate(a) => cmd::generate::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Devices(a) => cmd::devices::run(a),
         Command::Kernel(a) => cmd::kernel::run(a),

@@ -280,6 +280,53 @@ impl<'m> GpuSession<'m> {
     }
 }
 
+/// What `rocky generate` needs beyond the prefill (see `Executor::decode`).
+impl GpuSession<'_> {
+    /// One token at the next position, with kernels prepared for one row.
+    pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, CliError> {
+        self.executor
+            .decode(
+                token,
+                &ForcedMath {
+                    inner: &ForcedSharedMemory {
+                        inner: &self.schedules,
+                        on: self.force_shared_memory,
+                    },
+                    family: self.math,
+                },
+            )
+            .map_err(exec_error)
+    }
+
+    /// Builds the decode step's one-row pipelines (not counted in its time).
+    pub fn prepare_decode(&mut self) -> Result<(), CliError> {
+        self.executor
+            .prepare_decode(&ForcedMath {
+                inner: &ForcedSharedMemory {
+                    inner: &self.schedules,
+                    on: self.force_shared_memory,
+                },
+                family: self.math,
+            })
+            .map_err(exec_error)
+    }
+
+    /// Positions in the KV cache.
+    pub fn n_past(&self) -> usize {
+        self.executor.n_past()
+    }
+
+    /// Positions the KV cache holds.
+    pub fn n_ctx(&self) -> usize {
+        self.executor.n_ctx()
+    }
+
+    /// Empties the KV cache.
+    pub fn reset(&mut self) {
+        self.executor.reset()
+    }
+}
+
 impl GpuSession<'_> {
     /// The per-op table of `--profile`: GPU time per (op, kernel), summed over layers.
     pub fn profile_table(&self) -> Vec<ProfileRow> {

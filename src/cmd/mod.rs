@@ -6,6 +6,7 @@ pub mod bench_gemm;
 pub mod db;
 pub mod devices;
 pub mod doctor;
+pub mod generate;
 pub mod gpu;
 pub mod info;
 pub mod kernel;

@@ -314,6 +314,33 @@ pub(super) fn read_flag(
     }
 }
 
+/// llama.cpp 0c1e57098's end-of-generation texts (its end-of-turn texts are among them): made
+/// control tokens here, and tokens that end generation (`rocky-generate`'s stop conditions).
+pub const END_OF_GENERATION: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
 /// llama.cpp's load-time fix-up: tokens whose text marks end-of-generation or fill-in-the-middle
 /// are made control tokens even when the converter typed them otherwise (Qwen2.5's
 /// `<|fim_prefix|>`… are user-defined in its tokenizer.json). This changes whether they are
@@ -327,31 +354,6 @@ pub(super) fn force_control_looking_tokens(
     ids: &HashMap<&str, u32>,
     kinds: &mut [TokenKind],
 ) {
-    // llama.cpp 0c1e57098's end-of-generation texts (its end-of-turn texts are among them).
-    const END_OF_GENERATION: &[&str] = &[
-        "<|eot_id|>",
-        "<|im_end|>",
-        "<|end|>",
-        "<|return|>",
-        "<|call|>",
-        "<|flush|>",
-        "<|calls|>",
-        "<end_of_turn>",
-        "<|endoftext|>",
-        "</s>",
-        "<|eom_id|>",
-        "<EOT>",
-        "_<EOT>",
-        "[EOT]",
-        "[EOS]",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
-        "<eos>",
-        "<turn|>",
-        "<|tool_response>",
-        "<｜end▁of▁sentence｜>",
-        "[e~[",
-    ];
     // (metadata keys that name the role's token, texts llama.cpp recognizes for it)
     const ROLES: &[(&[&str], &[&str])] = &[
         (

@@ -15,6 +15,7 @@ mod pre_tokenizer;
 mod special_split;
 mod spm;
 
+pub use gguf_vocab::END_OF_GENERATION;
 pub use pre_tokenizer::PreTokenizer;
 
 use crate::gguf::GgufFile;

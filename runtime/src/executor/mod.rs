@@ -9,6 +9,7 @@
 //! the vocabulary-wide output projection) run in the last ubatch only, and their logits are
 //! the only ones read back.
 
+mod decode;
 mod math;
 mod slots;
 

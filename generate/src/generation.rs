@@ -1,0 +1,355 @@
+//! The generation loop: prefill the prompt, then sample and decode one token at a time,
+//! streaming complete text to a callback and timing the two phases apart.
+
+use crate::evaluator::{EvalError, Evaluator};
+use crate::sampler::{Sampler, SamplerParams};
+use crate::stop::{EndOfGeneration, StopStrings};
+use crate::text::{Utf8Stream, Vocabulary};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    /// Tokens to generate at most.
+    pub max_new_tokens: usize,
+    pub sampler: SamplerParams,
+    pub stop_strings: Vec<String>,
+}
+
+/// Why generation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// `max_new_tokens` were generated.
+    MaxTokens,
+    /// The model produced an end-of-generation token (not part of the output).
+    EndOfGeneration(u32),
+    /// A stop string appeared in the text (it and what follows are not part of the output).
+    StopString(String),
+    /// The context is full: the next token has no position left.
+    ContextFull,
+}
+
+impl StopReason {
+    /// A short name for JSON and messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::EndOfGeneration(_) => "end_of_generation",
+            StopReason::StopString(_) => "stop_string",
+            StopReason::ContextFull => "context_full",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub prompt_tokens: usize,
+    /// The generated tokens (an end-of-generation token excluded).
+    pub tokens: Vec<u32>,
+    /// Their exact bytes, as llama.cpp prints them (may end inside a UTF-8 character).
+    pub bytes: Vec<u8>,
+    /// The text streamed to the callback (cut at a stop string; an unfinished character at the
+    /// end is U+FFFD).
+    pub text: String,
+    pub stop: StopReason,
+    /// Time of the prompt's evaluation (and the first token's sampling).
+    pub prefill: Duration,
+    /// Time of the decode steps, sampling included.
+    pub decode: Duration,
+    /// Single-token evaluations run (one fewer than the tokens when the last one needs none).
+    pub decode_steps: usize,
+}
+
+impl Generation {
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-12)
+    }
+
+    /// Decode steps per second; None when no step ran.
+    pub fn decode_tokens_per_second(&self) -> Option<f64> {
+        (self.decode_steps > 0)
+            .then(|| self.decode_steps as f64 / self.decode.as_secs_f64().max(1e-12))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error("the prompt is empty: give at least one token")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens but the context holds {n_ctx}: use a larger context or a shorter prompt")]
+    PromptTooLong { prompt: usize, n_ctx: usize },
+    #[error("bad sampling settings: {0}")]
+    Sampler(String),
+    #[error(transparent)]
+    Eval(#[from] EvalError),
+}
+
+/// Generates after `prompt` on an evaluator whose cache is empty (it is reset first).
+/// `on_text` receives the text as it becomes complete; the pieces add up to `Generation::text`.
+pub fn generate(
+    evaluator: &mut dyn Evaluator,
+    vocabulary: &dyn Vocabulary,
+    end: &EndOfGeneration,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<Generation, GenerateError> {
+    if prompt.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    let n_ctx = evaluator.n_ctx();
+    if prompt.len() > n_ctx {
+        return Err(GenerateError::PromptTooLong {
+            prompt: prompt.len(),
+            n_ctx,
+        });
+    }
+    let mut sampler = Sampler::new(options.sampler.clone()).map_err(GenerateError::Sampler)?;
+    let mut stops = StopStrings::new(options.stop_strings.iter().cloned());
+    let mut utf8 = Utf8Stream::new();
+    let mut history = prompt.to_vec();
+    let mut out = Generation {
+        prompt_tokens: prompt.len(),
+        tokens: Vec::new(),
+        bytes: Vec::new(),
+        text: String::new(),
+        stop: StopReason::MaxTokens,
+        prefill: Duration::ZERO,
+        decode: Duration::ZERO,
+        decode_steps: 0,
+    };
+    let mut emit = |text: &str, out: &mut Generation| {
+        if !text.is_empty() {
+            on_text(text);
+            out.text.push_str(text);
+        }
+    };
+
+    evaluator.reset();
+    let start = Instant::now();
+    let mut logits = evaluator.eval(prompt)?;
+    let mut next = sampler.sample(&logits, &history);
+    out.prefill = start.elapsed();
+
+    let decode_start = Instant::now();
+    let mut stopped = None;
+    while out.tokens.len() < options.max_new_tokens {
+        if end.contains(next) {
+            stopped = Some(StopReason::EndOfGeneration(next));
+            break;
+        }
+        out.tokens.push(next);
+        history.push(next);
+        let bytes = vocabulary.piece_bytes(next);
+        out.bytes.extend_from_slice(&bytes);
+        let check = stops.push(&utf8.push(&bytes));
+        emit(&check.emit, &mut out);
+        if let Some(s) = check.stopped {
+            stopped = Some(StopReason::StopString(s));
+            break;
+        }
+        // The last token needs no evaluation: nothing samples after it.
+        if out.tokens.len() == options.max_new_tokens {
+            break;
+        }
+        if evaluator.n_past() >= n_ctx {
+            stopped = Some(StopReason::ContextFull);
+            break;
+        }
+        logits = evaluator.decode(next)?;
+        out.decode_steps += 1;
+        next = sampler.sample(&logits, &history);
+    }
+    out.decode = decode_start.elapsed();
+    match stopped {
+        Some(StopReason::StopString(s)) => out.stop = StopReason::StopString(s),
+        other => {
+            // The held-back text was not a stop string after all; an unfinished character
+            // ends as U+FFFD.
+            let tail = stops.push(&utf8.finish());
+            emit(&tail.emit, &mut out);
+            let rest = stops.finish();
+            emit(&rest, &mut out);
+            out.stop = other.unwrap_or(StopReason::MaxTokens);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model with a fixed rule: the next token is (last + 1) mod n_vocab, with logit 1 for
+    /// it and 0 elsewhere. Counts its calls.
+    struct Counter {
+        n_vocab: usize,
+        n_ctx: usize,
+        past: Vec<u32>,
+        evals: usize,
+        decodes: usize,
+    }
+
+    impl Counter {
+        fn new(n_vocab: usize, n_ctx: usize) -> Self {
+            Counter {
+                n_vocab,
+                n_ctx,
+                past: Vec::new(),
+                evals: 0,
+                decodes: 0,
+            }
+        }
+        fn logits(&self) -> Vec<f32> {
+            let mut l = vec![0.0; self.n_vocab];
+            l[(*self.past.last().unwrap() as usize + 1) % self.n_vocab] = 1.0;
+            l
+        }
+    }
+
+    impl Evaluator for Counter {
+        fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
+            if self.past.len() + tokens.len() > self.n_ctx {
+                return Err(EvalError("full".into()));
+            }
+            self.evals += 1;
+            self.past.extend_from_slice(tokens);
+            Ok(self.logits())
+        }
+        fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
+            self.decodes += 1;
+            self.eval(&[token])
+        }
+        fn n_past(&self) -> usize {
+            self.past.len()
+        }
+        fn n_ctx(&self) -> usize {
+            self.n_ctx
+        }
+        fn reset(&mut self) {
+            self.past.clear();
+        }
+    }
+
+    /// Token i prints as the byte(s) given here.
+    struct Bytes(Vec<Vec<u8>>);
+    impl Vocabulary for Bytes {
+        fn piece_bytes(&self, id: u32) -> Vec<u8> {
+            self.0[id as usize].clone()
+        }
+    }
+
+    fn letters(n: usize) -> Bytes {
+        Bytes((0..n).map(|i| vec![b'a' + i as u8]).collect())
+    }
+
+    fn greedy(n: usize) -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens: n,
+            sampler: SamplerParams::greedy(),
+            stop_strings: Vec::new(),
+        }
+    }
+
+    fn run(
+        ev: &mut Counter,
+        vocab: &dyn Vocabulary,
+        end: &[u32],
+        prompt: &[u32],
+        opts: &GenerateOptions,
+    ) -> (Generation, Vec<String>) {
+        let mut pieces = Vec::new();
+        let g = generate(
+            ev,
+            vocab,
+            &EndOfGeneration::from_ids(end.iter().copied()),
+            prompt,
+            opts,
+            &mut |t| pieces.push(t.to_string()),
+        )
+        .unwrap();
+        (g, pieces)
+    }
+
+    #[test]
+    fn n_tokens_take_one_prefill_and_n_minus_one_decodes() {
+        let mut ev = Counter::new(10, 64);
+        let (g, pieces) = run(&mut ev, &letters(10), &[], &[0, 1], &greedy(5));
+        assert_eq!(g.tokens, vec![2, 3, 4, 5, 6]);
+        assert_eq!(g.text, "cdefg");
+        assert_eq!(pieces.concat(), g.text);
+        assert_eq!(g.bytes, b"cdefg");
+        assert_eq!(g.stop, StopReason::MaxTokens);
+        // As llama.cpp counts: 32 tokens, 31 decode calls.
+        assert_eq!((ev.decodes, g.decode_steps), (4, 4));
+        assert_eq!(ev.past, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn an_end_of_generation_token_stops_and_is_not_output() {
+        let mut ev = Counter::new(10, 64);
+        let (g, _) = run(&mut ev, &letters(10), &[4], &[1], &greedy(8));
+        assert_eq!(g.tokens, vec![2, 3]);
+        assert_eq!(g.stop, StopReason::EndOfGeneration(4));
+        assert_eq!(g.text, "cd");
+    }
+
+    #[test]
+    fn a_stop_string_cuts_the_text() {
+        let mut ev = Counter::new(10, 64);
+        let opts = GenerateOptions {
+            stop_strings: vec!["ef".into()],
+            ..greedy(8)
+        };
+        let (g, pieces) = run(&mut ev, &letters(10), &[], &[1], &opts);
+        assert_eq!(g.text, "cd");
+        assert_eq!(pieces.concat(), "cd");
+        assert_eq!(g.stop, StopReason::StopString("ef".into()));
+    }
+
+    #[test]
+    fn the_context_limit_ends_generation_cleanly() {
+        let mut ev = Counter::new(10, 4);
+        let (g, _) = run(&mut ev, &letters(10), &[], &[0, 1], &greedy(8));
+        // Positions 0-3 hold the prompt and two generated tokens; the third has no position.
+        assert_eq!(g.tokens, vec![2, 3, 4]);
+        assert_eq!(g.stop, StopReason::ContextFull);
+        let err = generate(
+            &mut Counter::new(10, 1),
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0, 1],
+            &greedy(1),
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("prompt has 2 tokens but the context holds 1"));
+    }
+
+    #[test]
+    fn split_characters_stream_whole_and_the_bytes_stay_exact() {
+        // Tokens 1-3 spell "é" split (c3 | a9) then the first two bytes of "⌧" (e2 8c).
+        let vocab = Bytes(vec![
+            vec![],
+            vec![0xc3],
+            vec![0xa9],
+            vec![0xe2, 0x8c],
+            vec![],
+        ]);
+        let mut ev = Counter::new(5, 64);
+        let (g, pieces) = run(&mut ev, &vocab, &[], &[0], &greedy(3));
+        assert_eq!(g.bytes, vec![0xc3, 0xa9, 0xe2, 0x8c]);
+        assert_eq!(pieces, vec!["é", "\u{fffd}"]);
+        assert_eq!(g.text, "é\u{fffd}");
+    }
+
+    #[test]
+    fn the_evaluator_is_reset_first() {
+        let mut ev = Counter::new(10, 64);
+        run(&mut ev, &letters(10), &[], &[0], &greedy(3));
+        let (g, _) = run(&mut ev, &letters(10), &[], &[5], &greedy(2));
+        assert_eq!(g.tokens, vec![6, 7]);
+        assert_eq!(ev.past, vec![5, 6]);
+    }
+}

@@ -1,0 +1,17 @@
+//! Text generation for rocky: the loop that turns a prompt into a continuation, over any
+//! [`Evaluator`] (the CPU reference here, the GPU executor in the `rocky` binary).
+//!
+//! One job per module: `evaluator` (what runs the model), `sampler` (which token next),
+//! `stop` (when to end), `text` (bytes to whole characters), `generation` (the loop).
+
+pub mod evaluator;
+pub mod generation;
+pub mod sampler;
+pub mod stop;
+pub mod text;
+
+pub use evaluator::{CpuEvaluator, EvalError, Evaluator};
+pub use generation::{generate, GenerateError, GenerateOptions, Generation, StopReason};
+pub use sampler::{Sampler, SamplerParams};
+pub use stop::{EndOfGeneration, StopStrings};
+pub use text::{Utf8Stream, Vocabulary};

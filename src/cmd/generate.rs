@@ -1,0 +1,233 @@
+//! `rocky generate`: a prompt's continuation, streamed to standard output as it is made.
+//! Standard output holds the generated text and nothing else (or one JSON object with
+//! `--json`); timings and notes go to standard error.
+
+use super::gpu::{GpuArgs, GpuSession};
+use super::prompt::{self, PromptArgs};
+use crate::error::{CliError, CmdResult};
+use rocky_generate::{
+    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateError, GenerateOptions,
+    Generation, SamplerParams,
+};
+use rocky_models::arch;
+use rocky_models::reference::ReferenceOptions;
+use rocky_models::tokenizer::Tokenizer;
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  rocky generate model.gguf --prompt 'The capital of France is' -n 32 --temp 0\n  \
+rocky generate model.gguf --file prompt.txt -n 200 --temp 0.7 --top-p 0.9 --seed 1 --json\n\n\
+Sampling follows llama.cpp: the repetition penalty, top-k, top-p and min-p filter the \
+untempered distribution, then the temperature applies; --temp 0 is greedy."
+)]
+pub struct Args {
+    /// The GGUF model.
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Tokens to generate at most (fewer when the model ends the text or the context is full).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n_predict: usize,
+    /// Temperature; 0 = greedy (always the most likely token).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to this cumulative probability (1 = all).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Keep tokens at least this fraction as likely as the most likely one (0 = all).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalty for repeating any of the last --repeat-last-n tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens (prompt included) the repetition penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed of the sampler (default: a new one each run, printed to standard error).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop when the text contains this string (repeatable; it is not printed).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Context size in tokens (KV cache positions); default: the prompt plus -n.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Print one JSON object (text, token ids, timings) instead of streaming the text.
+    #[arg(long)]
+    pub json: bool,
+    /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
+    #[arg(long)]
+    pub cpu: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// The GPU executor as a generation evaluator.
+impl Evaluator for GpuSession<'_> {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
+        self.prefill(tokens).map_err(|e| EvalError(e.message))
+    }
+    fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
+        GpuSession::decode(self, token).map_err(|e| EvalError(e.message))
+    }
+    fn n_past(&self) -> usize {
+        GpuSession::n_past(self)
+    }
+    fn n_ctx(&self) -> usize {
+        GpuSession::n_ctx(self)
+    }
+    fn reset(&mut self) {
+        GpuSession::reset(self)
+    }
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.n_predict == 0 {
+        return Err(CliError::usage("-n must be at least 1"));
+    }
+    if args.ctx == Some(0) {
+        return Err(CliError::usage("--ctx must be at least 1"));
+    }
+    if let Some(u) = args.gpu.ubatch.filter(|&u| u == 0 || u > 4096) {
+        return Err(CliError::usage(format!(
+            "--ubatch {u} is out of range: use 1 to 4096"
+        )));
+    }
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let sampler = SamplerParams {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+        seed,
+    };
+    sampler.validate().map_err(CliError::usage)?;
+    let file = super::open_gguf(&args.model)?;
+    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
+    let tokenizer = Tokenizer::from_gguf(&file)
+        .map_err(|e| CliError::input(format!("generation needs the model's tokenizer: {e}")))?;
+    let ids = prompt::token_ids(&args.prompt, &file)?;
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= model.config.n_vocab) {
+        return Err(CliError::input(format!(
+            "token id {bad} is outside the vocabulary of {} tokens",
+            model.config.n_vocab
+        )));
+    }
+    let n_ctx = args.ctx.unwrap_or(ids.len() + args.n_predict);
+    if ids.len() > n_ctx {
+        return Err(CliError::usage(format!(
+            "the prompt has {} tokens but --ctx is {n_ctx}: give a larger --ctx or a shorter prompt",
+            ids.len()
+        )));
+    }
+    let end = EndOfGeneration::from_vocabulary(&file, &tokenizer);
+    let options = GenerateOptions {
+        max_new_tokens: args.n_predict,
+        sampler,
+        stop_strings: args.stop.clone(),
+    };
+    if args.seed.is_none() && args.temp > 0.0 {
+        eprintln!("seed: {seed}");
+    }
+    let stream = !args.json;
+    let mut stdout = std::io::stdout().lock();
+    let mut on_text = |text: &str| {
+        if stream {
+            // A closed pipe ends the process quietly (SIGPIPE is restored in main).
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+        }
+    };
+    let (generation, backend, ubatch) = if args.cpu {
+        let mut ev = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx);
+        let g = generate(&mut ev, &tokenizer, &end, &ids, &options, &mut on_text);
+        (g, "cpu", None)
+    } else {
+        let mut session = GpuSession::open(&args.gpu, &file, &model, n_ctx, false)?;
+        session.prepare()?;
+        session.prepare_decode()?;
+        let ubatch = (session.ubatch(), session.ubatch_origin);
+        let g = generate(&mut session, &tokenizer, &end, &ids, &options, &mut on_text);
+        (g, "gpu", Some(ubatch))
+    };
+    let generation = generation.map_err(generate_error)?;
+    if args.json {
+        let out = json!({
+            "model": args.model,
+            "backend": backend,
+            "ubatch": ubatch.map(|u| u.0),
+            "n_ctx": n_ctx,
+            "prompt_tokens": generation.prompt_tokens,
+            "generated_tokens": generation.tokens.len(),
+            "text": generation.text,
+            "token_ids": generation.tokens,
+            "stop": generation.stop.name(),
+            "seed": seed,
+            "prefill_seconds": generation.prefill.as_secs_f64(),
+            "prefill_tokens_per_second": generation.prefill_tokens_per_second(),
+            "decode_steps": generation.decode_steps,
+            "decode_seconds": generation.decode.as_secs_f64(),
+            "decode_tokens_per_second": generation.decode_tokens_per_second(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    } else {
+        eprintln!();
+        print_timings(&generation, backend, ubatch);
+    }
+    Ok(())
+}
+
+fn print_timings(g: &Generation, backend: &str, ubatch: Option<(usize, &str)>) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "prefill: {} tokens in {:.1} ms, {:.1} tok/s ({backend}{})",
+        g.prompt_tokens,
+        ms(g.prefill),
+        g.prefill_tokens_per_second(),
+        ubatch.map_or(String::new(), |(u, origin)| format!(
+            ", ubatch {u} ({origin})"
+        ))
+    );
+    match g.decode_tokens_per_second() {
+        Some(tps) => eprintln!(
+            "decode: {} steps in {:.1} ms, {:.1} tok/s ({:.2} ms/token)",
+            g.decode_steps,
+            ms(g.decode),
+            tps,
+            ms(g.decode) / g.decode_steps as f64
+        ),
+        None => eprintln!("decode: no step (one token generated)"),
+    }
+    eprintln!(
+        "generated {} token(s), stopped by {}",
+        g.tokens.len(),
+        g.stop.name()
+    );
+}
+
+fn generate_error(e: GenerateError) -> CliError {
+    match e {
+        GenerateError::EmptyPrompt | GenerateError::PromptTooLong { .. } => {
+            CliError::usage(e.to_string())
+        }
+        GenerateError::Sampler(m) => CliError::usage(m),
+        // The evaluator's own message (a device failure, a token outside the vocabulary).
+        GenerateError::Eval(e) => CliError::device(format!("generation failed: {e}")),
+    }
+}
+
+/// A seed from the clock and the process id, for runs without --seed.
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}

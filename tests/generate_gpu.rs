@@ -1,0 +1,227 @@
+//! Generation on the Vulkan device (lavapipe in CI) against the CPU reference: the prompt's
+//! prefill in several ubatches, then one-token decode steps with kernels prepared for one row,
+//! must give the CPU reference's greedy tokens, and logits within 2e-3 of its logits at every
+//! step. The GEMMs run with f32 math (as tests/gpu_prefill.rs's golden comparisons), so the two
+//! differ by summation order only; the models have random weights, whose flat logits would
+//! expose any wrong position or cache row at once.
+
+mod common;
+
+use common::shared;
+use rocky_compiler::{
+    default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
+};
+use rocky_generate::{
+    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams,
+    Vocabulary,
+};
+use rocky_models::arch::{self, Model};
+use rocky_models::fuse::FuseOptions;
+use rocky_models::gguf::GgufFile;
+use rocky_models::reference::{compare_logits, top_k, ReferenceOptions};
+use rocky_models::synth::{Quant, Shape};
+use rocky_runtime::executor::{
+    Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
+};
+use rocky_runtime::{CommandBudget, Context, DeviceSelector};
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+fn ctx() -> &'static Context {
+    static CTX: OnceLock<Context> = OnceLock::new();
+    CTX.get_or_init(|| {
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+        }
+        Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
+    })
+}
+
+/// Default schedules with f32 FMA math and f32 accumulation (as in tests/gpu_prefill.rs).
+struct F32Math;
+
+impl ScheduleSource for F32Math {
+    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
+        let d = default_schedule(w, caps);
+        let Schedule::Gemm(mut g) = d else {
+            return (d, ScheduleOrigin::Default);
+        };
+        g.math = Math::FmaF32;
+        g.accumulate = Precision::F32;
+        let s = Schedule::Gemm(g);
+        if instantiate(w, &s, caps).is_ok() {
+            return (s, ScheduleOrigin::Default);
+        }
+        let alt = search_space(w, caps)
+            .into_iter()
+            .find(|s| matches!(s, Schedule::Gemm(g) if g.math == Math::FmaF32 && g.accumulate == Precision::F32))
+            .expect("an f32 schedule exists");
+        (alt, ScheduleOrigin::Default)
+    }
+}
+
+/// The executor as an evaluator, keeping every logits vector (as `Recording` does for the CPU).
+struct Gpu<'m> {
+    ex: Executor<'m>,
+    logits: Vec<Vec<f32>>,
+}
+
+impl Evaluator for Gpu<'_> {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
+        let l = self
+            .ex
+            .prefill(tokens, &F32Math)
+            .map_err(|e| EvalError(e.to_string()))?;
+        self.logits.push(l.clone());
+        Ok(l)
+    }
+    fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
+        let l = self
+            .ex
+            .decode(token, &F32Math)
+            .map_err(|e| EvalError(e.to_string()))?;
+        self.logits.push(l.clone());
+        Ok(l)
+    }
+    fn n_past(&self) -> usize {
+        self.ex.n_past()
+    }
+    fn n_ctx(&self) -> usize {
+        self.ex.n_ctx()
+    }
+    fn reset(&mut self) {
+        self.logits.clear();
+        self.ex.reset()
+    }
+}
+
+struct Cpu<'a> {
+    inner: CpuEvaluator<'a>,
+    logits: Vec<Vec<f32>>,
+}
+
+impl Evaluator for Cpu<'_> {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
+        let l = self.inner.eval(tokens)?;
+        self.logits.push(l.clone());
+        Ok(l)
+    }
+    fn n_past(&self) -> usize {
+        self.inner.n_past()
+    }
+    fn n_ctx(&self) -> usize {
+        self.inner.n_ctx()
+    }
+    fn reset(&mut self) {
+        self.logits.clear();
+        self.inner.reset()
+    }
+}
+
+/// Token ids print as nothing: this test compares ids and logits, not text.
+struct NoText;
+impl Vocabulary for NoText {
+    fn piece_bytes(&self, _: u32) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
+/// A fixed pseudo-random prompt of ordinary ids (below 1000: plain tokens in the Qwen2
+/// vocabulary).
+fn prompt(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 7919 + 13) % 1000 + 10).collect()
+}
+
+/// Greedy generation of `n_new` tokens after a `n_prompt`-token prompt at `ubatch`, on both.
+fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: usize) {
+    let file = GgufFile::open(path).unwrap();
+    let model: Model = arch::load(&file).unwrap();
+    let ids = prompt(n_prompt);
+    let n_ctx = n_prompt + n_new;
+    let options = GenerateOptions {
+        max_new_tokens: n_new,
+        sampler: SamplerParams::greedy(),
+        stop_strings: Vec::new(),
+    };
+    // No end-of-generation token: random weights may well pick one.
+    let end = EndOfGeneration::default();
+    let mut cpu = Cpu {
+        inner: CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx),
+        logits: Vec::new(),
+    };
+    let want = generate(&mut cpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+
+    let c = ctx();
+    let weights = GpuWeights::upload(c, &file, &model).unwrap();
+    let ex_options = ExecutorOptions {
+        ubatch,
+        budget: CommandBudget::for_device(c.info()),
+        timeout: Duration::from_secs(600),
+        profile: false,
+        fuse: FuseOptions::DEFAULT,
+        overlap: false,
+    };
+    let ex = Executor::new(c, &model, weights, ex_options, n_ctx).unwrap();
+    let mut gpu = Gpu {
+        ex,
+        logits: Vec::new(),
+    };
+    let got = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+    // The executor's ubatch is its own again after the decode steps.
+    assert_eq!(gpu.ex.options().ubatch, ubatch);
+    assert_eq!(gpu.ex.n_past(), n_prompt + n_new - 1);
+
+    let name = path.file_name().unwrap().to_string_lossy();
+    let mut worst = 0f32;
+    for (step, (g, w)) in gpu.logits.iter().zip(&cpu.logits).enumerate() {
+        let cmp = compare_logits(g, w);
+        worst = worst.max(cmp.max_abs_diff);
+        assert!(
+            cmp.max_abs_diff < 2e-3,
+            "{name}: step {step} logits differ by {} (corr {})",
+            cmp.max_abs_diff,
+            cmp.correlation
+        );
+        if step < got.tokens.len() && got.tokens[step] != want.tokens[step] {
+            let top = top_k(w, 2);
+            panic!(
+                "{name}: step {step}: GPU token {} vs CPU {} (CPU top-2 {:?})",
+                got.tokens[step], want.tokens[step], top
+            );
+        }
+    }
+    println!(
+        "{name}: prompt {n_prompt} at ubatch {ubatch}, {n_new} greedy tokens identical, max |Δlogit| {worst:.2e} over {} steps: {:?}",
+        gpu.logits.len(),
+        got.tokens
+    );
+    assert_eq!(got.tokens, want.tokens);
+    assert_eq!(got.decode_steps, n_new - 1);
+
+    // The same executor again: reset, a prefill at its own ubatch after one-row decode steps,
+    // then decode steps again, give the same tokens.
+    let again = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+    assert_eq!(again.tokens, want.tokens, "{name}: second generation on one executor");
+}
+
+#[test]
+fn synth_qwen2_tiny_q8_0_decode_matches_cpu() {
+    gpu_decode_matches_cpu(&common::synth(Shape::Tiny, Quant::Q8_0), 20, 16, 8);
+}
+
+#[test]
+fn qwen2_tiny_q8_0_decode_matches_cpu() {
+    gpu_decode_matches_cpu(&shared().join("models/qwen2-tiny-q8_0.gguf"), 13, 16, 512);
+}
+
+#[test]
+fn qwen2_tiny_q4_k_m_decode_matches_cpu() {
+    gpu_decode_matches_cpu(&shared().join("models/qwen2-tiny-q4_k_m.gguf"), 9, 12, 4);
+}
+
+/// Gemma 3's sliding window (32 keys in the tiny shape) is passed during the decode steps.
+#[test]
+fn synth_gemma3_tiny_decode_past_the_sliding_window_matches_cpu() {
+    gpu_decode_matches_cpu(&common::synth(Shape::Gemma3Tiny, Quant::Q4KM), 24, 20, 16);
+}
