@@ -30,6 +30,15 @@ pub trait Evaluator {
 
     /// Empties the KV cache: the next `eval` starts at position 0.
     fn reset(&mut self);
+
+    /// Keeps the first `n_past` positions of the KV cache and forgets the rest, so the next
+    /// `eval` starts there (prefix reuse: a prompt that shares its start with what is cached
+    /// evaluates only the rest). Returns false where this evaluator cannot rewind; it is then
+    /// reset instead, and the caller must evaluate from position 0.
+    fn truncate(&mut self, n_past: usize) -> bool {
+        self.reset();
+        n_past == 0
+    }
 }
 
 /// The CPU reference forward pass with a context limit (the reference's own cache grows
@@ -83,5 +92,10 @@ impl Evaluator for CpuEvaluator<'_> {
 
     fn reset(&mut self) {
         self.session = CpuSession::new(self.file, self.model, self.options);
+    }
+
+    fn truncate(&mut self, n_past: usize) -> bool {
+        self.session.truncate(n_past);
+        true
     }
 }

@@ -26,6 +26,8 @@ pub enum StopReason {
     StopString(String),
     /// The context is full: the next token has no position left.
     ContextFull,
+    /// The caller asked to stop (a server's client went away).
+    Cancelled,
 }
 
 impl StopReason {
@@ -36,6 +38,7 @@ impl StopReason {
             StopReason::EndOfGeneration(_) => "end_of_generation",
             StopReason::StopString(_) => "stop_string",
             StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
         }
     }
 }
@@ -43,6 +46,8 @@ impl StopReason {
 #[derive(Clone, Debug)]
 pub struct Generation {
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV was already in the cache (not evaluated again).
+    pub reused_tokens: usize,
     /// The generated tokens (an end-of-generation token excluded).
     pub tokens: Vec<u32>,
     /// Their exact bytes, as llama.cpp prints them (may end inside a UTF-8 character).
@@ -60,8 +65,9 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// Prompt tokens evaluated (the reused ones excluded) per second.
     pub fn prefill_tokens_per_second(&self) -> f64 {
-        self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-12)
+        (self.prompt_tokens - self.reused_tokens) as f64 / self.prefill.as_secs_f64().max(1e-12)
     }
 
     /// Decode steps per second; None when no step ran.
@@ -93,6 +99,29 @@ pub fn generate(
     options: &GenerateOptions,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation, GenerateError> {
+    let mut each = |text: &str| {
+        if !text.is_empty() {
+            on_text(text);
+        }
+        true
+    };
+    generate_reusing(evaluator, vocabulary, end, prompt, 0, options, &mut each)
+}
+
+/// [`generate`] keeping the first `reuse` positions of the evaluator's cache, which the caller
+/// knows hold `prompt[..reuse]`: only the rest of the prompt is evaluated (at least its last
+/// token, whose logits start the generation). `on_step` is called once per generated token
+/// with the text that became complete (often empty); returning false stops generation with
+/// [`StopReason::Cancelled`]. Where the evaluator cannot rewind, it starts from position 0.
+pub fn generate_reusing(
+    evaluator: &mut dyn Evaluator,
+    vocabulary: &dyn Vocabulary,
+    end: &EndOfGeneration,
+    prompt: &[u32],
+    reuse: usize,
+    options: &GenerateOptions,
+    on_step: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation, GenerateError> {
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -107,8 +136,13 @@ pub fn generate(
     let mut stops = StopStrings::new(options.stop_strings.iter().cloned());
     let mut utf8 = Utf8Stream::new();
     let mut history = prompt.to_vec();
+    let mut reuse = reuse.min(prompt.len() - 1).min(evaluator.n_past());
+    if !evaluator.truncate(reuse) {
+        reuse = 0;
+    }
     let mut out = Generation {
         prompt_tokens: prompt.len(),
+        reused_tokens: reuse,
         tokens: Vec::new(),
         bytes: Vec::new(),
         text: String::new(),
@@ -117,16 +151,14 @@ pub fn generate(
         decode: Duration::ZERO,
         decode_steps: 0,
     };
-    let mut emit = |text: &str, out: &mut Generation| {
-        if !text.is_empty() {
-            on_text(text);
-            out.text.push_str(text);
-        }
+    // Returns whether the caller wants more.
+    let mut emit = |text: &str, out: &mut Generation| -> bool {
+        out.text.push_str(text);
+        on_step(text)
     };
 
-    evaluator.reset();
     let start = Instant::now();
-    let mut logits = evaluator.eval(prompt)?;
+    let mut logits = evaluator.eval(&prompt[reuse..])?;
     let mut next = sampler.sample(&logits, &history);
     out.prefill = start.elapsed();
 
@@ -142,9 +174,13 @@ pub fn generate(
         let bytes = vocabulary.piece_bytes(next);
         out.bytes.extend_from_slice(&bytes);
         let check = stops.push(&utf8.push(&bytes));
-        emit(&check.emit, &mut out);
+        let go_on = emit(&check.emit, &mut out);
         if let Some(s) = check.stopped {
             stopped = Some(StopReason::StopString(s));
+            break;
+        }
+        if !go_on {
+            stopped = Some(StopReason::Cancelled);
             break;
         }
         // The last token needs no evaluation: nothing samples after it.
@@ -168,7 +204,9 @@ pub fn generate(
             let tail = stops.push(&utf8.finish());
             emit(&tail.emit, &mut out);
             let rest = stops.finish();
-            emit(&rest, &mut out);
+            if !rest.is_empty() {
+                emit(&rest, &mut out);
+            }
             out.stop = other.unwrap_or(StopReason::MaxTokens);
         }
     }
@@ -227,6 +265,10 @@ mod tests {
         }
         fn reset(&mut self) {
             self.past.clear();
+        }
+        fn truncate(&mut self, n_past: usize) -> bool {
+            self.past.truncate(n_past);
+            true
         }
     }
 
@@ -351,5 +393,60 @@ mod tests {
         let (g, _) = run(&mut ev, &letters(10), &[], &[5], &greedy(2));
         assert_eq!(g.tokens, vec![6, 7]);
         assert_eq!(ev.past, vec![5, 6]);
+    }
+
+    #[test]
+    fn reuse_evaluates_only_the_new_tokens_and_gives_the_same_text() {
+        let mut ev = Counter::new(10, 64);
+        let (first, _) = run(&mut ev, &letters(10), &[], &[0, 1, 2], &greedy(3));
+        let mut each = |_: &str| true;
+        let g = generate_reusing(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0, 1, 7],
+            2,
+            &greedy(3),
+            &mut each,
+        )
+        .unwrap();
+        assert_eq!(first.tokens, vec![3, 4, 5]);
+        assert_eq!(g.reused_tokens, 2);
+        assert_eq!(g.tokens, vec![8, 9, 0]);
+        assert_eq!(ev.past, vec![0, 1, 7, 8, 9]);
+        // A prompt wholly cached still evaluates its last token (its logits start the text).
+        let g = generate_reusing(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0, 1, 7],
+            3,
+            &greedy(1),
+            &mut each,
+        )
+        .unwrap();
+        assert_eq!((g.reused_tokens, g.tokens.clone()), (2, vec![8]));
+    }
+
+    #[test]
+    fn the_caller_can_cancel() {
+        let mut ev = Counter::new(10, 64);
+        let mut steps = 0;
+        let mut each = |_: &str| {
+            steps += 1;
+            steps < 2
+        };
+        let g = generate_reusing(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0],
+            0,
+            &greedy(8),
+            &mut each,
+        )
+        .unwrap();
+        assert_eq!(g.stop, StopReason::Cancelled);
+        assert_eq!(g.tokens, vec![1, 2]);
     }
 }

@@ -11,7 +11,9 @@ pub mod stop;
 pub mod text;
 
 pub use evaluator::{CpuEvaluator, EvalError, Evaluator};
-pub use generation::{generate, GenerateError, GenerateOptions, Generation, StopReason};
+pub use generation::{
+    generate, generate_reusing, GenerateError, GenerateOptions, Generation, StopReason,
+};
 pub use sampler::{Sampler, SamplerParams};
 pub use stop::{EndOfGeneration, StopStrings};
 pub use text::{Utf8Stream, Vocabulary};

@@ -50,6 +50,20 @@ impl<'a> CpuSession<'a> {
         self.n_past
     }
 
+    /// Forgets the cached positions from `n_past` on (prefix reuse: the next `eval` continues
+    /// from there). A larger `n_past` than cached changes nothing.
+    pub fn truncate(&mut self, n_past: usize) {
+        if n_past >= self.n_past {
+            return;
+        }
+        for (k, v) in &mut self.kv {
+            let width = k.len() / self.n_past;
+            k.truncate(n_past * width);
+            v.truncate(n_past * width);
+        }
+        self.n_past = n_past;
+    }
+
     /// Runs the graph over `tokens` (the next positions after those already cached) and
     /// returns the logits of the last one.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {

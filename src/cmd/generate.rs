@@ -85,6 +85,10 @@ impl Evaluator for GpuSession<'_> {
     fn reset(&mut self) {
         GpuSession::reset(self)
     }
+    fn truncate(&mut self, n_past: usize) -> bool {
+        GpuSession::truncate(self, n_past);
+        true
+    }
 }
 
 pub fn run(args: Args) -> CmdResult {

@@ -325,6 +325,11 @@ impl GpuSession<'_> {
     pub fn reset(&mut self) {
         self.executor.reset()
     }
+
+    /// Keeps the first `n_past` cached positions (prefix reuse in `rocky serve`).
+    pub fn truncate(&mut self, n_past: usize) {
+        self.executor.truncate(n_past)
+    }
 }
 
 impl GpuSession<'_> {

@@ -19,6 +19,14 @@ impl Executor<'_> {
         self.n_ctx
     }
 
+    /// Forgets the positions from `n_past` on, so the next prefill starts there (prefix reuse
+    /// by a server: a prompt sharing its start with the cached tokens prefills only the rest).
+    /// Nothing needs clearing: a prefill writes its own positions' K and V before attention
+    /// reads them, and attention reads no position past the row's own (`max_kv = pos0 + rows`).
+    pub fn truncate(&mut self, n_past: usize) {
+        self.n_past = self.n_past.min(n_past);
+    }
+
     /// Runs `token` at position `n_past()` and returns its logits; the token stays in the
     /// cache. The pipelines are prepared for one row for the step (the executor's ubatch is
     /// restored after it, and the next `prefill` prepares its own again).
