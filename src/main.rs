@@ -32,6 +32,9 @@ enum Command {
     /// Continue a prompt: stream the generated text to standard output (timings to standard
     /// error), greedy or sampled.
     Generate(cmd::generate::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (completions and chat, streaming
+    /// or not), reusing the cached prompt prefix across requests.
+    Serve(cmd::serve::Args),
     /// Write a random-weight Qwen2.5-shaped GGUF model (for benchmarks and demos).
     Synth(cmd::synth::Args),
     /// List Vulkan devices with the limits and features rocky uses.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Prefill(a) => cmd::prefill::run(a),
         Command::Generate(a) => cmd::generate::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Devices(a) => cmd::devices::run(a),
         Command::Kernel(a) => cmd::kernel::run(a),

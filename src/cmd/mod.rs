@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod prefill;
 pub mod prompt;
 pub mod report;
+pub mod serve;
 pub mod staging;
 pub mod synth;
 pub mod tokenize;

@@ -1,0 +1,95 @@
+//! `rocky serve`: the model behind an OpenAI-compatible HTTP API (crate rocky-serve), on the
+//! GPU executor or the CPU reference. This file only opens the model; the server is the crate's.
+
+use super::gpu::{GpuArgs, GpuSession};
+use crate::error::{CliError, CmdResult};
+use rocky_generate::{CpuEvaluator, EndOfGeneration, Evaluator};
+use rocky_models::arch;
+use rocky_models::reference::ReferenceOptions;
+use rocky_models::tokenizer::Tokenizer;
+use rocky_serve::{ChatFormat, Model, ServeOptions};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  rocky serve model.gguf --port 8080 --ctx 4096\n  \
+curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    \
+-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n\n\
+Endpoints: /v1/completions, /v1/chat/completions (\"stream\": true for server-sent events), \
+/v1/models, /health. One request runs at a time; up to --queue more wait, the rest get 503. \
+A request whose prompt starts as the cached tokens do (the next turn of a conversation) \
+evaluates only the rest: usage.prompt_tokens_details.cached_tokens says how many were reused."
+)]
+pub struct Args {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free one, printed on standard error).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Context size in tokens (KV cache positions): prompt and answer together.
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Requests that may wait while one runs; more are answered 503.
+    #[arg(long, default_value_t = 16)]
+    pub queue: usize,
+    /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
+    #[arg(long)]
+    pub cpu: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.ctx == 0 {
+        return Err(CliError::usage("--ctx must be at least 1"));
+    }
+    let file = super::open_gguf(&args.model)?;
+    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
+    let tokenizer = Tokenizer::from_gguf(&file)
+        .map_err(|e| CliError::input(format!("serving needs the model's tokenizer: {e}")))?;
+    let chat = ChatFormat::of(&file, &tokenizer);
+    match chat.source() {
+        Some(source) => eprintln!("chat format: {source}"),
+        None => eprintln!(
+            "note: {} has no chat template: /v1/chat/completions answers 400, /v1/completions works",
+            args.model.display()
+        ),
+    }
+    let end = EndOfGeneration::from_vocabulary(&file, &tokenizer);
+    let options = ServeOptions {
+        host: args.host.clone(),
+        port: args.port,
+        queue: args.queue,
+        model_id: args
+            .model
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned()),
+    };
+    // A client that closes its connection must not end the server: writes to its socket then
+    // fail with EPIPE instead of raising SIGPIPE (main restores the default action for pipes).
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let serve = |evaluator: &mut dyn Evaluator| {
+        let mut model = Model {
+            evaluator,
+            tokenizer: &tokenizer,
+            end: end.clone(),
+            chat: chat.clone(),
+        };
+        rocky_serve::run(&options, &mut model).map_err(|e| CliError::output(e.to_string()))
+    };
+    if args.cpu {
+        let mut ev = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), args.ctx);
+        serve(&mut ev)
+    } else {
+        let mut session = GpuSession::open(&args.gpu, &file, &model, args.ctx, false)?;
+        session.prepare()?;
+        session.prepare_decode()?;
+        serve(&mut session)
+    }
+}
