@@ -292,3 +292,22 @@ fn bad_requests_get_4xx_json_errors_and_the_server_keeps_serving() {
     let models: Value = serde_json::from_str(&models).unwrap();
     assert_eq!(models["data"][0]["id"], "qwen2-tiny-q8_0.gguf");
 }
+
+/// The real Gemma 3 270M GGUF carries no chat template: chat requests get Gemma's turn format
+/// built in, checked against `rocky generate` on the prompt written out by hand.
+#[test]
+fn gemma3_without_a_template_chats_in_its_built_in_format() {
+    let model = common::asset("gemma-3-270m-q4_k_m.gguf");
+    let by_hand =
+        "<start_of_turn>user\nBe brief.\n\nWhat is a GPU?<end_of_turn>\n<start_of_turn>model\n";
+    let want = generate_greedy(&model, by_hand, 6, false);
+    let server = Server::start(&model, &["--ctx", "256"]);
+    assert!(server.log().contains("built-in gemma3"), "{}", server.log());
+    let (status, v) = server.post_json(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a GPU?"}], "max_tokens": 6, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], want["prompt_tokens"]);
+    assert_eq!(v["choices"][0]["message"]["content"], want["text"]);
+}
