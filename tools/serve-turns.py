@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""An agent's conversation against an OpenAI-compatible server: each turn resends everything so
+far plus a new user message, and prints the prompt tokens, the reused (cached) tokens and the
+prefill time the server reports (`timings`: rocky serve and llama-server both give prompt_n,
+prompt_ms and cache_n). Greedy, /v1/completions with the text written out, so rocky and
+llama.cpp get the same prompt.
+
+usage: serve-turns.py URL [--turns 5] [--words 120] [--max-tokens 16]
+"""
+import argparse
+import json
+import time
+import urllib.request
+
+TOPICS = ["the GPU", "the KV cache", "prefill", "decode", "the tuner", "Vulkan", "the board"]
+
+
+def post(url, body):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=1200) as r:
+        v = json.load(r)
+    return v, (time.perf_counter() - start) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--words", type=int, default=120)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    a = ap.parse_args()
+    text = ""
+    print("| turn | prompt tokens | cached | evaluated | prefill ms | ms per evaluated token | request ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for turn in range(1, a.turns + 1):
+        topic = TOPICS[turn % len(TOPICS)]
+        words = " ".join(f"{topic} step {i}," for i in range(a.words // 3))
+        text += f"<start_of_turn>user\nTurn {turn}: tell me about {words}<end_of_turn>\n<start_of_turn>model\n"
+        v, wall = post(a.url, {"prompt": text, "max_tokens": a.max_tokens, "temperature": 0,
+                               "cache_prompt": True})
+        t = v.get("timings", {})
+        usage = v["usage"]
+        cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", t.get("cache_n"))
+        n = t.get("prompt_n")
+        ms = t.get("prompt_ms")
+        print(f"| {turn} | {usage['prompt_tokens']} | {cached} | {n} | {ms:.0f} | {ms / max(n, 1):.1f} | {wall:.0f} |")
+        text += v["choices"][0]["text"] + "<end_of_turn>\n"
+
+
+if __name__ == "__main__":
+    main()
