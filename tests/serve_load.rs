@@ -99,6 +99,22 @@ fn a_client_that_leaves_mid_stream_stops_its_generation() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(generated < 4000, "{line}");
     assert!(server.alive());
+    // A non-streaming client that gives up: its request is dropped as well.
+    let body = json!({"prompt": "Tell me more", "max_tokens": 4000, "temperature": 0});
+    let (status, _) = curl(
+        &server.url("/v1/completions"),
+        Some(&body.to_string()),
+        &["--max-time", "2"],
+    );
+    assert_eq!(status, 0, "curl gave up before an answer");
+    while server.log().matches("stopped by cancelled").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "generation did not stop:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (status, text) = server.post(
         "/v1/completions",
         &json!({"prompt": "Next", "max_tokens": 2, "temperature": 0}).to_string(),
