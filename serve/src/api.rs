@@ -116,7 +116,8 @@ fn json_error(e: serde_json::Error) -> ApiError {
 /// An untagged field that matched no form: serde only says "did not match any variant", so
 /// the message names the field and the forms it takes.
 fn check_forms(value: &serde_json::Value) -> Result<(), ApiError> {
-    let forms: [(&str, &str, fn(&serde_json::Value) -> bool); 2] = [
+    type Accepts = fn(&serde_json::Value) -> bool;
+    let forms: [(&str, &str, Accepts); 2] = [
         (
             "prompt",
             "a string, an array of strings or an array of token ids",
