@@ -46,6 +46,17 @@ fn q5_0_block() {
     assert_eq!(y, want);
 }
 
+#[test]
+fn q4_0_block() {
+    let q: Vec<u8> = (0..32).map(|j| (j * 7 % 16) as u8).collect();
+    let qs: Vec<u8> = (0..16).map(|j| q[j] | (q[j + 16] << 4)).collect();
+    let mut block = h(-0.75).to_vec();
+    block.extend(qs);
+    let y = dequantize(WeightFormat::Q4_0, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| (f32::from(v) - 8.0) * -0.75).collect();
+    assert_eq!(y, want);
+}
+
 /// Packs 8 six-bit scales and mins the way ggml's Q4_K stores them (inverse of get_scale_min_k4).
 fn pack_scales_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     let mut out = [0u8; 12];

@@ -465,6 +465,7 @@ fn test_workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5_0, 5, ActType::F32, false),
         w(WeightFormat::Q4K, 7, ActType::F32, true),
         w(WeightFormat::Q6K, 1, ActType::F16, true),
+        w(WeightFormat::Q4_0, 6, ActType::F32, true),
         // The aligned layout: a partial last group (Q8_0: 14 blocks, Q6_K: 2 super-blocks).
         aligned(GemmWorkload {
             k: 448,

@@ -48,6 +48,15 @@ fn q5_0(block: &[u8], out: &mut [f32]) {
     }
 }
 
+fn q4_0(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let qs = &block[2..18];
+    for j in 0..16 {
+        out[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
+        out[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
 /// ggml's get_scale_min_k4: 6-bit scale and min of sub-block `j` from the 12 packed bytes.
 pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -135,6 +144,7 @@ pub fn dequantize(
             WeightFormat::F16 => chunk[0] = f16_at(src, 0),
             WeightFormat::Q8_0 => q8_0(src, chunk),
             WeightFormat::Q5_0 => q5_0(src, chunk),
+            WeightFormat::Q4_0 => q4_0(src, chunk),
             WeightFormat::Q4K => q4_k(src, chunk),
             WeightFormat::Q6K => q6_k(src, chunk),
         }

@@ -49,7 +49,7 @@ pub struct Unit {
     /// Byte offset of the unit's data: first element (floats), block (Q8_0/Q5_0) or
     /// super-block (K-quants).
     base: Value,
-    /// f32 scale: d (Q8_0, Q5_0), d*sc (Q4_K), d*sc of elements 0..16 (Q6_K).
+    /// f32 scale: d (Q8_0, Q5_0, Q4_0), d*sc (Q4_K), d*sc of elements 0..16 (Q6_K).
     scale: Option<Value>,
     /// f32: d*sc of elements 16..32 (Q6_K).
     scale_hi: Option<Value>,
@@ -95,6 +95,11 @@ pub fn open_unit(
         WeightFormat::F16 => u.base = b.add(row_off, b.muli(unit, UNIT * 2)),
         WeightFormat::Q8_0 => {
             u.base = b.add(row_off, b.muli(unit, 34));
+            u.scale = Some(load_f16_as_f32(b, buf, u.base));
+            u.q_off = Some(b.addi(u.base, 2));
+        }
+        WeightFormat::Q4_0 => {
+            u.base = b.add(row_off, b.muli(unit, 18));
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
             u.q_off = Some(b.addi(u.base, 2));
         }
@@ -222,8 +227,9 @@ pub fn open_units(
     let split = |off: Value| (b.shri(off, 2), b.shli(b.andi(off, 2), 3));
     let mut out = Vec::new();
     match fmt {
-        WeightFormat::Q8_0 | WeightFormat::Q5_0 => {
-            // One run per block (its 34 or 22 bytes end 2 bytes into a word, see WordRun).
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => {
+            // One run per block (its 34, 22 or 18 bytes end 2 bytes into a word, see
+            // WordRun).
             let bytes = fmt.block_bytes();
             for ul in 0..count {
                 let mut u = blank(b.add(row_off, b.muli(b.addi(first, ul), bytes)));
@@ -695,6 +701,17 @@ impl Unit {
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
             }
+            WeightFormat::Q4_0 => {
+                // Elements 4c..4c+4: nibble (c >> 2) of qs[4(c & 3) ..].
+                let word = load_u32(
+                    b,
+                    buf,
+                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    self.q_align,
+                );
+                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                center_bytes(b, nib, 4)
+            }
             WeightFormat::Q4K => {
                 let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
@@ -793,6 +810,11 @@ impl Unit {
                     b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
+            }
+            WeightFormat::Q4_0 => {
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                center_bytes(b, nib, 4)
             }
             WeightFormat::Q4K => {
                 let word = qs.u32_at(b, r + 4 * c);

@@ -3,6 +3,8 @@
 //!
 //! Semantics follow ggml's `dequantize_row_*` (evaluated without FMA contraction):
 //! - Q8_0 (34 B / 32): f16 d, 32 × i8 q; `y = q * d`.
+//! - Q4_0 (18 B / 32): f16 d, 16 B qs; element j < 16 is the low nibble of qs[j], element
+//!   j ≥ 16 the high nibble of qs[j-16]; `y = (q - 8) * d`.
 //! - Q5_0 (22 B / 32): f16 d, u32 qh, 16 B qs; element j < 16 is the low nibble of qs[j] with
 //!   bit j of qh as bit 4, element j ≥ 16 the high nibble of qs[j-16] with bit j of qh;
 //!   `y = (q - 16) * d`.
@@ -40,6 +42,8 @@ pub enum WeightFormat {
     Q8_0,
     #[serde(rename = "q5_0")]
     Q5_0,
+    #[serde(rename = "q4_0")]
+    Q4_0,
     #[serde(rename = "q4_k")]
     Q4K,
     #[serde(rename = "q6_k")]
@@ -47,20 +51,21 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [
+    pub const ALL: [WeightFormat; 7] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
         WeightFormat::Q5_0,
         WeightFormat::Q4K,
         WeightFormat::Q6K,
+        WeightFormat::Q4_0,
     ];
 
     /// Elements per block (1 for plain floats).
     pub fn block_elems(self) -> u32 {
         match self {
             WeightFormat::F32 | WeightFormat::F16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q5_0 => 32,
+            WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => 32,
             WeightFormat::Q4K | WeightFormat::Q6K => 256,
         }
     }
@@ -72,6 +77,7 @@ impl WeightFormat {
             WeightFormat::F16 => 2,
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q5_0 => 22,
+            WeightFormat::Q4_0 => 18,
             WeightFormat::Q4K => 144,
             WeightFormat::Q6K => 210,
         }
@@ -86,6 +92,17 @@ impl WeightFormat {
         !matches!(self, WeightFormat::F32 | WeightFormat::F16)
     }
 
+    /// Whether a unit's values carry an additive term beside the scale (`y = s*q - min`):
+    /// the int8 dot-product path then needs the activations' sums (see `dequant::ir`).
+    pub fn has_min(self) -> bool {
+        matches!(self, WeightFormat::Q4K)
+    }
+
+    /// Whether a unit has a second scale for its elements 16..32 (Q6_K's scale per 16).
+    pub fn has_hi_scale(self) -> bool {
+        matches!(self, WeightFormat::Q6K)
+    }
+
     /// ggml's name of the type.
     pub fn ggml_name(self) -> &'static str {
         match self {
@@ -93,6 +110,7 @@ impl WeightFormat {
             WeightFormat::F16 => "F16",
             WeightFormat::Q8_0 => "Q8_0",
             WeightFormat::Q5_0 => "Q5_0",
+            WeightFormat::Q4_0 => "Q4_0",
             WeightFormat::Q4K => "Q4_K",
             WeightFormat::Q6K => "Q6_K",
         }
