@@ -93,6 +93,32 @@ fn q4_k_block() {
 }
 
 #[test]
+fn q5_k_block() {
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let sc: [u8; 8] = [1, 63, 17, 32, 5, 48, 63, 30];
+    let m: [u8; 8] = [0, 9, 63, 40, 21, 2, 33, 63];
+    let q: Vec<u8> = (0..256).map(|e| ((e * 7 + e / 32) % 32) as u8).collect();
+    let (mut qh, mut qs) = ([0u8; 32], [0u8; 128]);
+    for (e, &v) in q.iter().enumerate() {
+        let (s, l) = (e / 32, e % 32);
+        qs[32 * (s / 2) + l] |= (v & 15) << (4 * (s % 2));
+        qh[l] |= (v >> 4) << s;
+    }
+    let mut block = h(d).to_vec();
+    block.extend(h(dmin));
+    block.extend(pack_scales_k4(&sc, &m));
+    block.extend(qh);
+    block.extend(qs);
+    assert_eq!(block.len(), 176);
+    let y = dequantize(WeightFormat::Q5K, &block, 1, 256).unwrap();
+    for (e, &v) in q.iter().enumerate() {
+        let s = e / 32;
+        let want = d * f32::from(sc[s]) * f32::from(v) - dmin * f32::from(m[s]);
+        assert_eq!(y[e], want, "element {e}");
+    }
+}
+
+#[test]
 fn q6_k_block() {
     let d = 0.125f32;
     let scales: Vec<i8> = (0..16).map(|i| (i * 11 % 29) as i8 - 14).collect();

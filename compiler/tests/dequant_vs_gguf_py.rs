@@ -71,7 +71,13 @@ fn check(set: &str) -> BTreeMap<WeightFormat, usize> {
 fn cpu_dequantizers_match_gguf_py_on_random_blocks() {
     let done = check("synthetic");
     // The formats whose blocks only this set has (no test model uses them).
-    for f in [WeightFormat::Q4_0, WeightFormat::Q5_0, WeightFormat::Q8_0, WeightFormat::Q4K] {
+    for f in [
+        WeightFormat::Q4_0,
+        WeightFormat::Q5_0,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4K,
+        WeightFormat::Q5K,
+    ] {
         assert!(done.contains_key(&f), "synthetic refs hold no {f} tensor");
     }
 }

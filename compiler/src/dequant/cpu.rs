@@ -87,6 +87,28 @@ fn q4_k(block: &[u8], out: &mut [f32]) {
     }
 }
 
+fn q5_k(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let dmin = f16_at(block, 2);
+    let scales = &block[4..16];
+    let qh = &block[16..48];
+    let qs = &block[48..176];
+    for p in 0..4 {
+        let (sc0, m0) = scale_min_k4(2 * p, scales);
+        let (sc1, m1) = scale_min_k4(2 * p + 1, scales);
+        let (d0, mm0) = (d * f32::from(sc0), dmin * f32::from(m0));
+        let (d1, mm1) = (d * f32::from(sc1), dmin * f32::from(m1));
+        for l in 0..32 {
+            let q = qs[32 * p + l];
+            // Bit 2p of qh[l] is sub-block 2p's bit 4, bit 2p+1 sub-block 2p+1's.
+            let h0 = ((qh[l] >> (2 * p)) & 1) << 4;
+            let h1 = ((qh[l] >> (2 * p + 1)) & 1) << 4;
+            out[64 * p + l] = d0 * f32::from((q & 0xF) | h0) - mm0;
+            out[64 * p + 32 + l] = d1 * f32::from((q >> 4) | h1) - mm1;
+        }
+    }
+}
+
 fn q6_k(block: &[u8], out: &mut [f32]) {
     let d = f16_at(block, 208);
     for h in 0..2 {
@@ -146,6 +168,7 @@ pub fn dequantize(
             WeightFormat::Q5_0 => q5_0(src, chunk),
             WeightFormat::Q4_0 => q4_0(src, chunk),
             WeightFormat::Q4K => q4_k(src, chunk),
+            WeightFormat::Q5K => q5_k(src, chunk),
             WeightFormat::Q6K => q6_k(src, chunk),
         }
     }

@@ -125,6 +125,24 @@ pub fn open_unit(
             u.q_off = Some(b.add(b.addi(u.base, 16), b.muli(b.shri(sub, 1), 32)));
             u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
         }
+        WeightFormat::Q5K => {
+            // Q4_K's header and nibbles (qs 32 bytes further on), plus bit `sub` of qh[l].
+            let sub = b.andi(unit, 7);
+            u.base = b.add(row_off, b.muli(b.shri(unit, 3), 176));
+            let w = b.shri(u.base, 2);
+            let dm = b.unpack_half2x16(b.load(buf, w));
+            let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
+            let w0 = b.load(buf, b.addi(w, 1));
+            let w1 = b.load(buf, b.addi(w, 2));
+            let w2 = b.load(buf, b.addi(w, 3));
+            let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
+            u.scale = Some(b.mul(d, f32_of_u32(sc)));
+            u.min = Some(b.mul(dmin, f32_of_u32(m)));
+            u.q_off = Some(b.add(b.addi(u.base, 48), b.muli(b.shri(sub, 1), 32)));
+            u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
+            u.qh_off = Some(b.addi(u.base, 16));
+            u.qh_shift = Some(sub);
+        }
         WeightFormat::Q6K => {
             let sub = b.andi(unit, 7);
             let (h, t) = (b.shri(sub, 2), b.andi(sub, 3));
@@ -245,9 +263,10 @@ pub fn open_units(
                 out.push(with_f16_scales(b, u, want_f16));
             }
         }
-        WeightFormat::Q4K => {
-            // Super-blocks start on 16 bytes (144-byte blocks, rows of whole blocks).
-            let base = b.add(row_off, b.muli(b.shri(first, 3), 144));
+        WeightFormat::Q4K | WeightFormat::Q5K => {
+            // Super-blocks start on 16 bytes (144- or 176-byte blocks, rows of whole blocks).
+            let q5 = fmt == WeightFormat::Q5K;
+            let base = b.add(row_off, b.muli(b.shri(first, 3), fmt.block_bytes()));
             let w = b.shri(base, 2);
             let head = run(w, None, 0, 16);
             let dm = b.unpack_half2x16(head.u32_at(b, 0));
@@ -255,10 +274,16 @@ pub fn open_units(
             let (w0, w1, w2) = (head.u32_at(b, 4), head.u32_at(b, 8), head.u32_at(b, 12));
             let s0 = b.andi(first, 7);
             // Sub-blocks 2p and 2p+1 share qs[32p..32p+32]; from the group's first pair on.
-            let qs_base = b.add(b.addi(w, 4), b.shli(b.shri(s0, 1), 3));
+            // Q5_K's qs follow its 32 qh bytes, which every sub-block reads (its own bit).
+            let qs_word = if q5 { 12 } else { 4 };
+            let qs_base = b.add(b.addi(w, qs_word), b.shli(b.shri(s0, 1), 3));
             for ul in 0..count {
                 let mut u = blank(base);
                 let sub = b.addi(s0, ul);
+                if q5 {
+                    u.qh_run = Some((run(b.addi(w, 4), None, 0, 32), 0));
+                    u.qh_shift = Some(sub);
+                }
                 let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
                 u.scale = Some(b.mul(d, b.convert(sc, Type::F32)));
                 u.min = Some(b.mul(dmin, b.convert(m, Type::F32)));
@@ -657,6 +682,14 @@ fn open_units_aligned(
     out
 }
 
+/// Q5_K's 4 values (0..32, so already valid signed bytes): the nibbles of `qs` at `q_shift`
+/// with bit `qh_shift` of each `qh` byte as bit 4.
+fn q5k_bytes(b: &KernelBuilder, qs: Value, qh: Value, q_shift: Value, qh_shift: Value) -> Value {
+    let low = b.andi(b.shr(qs, q_shift), 0x0F0F_0F0F);
+    let high = b.andi(b.shr(qh, qh_shift), 0x0101_0101);
+    b.or(low, b.shli(high, 4))
+}
+
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
 fn center_bytes(b: &KernelBuilder, q: Value, bits: u32) -> Value {
     // For each byte: x = q ^ half flips the top bit; a set top bit means q < half, whose
@@ -715,6 +748,11 @@ impl Unit {
             WeightFormat::Q4K => {
                 let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
+            }
+            WeightFormat::Q5K => {
+                let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
+                let qh = load_u32(b, buf, b.add(self.qh_off.unwrap(), c4), Align::Four);
+                q5k_bytes(b, word, qh, self.q_shift.unwrap(), self.qh_shift.unwrap())
             }
             WeightFormat::Q6K => {
                 let ql = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), self.q_align);
@@ -819,6 +857,12 @@ impl Unit {
             WeightFormat::Q4K => {
                 let word = qs.u32_at(b, r + 4 * c);
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
+            }
+            WeightFormat::Q5K => {
+                let (qh, rh) = self.qh_run.as_ref().expect("Q5_K units have a qh run");
+                let word = qs.u32_at(b, r + 4 * c);
+                let qh = qh.u32_at(b, rh + 4 * c);
+                q5k_bytes(b, word, qh, self.q_shift.unwrap(), self.qh_shift.unwrap())
             }
             WeightFormat::Q6K => {
                 let (qh, rh) = self.qh_run.as_ref().expect("Q6_K units have a qh run");

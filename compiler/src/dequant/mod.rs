@@ -11,6 +11,9 @@
 //! - Q4_K (144 B / 256): f16 d, f16 dmin, 12 B of 6-bit scales and mins (get_scale_min_k4),
 //!   128 B qs; 8 sub-blocks of 32, sub-block 2p/2p+1 = low/high nibbles of qs[32p..32p+32];
 //!   `y = (d * sc) * q - (dmin * m)`.
+//! - Q5_K (176 B / 256): f16 d, f16 dmin, 12 B of 6-bit scales and mins (as Q4_K), 32 B qh,
+//!   128 B qs; sub-block s takes the nibbles of Q4_K's sub-block s with bit s of qh[l] as
+//!   bit 4; `y = (d * sc) * q - (dmin * m)`.
 //! - Q6_K (210 B / 256): 128 B ql, 64 B qh, 16 × i8 scales, f16 d; two halves of 128, each
 //!   four groups of 32 (ql low nibbles, ql[+32] low, ql high, ql[+32] high, with 2 bits of qh
 //!   each), one scale per 16; `y = (d * sc) * (q - 32)`.
@@ -44,6 +47,8 @@ pub enum WeightFormat {
     Q5_0,
     #[serde(rename = "q4_0")]
     Q4_0,
+    #[serde(rename = "q5_k")]
+    Q5K,
     #[serde(rename = "q4_k")]
     Q4K,
     #[serde(rename = "q6_k")]
@@ -51,7 +56,7 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 7] = [
+    pub const ALL: [WeightFormat; 8] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -59,6 +64,7 @@ impl WeightFormat {
         WeightFormat::Q4K,
         WeightFormat::Q6K,
         WeightFormat::Q4_0,
+        WeightFormat::Q5K,
     ];
 
     /// Elements per block (1 for plain floats).
@@ -66,7 +72,7 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 | WeightFormat::F16 => 1,
             WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => 32,
-            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
         }
     }
 
@@ -79,6 +85,7 @@ impl WeightFormat {
             WeightFormat::Q5_0 => 22,
             WeightFormat::Q4_0 => 18,
             WeightFormat::Q4K => 144,
+            WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
         }
     }
@@ -95,7 +102,7 @@ impl WeightFormat {
     /// Whether a unit's values carry an additive term beside the scale (`y = s*q - min`):
     /// the int8 dot-product path then needs the activations' sums (see `dequant::ir`).
     pub fn has_min(self) -> bool {
-        matches!(self, WeightFormat::Q4K)
+        matches!(self, WeightFormat::Q4K | WeightFormat::Q5K)
     }
 
     /// Whether a unit has a second scale for its elements 16..32 (Q6_K's scale per 16).
@@ -112,6 +119,7 @@ impl WeightFormat {
             WeightFormat::Q5_0 => "Q5_0",
             WeightFormat::Q4_0 => "Q4_0",
             WeightFormat::Q4K => "Q4_K",
+            WeightFormat::Q5K => "Q5_K",
             WeightFormat::Q6K => "Q6_K",
         }
     }

@@ -565,6 +565,7 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
         GgmlType::Q5_0 => WeightFormat::Q5_0,
         GgmlType::Q4_0 => WeightFormat::Q4_0,
         GgmlType::Q4K => WeightFormat::Q4K,
+        GgmlType::Q5K => WeightFormat::Q5K,
         GgmlType::Q6K => WeightFormat::Q6K,
         other => {
             // The list comes from the compiler's formats, so it cannot go stale.
