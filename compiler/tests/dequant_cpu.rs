@@ -57,6 +57,32 @@ fn q4_0_block() {
     assert_eq!(y, want);
 }
 
+#[test]
+fn q4_1_and_q5_1_blocks() {
+    let (d, m) = (0.375f32, -1.5f32);
+    // Q4_1: nibbles as Q4_0, no offset, plus m.
+    let q: Vec<u8> = (0..32).map(|j| (j * 5 % 16) as u8).collect();
+    let mut block = h(d).to_vec();
+    block.extend(h(m));
+    block.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+    let y = dequantize(WeightFormat::Q4_1, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| f32::from(v) * d + m).collect();
+    assert_eq!(y, want);
+    // Q5_1: bits as Q5_0 after d and m, no offset, plus m.
+    let q: Vec<u8> = (0..32).map(|j| (j * 11 % 32) as u8).collect();
+    let qh = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |a, (j, &v)| a | (u32::from(v >> 4) << j));
+    let mut block = h(d).to_vec();
+    block.extend(h(m));
+    block.extend(qh.to_le_bytes());
+    block.extend((0..16).map(|j| (q[j] & 15) | ((q[j + 16] & 15) << 4)));
+    let y = dequantize(WeightFormat::Q5_1, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| f32::from(v) * d + m).collect();
+    assert_eq!(y, want);
+}
+
 /// Packs 8 six-bit scales and mins the way ggml's Q4_K stores them (inverse of get_scale_min_k4).
 fn pack_scales_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     let mut out = [0u8; 12];

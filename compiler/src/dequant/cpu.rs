@@ -57,6 +57,27 @@ fn q4_0(block: &[u8], out: &mut [f32]) {
     }
 }
 
+fn q4_1(block: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let qs = &block[4..20];
+    for j in 0..16 {
+        out[j] = f32::from(qs[j] & 0x0F) * d + m;
+        out[j + 16] = f32::from(qs[j] >> 4) * d + m;
+    }
+}
+
+fn q5_1(block: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let qs = &block[8..24];
+    for j in 0..16 {
+        let lo = u32::from(qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+        let hi = u32::from(qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        out[j] = lo as f32 * d + m;
+        out[j + 16] = hi as f32 * d + m;
+    }
+}
+
 /// ggml's get_scale_min_k4: 6-bit scale and min of sub-block `j` from the 12 packed bytes.
 pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -167,6 +188,8 @@ pub fn dequantize(
             WeightFormat::Q8_0 => q8_0(src, chunk),
             WeightFormat::Q5_0 => q5_0(src, chunk),
             WeightFormat::Q4_0 => q4_0(src, chunk),
+            WeightFormat::Q4_1 => q4_1(src, chunk),
+            WeightFormat::Q5_1 => q5_1(src, chunk),
             WeightFormat::Q4K => q4_k(src, chunk),
             WeightFormat::Q5K => q5_k(src, chunk),
             WeightFormat::Q6K => q6_k(src, chunk),

@@ -98,6 +98,20 @@ pub fn open_unit(
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
             u.q_off = Some(b.addi(u.base, 2));
         }
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+            // 20- and 24-byte blocks: word aligned (rows are whole blocks).
+            let bytes = rows.format.block_bytes();
+            u.base = b.add(row_off, b.muli(unit, bytes));
+            let w = b.shri(u.base, 2);
+            let dm = b.unpack_half2x16(b.load(buf, w));
+            u.scale = Some(b.extract(dm, 0));
+            u.min = Some(b.neg(b.extract(dm, 1)));
+            u.q_align = Align::Four;
+            if rows.format == WeightFormat::Q5_1 {
+                u.qh = Some(b.load(buf, b.addi(w, 1)));
+            }
+            u.q_off = Some(b.addi(u.base, bytes - 16));
+        }
         WeightFormat::Q4_0 => {
             u.base = b.add(row_off, b.muli(unit, 18));
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
@@ -260,6 +274,22 @@ pub fn open_units(
                 } else {
                     u.qs_run = Some((r, 2));
                 }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+            // One aligned run per block (20 or 24 bytes, word aligned).
+            let bytes = fmt.block_bytes();
+            for ul in 0..count {
+                let mut u = blank(b.add(row_off, b.muli(b.addi(first, ul), bytes)));
+                let r = run(b.shri(u.base, 2), None, 0, bytes);
+                let dm = b.unpack_half2x16(r.u32_at(b, 0));
+                u.scale = Some(b.extract(dm, 0));
+                u.min = Some(b.neg(b.extract(dm, 1)));
+                if fmt == WeightFormat::Q5_1 {
+                    u.qh = Some(r.u32_at(b, 4));
+                }
+                u.qs_run = Some((r, bytes - 16));
                 out.push(with_f16_scales(b, u, want_f16));
             }
         }
@@ -682,6 +712,15 @@ fn open_units_aligned(
     out
 }
 
+/// Bits 0..4 of `hb` spread to bit 0 of each of 4 bytes (Q5_1's high bits of 4 elements).
+fn spread_high_bits(b: &KernelBuilder, hb: Value) -> Value {
+    let hb = b.andi(hb, 0xF);
+    b.or(
+        b.or(b.andi(hb, 1), b.shli(b.andi(hb, 2), 7)),
+        b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
+    )
+}
+
 /// Q5_K's 4 values (0..32, so already valid signed bytes): the nibbles of `qs` at `q_shift`
 /// with bit `qh_shift` of each `qh` byte as bit 4.
 fn q5k_bytes(b: &KernelBuilder, qs: Value, qh: Value, q_shift: Value, qh_shift: Value) -> Value {
@@ -733,6 +772,19 @@ impl Unit {
                     b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
+            }
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                let word = load_u32(
+                    b,
+                    buf,
+                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    Align::Four,
+                );
+                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                match self.qh {
+                    Some(qh) => b.or(nib, b.shli(spread_high_bits(b, b.shr(qh, c4)), 4)),
+                    None => nib,
+                }
             }
             WeightFormat::Q4_0 => {
                 // Elements 4c..4c+4: nibble (c >> 2) of qs[4(c & 3) ..].
@@ -848,6 +900,15 @@ impl Unit {
                     b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
+            }
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                // Unsigned 0..32: valid signed bytes as they are (the min term is -m).
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                match self.qh {
+                    Some(qh) => b.or(nib, b.shli(spread_high_bits(b, b.shri(qh, 4 * c)), 4)),
+                    None => nib,
+                }
             }
             WeightFormat::Q4_0 => {
                 let word = qs.u32_at(b, r + 4 * (c & 3));

@@ -5,6 +5,9 @@
 //! - Q8_0 (34 B / 32): f16 d, 32 × i8 q; `y = q * d`.
 //! - Q4_0 (18 B / 32): f16 d, 16 B qs; element j < 16 is the low nibble of qs[j], element
 //!   j ≥ 16 the high nibble of qs[j-16]; `y = (q - 8) * d`.
+//! - Q4_1 (20 B / 32): f16 d, f16 m, 16 B qs (nibbles as Q4_0); `y = q * d + m`.
+//! - Q5_1 (24 B / 32): f16 d, f16 m, u32 qh, 16 B qs (bits as Q5_0); `y = q * d + m`.
+//!   Units hold the min term as `-m` (`d * q - (-m)` is bit-exact to `q * d + m`).
 //! - Q5_0 (22 B / 32): f16 d, u32 qh, 16 B qs; element j < 16 is the low nibble of qs[j] with
 //!   bit j of qh as bit 4, element j ≥ 16 the high nibble of qs[j-16] with bit j of qh;
 //!   `y = (q - 16) * d`.
@@ -49,6 +52,10 @@ pub enum WeightFormat {
     Q4_0,
     #[serde(rename = "q5_k")]
     Q5K,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[serde(rename = "q5_1")]
+    Q5_1,
     #[serde(rename = "q4_k")]
     Q4K,
     #[serde(rename = "q6_k")]
@@ -56,7 +63,7 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 8] = [
+    pub const ALL: [WeightFormat; 10] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -65,13 +72,19 @@ impl WeightFormat {
         WeightFormat::Q6K,
         WeightFormat::Q4_0,
         WeightFormat::Q5K,
+        WeightFormat::Q4_1,
+        WeightFormat::Q5_1,
     ];
 
     /// Elements per block (1 for plain floats).
     pub fn block_elems(self) -> u32 {
         match self {
             WeightFormat::F32 | WeightFormat::F16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => 32,
+            WeightFormat::Q8_0
+            | WeightFormat::Q5_0
+            | WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_1 => 32,
             WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
         }
     }
@@ -84,6 +97,8 @@ impl WeightFormat {
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q5_0 => 22,
             WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+            WeightFormat::Q5_1 => 24,
             WeightFormat::Q4K => 144,
             WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
@@ -102,7 +117,10 @@ impl WeightFormat {
     /// Whether a unit's values carry an additive term beside the scale (`y = s*q - min`):
     /// the int8 dot-product path then needs the activations' sums (see `dequant::ir`).
     pub fn has_min(self) -> bool {
-        matches!(self, WeightFormat::Q4K | WeightFormat::Q5K)
+        matches!(
+            self,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q4_1 | WeightFormat::Q5_1
+        )
     }
 
     /// Whether a unit has a second scale for its elements 16..32 (Q6_K's scale per 16).
@@ -118,6 +136,8 @@ impl WeightFormat {
             WeightFormat::Q8_0 => "Q8_0",
             WeightFormat::Q5_0 => "Q5_0",
             WeightFormat::Q4_0 => "Q4_0",
+            WeightFormat::Q4_1 => "Q4_1",
+            WeightFormat::Q5_1 => "Q5_1",
             WeightFormat::Q4K => "Q4_K",
             WeightFormat::Q5K => "Q5_K",
             WeightFormat::Q6K => "Q6_K",

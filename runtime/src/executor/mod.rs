@@ -564,6 +564,8 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
         GgmlType::Q8_0 => WeightFormat::Q8_0,
         GgmlType::Q5_0 => WeightFormat::Q5_0,
         GgmlType::Q4_0 => WeightFormat::Q4_0,
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q5_1 => WeightFormat::Q5_1,
         GgmlType::Q4K => WeightFormat::Q4K,
         GgmlType::Q5K => WeightFormat::Q5K,
         GgmlType::Q6K => WeightFormat::Q6K,
