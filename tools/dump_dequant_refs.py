@@ -11,7 +11,7 @@ usage:
         NAME.src.f32  (with --source) the same rows of the same-named tensor of an all-F32 model,
                       when MODEL was quantized from it by llama-quantize: the Rust test quantizes
                       these and compares with llama-quantize's bytes in NAME.raw.
-  dump_dequant_refs.py --synthetic OUTDIR [--seed 1]
+  dump_dequant_refs.py --synthetic OUTDIR [--seed 1] [--types Q4_1,Q5_1]
       Types the test models lack (Q4_0, Q5_K, BF16, F16) and data no model holds:
         rand-TYPE     random but valid raw blocks (every bit random, f16 scales random finite,
                       including subnormals, zeros and negative values) with their dequantization;
@@ -42,6 +42,8 @@ F16_FIELDS = {
     T.Q8_0: [0],
     T.Q4_0: [0],
     T.Q5_0: [0],
+    T.Q4_1: [0, 2],
+    T.Q5_1: [0, 2],
     T.Q4_K: [0, 2],
     T.Q5_K: [0, 2],
     T.Q6_K: [208],
@@ -201,14 +203,15 @@ def test_data(rng, n, block):
 def dump_synthetic(args):
     rng = np.random.default_rng(args.seed)
     w = Writer(args.tmpdir)
-    for qtype in SUPPORTED:
+    types = [T[name] for name in args.types.split(",")] if args.types else SUPPORTED
+    for qtype in types:
         if qtype == T.F32:
             continue
         block_size, _ = GGML_QUANT_SIZES[qtype]
         n_blocks = 1024 if block_size == 32 else 256 if block_size == 256 else 8192
         raw = random_blocks(rng, qtype, n_blocks)
         w.add(f"rand-{qtype.name}", qtype, n_blocks * block_size, raw.reshape(1, -1))
-    for qtype in SUPPORTED:
+    for qtype in types:
         block_size, _ = GGML_QUANT_SIZES[qtype]
         n = 64 * 256
         x = test_data(rng, n, max(block_size, 32))
@@ -230,6 +233,8 @@ def main():
     ap.add_argument("--max-mb", type=float, default=19.0, help="output budget for one model (MB)")
     ap.add_argument("--synthetic", action="store_true", help="write synthetic blocks instead of a model's")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--types", help="with --synthetic: comma-separated GGML type names instead of "
+                    "the types rocky-models dequantizes (e.g. Q4_1,Q5_1, which only the GPU formats have)")
     args = ap.parse_args()
     if args.synthetic == (args.model is not None):
         ap.error("give either MODEL OUTDIR or --synthetic OUTDIR")

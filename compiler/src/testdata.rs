@@ -63,6 +63,20 @@ pub fn random_weights(format: WeightFormat, n: usize, k: usize, seed: u64) -> Ve
                 put_f16(block, 0, r.uniform(0.002, 0.006));
                 block[2..].iter_mut().for_each(|b| *b = r.byte());
             }
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                put_f16(block, 0, r.uniform(0.003, 0.006));
+                put_f16(block, 2, r.uniform(-0.1, -0.04));
+                block[4..].iter_mut().for_each(|b| *b = r.byte());
+            }
+            WeightFormat::Q4_0 => {
+                put_f16(block, 0, r.uniform(0.004, 0.012));
+                block[2..].iter_mut().for_each(|b| *b = r.byte());
+            }
+            WeightFormat::Q5K => {
+                put_f16(block, 0, r.uniform(0.0001, 0.0003));
+                put_f16(block, 2, r.uniform(0.0002, 0.0008));
+                block[4..].iter_mut().for_each(|b| *b = r.byte());
+            }
             WeightFormat::Q4K => {
                 put_f16(block, 0, r.uniform(0.0002, 0.0006));
                 put_f16(block, 2, r.uniform(0.0002, 0.0008));

@@ -46,6 +46,43 @@ fn q5_0_block() {
     assert_eq!(y, want);
 }
 
+#[test]
+fn q4_0_block() {
+    let q: Vec<u8> = (0..32).map(|j| (j * 7 % 16) as u8).collect();
+    let qs: Vec<u8> = (0..16).map(|j| q[j] | (q[j + 16] << 4)).collect();
+    let mut block = h(-0.75).to_vec();
+    block.extend(qs);
+    let y = dequantize(WeightFormat::Q4_0, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| (f32::from(v) - 8.0) * -0.75).collect();
+    assert_eq!(y, want);
+}
+
+#[test]
+fn q4_1_and_q5_1_blocks() {
+    let (d, m) = (0.375f32, -1.5f32);
+    // Q4_1: nibbles as Q4_0, no offset, plus m.
+    let q: Vec<u8> = (0..32).map(|j| (j * 5 % 16) as u8).collect();
+    let mut block = h(d).to_vec();
+    block.extend(h(m));
+    block.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+    let y = dequantize(WeightFormat::Q4_1, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| f32::from(v) * d + m).collect();
+    assert_eq!(y, want);
+    // Q5_1: bits as Q5_0 after d and m, no offset, plus m.
+    let q: Vec<u8> = (0..32).map(|j| (j * 11 % 32) as u8).collect();
+    let qh = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |a, (j, &v)| a | (u32::from(v >> 4) << j));
+    let mut block = h(d).to_vec();
+    block.extend(h(m));
+    block.extend(qh.to_le_bytes());
+    block.extend((0..16).map(|j| (q[j] & 15) | ((q[j + 16] & 15) << 4)));
+    let y = dequantize(WeightFormat::Q5_1, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| f32::from(v) * d + m).collect();
+    assert_eq!(y, want);
+}
+
 /// Packs 8 six-bit scales and mins the way ggml's Q4_K stores them (inverse of get_scale_min_k4).
 fn pack_scales_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     let mut out = [0u8; 12];
@@ -74,6 +111,32 @@ fn q4_k_block() {
     block.extend(qs);
     assert_eq!(block.len(), 144);
     let y = dequantize(WeightFormat::Q4K, &block, 1, 256).unwrap();
+    for (e, &v) in q.iter().enumerate() {
+        let s = e / 32;
+        let want = d * f32::from(sc[s]) * f32::from(v) - dmin * f32::from(m[s]);
+        assert_eq!(y[e], want, "element {e}");
+    }
+}
+
+#[test]
+fn q5_k_block() {
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let sc: [u8; 8] = [1, 63, 17, 32, 5, 48, 63, 30];
+    let m: [u8; 8] = [0, 9, 63, 40, 21, 2, 33, 63];
+    let q: Vec<u8> = (0..256).map(|e| ((e * 7 + e / 32) % 32) as u8).collect();
+    let (mut qh, mut qs) = ([0u8; 32], [0u8; 128]);
+    for (e, &v) in q.iter().enumerate() {
+        let (s, l) = (e / 32, e % 32);
+        qs[32 * (s / 2) + l] |= (v & 15) << (4 * (s % 2));
+        qh[l] |= (v >> 4) << s;
+    }
+    let mut block = h(d).to_vec();
+    block.extend(h(dmin));
+    block.extend(pack_scales_k4(&sc, &m));
+    block.extend(qh);
+    block.extend(qs);
+    assert_eq!(block.len(), 176);
+    let y = dequantize(WeightFormat::Q5K, &block, 1, 256).unwrap();
     for (e, &v) in q.iter().enumerate() {
         let s = e / 32;
         let want = d * f32::from(sc[s]) * f32::from(v) - dmin * f32::from(m[s]);

@@ -51,8 +51,8 @@ fn workloads() -> Vec<Workload> {
                 m,
                 kv_width: nkv * hd,
             }));
-            // Every table format over the shapes (two per shape).
-            for table in [WeightFormat::ALL[2 * i], WeightFormat::ALL[2 * i + 1]] {
+            // Every table format over the shapes (every SHAPES.len()-th per shape).
+            for &table in WeightFormat::ALL.iter().skip(i).step_by(SHAPES.len()) {
                 out.push(Workload::Embedding(EmbeddingWorkload {
                     m,
                     width: hidden,

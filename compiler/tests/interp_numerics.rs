@@ -250,14 +250,16 @@ fn check_dequant(format: WeightFormat, layout: WeightLayout, k: usize, group: Op
 
 /// Largest term of the f16 dequantization formula of element i (its rounding scale).
 fn max_term(format: WeightFormat, raw: &[u8], k: usize, i: usize) -> f32 {
-    if format != WeightFormat::Q4K {
-        return 0.0;
-    }
+    let qmax = match format {
+        WeightFormat::Q4K => 15.0,
+        WeightFormat::Q5K => 31.0,
+        _ => return 0.0,
+    };
     let row_bytes = format.row_bytes(k as u64) as usize;
     let (row, e) = (i / k, i % k);
-    let block = &raw[row * row_bytes + (e / 256) * 144..];
+    let block = &raw[row * row_bytes + (e / 256) * format.block_bytes() as usize..];
     let dmin = f16::from_le_bytes([block[2], block[3]]).to_f32();
-    dmin * 63.0 + f16::from_le_bytes([block[0], block[1]]).to_f32() * 63.0 * 15.0
+    dmin * 63.0 + f16::from_le_bytes([block[0], block[1]]).to_f32() * 63.0 * qmax
 }
 
 struct Inputs {
@@ -465,6 +467,10 @@ fn test_workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5_0, 5, ActType::F32, false),
         w(WeightFormat::Q4K, 7, ActType::F32, true),
         w(WeightFormat::Q6K, 1, ActType::F16, true),
+        w(WeightFormat::Q4_0, 6, ActType::F32, true),
+        w(WeightFormat::Q5K, 4, ActType::F16, false),
+        w(WeightFormat::Q4_1, 5, ActType::F32, true),
+        w(WeightFormat::Q5_1, 3, ActType::F16, false),
         // The aligned layout: a partial last group (Q8_0: 14 blocks, Q6_K: 2 super-blocks).
         aligned(GemmWorkload {
             k: 448,

@@ -48,6 +48,36 @@ fn q5_0(block: &[u8], out: &mut [f32]) {
     }
 }
 
+fn q4_0(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let qs = &block[2..18];
+    for j in 0..16 {
+        out[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
+        out[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+fn q4_1(block: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let qs = &block[4..20];
+    for j in 0..16 {
+        out[j] = f32::from(qs[j] & 0x0F) * d + m;
+        out[j + 16] = f32::from(qs[j] >> 4) * d + m;
+    }
+}
+
+fn q5_1(block: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let qs = &block[8..24];
+    for j in 0..16 {
+        let lo = u32::from(qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+        let hi = u32::from(qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        out[j] = lo as f32 * d + m;
+        out[j + 16] = hi as f32 * d + m;
+    }
+}
+
 /// ggml's get_scale_min_k4: 6-bit scale and min of sub-block `j` from the 12 packed bytes.
 pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -74,6 +104,28 @@ fn q4_k(block: &[u8], out: &mut [f32]) {
             let q = qs[32 * p + l];
             out[64 * p + l] = d0 * f32::from(q & 0xF) - mm0;
             out[64 * p + 32 + l] = d1 * f32::from(q >> 4) - mm1;
+        }
+    }
+}
+
+fn q5_k(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let dmin = f16_at(block, 2);
+    let scales = &block[4..16];
+    let qh = &block[16..48];
+    let qs = &block[48..176];
+    for p in 0..4 {
+        let (sc0, m0) = scale_min_k4(2 * p, scales);
+        let (sc1, m1) = scale_min_k4(2 * p + 1, scales);
+        let (d0, mm0) = (d * f32::from(sc0), dmin * f32::from(m0));
+        let (d1, mm1) = (d * f32::from(sc1), dmin * f32::from(m1));
+        for l in 0..32 {
+            let q = qs[32 * p + l];
+            // Bit 2p of qh[l] is sub-block 2p's bit 4, bit 2p+1 sub-block 2p+1's.
+            let h0 = ((qh[l] >> (2 * p)) & 1) << 4;
+            let h1 = ((qh[l] >> (2 * p + 1)) & 1) << 4;
+            out[64 * p + l] = d0 * f32::from((q & 0xF) | h0) - mm0;
+            out[64 * p + 32 + l] = d1 * f32::from((q >> 4) | h1) - mm1;
         }
     }
 }
@@ -135,7 +187,11 @@ pub fn dequantize(
             WeightFormat::F16 => chunk[0] = f16_at(src, 0),
             WeightFormat::Q8_0 => q8_0(src, chunk),
             WeightFormat::Q5_0 => q5_0(src, chunk),
+            WeightFormat::Q4_0 => q4_0(src, chunk),
+            WeightFormat::Q4_1 => q4_1(src, chunk),
+            WeightFormat::Q5_1 => q5_1(src, chunk),
             WeightFormat::Q4K => q4_k(src, chunk),
+            WeightFormat::Q5K => q5_k(src, chunk),
             WeightFormat::Q6K => q6_k(src, chunk),
         }
     }

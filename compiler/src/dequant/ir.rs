@@ -49,7 +49,7 @@ pub struct Unit {
     /// Byte offset of the unit's data: first element (floats), block (Q8_0/Q5_0) or
     /// super-block (K-quants).
     base: Value,
-    /// f32 scale: d (Q8_0, Q5_0), d*sc (Q4_K), d*sc of elements 0..16 (Q6_K).
+    /// f32 scale: d (Q8_0, Q5_0, Q4_0), d*sc (Q4_K), d*sc of elements 0..16 (Q6_K).
     scale: Option<Value>,
     /// f32: d*sc of elements 16..32 (Q6_K).
     scale_hi: Option<Value>,
@@ -98,6 +98,25 @@ pub fn open_unit(
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
             u.q_off = Some(b.addi(u.base, 2));
         }
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+            // 20- and 24-byte blocks: word aligned (rows are whole blocks).
+            let bytes = rows.format.block_bytes();
+            u.base = b.add(row_off, b.muli(unit, bytes));
+            let w = b.shri(u.base, 2);
+            let dm = b.unpack_half2x16(b.load(buf, w));
+            u.scale = Some(b.extract(dm, 0));
+            u.min = Some(b.neg(b.extract(dm, 1)));
+            u.q_align = Align::Four;
+            if rows.format == WeightFormat::Q5_1 {
+                u.qh = Some(b.load(buf, b.addi(w, 1)));
+            }
+            u.q_off = Some(b.addi(u.base, bytes - 16));
+        }
+        WeightFormat::Q4_0 => {
+            u.base = b.add(row_off, b.muli(unit, 18));
+            u.scale = Some(load_f16_as_f32(b, buf, u.base));
+            u.q_off = Some(b.addi(u.base, 2));
+        }
         WeightFormat::Q5_0 => {
             u.base = b.add(row_off, b.muli(unit, 22));
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
@@ -119,6 +138,24 @@ pub fn open_unit(
             // Sub-blocks 2p and 2p+1 share qs[32p..32p+32] (low / high nibbles).
             u.q_off = Some(b.add(b.addi(u.base, 16), b.muli(b.shri(sub, 1), 32)));
             u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
+        }
+        WeightFormat::Q5K => {
+            // Q4_K's header and nibbles (qs 32 bytes further on), plus bit `sub` of qh[l].
+            let sub = b.andi(unit, 7);
+            u.base = b.add(row_off, b.muli(b.shri(unit, 3), 176));
+            let w = b.shri(u.base, 2);
+            let dm = b.unpack_half2x16(b.load(buf, w));
+            let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
+            let w0 = b.load(buf, b.addi(w, 1));
+            let w1 = b.load(buf, b.addi(w, 2));
+            let w2 = b.load(buf, b.addi(w, 3));
+            let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
+            u.scale = Some(b.mul(d, f32_of_u32(sc)));
+            u.min = Some(b.mul(dmin, f32_of_u32(m)));
+            u.q_off = Some(b.add(b.addi(u.base, 48), b.muli(b.shri(sub, 1), 32)));
+            u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
+            u.qh_off = Some(b.addi(u.base, 16));
+            u.qh_shift = Some(sub);
         }
         WeightFormat::Q6K => {
             let sub = b.andi(unit, 7);
@@ -222,8 +259,9 @@ pub fn open_units(
     let split = |off: Value| (b.shri(off, 2), b.shli(b.andi(off, 2), 3));
     let mut out = Vec::new();
     match fmt {
-        WeightFormat::Q8_0 | WeightFormat::Q5_0 => {
-            // One run per block (its 34 or 22 bytes end 2 bytes into a word, see WordRun).
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => {
+            // One run per block (its 34, 22 or 18 bytes end 2 bytes into a word, see
+            // WordRun).
             let bytes = fmt.block_bytes();
             for ul in 0..count {
                 let mut u = blank(b.add(row_off, b.muli(b.addi(first, ul), bytes)));
@@ -239,9 +277,26 @@ pub fn open_units(
                 out.push(with_f16_scales(b, u, want_f16));
             }
         }
-        WeightFormat::Q4K => {
-            // Super-blocks start on 16 bytes (144-byte blocks, rows of whole blocks).
-            let base = b.add(row_off, b.muli(b.shri(first, 3), 144));
+        WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+            // One aligned run per block (20 or 24 bytes, word aligned).
+            let bytes = fmt.block_bytes();
+            for ul in 0..count {
+                let mut u = blank(b.add(row_off, b.muli(b.addi(first, ul), bytes)));
+                let r = run(b.shri(u.base, 2), None, 0, bytes);
+                let dm = b.unpack_half2x16(r.u32_at(b, 0));
+                u.scale = Some(b.extract(dm, 0));
+                u.min = Some(b.neg(b.extract(dm, 1)));
+                if fmt == WeightFormat::Q5_1 {
+                    u.qh = Some(r.u32_at(b, 4));
+                }
+                u.qs_run = Some((r, bytes - 16));
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::Q4K | WeightFormat::Q5K => {
+            // Super-blocks start on 16 bytes (144- or 176-byte blocks, rows of whole blocks).
+            let q5 = fmt == WeightFormat::Q5K;
+            let base = b.add(row_off, b.muli(b.shri(first, 3), fmt.block_bytes()));
             let w = b.shri(base, 2);
             let head = run(w, None, 0, 16);
             let dm = b.unpack_half2x16(head.u32_at(b, 0));
@@ -249,10 +304,16 @@ pub fn open_units(
             let (w0, w1, w2) = (head.u32_at(b, 4), head.u32_at(b, 8), head.u32_at(b, 12));
             let s0 = b.andi(first, 7);
             // Sub-blocks 2p and 2p+1 share qs[32p..32p+32]; from the group's first pair on.
-            let qs_base = b.add(b.addi(w, 4), b.shli(b.shri(s0, 1), 3));
+            // Q5_K's qs follow its 32 qh bytes, which every sub-block reads (its own bit).
+            let qs_word = if q5 { 12 } else { 4 };
+            let qs_base = b.add(b.addi(w, qs_word), b.shli(b.shri(s0, 1), 3));
             for ul in 0..count {
                 let mut u = blank(base);
                 let sub = b.addi(s0, ul);
+                if q5 {
+                    u.qh_run = Some((run(b.addi(w, 4), None, 0, 32), 0));
+                    u.qh_shift = Some(sub);
+                }
                 let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
                 u.scale = Some(b.mul(d, b.convert(sc, Type::F32)));
                 u.min = Some(b.mul(dmin, b.convert(m, Type::F32)));
@@ -651,6 +712,23 @@ fn open_units_aligned(
     out
 }
 
+/// Bits 0..4 of `hb` spread to bit 0 of each of 4 bytes (Q5_1's high bits of 4 elements).
+fn spread_high_bits(b: &KernelBuilder, hb: Value) -> Value {
+    let hb = b.andi(hb, 0xF);
+    b.or(
+        b.or(b.andi(hb, 1), b.shli(b.andi(hb, 2), 7)),
+        b.or(b.shli(b.andi(hb, 4), 14), b.shli(b.andi(hb, 8), 21)),
+    )
+}
+
+/// Q5_K's 4 values (0..32, so already valid signed bytes): the nibbles of `qs` at `q_shift`
+/// with bit `qh_shift` of each `qh` byte as bit 4.
+fn q5k_bytes(b: &KernelBuilder, qs: Value, qh: Value, q_shift: Value, qh_shift: Value) -> Value {
+    let low = b.andi(b.shr(qs, q_shift), 0x0F0F_0F0F);
+    let high = b.andi(b.shr(qh, qh_shift), 0x0101_0101);
+    b.or(low, b.shli(high, 4))
+}
+
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
 fn center_bytes(b: &KernelBuilder, q: Value, bits: u32) -> Value {
     // For each byte: x = q ^ half flips the top bit; a set top bit means q < half, whose
@@ -695,9 +773,38 @@ impl Unit {
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
             }
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                let word = load_u32(
+                    b,
+                    buf,
+                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    Align::Four,
+                );
+                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                match self.qh {
+                    Some(qh) => b.or(nib, b.shli(spread_high_bits(b, b.shr(qh, c4)), 4)),
+                    None => nib,
+                }
+            }
+            WeightFormat::Q4_0 => {
+                // Elements 4c..4c+4: nibble (c >> 2) of qs[4(c & 3) ..].
+                let word = load_u32(
+                    b,
+                    buf,
+                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    self.q_align,
+                );
+                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                center_bytes(b, nib, 4)
+            }
             WeightFormat::Q4K => {
                 let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
+            }
+            WeightFormat::Q5K => {
+                let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
+                let qh = load_u32(b, buf, b.add(self.qh_off.unwrap(), c4), Align::Four);
+                q5k_bytes(b, word, qh, self.q_shift.unwrap(), self.qh_shift.unwrap())
             }
             WeightFormat::Q6K => {
                 let ql = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), self.q_align);
@@ -794,9 +901,29 @@ impl Unit {
                 );
                 center_bytes(b, b.or(nib, b.shli(spread, 4)), 5)
             }
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                // Unsigned 0..32: valid signed bytes as they are (the min term is -m).
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                match self.qh {
+                    Some(qh) => b.or(nib, b.shli(spread_high_bits(b, b.shri(qh, 4 * c)), 4)),
+                    None => nib,
+                }
+            }
+            WeightFormat::Q4_0 => {
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                center_bytes(b, nib, 4)
+            }
             WeightFormat::Q4K => {
                 let word = qs.u32_at(b, r + 4 * c);
                 b.andi(b.shr(word, self.q_shift.unwrap()), 0x0F0F_0F0F)
+            }
+            WeightFormat::Q5K => {
+                let (qh, rh) = self.qh_run.as_ref().expect("Q5_K units have a qh run");
+                let word = qs.u32_at(b, r + 4 * c);
+                let qh = qh.u32_at(b, rh + 4 * c);
+                q5k_bytes(b, word, qh, self.q_shift.unwrap(), self.qh_shift.unwrap())
             }
             WeightFormat::Q6K => {
                 let (qh, rh) = self.qh_run.as_ref().expect("Q6_K units have a qh run");

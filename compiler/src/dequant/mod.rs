@@ -3,12 +3,20 @@
 //!
 //! Semantics follow ggml's `dequantize_row_*` (evaluated without FMA contraction):
 //! - Q8_0 (34 B / 32): f16 d, 32 × i8 q; `y = q * d`.
+//! - Q4_0 (18 B / 32): f16 d, 16 B qs; element j < 16 is the low nibble of qs[j], element
+//!   j ≥ 16 the high nibble of qs[j-16]; `y = (q - 8) * d`.
+//! - Q4_1 (20 B / 32): f16 d, f16 m, 16 B qs (nibbles as Q4_0); `y = q * d + m`.
+//! - Q5_1 (24 B / 32): f16 d, f16 m, u32 qh, 16 B qs (bits as Q5_0); `y = q * d + m`.
+//!   Units hold the min term as `-m` (`d * q - (-m)` is bit-exact to `q * d + m`).
 //! - Q5_0 (22 B / 32): f16 d, u32 qh, 16 B qs; element j < 16 is the low nibble of qs[j] with
 //!   bit j of qh as bit 4, element j ≥ 16 the high nibble of qs[j-16] with bit j of qh;
 //!   `y = (q - 16) * d`.
 //! - Q4_K (144 B / 256): f16 d, f16 dmin, 12 B of 6-bit scales and mins (get_scale_min_k4),
 //!   128 B qs; 8 sub-blocks of 32, sub-block 2p/2p+1 = low/high nibbles of qs[32p..32p+32];
 //!   `y = (d * sc) * q - (dmin * m)`.
+//! - Q5_K (176 B / 256): f16 d, f16 dmin, 12 B of 6-bit scales and mins (as Q4_K), 32 B qh,
+//!   128 B qs; sub-block s takes the nibbles of Q4_K's sub-block s with bit s of qh[l] as
+//!   bit 4; `y = (d * sc) * q - (dmin * m)`.
 //! - Q6_K (210 B / 256): 128 B ql, 64 B qh, 16 × i8 scales, f16 d; two halves of 128, each
 //!   four groups of 32 (ql low nibbles, ql[+32] low, ql high, ql[+32] high, with 2 bits of qh
 //!   each), one scale per 16; `y = (d * sc) * (q - 32)`.
@@ -40,6 +48,14 @@ pub enum WeightFormat {
     Q8_0,
     #[serde(rename = "q5_0")]
     Q5_0,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[serde(rename = "q5_k")]
+    Q5K,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[serde(rename = "q5_1")]
+    Q5_1,
     #[serde(rename = "q4_k")]
     Q4K,
     #[serde(rename = "q6_k")]
@@ -47,21 +63,29 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [
+    pub const ALL: [WeightFormat; 10] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
         WeightFormat::Q5_0,
         WeightFormat::Q4K,
         WeightFormat::Q6K,
+        WeightFormat::Q4_0,
+        WeightFormat::Q5K,
+        WeightFormat::Q4_1,
+        WeightFormat::Q5_1,
     ];
 
     /// Elements per block (1 for plain floats).
     pub fn block_elems(self) -> u32 {
         match self {
             WeightFormat::F32 | WeightFormat::F16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q5_0 => 32,
-            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+            WeightFormat::Q8_0
+            | WeightFormat::Q5_0
+            | WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_1 => 32,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
         }
     }
 
@@ -72,7 +96,11 @@ impl WeightFormat {
             WeightFormat::F16 => 2,
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q5_0 => 22,
+            WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+            WeightFormat::Q5_1 => 24,
             WeightFormat::Q4K => 144,
+            WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
         }
     }
@@ -86,6 +114,20 @@ impl WeightFormat {
         !matches!(self, WeightFormat::F32 | WeightFormat::F16)
     }
 
+    /// Whether a unit's values carry an additive term beside the scale (`y = s*q - min`):
+    /// the int8 dot-product path then needs the activations' sums (see `dequant::ir`).
+    pub fn has_min(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q4_1 | WeightFormat::Q5_1
+        )
+    }
+
+    /// Whether a unit has a second scale for its elements 16..32 (Q6_K's scale per 16).
+    pub fn has_hi_scale(self) -> bool {
+        matches!(self, WeightFormat::Q6K)
+    }
+
     /// ggml's name of the type.
     pub fn ggml_name(self) -> &'static str {
         match self {
@@ -93,7 +135,11 @@ impl WeightFormat {
             WeightFormat::F16 => "F16",
             WeightFormat::Q8_0 => "Q8_0",
             WeightFormat::Q5_0 => "Q5_0",
+            WeightFormat::Q4_0 => "Q4_0",
+            WeightFormat::Q4_1 => "Q4_1",
+            WeightFormat::Q5_1 => "Q5_1",
             WeightFormat::Q4K => "Q4_K",
+            WeightFormat::Q5K => "Q5_K",
             WeightFormat::Q6K => "Q6_K",
         }
     }

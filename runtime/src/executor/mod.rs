@@ -563,12 +563,19 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
         GgmlType::F16 => WeightFormat::F16,
         GgmlType::Q8_0 => WeightFormat::Q8_0,
         GgmlType::Q5_0 => WeightFormat::Q5_0,
+        GgmlType::Q4_0 => WeightFormat::Q4_0,
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q5_1 => WeightFormat::Q5_1,
         GgmlType::Q4K => WeightFormat::Q4K,
+        GgmlType::Q5K => WeightFormat::Q5K,
         GgmlType::Q6K => WeightFormat::Q6K,
         other => {
+            // The list comes from the compiler's formats, so it cannot go stale.
+            let gpu: Vec<&str> = WeightFormat::ALL.iter().map(|f| f.ggml_name()).collect();
             return Err(ExecError::Unsupported(format!(
-                "tensor {tensor} is {other}, which has no GPU kernel yet (GPU formats: F32, F16, Q8_0, Q5_0, Q4_K, Q6_K); run with --backend cpu or requantize"
-            )))
+                "tensor {tensor} is {other}, which has no GPU kernel yet (GPU formats: {}); run with --backend cpu or requantize",
+                gpu.join(", ")
+            )));
         }
     })
 }

@@ -29,7 +29,7 @@ use crate::dequant::ir::{
     open_unit, open_units, open_units_shared, SharedHeaders, Unit, WeightRows,
 };
 use crate::dequant::layout::{AlignedGeometry, GROUP};
-use crate::dequant::{WeightFormat, WeightLayout, UNIT};
+use crate::dequant::{WeightLayout, UNIT};
 use crate::ir::{
     Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
     Value, Var,
@@ -674,8 +674,8 @@ impl<'a> Gemm<'a> {
         let upb = s.units_per_slab();
         let (tm, tn) = (s.tm as usize, s.tn as usize);
         let fmt = self.w.weight;
-        let has_min = fmt == WeightFormat::Q4K;
-        let has_hi = fmt == WeightFormat::Q6K;
+        let has_min = fmt.has_min();
+        let has_hi = fmt.has_hi_scale();
         let nsc = int8_scale_lanes(fmt);
         let sc_ty = Type::vec(Scalar::F32, nsc);
         let acc: Vec<Vec<Var>> = (0..tm)

@@ -526,8 +526,9 @@ pub const MAX_K_GROUPS: u32 = 16;
 
 /// f32 scales stored per unit by the int8 path's weight staging.
 pub(crate) fn int8_scale_lanes(f: WeightFormat) -> u32 {
-    match f {
-        WeightFormat::Q4K | WeightFormat::Q6K => 2,
-        _ => 1,
+    if f.has_min() || f.has_hi_scale() {
+        2
+    } else {
+        1
     }
 }
