@@ -202,7 +202,10 @@ fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: us
     // The same executor again: reset, a prefill at its own ubatch after one-row decode steps,
     // then decode steps again, give the same tokens.
     let again = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
-    assert_eq!(again.tokens, want.tokens, "{name}: second generation on one executor");
+    assert_eq!(
+        again.tokens, want.tokens,
+        "{name}: second generation on one executor"
+    );
 }
 
 #[test]
