@@ -107,7 +107,7 @@ pub fn overlap_sets(ubatch: usize) -> usize {
         .ok()
         .and_then(|v| v.parse::<usize>().ok());
     match env {
-        Some(n) => n.clamp(2, 8),
+        Some(n) => n.clamp(2, MAX_OVERLAP_SETS),
         None => (OVERLAP_ROWS_IN_FLIGHT / ubatch.max(1)).clamp(2, MAX_OVERLAP_SETS),
     }
 }
