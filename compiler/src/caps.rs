@@ -55,6 +55,14 @@ pub struct DeviceCaps {
     /// per-thread tiles and share X rows through subgroup broadcasts.
     #[serde(default)]
     pub lane_serial_memory: bool,
+    /// Subgroup shuffles exist but compile to a loop each (Mesa's panvk on Valhall: the
+    /// driver's statistics count one hardware loop per shuffle of a kernel, and attention
+    /// reducing its lanes' partial dot products by shuffles spills 40-100 registers where the
+    /// same schedule reducing through workgroup memory spills none; Mesa 25.0.7 and 26.1.6,
+    /// docs/measurements/2026-12-04-mali-attention.md). Default schedules reduce across lanes
+    /// through workgroup memory instead.
+    #[serde(default)]
+    pub slow_subgroup_shuffle: bool,
 }
 
 impl DeviceCaps {
@@ -80,6 +88,7 @@ impl DeviceCaps {
             min_storage_buffer_offset_alignment: 16,
             emulated_f16: false,
             lane_serial_memory: false,
+            slow_subgroup_shuffle: false,
         }
     }
 
@@ -105,6 +114,7 @@ impl DeviceCaps {
             min_storage_buffer_offset_alignment: 64,
             emulated_f16: false,
             lane_serial_memory: false,
+            slow_subgroup_shuffle: true,
         }
     }
 
@@ -130,6 +140,7 @@ impl DeviceCaps {
             min_storage_buffer_offset_alignment: 256,
             emulated_f16: false,
             lane_serial_memory: false,
+            slow_subgroup_shuffle: false,
         }
     }
 
@@ -156,6 +167,7 @@ impl DeviceCaps {
             min_storage_buffer_offset_alignment: 16,
             emulated_f16: true,
             lane_serial_memory: true,
+            slow_subgroup_shuffle: false,
         }
     }
 

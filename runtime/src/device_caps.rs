@@ -31,14 +31,16 @@ pub const OTHER_REGISTER_BUDGET: u32 = 64;
 /// What the compiler may assume about the device of `info`, with the features `caps` says
 /// are enabled.
 ///
-/// Everything is read from the device except two device-class rules that Vulkan has no query
-/// for; the tuner measures, so it can overrule both by trying the schedules they discourage:
+/// Everything is read from the device except three device-class rules that Vulkan has no query
+/// for; the tuner measures, so it can overrule them by trying the schedules they discourage:
 /// - `shared_memory_is_slow`: true for CPU implementations (lavapipe: workgroup memory is
 ///   ordinary memory, staging through it only adds copies and barriers) and for panvk, whose
 ///   sources document Mali's workgroup memory as "backed by global memory anyway"; false for
 ///   every other GPU (on-chip shared memory).
 /// - `register_budget`: [`DISCRETE_REGISTER_BUDGET`] for discrete GPUs, [`CPU_REGISTER_BUDGET`]
 ///   for CPU implementations, [`OTHER_REGISTER_BUDGET`] otherwise.
+/// - `slow_subgroup_shuffle`: true for panvk, whose Valhall compiler turns each subgroup
+///   shuffle into a loop (its own statistics: one hardware loop per shuffle, and spills).
 /// CPU implementations also get `emulated_f16` and `lane_serial_memory` (what llvmpipe's code
 /// generation does, which no Vulkan property says).
 pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
@@ -60,6 +62,7 @@ pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
         // CPU implementations run f16 arithmetic through conversions: f32 is faster there.
         emulated_f16: info.is_cpu,
         lane_serial_memory: info.is_cpu,
+        slow_subgroup_shuffle: is_panvk(info),
         register_budget: if info.device_type == DeviceType::Discrete {
             DISCRETE_REGISTER_BUDGET
         } else if info.is_cpu {
@@ -202,6 +205,7 @@ mod tests {
                 min_storage_buffer_offset_alignment: 64,
                 emulated_f16: false,
                 lane_serial_memory: false,
+                slow_subgroup_shuffle: false,
             }
         );
     }
@@ -212,6 +216,7 @@ mod tests {
         let of = |t, d| device_caps(&info(t, d), &caps);
         let panvk = of(DeviceType::Integrated, vk::DriverId::MESA_PANVK);
         assert!(panvk.shared_memory_is_slow);
+        assert!(panvk.slow_subgroup_shuffle);
         assert_eq!(panvk.register_budget, OTHER_REGISTER_BUDGET);
         let lavapipe = of(DeviceType::Cpu, vk::DriverId::MESA_LLVMPIPE);
         assert!(lavapipe.shared_memory_is_slow);

@@ -82,6 +82,7 @@ pub fn schedule(i: u32) -> Schedule {
         } else {
             RowReduce::Subgroup
         },
+        rolled: false,
     })
 }
 

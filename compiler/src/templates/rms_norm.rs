@@ -93,12 +93,23 @@ pub struct RmsNormSchedule {
     /// Elements per load/store: 1 or 4 (16-byte vectors; needs width % 4 == 0).
     pub vector_width: u32,
     pub reduce: RowReduce,
+    /// The two passes over the row (sum of squares, then scale) stay loops instead of being
+    /// unrolled. Unrolled, a compiler may merge the second pass's loads of x with the first's
+    /// and keep the thread's whole slice of the row in registers: Mesa 26.1.6's Valhall
+    /// compiler spills 22 registers at width 896 and 158 at 2048 with one 16-lane subgroup per
+    /// row. Absent in older records and omitted when false: unrolled.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub rolled: bool,
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 impl RmsNormSchedule {
     pub fn name(&self, w: &RmsNormWorkload) -> String {
         format!(
-            "rms_norm_w{}_t{}_v{}_{}",
+            "rms_norm_w{}_t{}_v{}_{}{}",
             w.width,
             self.threads,
             self.vector_width,
@@ -106,7 +117,8 @@ impl RmsNormSchedule {
                 RowReduce::SharedTree => "tree",
                 RowReduce::Subgroup => "sg",
                 RowReduce::OneSubgroup => "onesg",
-            }
+            },
+            if self.rolled { "_rolled" } else { "" }
         )
     }
 
@@ -194,19 +206,23 @@ pub fn search_space(w: &RmsNormWorkload, caps: &DeviceCaps) -> Vec<RmsNormSchedu
                     threads,
                     vector_width,
                     reduce,
+                    rolled: false,
                 };
                 if s.validate(w, caps).is_ok() {
                     out.push(s);
                 }
             }
         }
-        let single = RmsNormSchedule {
-            threads: caps.subgroup_size,
-            vector_width,
-            reduce: RowReduce::OneSubgroup,
-        };
-        if single.validate(w, caps).is_ok() {
-            out.push(single);
+        for rolled in [false, true] {
+            let single = RmsNormSchedule {
+                threads: caps.subgroup_size,
+                vector_width,
+                reduce: RowReduce::OneSubgroup,
+                rolled,
+            };
+            if single.validate(w, caps).is_ok() {
+                out.push(single);
+            }
         }
     }
     out
@@ -214,25 +230,30 @@ pub fn search_space(w: &RmsNormWorkload, caps: &DeviceCaps) -> Vec<RmsNormSchedu
 
 /// 16-byte vectors where the width allows. Where shared memory is slow (Mali/panvk: it is
 /// ordinary memory, allocated for every dispatch that declares any): one subgroup per row and
-/// no shared memory at all. Elsewhere: 128 threads reduced by subgroup adds (one barrier) where
-/// available, else the shared tree.
+/// no shared memory at all, its passes rolled where a thread's slice of the row would take more
+/// than half the register budget (see [`RmsNormSchedule::rolled`]). Elsewhere: 128 threads
+/// reduced by subgroup adds (one barrier) where available, else the shared tree.
 pub fn default_schedule(w: &RmsNormWorkload, caps: &DeviceCaps) -> RmsNormSchedule {
     let vector_width = if w.width % 4 == 0 { 4 } else { 1 };
+    let slice = w.width.div_ceil(caps.subgroup_size.max(1));
     let candidates = [
         RmsNormSchedule {
             threads: caps.subgroup_size,
             vector_width,
             reduce: RowReduce::OneSubgroup,
+            rolled: slice > caps.register_budget / 2,
         },
         RmsNormSchedule {
             threads: 128,
             vector_width,
             reduce: RowReduce::Subgroup,
+            rolled: false,
         },
         RmsNormSchedule {
             threads: 128,
             vector_width,
             reduce: RowReduce::SharedTree,
+            rolled: false,
         },
     ];
     let start = if caps.shared_memory_is_slow { 0 } else { 1 };
@@ -273,7 +294,12 @@ pub fn kernel_ir(w: &RmsNormWorkload, s: &RmsNormSchedule) -> Module {
         let base = b.muli(row, n_vec);
         let strided = |body: &dyn Fn(Value)| {
             let iters = n_vec.div_ceil(s.threads);
-            b.for_range(b.c_u32(0), b.c_u32(iters), 1, Unroll::Hint, |it| {
+            let unroll = if s.rolled {
+                Unroll::Never
+            } else {
+                Unroll::Hint
+            };
+            b.for_range(b.c_u32(0), b.c_u32(iters), 1, unroll, |it| {
                 let idx = b.add(tid, b.muli(it, s.threads));
                 if n_vec % s.threads == 0 {
                     body(idx);

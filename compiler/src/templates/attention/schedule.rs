@@ -436,7 +436,12 @@ fn prev_pow2(x: u32) -> u32 {
 
 /// The rule-based default:
 /// - 16 head_dim elements per lane (head_dim 64 → 4 lanes, 128 → 8, 256 → 16), fewer lanes
-///   if the subgroup is smaller; shuffles where the device has them, shared memory otherwise;
+///   if the subgroup is smaller; shuffles where the device has fast ones, shared memory
+///   otherwise (a row's partial sums are a few hundred bytes per key block);
+/// - 8 elements per lane where registers are scarce (a budget of 64 or less): on Mali the
+///   16-element row spills (18 spills with the shared-memory reduction, 67 with shuffles,
+///   Valhall compiler of Mesa 26.1.6, head_dim 64 and 128), the 8-element one does not and
+///   needs a quarter of the load/store cycles (48 against 196);
 /// - GQA grouping whenever heads share a kv head (K/V loaded once for the group);
 /// - staging only where shared memory is on-chip (never on Mali/panvk, where it is ordinary
 ///   memory and allocated per dispatch); key blocks of 16 (8 where registers are scarce);
@@ -445,10 +450,15 @@ fn prev_pow2(x: u32) -> u32 {
 /// The first candidate that validates wins; failing all, the first schedule of the space;
 /// failing that, the first candidate, which `instantiate` then refuses with the reason.
 pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSchedule {
-    let shuffle = caps.subgroup_shuffle;
+    let shuffle = caps.subgroup_shuffle && !caps.slow_subgroup_shuffle;
     let lanes_max = (w.head_dim / 8).max(1);
     let mut candidates = Vec::new();
-    for elems_per_lane in [16, 32, 8] {
+    let lane_widths = if caps.register_budget <= 64 {
+        [8, 16, 32]
+    } else {
+        [16, 32, 8]
+    };
+    for elems_per_lane in lane_widths {
         let mut tpr = prev_pow2((w.head_dim / elems_per_lane).clamp(1, lanes_max));
         if shuffle {
             tpr = tpr.min(prev_pow2(caps.subgroup_size.max(1)));

@@ -435,12 +435,21 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemmSchedule {
     };
     let c = candidates(&rows, caps);
     // SwiGLU needs an even tn: a rule's tile with an odd tn is taken with tn and bn doubled
-    // (the same threads, each with its gate and its up columns) before the next rule.
+    // (the same threads, each with its gate and its up columns) before the next rule. Where
+    // registers are scarce (a budget of 64 or less) the rows are halved too, so a thread keeps
+    // as many accumulators as the unfused tile: Mesa 26.1.6's Valhall compiler spills the
+    // fused Q4_K 4×2 tile (14 spills, m = 64, 11008×2048) and not the 2×2 one.
+    let scarce = caps.register_budget <= 64;
     let widened = |s: &GemmSchedule| {
-        (s.tn % 2 == 1).then(|| GemmSchedule {
-            tn: 2 * s.tn,
-            bn: 2 * s.bn,
-            ..*s
+        (s.tn % 2 == 1).then(|| {
+            let halve = scarce && s.tm % 2 == 0 && s.bm % 2 == 0;
+            GemmSchedule {
+                tn: 2 * s.tn,
+                bn: 2 * s.bn,
+                tm: if halve { s.tm / 2 } else { s.tm },
+                bm: if halve { s.bm / 2 } else { s.bm },
+                ..*s
+            }
         })
     };
     let tries = c
@@ -495,13 +504,14 @@ mod tests {
                 (20, 5, 1, k_unroll, true),
                 "{n}x{k}: {s:?}"
             );
-            // The fused SwiGLU GEMM keeps 4 rows of 2 columns without shared headers.
+            // The fused SwiGLU GEMM takes 2 rows of 2 columns (as many accumulators as the
+            // unfused 4×1) without shared headers.
             let fused = GemmWorkload {
                 epilogue: super::super::workload::Epilogue::SwiGlu,
                 ..w
             };
             let s = default_schedule(&fused, &caps);
-            assert_eq!((s.tm, s.tn, s.share_headers), (4, 2, false), "{s:?}");
+            assert_eq!((s.tm, s.tn, s.share_headers), (2, 2, false), "{s:?}");
             // Other devices' defaults do not share headers.
             let desk = default_schedule(&w, &DeviceCaps::desktop_all_features());
             assert!(!desk.share_headers && !desk.shuffle_a, "{desk:?}");
