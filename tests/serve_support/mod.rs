@@ -173,6 +173,17 @@ pub fn curl(url: &str, body: Option<&str>, extra: &[&str]) -> (u16, String) {
 /// `rocky generate`'s greedy continuation of `prompt` (the independent path: the CLI, one
 /// fresh process, no server, no reuse), as its --json reports it.
 pub fn generate_greedy(model: &Path, prompt: &str, n: usize, chat: bool) -> Value {
+    generate_greedy_with(model, prompt, n, chat, &[])
+}
+
+/// [`generate_greedy`] with more arguments (`--cpu`).
+pub fn generate_greedy_with(
+    model: &Path,
+    prompt: &str,
+    n: usize,
+    chat: bool,
+    extra: &[&str],
+) -> Value {
     let dir = sandbox();
     let n = n.to_string();
     let mut args = vec![
@@ -187,6 +198,7 @@ pub fn generate_greedy(model: &Path, prompt: &str, n: usize, chat: bool) -> Valu
     if chat {
         args.push("--chat");
     }
+    args.extend(extra);
     let out = Command::new(env!("CARGO_BIN_EXE_rocky"))
         .args(&args)
         .env("XDG_RUNTIME_DIR", &dir)
