@@ -126,7 +126,7 @@ fn a_client_that_leaves_mid_stream_stops_its_generation() {
 }
 
 /// `total` requests from `clients` threads, each taking the next request number until none is
-/// left; even numbers stream; a client told 503 waits 100 ms. Every curl gives up after 60 s, so a lost request shows as a
+/// left; even numbers stream; a client told 503 waits a second (so a good share is answered). Every curl gives up after 60 s, so a lost request shows as a
 /// status 0 rather than a hang. Returns (number, status, body) per request.
 fn load(server: &Server, clients: usize, first: usize, total: usize) -> Vec<(usize, u16, String)> {
     let next = Arc::new(AtomicUsize::new(first));
@@ -155,7 +155,7 @@ fn load(server: &Server, clients: usize, first: usize, total: usize) -> Vec<(usi
                     let (status, text) = curl(&url, Some(&body.to_string()), &extra);
                     // As a polite client: wait a little after "busy" before the next request.
                     if status == 503 {
-                        std::thread::sleep(Duration::from_millis(100));
+                        std::thread::sleep(Duration::from_millis(1000));
                     }
                     answers.push((i, status, text));
                 }
