@@ -247,3 +247,34 @@ fn a_full_context_stops_generation_cleanly() {
         assert_eq!(doc["decode_steps"], 3, "{backend:?}");
     }
 }
+
+/// llama.cpp's -f drops the file's one final newline: `llama-completion -f` with
+/// "Hello world\n" evaluates 2 tokens (9707 'Hello', 1879 ' world'), with "Hello world\n\n"
+/// 3 (198 '\n' after them), as its --verbose-prompt printed on this tiny model.
+#[test]
+fn a_prompt_file_loses_one_final_newline_as_llama_cpps_dash_f() {
+    let dir = std::env::temp_dir().join(format!("rocky-file-prompt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = tiny();
+    for (content, want) in [
+        ("Hello world\n", 2),
+        ("Hello world\n\n", 3),
+        ("Hello world", 2),
+    ] {
+        let path = dir.join("prompt.txt");
+        std::fs::write(&path, content).unwrap();
+        let out = json(&rocky(&[
+            model.to_str().unwrap(),
+            "--file",
+            path.to_str().unwrap(),
+            "-n",
+            "1",
+            "--temp",
+            "0",
+            "--json",
+            "--cpu",
+        ]));
+        assert_eq!(out["prompt_tokens"], want, "{content:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,7 +8,7 @@ mod common;
 use common::shared;
 use rocky_generate::{
     generate, generate_reusing, CpuEvaluator, EndOfGeneration, EvalError, Evaluator,
-    GenerateOptions, SamplerParams, Vocabulary,
+    GenerateOptions, KvSnapshot, SamplerParams, Vocabulary,
 };
 use rocky_models::arch;
 use rocky_models::fuse::FuseOptions;
@@ -50,6 +50,23 @@ impl Evaluator for Gpu<'_> {
     fn truncate(&mut self, n_past: usize) -> bool {
         self.0.truncate(n_past);
         true
+    }
+    fn snapshot(&mut self) -> Result<Option<KvSnapshot>, EvalError> {
+        let s = self.0.snapshot_kv().map_err(|e| EvalError(e.to_string()))?;
+        Ok(s.map(|s| KvSnapshot {
+            n_past: s.n_past(),
+            bytes: s.bytes(),
+            state: Box::new(s),
+        }))
+    }
+    fn restore(&mut self, snapshot: KvSnapshot, n: usize) -> Result<(), EvalError> {
+        let s = snapshot
+            .state
+            .downcast::<rocky_runtime::executor::KvSnapshot>()
+            .unwrap();
+        self.0
+            .restore_kv(&s, n)
+            .map_err(|e| EvalError(e.to_string()))
     }
 }
 
@@ -107,8 +124,59 @@ fn reuse_equals_fresh(ev: &mut dyn Evaluator, tolerance: f32, what: &str) {
     );
 }
 
+/// Two conversations through one cache: A is saved, B overwrites the cache, A's snapshot is
+/// restored to a shared start and its next turn prefilled on top; the logits equal a fresh
+/// prefill of A's next turn. Then B's snapshot (saved after A's) is restored whole and
+/// extended, against a fresh prefill of B's extension. This is what `rocky serve` does when
+/// clients alternate between conversations.
+fn snapshots_equal_fresh(ev: &mut dyn Evaluator, tolerance: f32, what: &str) {
+    let a = ids(40, 1);
+    let mut a2 = a[..30].to_vec();
+    a2.extend(ids(20, 4));
+    let b = ids(50, 2);
+    let mut b2 = b.clone();
+    b2.extend(ids(10, 5));
+    ev.reset();
+    ev.eval(&a).unwrap();
+    let snap_a = ev.snapshot().unwrap().expect("a snapshot of 40 positions");
+    assert_eq!(snap_a.n_past, 40);
+    // After a snapshot the cache holds the same positions or none.
+    assert!(
+        [0, 40].contains(&ev.n_past()),
+        "{what}: n_past {}",
+        ev.n_past()
+    );
+    ev.reset();
+    ev.eval(&b).unwrap();
+    let snap_b = ev.snapshot().unwrap().expect("a snapshot of 50 positions");
+    ev.reset();
+    ev.eval(&ids(60, 6)).unwrap(); // something else in the cache meanwhile
+    ev.restore(snap_a, 30).unwrap();
+    assert_eq!(ev.n_past(), 30);
+    let restored = ev.eval(&a2[30..]).unwrap();
+    ev.restore(snap_b, 50).unwrap();
+    assert_eq!(ev.n_past(), 50);
+    let restored_b = ev.eval(&b2[50..]).unwrap();
+    ev.reset();
+    let fresh = ev.eval(&a2).unwrap();
+    ev.reset();
+    let fresh_b = ev.eval(&b2).unwrap();
+    for (got, want, which) in [(&restored, &fresh, "A"), (&restored_b, &fresh_b, "B")] {
+        let cmp = compare_logits(got, want);
+        println!(
+            "{what}: conversation {which}, max |Δlogit| restored vs fresh {:.2e}",
+            cmp.max_abs_diff
+        );
+        assert!(
+            cmp.max_abs_diff <= tolerance,
+            "{what}: conversation {which}'s logits differ by {}",
+            cmp.max_abs_diff
+        );
+    }
+}
+
 #[test]
-fn rewinding_to_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
+fn rewinding_or_restoring_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
     let path = shared().join("models/qwen2-tiny-q8_0.gguf");
     let file = GgufFile::open(&path).unwrap();
     let model = arch::load(&file).unwrap();
@@ -117,6 +185,7 @@ fn rewinding_to_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
     let mut cpu = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx);
     // The CPU reference computes each row alone: reuse is exact.
     reuse_equals_fresh(&mut cpu, 0.0, "cpu");
+    snapshots_equal_fresh(&mut cpu, 0.0, "cpu");
 
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
@@ -134,4 +203,5 @@ fn rewinding_to_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
     let mut gpu = Gpu(Executor::new(&ctx, &model, weights, options, n_ctx).unwrap());
     // Different ubatch boundaries (rows 30.. start mid-ubatch) may sum in another order.
     reuse_equals_fresh(&mut gpu, 2e-3, "gpu");
+    snapshots_equal_fresh(&mut gpu, 2e-3, "gpu");
 }

@@ -5,7 +5,12 @@ prefill time the server reports (`timings`: rocky serve and llama-server both gi
 prompt_ms and cache_n). Greedy, /v1/completions with the text written out, so rocky and
 llama.cpp get the same prompt.
 
-usage: serve-turns.py URL [--turns 5] [--words 120] [--max-tokens 16]
+usage: serve-turns.py URL [--turns 5] [--words 120] [--max-tokens 16] [--format gemma|chatml]
+                        [--json-out FILE]
+
+--format chatml writes the turns in Qwen's <|im_start|> format (the Qwen2.5 files), gemma in
+Gemma's <start_of_turn> format. --json-out appends one JSON object per turn (the server's
+usage and timings, the wall time) for scripts.
 """
 import argparse
 import json
@@ -30,14 +35,21 @@ def main():
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--words", type=int, default=120)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--format", choices=["gemma", "chatml"], default="gemma")
+    ap.add_argument("--json-out")
+    ap.add_argument("--label", default="")
     a = ap.parse_args()
+    if a.format == "gemma":
+        user, model, end = "<start_of_turn>user\n", "<start_of_turn>model\n", "<end_of_turn>\n"
+    else:
+        user, model, end = "<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_end|>\n"
     text = ""
     print("| turn | prompt tokens | cached | evaluated | prefill ms | ms per evaluated token | request ms |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for turn in range(1, a.turns + 1):
         topic = TOPICS[turn % len(TOPICS)]
         words = " ".join(f"{topic} step {i}," for i in range(a.words // 3))
-        text += f"<start_of_turn>user\nTurn {turn}: tell me about {words}<end_of_turn>\n<start_of_turn>model\n"
+        text += f"{user}Turn {turn}: tell me about {words}{end}{model}"
         v, wall = post(a.url, {"prompt": text, "max_tokens": a.max_tokens, "temperature": 0,
                                "cache_prompt": True})
         t = v.get("timings", {})
@@ -45,8 +57,13 @@ def main():
         cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", t.get("cache_n"))
         n = t.get("prompt_n")
         ms = t.get("prompt_ms")
-        print(f"| {turn} | {usage['prompt_tokens']} | {cached} | {n} | {ms:.0f} | {ms / max(n, 1):.1f} | {wall:.0f} |")
-        text += v["choices"][0]["text"] + "<end_of_turn>\n"
+        print(f"| {turn} | {usage['prompt_tokens']} | {cached} | {n} | {ms:.0f} | {ms / max(n, 1):.1f} | {wall:.0f} |",
+              flush=True)
+        if a.json_out:
+            with open(a.json_out, "a") as f:
+                f.write(json.dumps({"label": a.label, "turn": turn, "usage": usage, "timings": t,
+                                    "cached": cached, "wall_ms": wall}) + "\n")
+        text += v["choices"][0]["text"] + end
 
 
 if __name__ == "__main__":

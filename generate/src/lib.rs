@@ -10,7 +10,7 @@ pub mod sampler;
 pub mod stop;
 pub mod text;
 
-pub use evaluator::{CpuEvaluator, EvalError, Evaluator};
+pub use evaluator::{CpuEvaluator, EvalError, Evaluator, KvSnapshot};
 pub use generation::{
     generate, generate_reusing, GenerateError, GenerateOptions, Generation, StopReason,
 };

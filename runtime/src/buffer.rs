@@ -4,7 +4,7 @@
 use crate::device::{Context, Shared};
 use crate::error::{format_bytes, Result, RuntimeError};
 use crate::memory::{allocate, MemoryUse};
-use crate::transfer::{copy_buffer, STAGING_CHUNK};
+use crate::transfer::{copy_buffer, copy_regions, STAGING_CHUNK};
 use ash::vk;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -200,6 +200,29 @@ impl Buffer {
     /// Whether the host reads and writes this buffer in place (no staging copy).
     pub fn is_host_mapped(&self) -> bool {
         self.mapped.is_some()
+    }
+
+    /// Copies byte spans between buffers on the device, in one submission that is waited for:
+    /// each `(src, src_offset, dst, dst_offset, size)`. Every span is checked first; nothing is
+    /// copied when one is out of range.
+    pub fn copy_spans(spans: &[(&Buffer, u64, &Buffer, u64, u64)]) -> Result<()> {
+        let Some((first, ..)) = spans.first() else {
+            return Ok(());
+        };
+        let mut copies = Vec::with_capacity(spans.len());
+        for &(src, src_offset, dst, dst_offset, size) in spans {
+            src.check_span(src_offset, size)?;
+            dst.check_span(dst_offset, size)?;
+            if size > 0 {
+                let region = vk::BufferCopy {
+                    src_offset,
+                    dst_offset,
+                    size,
+                };
+                copies.push((src.raw, dst.raw, region));
+            }
+        }
+        copy_regions(&first.shared, &copies)
     }
 
     /// The whole buffer as a binding.

@@ -23,6 +23,24 @@ pub(crate) fn copy_buffer(
     dst_offset: u64,
     size: u64,
 ) -> Result<()> {
+    let region = vk::BufferCopy {
+        src_offset,
+        dst_offset,
+        size,
+    };
+    copy_regions(shared, &[(src, dst, region)])
+}
+
+/// Several buffer-to-buffer copies in one command buffer, submitted and waited for once (a
+/// KV-cache snapshot copies two regions per layer).
+pub(crate) fn copy_regions(
+    shared: &Arc<Shared>,
+    copies: &[(vk::Buffer, vk::Buffer, vk::BufferCopy)],
+) -> Result<()> {
+    let size: u64 = copies.iter().map(|(_, _, r)| r.size).sum();
+    if copies.is_empty() {
+        return Ok(());
+    }
     let mut cb = CommandBuffer::new(shared)?;
     cb.begin()?;
     let device = &shared.device;
@@ -39,12 +57,7 @@ pub(crate) fn copy_buffer(
                 | vk::AccessFlags::MEMORY_READ
                 | vk::AccessFlags::MEMORY_WRITE,
         );
-    let region = vk::BufferCopy {
-        src_offset,
-        dst_offset,
-        size,
-    };
-    // SAFETY: recording into a fresh command buffer; both buffers are alive for the call
+    // SAFETY: recording into a fresh command buffer; all buffers are alive for the call
     // (callers hold them) and the copy is waited for below.
     unsafe {
         device.cmd_pipeline_barrier(
@@ -56,7 +69,9 @@ pub(crate) fn copy_buffer(
             &[],
             &[],
         );
-        device.cmd_copy_buffer(cb.raw, src, dst, &[region]);
+        for (src, dst, region) in copies {
+            device.cmd_copy_buffer(cb.raw, *src, *dst, std::slice::from_ref(region));
+        }
         device.cmd_pipeline_barrier(
             cb.raw,
             vk::PipelineStageFlags::TRANSFER,

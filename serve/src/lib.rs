@@ -3,17 +3,20 @@
 //!
 //! Two threads: tokio serves HTTP (`http`), and the caller's thread runs the model (`worker`),
 //! taking requests one at a time from a bounded queue. One job per module: `api` (request
-//! bodies), `chat` (messages to prompt text), `prefix` (what the cache holds), `error`
+//! bodies), `chat` (messages to prompt text), `prefix` (what the cache holds), `conversations` (several
+//! conversations' caches, least recently used out first), `error`
 //! (OpenAI's error bodies).
 
 pub mod api;
 pub mod chat;
+pub mod conversations;
 pub mod error;
 pub mod http;
 pub mod prefix;
 pub mod worker;
 
 pub use chat::ChatFormat;
+pub use conversations::CacheBounds;
 pub use worker::Model;
 
 use std::sync::Arc;
@@ -27,6 +30,8 @@ pub struct ServeOptions {
     pub queue: usize,
     /// The name /v1/models lists and requests may give.
     pub model_id: String,
+    /// Conversations kept besides the live one, and their memory.
+    pub cache: CacheBounds,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +84,7 @@ pub fn run(options: &ServeOptions, model: &mut Model) -> Result<(), ServeError> 
         })
         .map_err(|e| ServeError::Server(e.to_string()))?;
     // Returns once the HTTP side is gone (its state holds the only sender).
-    worker::run(model, jobs_rx);
+    worker::run(model, options.cache, jobs_rx);
     server
         .join()
         .map_err(|_| ServeError::Server("the HTTP thread panicked".into()))?

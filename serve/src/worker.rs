@@ -1,11 +1,12 @@
 //! The one thread that runs the model. GPU work is serial, so requests wait in a bounded
 //! queue and run one at a time; the worker remembers which tokens' keys and values the cache
-//! holds, so a request that extends the last conversation evaluates only its new tokens.
+//! holds (the live conversation and several saved ones, see `conversations`), so a request
+//! that extends a cached conversation evaluates only its new tokens.
 
 use crate::api::{PromptInput, Work};
 use crate::chat::ChatFormat;
+use crate::conversations::{CacheBounds, Conversations};
 use crate::error::ApiError;
-use crate::prefix::CachedTokens;
 use rocky_generate::{
     generate_reusing, EndOfGeneration, Evaluator, GenerateError, GenerateOptions, Generation,
 };
@@ -68,8 +69,8 @@ impl Summary {
 }
 
 /// Runs jobs until every sender of `jobs` is gone.
-pub fn run(model: &mut Model, jobs: Receiver<Job>) {
-    let mut cached = CachedTokens::default();
+pub fn run(model: &mut Model, bounds: CacheBounds, jobs: Receiver<Job>) {
+    let mut cached = Conversations::new(bounds);
     for job in jobs {
         // A client that left while its request waited costs nothing.
         if job.events.is_closed() {
@@ -79,7 +80,7 @@ pub fn run(model: &mut Model, jobs: Receiver<Job>) {
     }
 }
 
-fn serve_one(model: &mut Model, cached: &mut CachedTokens, job: Job) {
+fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
     let events = job.events;
     let prompt = match prompt_ids(model, &job.work.input) {
         Ok(ids) => ids,
@@ -99,9 +100,8 @@ fn serve_one(model: &mut Model, cached: &mut CachedTokens, job: Job) {
         stop_strings: job.work.stop,
     };
     let _ = events.send(Event::Started);
-    let reuse = cached.common_prefix(&prompt);
     // Until it ends well, nothing is known about what the cache holds.
-    cached.clear();
+    let reuse = cached.prepare(model.evaluator, &prompt);
     let mut on_step = |text: &str| {
         if !text.is_empty() {
             let _ = events.send(Event::Text(text.to_string()));
@@ -120,7 +120,7 @@ fn serve_one(model: &mut Model, cached: &mut CachedTokens, job: Job) {
     );
     match result {
         Ok(g) => {
-            cached.set(&prompt, &g.tokens, model.evaluator.n_past());
+            cached.finish(&prompt, &g.tokens, model.evaluator.n_past());
             // One line per request on standard error: what was reused and why it ended.
             eprintln!(
                 "request: {} prompt tokens ({} cached) in {:.1} ms, {} generated in {:.1} ms, stopped by {}",

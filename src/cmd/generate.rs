@@ -12,6 +12,7 @@ use rocky_generate::{
 use rocky_models::arch;
 use rocky_models::reference::ReferenceOptions;
 use rocky_models::tokenizer::Tokenizer;
+use rocky_runtime::executor::KvSnapshot;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -88,6 +89,22 @@ impl Evaluator for GpuSession<'_> {
     fn truncate(&mut self, n_past: usize) -> bool {
         GpuSession::truncate(self, n_past);
         true
+    }
+    fn snapshot(&mut self) -> Result<Option<rocky_generate::KvSnapshot>, EvalError> {
+        let snapshot = self.snapshot_kv().map_err(|e| EvalError(e.to_string()))?;
+        Ok(snapshot.map(|s| rocky_generate::KvSnapshot {
+            n_past: s.n_past(),
+            bytes: s.bytes(),
+            state: Box::new(s),
+        }))
+    }
+    fn restore(&mut self, snapshot: rocky_generate::KvSnapshot, n: usize) -> Result<(), EvalError> {
+        let saved = snapshot
+            .state
+            .downcast::<KvSnapshot>()
+            .map_err(|_| EvalError("a KV snapshot from another kind of evaluator".into()))?;
+        self.restore_kv(&saved, n)
+            .map_err(|e| EvalError(e.to_string()))
     }
 }
 

@@ -8,8 +8,8 @@ use rocky_models::arch::Model;
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_runtime::executor::{
-    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, LayoutChoice, MathFamily,
-    PrefillStats,
+    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, KvSnapshot, LayoutChoice,
+    MathFamily, PrefillStats,
 };
 use rocky_runtime::{host_timing_reason, CommandBudget, Context, DeviceSelector, RuntimeError};
 use rocky_tuner::graph::model_shape_key;
@@ -329,6 +329,17 @@ impl GpuSession<'_> {
     /// Keeps the first `n_past` cached positions (prefix reuse in `rocky serve`).
     pub fn truncate(&mut self, n_past: usize) {
         self.executor.truncate(n_past)
+    }
+
+    /// A device copy of the cached positions (another conversation of `rocky serve` waits in
+    /// it); `None` when the cache is empty.
+    pub fn snapshot_kv(&self) -> Result<Option<KvSnapshot>, ExecError> {
+        self.executor.snapshot_kv()
+    }
+
+    /// The first `n` positions of `snapshot` become the cache.
+    pub fn restore_kv(&mut self, snapshot: &KvSnapshot, n: usize) -> Result<(), ExecError> {
+        self.executor.restore_kv(snapshot, n)
     }
 }
 

@@ -21,7 +21,7 @@ pub struct PromptArgs {
     /// The prompt text.
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,
-    /// Read the prompt text from a file.
+    /// Read the prompt text from a file (one final newline is dropped, as llama.cpp's -f does).
     #[arg(long, short = 'f')]
     pub file: Option<PathBuf>,
     /// The prompt as comma-separated token ids (no tokenizer involved).
@@ -49,9 +49,17 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
             return Ok(ids.clone());
         }
         (Some(p), _, _) => p.clone(),
-        (_, Some(f), _) => std::fs::read_to_string(f).map_err(|e| {
-            CliError::input(format!("cannot read the prompt file {}: {e}", f.display()))
-        })?,
+        (_, Some(f), _) => {
+            let mut text = std::fs::read_to_string(f).map_err(|e| {
+                CliError::input(format!("cannot read the prompt file {}: {e}", f.display()))
+            })?;
+            // As llama.cpp's -f: the file's one final newline (what editors add) is not part
+            // of the prompt; a second one is.
+            if text.ends_with('\n') {
+                text.pop();
+            }
+            text
+        }
         _ => unreachable!("clap requires one prompt source"),
     };
     let tokenizer = Tokenizer::from_gguf(file).map_err(|e| CliError::input(e.to_string()))?;

@@ -7,7 +7,7 @@ use rocky_generate::{CpuEvaluator, EndOfGeneration, Evaluator};
 use rocky_models::arch;
 use rocky_models::reference::ReferenceOptions;
 use rocky_models::tokenizer::Tokenizer;
-use rocky_serve::{ChatFormat, Model, ServeOptions};
+use rocky_serve::{CacheBounds, ChatFormat, Model, ServeOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -18,7 +18,9 @@ curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/
 Endpoints: /v1/completions, /v1/chat/completions (\"stream\": true for server-sent events), \
 /v1/models, /health. One request runs at a time; up to --queue more wait, the rest get 503. \
 A request whose prompt starts as the cached tokens do (the next turn of a conversation) \
-evaluates only the rest: usage.prompt_tokens_details.cached_tokens says how many were reused."
+evaluates only the rest: usage.prompt_tokens_details.cached_tokens says how many were reused. \
+Up to --cache-slots other conversations are kept (within --cache-mib), so clients alternating \
+between conversations reuse each one's prefix."
 )]
 pub struct Args {
     /// The GGUF model.
@@ -35,6 +37,14 @@ pub struct Args {
     /// Requests that may wait while one runs; more are answered 503.
     #[arg(long, default_value_t = 16)]
     pub queue: usize,
+    /// Conversations whose KV cache is kept besides the live one (snapshots in device memory),
+    /// so clients alternating between conversations reuse each one's prefix; the least
+    /// recently used goes first. 0: only the last conversation is reused.
+    #[arg(long, default_value_t = 4)]
+    pub cache_slots: usize,
+    /// Memory the kept conversations may take together, MiB (fractions allowed).
+    #[arg(long, default_value_t = 1024.0)]
+    pub cache_mib: f64,
     /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
     #[arg(long)]
     pub cpu: bool,
@@ -45,6 +55,12 @@ pub struct Args {
 pub fn run(args: Args) -> CmdResult {
     if args.ctx == 0 {
         return Err(CliError::usage("--ctx must be at least 1"));
+    }
+    if !(args.cache_mib >= 0.0 && args.cache_mib.is_finite()) {
+        return Err(CliError::usage(format!(
+            "--cache-mib {} is not a size: give MiB as a number of 0 or more",
+            args.cache_mib
+        )));
     }
     let file = super::open_gguf(&args.model)?;
     let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
@@ -63,6 +79,10 @@ pub fn run(args: Args) -> CmdResult {
         host: args.host.clone(),
         port: args.port,
         queue: args.queue,
+        cache: CacheBounds {
+            slots: args.cache_slots,
+            max_bytes: (args.cache_mib * (1u64 << 20) as f64) as u64,
+        },
         model_id: args
             .model
             .file_name()

@@ -121,6 +121,17 @@ impl Server {
         (status, data)
     }
 
+    /// The server's resident memory, KiB (VmRSS of /proc/PID/status).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status of the server");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
@@ -173,6 +184,17 @@ pub fn curl(url: &str, body: Option<&str>, extra: &[&str]) -> (u16, String) {
 /// `rocky generate`'s greedy continuation of `prompt` (the independent path: the CLI, one
 /// fresh process, no server, no reuse), as its --json reports it.
 pub fn generate_greedy(model: &Path, prompt: &str, n: usize, chat: bool) -> Value {
+    generate_greedy_with(model, prompt, n, chat, &[])
+}
+
+/// [`generate_greedy`] with more arguments (`--cpu`).
+pub fn generate_greedy_with(
+    model: &Path,
+    prompt: &str,
+    n: usize,
+    chat: bool,
+    extra: &[&str],
+) -> Value {
     let dir = sandbox();
     let n = n.to_string();
     let mut args = vec![
@@ -187,6 +209,7 @@ pub fn generate_greedy(model: &Path, prompt: &str, n: usize, chat: bool) -> Valu
     if chat {
         args.push("--chat");
     }
+    args.extend(extra);
     let out = Command::new(env!("CARGO_BIN_EXE_rocky"))
         .args(&args)
         .env("XDG_RUNTIME_DIR", &dir)

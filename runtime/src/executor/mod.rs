@@ -10,9 +10,11 @@
 //! the only ones read back.
 
 mod decode;
+mod kv_snapshot;
 mod math;
 mod slots;
 
+pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
 
 use crate::budget::CommandBudget;
