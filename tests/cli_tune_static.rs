@@ -96,7 +96,10 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
     assert!(workloads.len() >= 4, "{v}");
     for w in workloads {
         let source = w["source"].as_str().unwrap();
-        assert!(source.starts_with("analytic"), "lavapipe has no statistics: {source}");
+        assert!(
+            source.starts_with("analytic"),
+            "lavapipe has no statistics: {source}"
+        );
         assert!(w["ranked"].as_u64().unwrap() >= 2, "{w}");
         assert_eq!(w["driver_compiled"], 0, "{w}");
         let scores: Vec<f64> = w["top"]
@@ -135,7 +138,10 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
     let empty = dir.join("empty.sled");
     let defaults = prefill_gemm_kernels(&empty);
     assert_eq!(with_seeds, defaults);
-    assert!(with_seeds.iter().all(|(_, _, tuned)| !tuned), "{with_seeds:?}");
+    assert!(
+        with_seeds.iter().all(|(_, _, tuned)| !tuned),
+        "{with_seeds:?}"
+    );
 
     // 4. Import into a fresh database carries the rankings.
     let imported = dir.join("imported.sled");

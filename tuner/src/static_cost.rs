@@ -11,7 +11,11 @@
 //!   kernel's IR walked with each loop weighted by its trip count — arithmetic per lane
 //!   (16-bit floats at half cost, packed dot products as one), load/store issues of at most
 //!   16 bytes each (global and shared), barriers — per invocation, bounded by the larger of
-//!   arithmetic and load/store (the way Mali's estimate is), times the invocations.
+//!   arithmetic and load/store (the way Mali's estimate is), times the invocations. The
+//!   device's traits ([`CostModel::for_device`]) adjust it: where f16 math is emulated a
+//!   16-bit lane costs twice an f32 one; where memory accesses run lane by lane (llvmpipe)
+//!   every loaded or stored element costs one step while arithmetic runs a whole subgroup at
+//!   once, and the two add up (a CPU does not overlap them as a GPU's pipes do).
 //!
 //! Either way a candidate the driver says spills is disqualified, and fewer registers break
 //! ties. The numbers are estimates in their own units: comparable within one workload's
@@ -21,6 +25,7 @@
 use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt};
 use rocky_compiler::templates::gemm::interface::dispatch_grid;
 use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
+use rocky_compiler::DeviceCaps;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where a score came from.
@@ -42,10 +47,49 @@ impl ScoreSource {
                  invocations; spills disqualify, registers break ties"
             }
             ScoreSource::Analytic => {
-                "analytic: IR operation counts per invocation weighted by loop trips, \
-                 max(arithmetic, load/store issues) x invocations (the driver reports no cycle \
-                 estimate); driver spills disqualify where reported"
+                "analytic: IR operation counts per invocation weighted by loop trips, combined \
+                 by the device's traits (GPU: max of arithmetic and load/store issues; \
+                 lane-serial memory such as llvmpipe: arithmetic per subgroup plus element \
+                 accesses; emulated f16 at twice f32) x invocations (the driver reports no \
+                 cycle estimate); driver spills disqualify where reported"
             }
+        }
+    }
+}
+
+/// What the device's traits change in the IR model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Cost of one 16-bit float lane relative to an f32 lane.
+    pub f16_lane: f64,
+    /// Memory accesses run element by element (`DeviceCaps::lane_serial_memory`).
+    pub lane_serial: bool,
+    /// Lanes that run one arithmetic step together where memory is lane-serial.
+    pub simd: f64,
+}
+
+impl CostModel {
+    /// A GPU: packed f16 at half cost, 16-byte load/store issues, pipes overlapping.
+    pub const GPU: CostModel = CostModel {
+        f16_lane: 0.5,
+        lane_serial: false,
+        simd: 1.0,
+    };
+
+    pub fn for_device(caps: &DeviceCaps) -> CostModel {
+        CostModel {
+            f16_lane: if caps.emulated_f16 { 2.0 } else { 0.5 },
+            lane_serial: caps.lane_serial_memory,
+            simd: f64::from(caps.subgroup_size.max(1)),
+        }
+    }
+
+    /// Issues of a load or store of `bytes` bytes in `elems` elements.
+    fn access(&self, bytes: u32, elems: u32) -> f64 {
+        if self.lane_serial {
+            f64::from(elems)
+        } else {
+            (f64::from(bytes) / 16.0).ceil()
         }
     }
 }
@@ -68,9 +112,14 @@ impl OpCounts {
         self.global_bytes += other.global_bytes * times;
     }
 
-    /// The bound per invocation: the busier of the arithmetic and load/store pipes.
-    pub fn bound(&self) -> f64 {
-        self.arith.max(self.ls)
+    /// The bound per invocation: the busier of the arithmetic and load/store pipes (a GPU),
+    /// or their sum with the arithmetic shared by a SIMD group (lane-serial memory: a CPU).
+    pub fn bound(&self, model: &CostModel) -> f64 {
+        if model.lane_serial {
+            self.arith / model.simd + self.ls
+        } else {
+            self.arith.max(self.ls)
+        }
     }
 }
 
@@ -82,19 +131,20 @@ pub struct IrEstimate {
     /// Per invocation, every loop body counted once (what a driver's static estimate sees).
     pub static_once: OpCounts,
     pub invocations: f64,
+    pub model: CostModel,
 }
 
 impl IrEstimate {
     /// Whole-dispatch cost of the analytic score.
     pub fn analytic_score(&self) -> f64 {
-        self.dynamic.bound() * self.invocations
+        self.dynamic.bound(&self.model) * self.invocations
     }
 
     /// How many times a static per-invocation count must be taken to cover the loops.
     pub fn loop_factor(&self) -> f64 {
-        let s = self.static_once.bound();
+        let s = self.static_once.bound(&self.model);
         if s > 0.0 {
-            self.dynamic.bound() / s
+            self.dynamic.bound(&self.model) / s
         } else {
             1.0
         }
@@ -105,7 +155,10 @@ impl IrEstimate {
         BTreeMap::from([
             ("ir_arith_per_invocation".into(), self.dynamic.arith),
             ("ir_ls_per_invocation".into(), self.dynamic.ls),
-            ("ir_global_bytes_per_invocation".into(), self.dynamic.global_bytes),
+            (
+                "ir_global_bytes_per_invocation".into(),
+                self.dynamic.global_bytes,
+            ),
             ("ir_loop_factor".into(), self.loop_factor()),
             ("invocations".into(), self.invocations),
         ])
@@ -113,7 +166,7 @@ impl IrEstimate {
 }
 
 /// The IR estimate of `s` on `w` (the main kernel; a split-K reduce pass is small and left out).
-pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule) -> IrEstimate {
+pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule, model: CostModel) -> IrEstimate {
     let module = kernel_ir(w, s);
     // The K-slab loop's bounds come from push constants: its trips from the workload.
     let units = u64::from(w.k).div_ceil(32);
@@ -123,15 +176,16 @@ pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule) -> IrEstimate {
     let grid = dispatch_grid(w, s);
     let invocations = grid.iter().map(|&g| f64::from(g)).product::<f64>() * f64::from(s.threads());
     IrEstimate {
-        dynamic: count(&module, Some(k_trips)),
-        static_once: count(&module, None),
+        dynamic: count(&module, Some(k_trips), &model),
+        static_once: count(&module, None, &model),
         invocations,
+        model,
     }
 }
 
 /// Per-invocation counts of `module`: loops with constant bounds weighted by their trips and
 /// any other loop by `dynamic_trips`; with `None` every loop body once.
-pub fn count(module: &Module, dynamic_trips: Option<f64>) -> OpCounts {
+pub fn count(module: &Module, dynamic_trips: Option<f64>, model: &CostModel) -> OpCounts {
     let mut consts: HashMap<u32, u32> = HashMap::new();
     module.walk(&mut |stmt| {
         if let Stmt::Let {
@@ -143,29 +197,35 @@ pub fn count(module: &Module, dynamic_trips: Option<f64>) -> OpCounts {
             consts.insert(result.id(), *bits);
         }
     });
-    count_block(&module.body, &consts, dynamic_trips)
+    count_block(&module.body, &consts, dynamic_trips, model)
 }
 
-fn count_block(block: &Block, consts: &HashMap<u32, u32>, dynamic: Option<f64>) -> OpCounts {
+fn count_block(
+    block: &Block,
+    consts: &HashMap<u32, u32>,
+    dynamic: Option<f64>,
+    model: &CostModel,
+) -> OpCounts {
     let mut c = OpCounts::default();
     for stmt in &block.0 {
         match stmt {
-            Stmt::Let { result, expr, .. } => c.add(expr_cost(expr, result.ty), 1.0),
+            Stmt::Let { result, expr, .. } => c.add(expr_cost(expr, result.ty, model), 1.0),
             Stmt::StoreVar { .. } => {}
             Stmt::StoreBuffer { value, .. } => {
-                let bytes = f64::from(value.ty.size_bytes());
-                c.ls += (bytes / 16.0).ceil();
-                c.global_bytes += bytes;
+                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes());
+                c.global_bytes += f64::from(value.ty.size_bytes());
             }
-            Stmt::StoreShared { value, .. } => c.ls += (f64::from(value.ty.size_bytes()) / 16.0).ceil(),
+            Stmt::StoreShared { value, .. } => {
+                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes())
+            }
             // Bounds checks are mostly taken: both branches count.
             Stmt::If {
                 then_body,
                 else_body,
                 ..
             } => {
-                c.add(count_block(then_body, consts, dynamic), 1.0);
-                c.add(count_block(else_body, consts, dynamic), 1.0);
+                c.add(count_block(then_body, consts, dynamic, model), 1.0);
+                c.add(count_block(else_body, consts, dynamic, model), 1.0);
             }
             Stmt::For {
                 start,
@@ -181,7 +241,7 @@ fn count_block(block: &Block, consts: &HashMap<u32, u32>, dynamic: Option<f64>) 
                     }
                     (_, _, Some(t)) => t,
                 };
-                c.add(count_block(body, consts, dynamic), trips);
+                c.add(count_block(body, consts, dynamic, model), trips);
             }
             Stmt::Barrier | Stmt::DeviceMemoryBarrier => c.ls += 1.0,
         }
@@ -189,12 +249,16 @@ fn count_block(block: &Block, consts: &HashMap<u32, u32>, dynamic: Option<f64>) 
     c
 }
 
-fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type) -> OpCounts {
+fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type, model: &CostModel) -> OpCounts {
     let lanes = f64::from(ty.lanes());
-    let float_lanes = if ty.scalar == Scalar::F16 {
-        lanes / 2.0
-    } else {
-        lanes
+    // Float lanes of type `t`: 16-bit ones at the device's relative cost.
+    let float = |t: rocky_compiler::ir::Type| {
+        let n = f64::from(t.lanes());
+        if t.scalar == Scalar::F16 {
+            n * model.f16_lane
+        } else {
+            n
+        }
     };
     let arith = |a: f64| OpCounts {
         arith: a,
@@ -210,16 +274,13 @@ fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type) -> OpCounts {
         | Expr::Extract { .. }
         | Expr::Construct(_)
         | Expr::Bitcast(_) => OpCounts::default(),
-        Expr::LoadBuffer { .. } => {
-            let bytes = f64::from(ty.size_bytes());
-            OpCounts {
-                ls: (bytes / 16.0).ceil(),
-                global_bytes: bytes,
-                ..Default::default()
-            }
-        }
+        Expr::LoadBuffer { .. } => OpCounts {
+            ls: model.access(ty.size_bytes(), ty.lanes()),
+            global_bytes: f64::from(ty.size_bytes()),
+            ..Default::default()
+        },
         Expr::LoadShared { .. } => OpCounts {
-            ls: (f64::from(ty.size_bytes()) / 16.0).ceil(),
+            ls: model.access(ty.size_bytes(), ty.lanes()),
             ..Default::default()
         },
         Expr::AtomicAdd { .. } => OpCounts {
@@ -228,21 +289,8 @@ fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type) -> OpCounts {
             ..Default::default()
         },
         Expr::Unary(_, v) | Expr::Convert(v) => arith(lanes.max(f64::from(v.ty.lanes()))),
-        Expr::Binary(_, a, _) => arith(if a.ty.scalar.is_float() {
-            if a.ty.scalar == Scalar::F16 {
-                f64::from(a.ty.lanes()) / 2.0
-            } else {
-                f64::from(a.ty.lanes())
-            }
-        } else {
-            f64::from(a.ty.lanes())
-        }),
-        Expr::Fma(..) | Expr::Select { .. } => arith(float_lanes),
-        Expr::Dot(a, _) => arith(if a.ty.scalar == Scalar::F16 {
-            f64::from(a.ty.lanes()) / 2.0
-        } else {
-            f64::from(a.ty.lanes())
-        }),
+        Expr::Binary(_, a, _) | Expr::Dot(a, _) => arith(float(a.ty)),
+        Expr::Fma(..) | Expr::Select { .. } => arith(float(ty)),
         Expr::Dot4x8Packed { .. } | Expr::UnpackHalf2x16(_) | Expr::PackHalf2x16(_) => arith(1.0),
         Expr::BitFieldExtract { .. } => arith(lanes),
         Expr::Subgroup { .. } => arith(2.0 * lanes),
@@ -265,10 +313,7 @@ pub fn stat(stats: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
 }
 
 /// A candidate's score: the driver's cycles where it reports them, else the IR model.
-pub fn score(
-    estimate: &IrEstimate,
-    stats: Option<&BTreeMap<String, f64>>,
-) -> (f64, ScoreSource) {
+pub fn score(estimate: &IrEstimate, stats: Option<&BTreeMap<String, f64>>) -> (f64, ScoreSource) {
     match stats.and_then(|s| stat(s, "cycles")) {
         Some(cycles) if cycles.is_finite() && cycles > 0.0 => (
             cycles * estimate.loop_factor() * estimate.invocations,
@@ -298,12 +343,21 @@ mod tests {
             });
         });
         let m = b.finish();
-        let dynamic = count(&m, Some(10.0));
+        let dynamic = count(&m, Some(10.0), &CostModel::GPU);
         assert_eq!(dynamic.arith, 80.0);
         assert_eq!(dynamic.ls, 160.0);
         assert_eq!(dynamic.global_bytes, 640.0);
-        let once = count(&m, None);
+        let once = count(&m, None, &CostModel::GPU);
         assert_eq!((once.arith, once.ls), (1.0, 2.0));
+        // Lane-serial memory (llvmpipe): one step per element, the arithmetic shared by 8
+        // lanes and added: (1 / 8 + 2) per inner body.
+        let cpu = CostModel {
+            f16_lane: 2.0,
+            lane_serial: true,
+            simd: 8.0,
+        };
+        let dynamic = count(&m, Some(10.0), &cpu);
+        assert_eq!(dynamic.bound(&cpu), 80.0 / 8.0 + 160.0);
     }
 
     #[test]
@@ -320,6 +374,7 @@ mod tests {
                 global_bytes: 0.0,
             },
             invocations: 64.0,
+            model: CostModel::GPU,
         };
         assert_eq!(score(&e, None), (6400.0, ScoreSource::Analytic));
         let code_size_only = BTreeMap::from([("Code Size".to_string(), 14208.0)]);
@@ -329,7 +384,10 @@ mod tests {
             ("Registers used".to_string(), 59.0),
         ]);
         // 26 cycles x (100 / 10) loop repeats x 64 invocations.
-        assert_eq!(score(&e, Some(&valhall)), (16640.0, ScoreSource::DriverCycles));
+        assert_eq!(
+            score(&e, Some(&valhall)),
+            (16640.0, ScoreSource::DriverCycles)
+        );
         assert_eq!(stat(&valhall, "registers"), Some(59.0));
     }
 }

@@ -9,7 +9,7 @@
 //! the candidates are only generated (SPIR-V, no driver compile: the driver would tell nothing
 //! more than pass or fail, which the live search finds out anyway) and scored by the IR model.
 
-use crate::static_cost::{ir_estimate, score, stat, ScoreSource};
+use crate::static_cost::{ir_estimate, score, stat, CostModel, ScoreSource};
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::GemmWorkload;
 use rocky_compiler::{instantiate, DeviceCaps, Schedule, Workload};
@@ -64,13 +64,14 @@ pub fn rank_gemm(
     host: &str,
 ) -> Option<StaticOutcome> {
     let workload = Workload::Gemm(*w);
+    let model = CostModel::for_device(caps);
     // Generating the kernels and their IR estimates is pure: all at once.
     let generated: Vec<_> = candidates
         .par_iter()
         .filter_map(|s| {
             let Schedule::Gemm(g) = s else { return None };
             let kernel = instantiate(&workload, s, caps).ok()?;
-            Some((*s, kernel, ir_estimate(w, g)))
+            Some((*s, kernel, ir_estimate(w, g, model)))
         })
         .collect();
     let refused = candidates.len() - generated.len();
@@ -115,10 +116,11 @@ pub fn rank_gemm(
     }
     // One source for the whole ranking: driver cycles only if every qualified candidate has
     // them (scores of different sources are not comparable).
-    let all_cycles = scored
-        .iter()
-        .filter(|c| c.disqualified.is_none())
-        .all(|c| c.stats.as_ref().is_some_and(|s| stat(s, "cycles").is_some()));
+    let all_cycles = scored.iter().filter(|c| c.disqualified.is_none()).all(|c| {
+        c.stats
+            .as_ref()
+            .is_some_and(|s| stat(s, "cycles").is_some())
+    });
     let source = if with_stats && all_cycles {
         ScoreSource::DriverCycles
     } else {
@@ -194,7 +196,10 @@ mod tests {
             .iter()
             .map(|x| space.iter().position(|y| y == x).unwrap())
             .collect();
-        assert!(positions.windows(2).all(|p| p[1] >= p[0] + 8), "{positions:?}");
+        assert!(
+            positions.windows(2).all(|p| p[1] >= p[0] + 8),
+            "{positions:?}"
+        );
         // Asking for more than there is gives the whole space once.
         assert_eq!(sample(&space, &first, 100, 3).len(), 40);
         assert_eq!(static_seed_budget(32), 8);

@@ -419,9 +419,14 @@ impl<'db> Tuner<'db> {
             let space = search_space(&mw.workload, &self.caps);
             let default = default_schedule(&mw.workload, &self.caps);
             let candidates = static_rank::sample(&space, &default, sample, seed);
-            let Some(outcome) =
-                static_rank::rank_gemm(&self.ctx, &self.caps, &w, &candidates, &default, &self.host)
-            else {
+            let Some(outcome) = static_rank::rank_gemm(
+                &self.ctx,
+                &self.caps,
+                &w,
+                &candidates,
+                &default,
+                &self.host,
+            ) else {
                 continue;
             };
             self.db
@@ -437,14 +442,14 @@ impl<'db> Tuner<'db> {
     /// its best under another driver version of this GPU (a seed, never used blindly), then
     /// the winners of this device's other workloads ([`carry_over`](crate::carry_over)).
     fn seed_schedules(&self, workload: &Workload, trials: usize) -> Result<Vec<Schedule>, DbError> {
-        let ranked = match self.db.seed_ranking_for_gpu(
-            &self.device,
-            &self.compiler_version,
-            workload,
-        )? {
-            Some(r) => r.top(static_seed_budget(trials)),
-            None => Vec::new(),
-        };
+        let ranked =
+            match self
+                .db
+                .seed_ranking_for_gpu(&self.device, &self.compiler_version, workload)?
+            {
+                Some(r) => r.top(static_seed_budget(trials)),
+                None => Vec::new(),
+            };
         let max = seed_budget(trials) + ranked.len();
         let mut seeds = ranked;
         if let Lookup::SeedOnly(t) =

@@ -58,16 +58,27 @@ def main():
     p.add_argument("--workloads", default="",
                    help="comma-separated texts; a workload is measured when its description "
                         "(m=64 n=896 k=896 q5_0 +bias) contains one (all when empty)")
+    p.add_argument("--seed", type=int, default=1, help="rocky tune --seed: which sample")
+    p.add_argument("--times-from", default=None,
+                   help="an earlier --out file: re-score its timed candidates with this rocky "
+                        "(same --seed and --sample) instead of timing them again")
     p.add_argument("--db", default=None, help="scratch database (default: a temp dir)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     db = a.db or os.path.join(tempfile.mkdtemp(prefix="rocky-static-"), "db.sled")
     subprocess.run([a.rocky, "tune", a.model, "--ubatch", str(a.ubatch), "--static",
-                    "--static-sample", str(a.sample), "--device", a.device, "--db", db],
+                    "--static-sample", str(a.sample), "--seed", str(a.seed), "--device", a.device,
+                    "--db", db],
                    check=True)
     export = db + ".jsonl"
     subprocess.run([a.rocky, "db", "export", "--db", db, "-o", export], check=True)
     wanted = [t for t in a.workloads.split(",") if t]
+    earlier = {}
+    if a.times_from:
+        for r in json.load(open(a.times_from)):
+            for row in r["rows"]:
+                earlier[(r["workload"], json.dumps(row["schedule"], sort_keys=True))] = \
+                    row["median_ms"]
     results = []
     for line in open(export):
         rec = json.loads(line)
@@ -80,6 +91,12 @@ def main():
         rows = []
         for c in rec["ranking"]["candidates"]:
             if c.get("disqualified"):
+                continue
+            if a.times_from:
+                ms = earlier.get((name, json.dumps(c["schedule"], sort_keys=True)))
+                if ms is not None:
+                    rows.append({"schedule": c["schedule"], "score": c["score"],
+                                 "median_ms": ms})
                 continue
             out = subprocess.run(
                 [a.rocky, "kernel", "--workload", json.dumps(w), "--schedule",
