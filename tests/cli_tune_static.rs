@@ -1,8 +1,9 @@
 //! `rocky tune --static` end to end on lavapipe (which reports no driver statistics, so the
 //! analytic IR model scores): it stores unmeasured seed rankings and nothing else; a prefill
 //! afterwards runs exactly the kernels it runs with an empty database (no seed is ever a
-//! winner); export/import carry the rankings; and a live `rocky tune` tries the top-ranked
-//! candidate right after the default.
+//! winner), also with rankings edited so that their top picks are not the defaults;
+//! export/import carry the rankings; and a live `rocky tune` tries the top-ranked candidate
+//! right after the default. About 1 min on lavapipe.
 
 mod common;
 
@@ -110,14 +111,6 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
             .collect();
         assert!(scores.windows(2).all(|p| p[0] <= p[1]), "{w}");
     }
-    // At least one workload's top pick is not its default, or the prefill check below could
-    // not tell a seed from a default.
-    let moved: Vec<&Value> = workloads
-        .iter()
-        .filter(|w| w["default_rank"].as_u64() != Some(1))
-        .collect();
-    assert!(!moved.is_empty(), "{v}");
-
     // 2. Only seed rankings were stored: no records, no trials, no winner.
     let stats = ok_json(rocky(&["db", "stats", "--db", s(&db), "--json"]));
     assert_eq!(stats["trials"], 0, "{stats}");
@@ -133,22 +126,37 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
     let listed = text(&ok(rocky(&["db", "list", "--db", s(&db)])));
     assert!(listed.contains("seed ranking (unmeasured"), "{listed}");
 
-    // 3. A prefill runs what it runs with an empty database: the default schedules.
-    let with_seeds = prefill_gemm_kernels(&db);
-    let empty = dir.join("empty.sled");
-    let defaults = prefill_gemm_kernels(&empty);
-    assert_eq!(with_seeds, defaults);
-    assert!(
-        with_seeds.iter().all(|(_, _, tuned)| !tuned),
-        "{with_seeds:?}"
-    );
+    // On lavapipe the analytic model ranks the default schedule first, so a prefill that
+    // wrongly took seeds as winners could not be told apart. The rankings are edited to put
+    // the second candidate first (the scores stay in order, so the import accepts them):
+    // every workload whose default ranked #1 now has a top pick that is not its default.
+    let edited: Vec<Value> = lines
+        .into_iter()
+        .map(|mut l| {
+            let c = l["ranking"]["candidates"].as_array_mut().unwrap();
+            let first = c[0]["schedule"].clone();
+            c[0]["schedule"] = c[1]["schedule"].clone();
+            c[1]["schedule"] = first;
+            l
+        })
+        .collect();
+    let edited_file = dir.join("edited.jsonl");
+    let body: Vec<String> = edited.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&edited_file, body.join("\n") + "\n").unwrap();
+    let moved: Vec<usize> = workloads
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w["default_rank"].as_u64() == Some(1))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!moved.is_empty(), "{v}");
 
-    // 4. Import into a fresh database carries the rankings.
+    // 3. Import into a fresh database carries the rankings.
     let imported = dir.join("imported.sled");
     let out = text(&ok(rocky(&[
         "db",
         "import",
-        s(&export),
+        s(&edited_file),
         "--db",
         s(&imported),
     ])));
@@ -160,11 +168,30 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
         "{out}"
     );
 
-    // 5. A live tune of one moved workload on the imported database: the default first, then
-    //    the ranking's top candidate.
-    let w = &moved[0]["workload"]["gemm"];
+    // 4. A prefill runs what it runs with an empty database (the default schedules), with the
+    //    original rankings and with the edited ones whose top picks are not the defaults.
+    let empty = dir.join("empty.sled");
+    let defaults = prefill_gemm_kernels(&empty);
+    assert!(defaults.iter().all(|(_, _, tuned)| !tuned), "{defaults:?}");
+    assert_eq!(prefill_gemm_kernels(&db), defaults);
+    assert_eq!(prefill_gemm_kernels(&imported), defaults);
+
+    // 5. A live tune of a moved workload on the imported database (not the LM head: its
+    //    trials are the slowest): the default first, then the ranking's top candidate.
+    let pick = moved
+        .iter()
+        .copied()
+        .find(|&i| workloads[i]["workload"]["gemm"]["m"] != 1)
+        .unwrap_or(moved[0]);
+    let workload = &workloads[pick]["workload"];
+    let line = edited
+        .iter()
+        .find(|l| l["key"]["workload"] == *workload)
+        .unwrap();
+    let top = line["ranking"]["candidates"][0]["schedule"].clone();
+    let w = &workload["gemm"];
+    // (The filter may match another workload of the same shape too; it is tuned alongside.)
     let filter = format!("m={} n={} k={}", w["m"], w["n"], w["k"]);
-    let top = moved[0]["top"][0]["schedule"].clone();
     ok(rocky(&[
         "tune",
         s(&model()),
@@ -192,10 +219,10 @@ fn static_ranking_stores_seeds_that_prefill_ignores_and_live_tuning_tries_first(
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["key"]["workload"] == moved[0]["workload"])
+        .find(|r| r["key"]["workload"] == *workload)
         .unwrap_or_else(|| panic!("no trials for {filter}: {shown}"));
     let trials = record["trials"].as_array().unwrap();
-    assert_eq!(trials.len(), 2, "{record}");
+    assert!(trials.len() >= 2, "{record}");
     assert_eq!(trials[1]["trial"]["schedule"], top, "{record}");
     let _ = std::fs::remove_dir_all(&dir);
 }
