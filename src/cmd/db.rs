@@ -202,6 +202,21 @@ fn list(db: &TuningDb, as_json: bool) -> CmdResult {
             g.device.describe()
         );
     }
+    // Unmeasured rankings (`rocky tune --static`): never used as a winner, only tried first by
+    // a live `rocky tune` on the same GPU.
+    for (key, ranking) in db.seed_rankings(None).map_err(db_error)? {
+        let top = ranking
+            .candidates
+            .first()
+            .map_or("none".to_string(), |c| describe_schedule(&c.schedule));
+        println!(
+            "seed ranking (unmeasured, {} candidates, top {top}) for {} on {}; scores from {}",
+            ranking.candidates.len(),
+            describe_workload(&key.workload),
+            key.device.describe(),
+            ranking.source
+        );
+    }
     Ok(())
 }
 
@@ -309,8 +324,14 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
                 .map_err(db_error)?
                 .into_iter()
                 .map(|c| c.device);
+            let with_seeds = db
+                .seed_rankings(None)
+                .map_err(db_error)?
+                .into_iter()
+                .map(|(k, _)| k.device);
             let found: BTreeSet<DeviceFingerprint> = with_records
                 .chain(with_choices)
+                .chain(with_seeds)
                 .filter(|d| d.describe().to_lowercase().contains(&text))
                 .collect();
             if found.is_empty() {
@@ -324,7 +345,7 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
     let file = std::fs::File::create(output)
         .map_err(|e| CliError::output(format!("cannot create {}: {e}", output.display())))?;
     let mut writer = BufWriter::new(file);
-    let (mut records, mut graph_choices) = (0, 0);
+    let (mut records, mut graph_choices, mut seeds) = (0, 0, 0);
     for device in devices {
         let filter = ExportFilter {
             device,
@@ -335,9 +356,11 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
             .map_err(|e| CliError::output(format!("cannot write {}: {e}", output.display())))?;
         records += written.records;
         graph_choices += written.graph_choices;
+        seeds += written.seed_rankings;
     }
     println!(
-        "exported {records} records and {graph_choices} graph choices to {}",
+        "exported {records} records, {graph_choices} graph choices and {seeds} seed rankings \
+         (unmeasured) to {}",
         output.display()
     );
     Ok(())
@@ -351,7 +374,7 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
         import_jsonl(&db, BufReader::new(input), &file.display().to_string()).map_err(db_error)?;
     println!(
         "imported {} lines into {}: {} new records, {} improved, {} kept local, {} trials added, {} duplicates skipped; \
-         graph choices: {} new, {} improved, {} kept local",
+         graph choices: {} new, {} improved, {} kept local; seed rankings (unmeasured): {} stored, {} kept local",
         summary.lines,
         db_path.display(),
         summary.new_keys,
@@ -361,7 +384,9 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
         summary.duplicate_trials,
         summary.graph_choices_added,
         summary.graph_choices_improved,
-        summary.graph_choices_kept_local
+        summary.graph_choices_kept_local,
+        summary.seed_rankings_added,
+        summary.seed_rankings_kept_local
     );
     Ok(())
 }

@@ -18,6 +18,7 @@ pub mod staging;
 pub mod synth;
 pub mod tokenize;
 pub mod tune;
+pub mod tune_static;
 
 use crate::error::CliError;
 use rocky_models::gguf::{GgufError, GgufFile};

@@ -37,7 +37,8 @@ pub enum StrategyArg {
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  rocky tune model.gguf --trials 64 --time 1800\n  \
-rocky tune model.gguf --ubatch 128 --strategy random --seed 3 --db tuning.sled\n\n\
+rocky tune model.gguf --ubatch 128 --strategy random --seed 3 --db tuning.sled\n  \
+rocky tune model.gguf --ubatch 64 --static --db pre-tuned.sled   # rank only, no timing\n\n\
 Trials are stored as they finish; running the same command again resumes where it stopped \
 (the budget counts trials already in the database)."
 )]
@@ -100,6 +101,17 @@ pub struct Args {
     /// ones, so use a scratch --db.
     #[arg(long, hide = true)]
     pub inject_faults: Option<String>,
+    /// Rank each GEMM workload's candidates WITHOUT running them, from the driver's compiler
+    /// statistics (or, where it reports none, an analytic model of the kernel's IR), and store
+    /// the rankings as unmeasured seed rankings: for pre-tuning a board on a device that can
+    /// compile but not time (the Mali through Mesa's drm-shim). Nothing is timed or stored as
+    /// a winner; a live `rocky tune` on the same GPU tries the top candidates first.
+    #[arg(long = "static")]
+    pub static_rank: bool,
+    /// Candidates ranked per workload with --static (the default schedule always among them;
+    /// a spread sample of bigger spaces).
+    #[arg(long, default_value_t = 256)]
+    pub static_sample: usize,
 }
 
 impl From<StrategyArg> for rocky_tuner::Strategy {
@@ -191,6 +203,19 @@ pub fn run(args: Args) -> CmdResult {
         calibrate_warmup: args.warmup_ms.is_none(),
     };
     let mut tuner = Tuner::new(ctx.clone(), selector.clone(), &db);
+    if args.static_rank {
+        if args.static_sample == 0 {
+            return Err(CliError::usage("--static-sample must be at least 1"));
+        }
+        return super::tune_static::run(
+            &tuner,
+            &workloads,
+            args.static_sample,
+            args.seed,
+            &path,
+            args.json,
+        );
+    }
     let say = |line: String| {
         if args.json {
             eprintln!("{line}")

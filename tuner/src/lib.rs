@@ -11,6 +11,8 @@
 //! - [`attention_gpu`]: attention on the device, its check and one trial (tuner and
 //!   `rocky bench-attention`);
 //! - [`gemm_gpu`]: a GEMM on the device (also used by `rocky kernel` and `bench-gemm`);
+//! - [`static_cost`], [`static_rank`]: `rocky tune --static`, candidates ranked without
+//!   running them (driver statistics or an IR model), stored as unmeasured seed rankings;
 //! - [`tune`]: the loop with trial and time budgets, resume and device-loss recovery;
 //! - [`db_schedules`]: [`DbSchedules`], tuned schedules for the prefill;
 //! - [`fingerprint()`]: the database identity of a device.
@@ -27,6 +29,8 @@ pub mod measure;
 pub mod replay;
 pub mod search;
 pub mod spirv_val;
+pub mod static_cost;
+pub mod static_rank;
 pub mod tune;
 pub mod workloads;
 

@@ -10,6 +10,7 @@ use crate::measure::{
     calibrate_warmup, measure_gemm, timing_method, MeasureOptions, WarmupCalibration,
 };
 use crate::search::{Search, Strategy};
+use crate::static_rank::{self, static_seed_budget, StaticOutcome};
 use crate::workloads::ModelWorkload;
 use rayon::prelude::*;
 use rocky_compiler::{
@@ -395,17 +396,69 @@ impl<'db> Tuner<'db> {
         Ok(report)
     }
 
-    /// Schedules worth trying first for `workload`: its best under another driver version of
-    /// this GPU (a seed, never used blindly), then the winners of this device's other
-    /// workloads ([`carry_over`](crate::carry_over)).
+    /// Ranks the candidates of every GEMM workload without running them (`rocky tune
+    /// --static`, see [`static_rank`](crate::static_rank)) and stores each ranking as an
+    /// unmeasured seed ranking; attention workloads are left out. `sample` candidates per
+    /// workload at most (the default schedule always among them).
+    pub fn rank_static(
+        &self,
+        workloads: &[ModelWorkload],
+        sample: usize,
+        seed: u64,
+        progress: &mut dyn FnMut(usize, usize, &ModelWorkload, &StaticOutcome, usize),
+    ) -> Result<Vec<(ModelWorkload, StaticOutcome)>, TuneError> {
+        let gemms: Vec<&ModelWorkload> = workloads
+            .iter()
+            .filter(|mw| matches!(mw.workload, Workload::Gemm(_)))
+            .collect();
+        let mut out = Vec::new();
+        for (index, mw) in gemms.iter().enumerate() {
+            let Workload::Gemm(w) = mw.workload else {
+                continue;
+            };
+            let space = search_space(&mw.workload, &self.caps);
+            let default = default_schedule(&mw.workload, &self.caps);
+            let candidates = static_rank::sample(&space, &default, sample, seed);
+            let Some(outcome) = static_rank::rank_gemm(
+                &self.ctx,
+                &self.caps,
+                &w,
+                &candidates,
+                &default,
+                &self.host,
+            ) else {
+                continue;
+            };
+            self.db
+                .set_seed_ranking(&self.key(&mw.workload), &outcome.ranking)?;
+            progress(index, gemms.len(), mw, &outcome, space.len());
+            out.push(((*mw).clone(), outcome));
+        }
+        Ok(out)
+    }
+
+    /// Schedules worth trying first for `workload`: the best-ranked candidates of a static
+    /// ranking of this GPU (`rocky tune --static`, unmeasured: they are only tried first),
+    /// its best under another driver version of this GPU (a seed, never used blindly), then
+    /// the winners of this device's other workloads ([`carry_over`](crate::carry_over)).
     fn seed_schedules(&self, workload: &Workload, trials: usize) -> Result<Vec<Schedule>, DbError> {
-        let max = seed_budget(trials);
-        let mut seeds = Vec::new();
+        let ranked =
+            match self
+                .db
+                .seed_ranking_for_gpu(&self.device, &self.compiler_version, workload)?
+            {
+                Some(r) => r.top(static_seed_budget(trials)),
+                None => Vec::new(),
+            };
+        let max = seed_budget(trials) + ranked.len();
+        let mut seeds = ranked;
         if let Lookup::SeedOnly(t) =
             self.db
                 .lookup_for_device(&self.device, &self.compiler_version, workload)?
         {
-            seeds.push(t.schedule);
+            if !seeds.contains(&t.schedule) {
+                seeds.push(t.schedule);
+            }
         }
         // The template's own picks (shapes a short search rarely draws).
         for s in rocky_compiler::seed_schedules(workload, &self.caps) {

@@ -7,6 +7,9 @@
 //! - `"rocky-graph-choice"` ([`ExportGraphChoice`]): the graph-level settings chosen for a
 //!   model shape on a device, after the records. Files from before graph choices were
 //!   exported simply have none.
+//! - `"rocky-seed-ranking"` ([`ExportSeedRanking`]): an UNMEASURED ranking of a kernel
+//!   record's candidates (`rocky tune --static`, see [`crate::seeds`]), last. It only seeds a
+//!   board's live search; importing it never changes a key's best trial.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -16,12 +19,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::DbError;
 use crate::fingerprint::DeviceFingerprint;
 use crate::record::{validate_trial, GraphChoice, Provenance, RecordKey, StoredTrial, Trial};
+use crate::seeds::{validate_ranking, SeedRanking};
 use crate::store::{fastest, validate_graph_choice, StoredGraphChoice, TuningDb};
 
 /// Tag of every exported kernel-record line, so a stray JSON file is recognised as not ours.
 pub const EXPORT_FORMAT: &str = "rocky-tuning-record";
 /// Tag of every exported graph-choice line.
 pub const GRAPH_CHOICE_FORMAT: &str = "rocky-graph-choice";
+/// Tag of every exported seed-ranking line.
+pub const SEED_RANKING_FORMAT: &str = "rocky-seed-ranking";
 /// Version of the exported line formats (both kinds); import accepts exactly this.
 pub const EXPORT_VERSION: u32 = 1;
 
@@ -71,11 +77,22 @@ struct StrictGraphChoice {
     overlap: bool,
 }
 
+/// One exported seed ranking: the record key it ranks and the ranking (unmeasured).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportSeedRanking {
+    pub format: String,
+    pub version: u32,
+    pub key: RecordKey,
+    pub ranking: SeedRanking,
+}
+
 /// One parsed and validated line of an export file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExportLine {
     Record(ExportRecord),
     GraphChoice(ExportGraphChoice),
+    SeedRanking(ExportSeedRanking),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -107,6 +124,10 @@ pub struct ImportSummary {
     pub graph_choices_improved: usize,
     /// Graph-choice lines not stored because the local choice was as fast or faster.
     pub graph_choices_kept_local: usize,
+    /// Seed rankings stored (new keys, or newer than the local ranking of the key).
+    pub seed_rankings_added: usize,
+    /// Seed-ranking lines not stored because the local ranking was as new or newer.
+    pub seed_rankings_kept_local: usize,
 }
 
 /// What [`export_jsonl`] wrote.
@@ -116,10 +137,13 @@ pub struct ExportSummary {
     pub records: usize,
     /// Graph-choice lines.
     pub graph_choices: usize,
+    /// Seed-ranking lines (unmeasured).
+    pub seed_rankings: usize,
 }
 
 /// Writes one [`ExportRecord`] per key that passes `filter`, then one [`ExportGraphChoice`]
-/// per stored graph choice of the filtered device (none when `filter.workload_kind` is set).
+/// per stored graph choice of the filtered device (none when `filter.workload_kind` is set),
+/// then one [`ExportSeedRanking`] per stored seed ranking that passes `filter`.
 pub fn export_jsonl<W: Write>(
     db: &TuningDb,
     mut writer: W,
@@ -171,6 +195,21 @@ pub fn export_jsonl<W: Write>(
             summary.graph_choices += 1;
         }
     }
+    for (key, ranking) in db.seed_rankings(filter.device.as_ref())? {
+        if let Some(kind) = &filter.workload_kind {
+            if key.workload.kind() != kind {
+                continue;
+            }
+        }
+        let line = ExportSeedRanking {
+            format: SEED_RANKING_FORMAT.into(),
+            version: EXPORT_VERSION,
+            key,
+            ranking,
+        };
+        write_line(serde_json::to_string(&line).expect("seed rankings serialize"))?;
+        summary.seed_rankings += 1;
+    }
     writer.flush().map_err(|source| DbError::Io {
         context: "writing the export".into(),
         source,
@@ -186,13 +225,12 @@ pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
     let format = value.get("format").and_then(|v| v.as_str());
-    let is_record = match format {
-        Some(EXPORT_FORMAT) => true,
-        Some(GRAPH_CHOICE_FORMAT) => false,
+    let kind = match format {
+        Some(EXPORT_FORMAT | GRAPH_CHOICE_FORMAT | SEED_RANKING_FORMAT) => format,
         _ => {
             return Err(format!(
-                "`format` is {:?}, expected \"{EXPORT_FORMAT}\" or \"{GRAPH_CHOICE_FORMAT}\" \
-                 (is this a rocky export?)",
+                "`format` is {:?}, expected \"{EXPORT_FORMAT}\", \"{GRAPH_CHOICE_FORMAT}\" or \
+                 \"{SEED_RANKING_FORMAT}\" (is this a rocky export?)",
                 value.get("format")
             ))
         }
@@ -205,11 +243,19 @@ pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
             ))
         }
     }
-    if is_record {
-        parse_record(value).map(ExportLine::Record)
-    } else {
-        parse_graph_choice(value).map(ExportLine::GraphChoice)
+    match kind {
+        Some(EXPORT_FORMAT) => parse_record(value).map(ExportLine::Record),
+        Some(GRAPH_CHOICE_FORMAT) => parse_graph_choice(value).map(ExportLine::GraphChoice),
+        _ => parse_seed_ranking(value).map(ExportLine::SeedRanking),
     }
+}
+
+fn parse_seed_ranking(value: serde_json::Value) -> Result<ExportSeedRanking, String> {
+    let line: ExportSeedRanking =
+        serde_json::from_value(value).map_err(|e| format!("bad seed ranking: {e}"))?;
+    line.key.validate()?;
+    validate_ranking(&line.key, &line.ranking).map_err(|e| format!("seed ranking: {e}"))?;
+    Ok(line)
 }
 
 fn parse_record(value: serde_json::Value) -> Result<ExportRecord, String> {
@@ -263,6 +309,7 @@ pub fn import_jsonl<R: BufRead>(
     };
     let mut records = Vec::new();
     let mut graph_choices = Vec::new();
+    let mut seed_rankings = Vec::new();
     let mut summary = ImportSummary::default();
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| line_error(i + 1, format!("cannot read: {e}")))?;
@@ -273,12 +320,43 @@ pub fn import_jsonl<R: BufRead>(
         match parse_export_line(&line).map_err(|m| line_error(i + 1, m))? {
             ExportLine::Record(r) => records.push(r),
             ExportLine::GraphChoice(c) => graph_choices.push(c),
+            ExportLine::SeedRanking(r) => seed_rankings.push(r),
         }
     }
     let trials = merge_records(db, records, source_name, &mut summary)?;
     let choices = merge_graph_choices(db, graph_choices, &mut summary)?;
-    db.insert_import_atomically(&trials, &choices)?;
+    let seeds = merge_seed_rankings(db, seed_rankings, &mut summary)?;
+    db.insert_import_atomically(&trials, &choices, &seeds)?;
     Ok(summary)
+}
+
+/// The imported seed rankings newer than the stored (or pending) ranking of their key; at
+/// most one per key.
+fn merge_seed_rankings(
+    db: &TuningDb,
+    lines: Vec<ExportSeedRanking>,
+    summary: &mut ImportSummary,
+) -> Result<Vec<(RecordKey, SeedRanking)>, DbError> {
+    let mut newest: Vec<(RecordKey, SeedRanking)> = Vec::new();
+    for line in lines {
+        let pending = newest.iter().position(|(k, _)| *k == line.key);
+        let current = match pending {
+            Some(i) => Some(newest[i].1.clone()),
+            None => db.seed_ranking(&line.key)?,
+        };
+        if current.is_some_and(|c| c.date >= line.ranking.date) {
+            summary.seed_rankings_kept_local += 1;
+            continue;
+        }
+        match pending {
+            Some(i) => newest[i].1 = line.ranking,
+            None => {
+                summary.seed_rankings_added += 1;
+                newest.push((line.key, line.ranking));
+            }
+        }
+    }
+    Ok(newest)
 }
 
 /// The imported trials not already stored, counting keys new, improved and kept local.

@@ -7,6 +7,7 @@
 //! - [`store`]: [`TuningDb`] over sled;
 //! - [`exchange`]: export (kernel records and graph choices) and the all-or-nothing,
 //!   faster-wins import;
+//! - [`seeds`]: unmeasured seed rankings (`rocky tune --static`), never winners;
 //! - [`paths`]: the default database location; [`presets`]: shipped records.
 
 pub mod error;
@@ -15,12 +16,14 @@ pub mod fingerprint;
 pub mod paths;
 pub mod presets;
 pub mod record;
+pub mod seeds;
 pub mod store;
 
 pub use error::DbError;
 pub use exchange::{
     export_jsonl, import_jsonl, parse_export_line, ExportFilter, ExportGraphChoice, ExportLine,
-    ExportRecord, ExportSummary, ImportSummary, EXPORT_FORMAT, EXPORT_VERSION, GRAPH_CHOICE_FORMAT,
+    ExportRecord, ExportSeedRanking, ExportSummary, ImportSummary, EXPORT_FORMAT, EXPORT_VERSION,
+    GRAPH_CHOICE_FORMAT, SEED_RANKING_FORMAT,
 };
 pub use fingerprint::DeviceFingerprint;
 pub use paths::default_db_path;
@@ -29,4 +32,5 @@ pub use record::{
     validate_trial, FailureKind, GraphChoice, Provenance, RecordKey, StoredTrial, Trial,
     TrialStatus,
 };
+pub use seeds::{RankedSchedule, SeedRanking};
 pub use store::{Lookup, Stats, StoredGraphChoice, TuningDb, FORMAT_VERSION};

@@ -1,10 +1,13 @@
 //! The sled-backed store.
 //!
-//! Layout (one sled db, three trees):
+//! Layout (one sled db, four trees):
 //! - `trials`: `RecordKey::encode() ++ \n ++ id (u64 big-endian)` → JSON [`StoredTrial`].
 //!   Trials of one key are adjacent and in insertion order; the best trial is derived from
 //!   them, never stored separately, so it cannot go stale.
 //! - `graph_choices`: `canonical(device) ++ \n ++ canonical(model_shape_key)` → JSON [`GraphChoice`].
+//! - `seed_rankings`: `RecordKey::encode()` → JSON [`crate::seeds::SeedRanking`]: unmeasured
+//!   rankings, never read by `best` or `lookup_for_device` (added without a format bump: an
+//!   older rocky simply does not open the tree).
 //! - `meta`: `format_version` → decimal string.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +29,7 @@ pub const FORMAT_VERSION: u32 = 1;
 
 const TRIALS: &str = "trials";
 const GRAPH_CHOICES: &str = "graph_choices";
+const SEED_RANKINGS: &str = "seed_rankings";
 const META: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
 
@@ -34,6 +38,8 @@ pub struct TuningDb {
     db: sled::Db,
     trials: sled::Tree,
     graph_choices: sled::Tree,
+    /// Unmeasured seed rankings (`crate::seeds`), apart from the trials.
+    pub(crate) seed_rankings: sled::Tree,
 }
 
 /// What the database knows for a (device, compiler version, workload).
@@ -98,6 +104,7 @@ impl TuningDb {
         Ok(TuningDb {
             trials: db.open_tree(TRIALS)?,
             graph_choices: db.open_tree(GRAPH_CHOICES)?,
+            seed_rankings: db.open_tree(SEED_RANKINGS)?,
             db,
             path,
         })
@@ -329,13 +336,14 @@ impl TuningDb {
         Ok(out)
     }
 
-    /// Stores an import in one sled transaction over both trees, so trials and graph choices
-    /// land together or not at all, then flushes. Graph choices replace the stored ones (the
-    /// caller has already decided they are faster).
+    /// Stores an import in one sled transaction over the three trees, so trials, graph choices
+    /// and seed rankings land together or not at all, then flushes. Graph choices and seed
+    /// rankings replace the stored ones (the caller has already decided they are better).
     pub(crate) fn insert_import_atomically(
         &self,
         trials: &[(RecordKey, StoredTrial)],
         graph_choices: &[StoredGraphChoice],
+        seed_rankings: &[(RecordKey, crate::seeds::SeedRanking)],
     ) -> Result<(), DbError> {
         // Ids are drawn before the transaction: its closure may run more than once, and
         // the keys it writes must be the same each time.
@@ -351,10 +359,15 @@ impl TuningDb {
                 encode_graph_choice(&c.choice),
             );
         }
-        (&self.trials, &self.graph_choices)
-            .transaction(|(trials, choices)| {
+        let mut seed_batch = sled::Batch::default();
+        for (key, ranking) in seed_rankings {
+            seed_batch.insert(key.encode(), crate::seeds::encode(ranking));
+        }
+        (&self.trials, &self.graph_choices, &self.seed_rankings)
+            .transaction(|(trials, choices, seeds)| {
                 trials.apply_batch(&trial_batch)?;
                 choices.apply_batch(&choice_batch)?;
+                seeds.apply_batch(&seed_batch)?;
                 Ok(())
             })
             .map_err(|e: TransactionError<Infallible>| match e {

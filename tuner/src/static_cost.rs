@@ -1,0 +1,393 @@
+//! Scores of a GEMM candidate that need no execution, for `rocky tune --static`: the ranking a
+//! device that can compile but not time (the Mali through Mesa's drm-shim) can still make.
+//!
+//! Two sources, and every score says which it came from ([`ScoreSource`]):
+//! - **driver**: the driver's compiler estimate of cycles per invocation (panvk 26.x reports
+//!   `Cycles` through `VK_KHR_pipeline_executable_properties`: the Valhall compiler's
+//!   max of its FMA/CVT/SFU/load-store cycle counts). That count is static (every loop body
+//!   once), so it is scaled by how much the K loop repeats, taken from the IR model below
+//!   (dynamic / static operation counts), and by the invocations of the dispatch.
+//! - **analytic** (where the driver reports no cycles: lavapipe, panvk 25.0.7, NVIDIA): the
+//!   kernel's IR walked with each loop weighted by its trip count — arithmetic per lane
+//!   (16-bit floats at half cost, packed dot products as one), load/store issues of at most
+//!   16 bytes each (global and shared), barriers — per invocation, bounded by the larger of
+//!   arithmetic and load/store (the way Mali's estimate is), times the invocations. The
+//!   device's traits ([`CostModel::for_device`]) adjust it: where f16 math is emulated a
+//!   16-bit lane costs twice an f32 one; where memory accesses run lane by lane (llvmpipe)
+//!   every loaded or stored element costs one step while arithmetic runs a whole subgroup at
+//!   once, and the two add up (a CPU does not overlap them as a GPU's pipes do).
+//!
+//! Either way a candidate the driver says spills is disqualified, and fewer registers break
+//! ties. The numbers are estimates in their own units: comparable within one workload's
+//! ranking only. How well they predict measured times is measured in
+//! docs/measurements/2026-12-04-static-ranking.md.
+
+use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt};
+use rocky_compiler::templates::gemm::interface::dispatch_grid;
+use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
+use rocky_compiler::DeviceCaps;
+use std::collections::{BTreeMap, HashMap};
+
+/// Where a score came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreSource {
+    /// The driver's `Cycles` statistic, scaled by the IR's loop trips and the invocations.
+    DriverCycles,
+    /// The IR model alone (the driver reports no cycle estimate).
+    Analytic,
+}
+
+impl ScoreSource {
+    /// The words stored with a ranking and printed beside it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ScoreSource::DriverCycles => {
+                "driver statistics: the compiler's Cycles per invocation \
+                 (VK_KHR_pipeline_executable_properties) x K-loop repeats from the IR x \
+                 invocations; spills disqualify, registers break ties"
+            }
+            ScoreSource::Analytic => {
+                "analytic: IR operation counts per invocation weighted by loop trips, combined \
+                 by the device's traits (GPU: max of arithmetic and load/store issues; \
+                 lane-serial memory such as llvmpipe: arithmetic per subgroup plus element \
+                 accesses; emulated f16 at twice f32) x invocations (the driver reports no \
+                 cycle estimate); driver spills disqualify where reported"
+            }
+        }
+    }
+}
+
+/// What the device's traits change in the IR model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Cost of one 16-bit float lane relative to an f32 lane.
+    pub f16_lane: f64,
+    /// Memory accesses run element by element (`DeviceCaps::lane_serial_memory`).
+    pub lane_serial: bool,
+    /// Lanes that run one arithmetic step together where memory is lane-serial.
+    pub simd: f64,
+}
+
+impl CostModel {
+    /// A GPU: packed f16 at half cost, 16-byte load/store issues, pipes overlapping.
+    pub const GPU: CostModel = CostModel {
+        f16_lane: 0.5,
+        lane_serial: false,
+        simd: 1.0,
+    };
+
+    pub fn for_device(caps: &DeviceCaps) -> CostModel {
+        CostModel {
+            f16_lane: if caps.emulated_f16 { 2.0 } else { 0.5 },
+            lane_serial: caps.lane_serial_memory,
+            simd: f64::from(caps.subgroup_size.max(1)),
+        }
+    }
+
+    /// Issues of a load or store of `bytes` bytes in `elems` elements.
+    fn access(&self, bytes: u32, elems: u32) -> f64 {
+        if self.lane_serial {
+            f64::from(elems)
+        } else {
+            (f64::from(bytes) / 16.0).ceil()
+        }
+    }
+}
+
+/// Operation counts of one invocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OpCounts {
+    /// Arithmetic lane-operations (16-bit float lanes at half, a packed 4x8 dot as one).
+    pub arith: f64,
+    /// Load/store issues (each moves at most 16 bytes), global and shared, and barriers.
+    pub ls: f64,
+    /// Bytes read or written in storage buffers.
+    pub global_bytes: f64,
+}
+
+impl OpCounts {
+    fn add(&mut self, other: OpCounts, times: f64) {
+        self.arith += other.arith * times;
+        self.ls += other.ls * times;
+        self.global_bytes += other.global_bytes * times;
+    }
+
+    /// The bound per invocation: the busier of the arithmetic and load/store pipes (a GPU),
+    /// or their sum with the arithmetic shared by a SIMD group (lane-serial memory: a CPU).
+    pub fn bound(&self, model: &CostModel) -> f64 {
+        if model.lane_serial {
+            self.arith / model.simd + self.ls
+        } else {
+            self.arith.max(self.ls)
+        }
+    }
+}
+
+/// The IR model of one candidate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IrEstimate {
+    /// Per invocation, loops weighted by their trip counts.
+    pub dynamic: OpCounts,
+    /// Per invocation, every loop body counted once (what a driver's static estimate sees).
+    pub static_once: OpCounts,
+    pub invocations: f64,
+    pub model: CostModel,
+}
+
+impl IrEstimate {
+    /// Whole-dispatch cost of the analytic score.
+    pub fn analytic_score(&self) -> f64 {
+        self.dynamic.bound(&self.model) * self.invocations
+    }
+
+    /// How many times a static per-invocation count must be taken to cover the loops.
+    pub fn loop_factor(&self) -> f64 {
+        let s = self.static_once.bound(&self.model);
+        if s > 0.0 {
+            self.dynamic.bound(&self.model) / s
+        } else {
+            1.0
+        }
+    }
+
+    /// The numbers stored with a ranked candidate (`ir_…`).
+    pub fn as_map(&self) -> BTreeMap<String, f64> {
+        BTreeMap::from([
+            ("ir_arith_per_invocation".into(), self.dynamic.arith),
+            ("ir_ls_per_invocation".into(), self.dynamic.ls),
+            (
+                "ir_global_bytes_per_invocation".into(),
+                self.dynamic.global_bytes,
+            ),
+            ("ir_loop_factor".into(), self.loop_factor()),
+            ("invocations".into(), self.invocations),
+        ])
+    }
+}
+
+/// The IR estimate of `s` on `w` (the main kernel; a split-K reduce pass is small and left out).
+pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule, model: CostModel) -> IrEstimate {
+    let module = kernel_ir(w, s);
+    // The K-slab loop's bounds come from push constants: its trips from the workload.
+    let units = u64::from(w.k).div_ceil(32);
+    let per_group = units.div_ceil(u64::from(s.k_groups.max(1)));
+    let step = u64::from((s.bk / 32).max(1) * s.k_unroll.max(1));
+    let k_trips = per_group.div_ceil(step).max(1) as f64;
+    let grid = dispatch_grid(w, s);
+    let invocations = grid.iter().map(|&g| f64::from(g)).product::<f64>() * f64::from(s.threads());
+    IrEstimate {
+        dynamic: count(&module, Some(k_trips), &model),
+        static_once: count(&module, None, &model),
+        invocations,
+        model,
+    }
+}
+
+/// Per-invocation counts of `module`: loops with constant bounds weighted by their trips and
+/// any other loop by `dynamic_trips`; with `None` every loop body once.
+pub fn count(module: &Module, dynamic_trips: Option<f64>, model: &CostModel) -> OpCounts {
+    let mut consts: HashMap<u32, u32> = HashMap::new();
+    module.walk(&mut |stmt| {
+        if let Stmt::Let {
+            result,
+            expr: Expr::Const { bits },
+            ..
+        } = stmt
+        {
+            consts.insert(result.id(), *bits);
+        }
+    });
+    count_block(&module.body, &consts, dynamic_trips, model)
+}
+
+fn count_block(
+    block: &Block,
+    consts: &HashMap<u32, u32>,
+    dynamic: Option<f64>,
+    model: &CostModel,
+) -> OpCounts {
+    let mut c = OpCounts::default();
+    for stmt in &block.0 {
+        match stmt {
+            Stmt::Let { result, expr, .. } => c.add(expr_cost(expr, result.ty, model), 1.0),
+            Stmt::StoreVar { .. } => {}
+            Stmt::StoreBuffer { value, .. } => {
+                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes());
+                c.global_bytes += f64::from(value.ty.size_bytes());
+            }
+            Stmt::StoreShared { value, .. } => {
+                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes())
+            }
+            // Bounds checks are mostly taken: both branches count.
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                c.add(count_block(then_body, consts, dynamic, model), 1.0);
+                c.add(count_block(else_body, consts, dynamic, model), 1.0);
+            }
+            Stmt::For {
+                start,
+                end,
+                step,
+                body,
+                ..
+            } => {
+                let trips = match (consts.get(&start.id()), consts.get(&end.id()), dynamic) {
+                    (_, _, None) => 1.0,
+                    (Some(&a), Some(&b), Some(_)) => {
+                        f64::from(b.saturating_sub(a).div_ceil((*step).max(1)))
+                    }
+                    (_, _, Some(t)) => t,
+                };
+                c.add(count_block(body, consts, dynamic, model), trips);
+            }
+            Stmt::Barrier | Stmt::DeviceMemoryBarrier => c.ls += 1.0,
+        }
+    }
+    c
+}
+
+fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type, model: &CostModel) -> OpCounts {
+    let lanes = f64::from(ty.lanes());
+    // Float lanes of type `t`: 16-bit ones at the device's relative cost.
+    let float = |t: rocky_compiler::ir::Type| {
+        let n = f64::from(t.lanes());
+        if t.scalar == Scalar::F16 {
+            n * model.f16_lane
+        } else {
+            n
+        }
+    };
+    let arith = |a: f64| OpCounts {
+        arith: a,
+        ..Default::default()
+    };
+    match expr {
+        Expr::Const { .. }
+        | Expr::Builtin(_)
+        | Expr::Push(_)
+        | Expr::LoadVar(_)
+        | Expr::ArrayLength { .. }
+        | Expr::Splat(_)
+        | Expr::Extract { .. }
+        | Expr::Construct(_)
+        | Expr::Bitcast(_) => OpCounts::default(),
+        Expr::LoadBuffer { .. } => OpCounts {
+            ls: model.access(ty.size_bytes(), ty.lanes()),
+            global_bytes: f64::from(ty.size_bytes()),
+            ..Default::default()
+        },
+        Expr::LoadShared { .. } => OpCounts {
+            ls: model.access(ty.size_bytes(), ty.lanes()),
+            ..Default::default()
+        },
+        Expr::AtomicAdd { .. } => OpCounts {
+            ls: 4.0,
+            global_bytes: 4.0,
+            ..Default::default()
+        },
+        Expr::Unary(_, v) | Expr::Convert(v) => arith(lanes.max(f64::from(v.ty.lanes()))),
+        Expr::Binary(_, a, _) | Expr::Dot(a, _) => arith(float(a.ty)),
+        Expr::Fma(..) | Expr::Select { .. } => arith(float(ty)),
+        Expr::Dot4x8Packed { .. } | Expr::UnpackHalf2x16(_) | Expr::PackHalf2x16(_) => arith(1.0),
+        Expr::BitFieldExtract { .. } => arith(lanes),
+        Expr::Subgroup { .. } => arith(2.0 * lanes),
+    }
+}
+
+/// The driver's statistic named like `name` (case-insensitive, exact or as a prefix of a
+/// longer name such as "Registers used").
+pub fn stat(stats: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
+    let name = name.to_ascii_lowercase();
+    stats
+        .iter()
+        .find(|(k, _)| k.to_ascii_lowercase() == name)
+        .or_else(|| {
+            stats
+                .iter()
+                .find(|(k, _)| k.to_ascii_lowercase().starts_with(&name))
+        })
+        .map(|(_, v)| *v)
+}
+
+/// A candidate's score: the driver's cycles where it reports them, else the IR model.
+pub fn score(estimate: &IrEstimate, stats: Option<&BTreeMap<String, f64>>) -> (f64, ScoreSource) {
+    match stats.and_then(|s| stat(s, "cycles")) {
+        Some(cycles) if cycles.is_finite() && cycles > 0.0 => (
+            cycles * estimate.loop_factor() * estimate.invocations,
+            ScoreSource::DriverCycles,
+        ),
+        _ => (estimate.analytic_score(), ScoreSource::Analytic),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocky_compiler::ir::{Access, KernelBuilder, Type, Unroll};
+
+    #[test]
+    fn loops_multiply_their_body_by_constant_trips_and_dynamic_ones_by_the_given_count() {
+        // for i in 0..8 { for j in 0..n (push) { y[j] = x[j] * 2.0 } } : per innermost body one
+        // f32 multiply, one 4-byte load (1 issue) and one 4-byte store (1 issue).
+        let b = KernelBuilder::new("t", [1, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
+        let n = b.push(b.push_field("n", Type::U32));
+        b.for_range(b.c_u32(0), b.c_u32(8), 1, Unroll::Auto, |_| {
+            b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
+                let v = b.load(x, j);
+                b.store(y, j, b.mul(v, b.c_f32(2.0)));
+            });
+        });
+        let m = b.finish();
+        let dynamic = count(&m, Some(10.0), &CostModel::GPU);
+        assert_eq!(dynamic.arith, 80.0);
+        assert_eq!(dynamic.ls, 160.0);
+        assert_eq!(dynamic.global_bytes, 640.0);
+        let once = count(&m, None, &CostModel::GPU);
+        assert_eq!((once.arith, once.ls), (1.0, 2.0));
+        // Lane-serial memory (llvmpipe): one step per element, the arithmetic shared by 8
+        // lanes and added: (1 / 8 + 2) per inner body.
+        let cpu = CostModel {
+            f16_lane: 2.0,
+            lane_serial: true,
+            simd: 8.0,
+        };
+        let dynamic = count(&m, Some(10.0), &cpu);
+        assert_eq!(dynamic.bound(&cpu), 80.0 / 8.0 + 160.0);
+    }
+
+    #[test]
+    fn driver_cycles_are_used_where_reported_and_the_ir_model_elsewhere() {
+        let e = IrEstimate {
+            dynamic: OpCounts {
+                arith: 40.0,
+                ls: 100.0,
+                global_bytes: 0.0,
+            },
+            static_once: OpCounts {
+                arith: 4.0,
+                ls: 10.0,
+                global_bytes: 0.0,
+            },
+            invocations: 64.0,
+            model: CostModel::GPU,
+        };
+        assert_eq!(score(&e, None), (6400.0, ScoreSource::Analytic));
+        let code_size_only = BTreeMap::from([("Code Size".to_string(), 14208.0)]);
+        assert_eq!(score(&e, Some(&code_size_only)).1, ScoreSource::Analytic);
+        let valhall = BTreeMap::from([
+            ("Cycles".to_string(), 26.0),
+            ("Registers used".to_string(), 59.0),
+        ]);
+        // 26 cycles x (100 / 10) loop repeats x 64 invocations.
+        assert_eq!(
+            score(&e, Some(&valhall)),
+            (16640.0, ScoreSource::DriverCycles)
+        );
+        assert_eq!(stat(&valhall, "registers"), Some(59.0));
+    }
+}
