@@ -72,8 +72,8 @@ dump_dequant_refs "$ASSETS/gemma-3-270m-q4_k_m.gguf"
 if [ ! -f "$ASSETS/dequant-refs/synthetic/index.json" ]; then
   python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic"
 fi
-# Types only the compiler's GPU formats have (rocky-models does not dequantize them), for
-# compiler/tests/dequant_vs_gguf_py.rs.
+# Q4_1 and Q5_1 in a set of their own (the "synthetic" set of older checkouts lacks them), for
+# compiler/tests/dequant_vs_gguf_py.rs and models/tests/formats_vs_gguf_py.rs.
 if [ ! -f "$ASSETS/dequant-refs/synthetic-q4_1-q5_1/index.json" ]; then
   python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic-q4_1-q5_1" \
     --types Q4_1,Q5_1 --seed 2
