@@ -763,14 +763,14 @@ fn synth_agrees_with_the_cpu_reference(shapes: &[rocky_models::synth::Shape]) {
     }
 }
 
-/// `rocky synth --quant q4_0|q4_1|q5_0|q5_1|q5_k_m` files (the tiny Qwen2 shape: 256 wide, so
+/// `rocky synth --quant q4_0|q4_1|q5_0|q5_1|q5_k_m|bf16` files (the tiny Qwen2 shape: 256 wide, so
 /// Q5_K_M keeps its Q5_K and Q6_K tensors) on the device against the CPU reference, which
 /// dequantizes each format with its own code (models/src/formats), 40 tokens at ubatch 16 (a
 /// split prefill with a partial last ubatch): with f32 FMA math and f32 accumulation within the
 /// 1e-3 of the f32 goldens, and with the default schedules (int8 / f16 math where the device
 /// has it) at correlation ≥ 0.9999 and the same top-1 where the reference's top-2 gap is wide.
 #[test]
-fn synth_legacy_and_q5_k_m_mixes_agree_with_the_cpu_reference() {
+fn synth_legacy_q5_k_m_and_bf16_files_agree_with_the_cpu_reference() {
     use rocky_models::formats::GgmlType;
     use rocky_models::synth::{Quant, Shape};
     for (quant, must_hold) in [
@@ -779,6 +779,7 @@ fn synth_legacy_and_q5_k_m_mixes_agree_with_the_cpu_reference() {
         (Quant::Q5_0, GgmlType::Q5_0),
         (Quant::Q5_1, GgmlType::Q5_1),
         (Quant::Q5KM, GgmlType::Q5K),
+        (Quant::BF16, GgmlType::BF16),
     ] {
         let path = common::synth(Shape::Tiny, quant);
         let file = GgufFile::open(&path).unwrap();

@@ -152,9 +152,13 @@ fn tiny_q4_k_m_hand_rules_agree_with_the_reference_file() {
 }
 
 #[test]
-fn f16_and_q8_0_use_one_type_for_all_matrices() {
+fn f16_bf16_and_q8_0_use_one_type_for_all_matrices() {
     for shape in Shape::ALL {
-        for (quant, ty) in [(Quant::F16, GgmlType::F16), (Quant::Q8_0, GgmlType::Q8_0)] {
+        for (quant, ty) in [
+            (Quant::F16, GgmlType::F16),
+            (Quant::BF16, GgmlType::BF16),
+            (Quant::Q8_0, GgmlType::Q8_0),
+        ] {
             for t in tensor_plan(&shape.params(), quant) {
                 let want = if t.dims.len() == 2 { ty } else { GgmlType::F32 };
                 assert_eq!(

@@ -212,6 +212,7 @@ pub enum Quant {
     /// Every matrix in F32 (llama.cpp then computes in f32: exact comparison targets).
     F32,
     F16,
+    BF16,
     Q8_0,
     /// The legacy 32-element mixes: every matrix in that type but the output (tied
     /// embedding), which llama-quantize makes Q6_K.
@@ -226,9 +227,10 @@ pub enum Quant {
 }
 
 impl Quant {
-    pub const ALL: [Quant; 9] = [
+    pub const ALL: [Quant; 10] = [
         Quant::F32,
         Quant::F16,
+        Quant::BF16,
         Quant::Q8_0,
         Quant::Q4_0,
         Quant::Q4_1,
@@ -243,6 +245,7 @@ impl Quant {
         match self {
             Quant::F32 => "f32",
             Quant::F16 => "f16",
+            Quant::BF16 => "bf16",
             Quant::Q8_0 => "q8_0",
             Quant::Q4_0 => "q4_0",
             Quant::Q4_1 => "q4_1",
@@ -264,6 +267,7 @@ impl Quant {
         match self {
             Quant::F32 => 0,   // LLAMA_FTYPE_ALL_F32
             Quant::F16 => 1,   // LLAMA_FTYPE_MOSTLY_F16
+            Quant::BF16 => 32, // LLAMA_FTYPE_MOSTLY_BF16
             Quant::Q8_0 => 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
             Quant::Q4_0 => 2,  // LLAMA_FTYPE_MOSTLY_Q4_0
             Quant::Q4_1 => 3,  // LLAMA_FTYPE_MOSTLY_Q4_1
@@ -277,7 +281,7 @@ impl Quant {
     /// Whether the mix uses block-quantized types (and so writes
     /// `general.quantization_version`).
     pub fn is_quantized(self) -> bool {
-        !matches!(self, Quant::F32 | Quant::F16)
+        !matches!(self, Quant::F32 | Quant::F16 | Quant::BF16)
     }
 }
 
@@ -434,6 +438,7 @@ fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
         // Not a quantized mix: llama-quantize skips its per-tensor rules and fallbacks.
         Quant::F32 => GgmlType::F32,
         Quant::F16 => GgmlType::F16,
+        Quant::BF16 => GgmlType::BF16,
         // The output/embedding rule keeps Q8_0 (it only upgrades types other than Q8_0).
         Quant::Q8_0 => with_fallback(GgmlType::Q8_0, row_len),
         Quant::Q4_0 => with_fallback(legacy_target(GgmlType::Q4_0, role, row_len), row_len),
