@@ -762,3 +762,64 @@ fn synth_agrees_with_the_cpu_reference(shapes: &[rocky_models::synth::Shape]) {
         }
     }
 }
+
+/// `rocky synth --quant q4_0|q4_1|q5_0|q5_1|q5_k_m|bf16` files (the tiny Qwen2 shape: 256 wide, so
+/// Q5_K_M keeps its Q5_K and Q6_K tensors) on the device against the CPU reference, which
+/// dequantizes each format with its own code (models/src/formats), 40 tokens at ubatch 16 (a
+/// split prefill with a partial last ubatch): with f32 FMA math and f32 accumulation within the
+/// 1e-3 of the f32 goldens, and with the default schedules (int8 / f16 math where the device
+/// has it) at correlation ≥ 0.9999 and the same top-1 where the reference's top-2 gap is wide.
+#[test]
+fn synth_legacy_q5_k_m_and_bf16_files_agree_with_the_cpu_reference() {
+    use rocky_models::formats::GgmlType;
+    use rocky_models::synth::{Quant, Shape};
+    for (quant, must_hold) in [
+        (Quant::Q4_0, GgmlType::Q4_0),
+        (Quant::Q4_1, GgmlType::Q4_1),
+        (Quant::Q5_0, GgmlType::Q5_0),
+        (Quant::Q5_1, GgmlType::Q5_1),
+        (Quant::Q5KM, GgmlType::Q5K),
+        (Quant::BF16, GgmlType::BF16),
+    ] {
+        let path = common::synth(Shape::Tiny, quant);
+        let file = GgufFile::open(&path).unwrap();
+        assert!(
+            file.tensors.iter().any(|t| t.ggml_type == must_hold),
+            "{}: no {must_hold} tensor",
+            quant.name()
+        );
+        let model = arch::load(&file).unwrap();
+        let ids: Vec<u32> = (0..40u32).map(|i| 100 + i * 7919 % 150000).collect();
+        let cpu = reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp()).unwrap();
+        let f32_math = compare_logits(&cpu, &gpu_logits(&file, &model, &ids, 16, None, &F32Math));
+        let default = compare_logits(
+            &cpu,
+            &gpu_logits(&file, &model, &ids, 16, None, &DefaultSchedules),
+        );
+        println!(
+            "synth tiny {:<6} 40 tokens ub 16: f32 math max|Δ| {:.2e}; default schedules max|Δ| {:.2e} corr {:.7} top1 {} (gap {:.3})",
+            quant.name(),
+            f32_math.max_abs_diff,
+            default.max_abs_diff,
+            default.correlation,
+            default.top1_a == default.top1_b,
+            default.gap_a
+        );
+        assert!(
+            f32_math.max_abs_diff <= 1e-3,
+            "{} f32 math: max|Δ| {}",
+            quant.name(),
+            f32_math.max_abs_diff
+        );
+        assert_eq!(f32_math.top1_a, f32_math.top1_b, "{}", quant.name());
+        assert!(
+            default.correlation >= 0.9999,
+            "{} default schedules: corr {}",
+            quant.name(),
+            default.correlation
+        );
+        if default.gap_a > 2.0 * default.max_abs_diff {
+            assert_eq!(default.top1_a, default.top1_b, "{}", quant.name());
+        }
+    }
+}

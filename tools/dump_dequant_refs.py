@@ -35,7 +35,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
 # The types rocky dequantizes (models/src/formats); other types in a model are skipped.
-SUPPORTED = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_K, T.Q5_K, T.Q6_K]
+SUPPORTED = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K]
 
 # Byte offsets of the f16 scale fields inside one block (ggml-common.h block_* structs).
 F16_FIELDS = {
@@ -234,7 +234,7 @@ def main():
     ap.add_argument("--synthetic", action="store_true", help="write synthetic blocks instead of a model's")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--types", help="with --synthetic: comma-separated GGML type names instead of "
-                    "the types rocky-models dequantizes (e.g. Q4_1,Q5_1, which only the GPU formats have)")
+                    "the types rocky-models dequantizes (e.g. Q4_1,Q5_1)")
     args = ap.parse_args()
     if args.synthetic == (args.model is not None):
         ap.error("give either MODEL OUTDIR or --synthetic OUTDIR")

@@ -21,6 +21,39 @@ if [ ! -f "$ASSETS/gemma-3-270m-q4_k_m.gguf" ]; then
     "$ASSETS/gemma-3-270m-q4_k_m.gguf"
 fi
 
+# llama.cpp's own tokenizer test vocabularies and their expected ids (test-tokenizer-0's
+# models/ggml-vocab-*.gguf{,.inp,.out}), from the llama-cpp-python sdist on PyPI, which vendors
+# llama.cpp: pinned by URL and sha256, downloaded once into the cache, for
+# models/tests/tokenizer_llama_cpp_vocabs.rs.
+LCP_VERSION=0.3.16
+LCP_URL=https://files.pythonhosted.org/packages/e4/b4/c8cd17629ced0b9644a71d399a91145aedef109c0333443bef015e45b704/llama_cpp_python-$LCP_VERSION.tar.gz
+LCP_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
+LCP_VOCABS="ggml-vocab-llama-bpe ggml-vocab-llama-spm"
+VOCAB_DIR="$ASSETS/llama-cpp-vocab"
+if [ ! -f "$VOCAB_DIR/complete-$LCP_VERSION" ]; then
+  CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/rocky
+  SDIST="$CACHE/llama_cpp_python-$LCP_VERSION.tar.gz"
+  mkdir -p "$CACHE" "$VOCAB_DIR"
+  if [ ! -f "$SDIST" ] || ! echo "$LCP_SHA256  $SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+    curl -fsSL --retry 3 -o "$SDIST.tmp" "$LCP_URL"
+    if ! echo "$LCP_SHA256  $SDIST.tmp" | sha256sum -c --quiet -; then
+      echo "error: $LCP_URL does not have the pinned sha256 $LCP_SHA256; not using it" >&2
+      rm -f "$SDIST.tmp"
+      exit 1
+    fi
+    mv "$SDIST.tmp" "$SDIST"
+  fi
+  members=""
+  for v in $LCP_VOCABS; do
+    for ext in "" .inp .out; do
+      members="$members llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/models/$v.gguf$ext"
+    done
+  done
+  # shellcheck disable=SC2086
+  tar -xzf "$SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
+  touch "$VOCAB_DIR/complete-$LCP_VERSION"
+fi
+
 # Reference dequantizations by the gguf package for models/tests/formats_vs_gguf_py.rs (each
 # directory is complete once it holds index.json). The qwen2-tiny files were made by llama-quantize
 # from qwen2-tiny-f32.gguf, which is passed as --source: the test also re-quantizes those f32
@@ -39,8 +72,8 @@ dump_dequant_refs "$ASSETS/gemma-3-270m-q4_k_m.gguf"
 if [ ! -f "$ASSETS/dequant-refs/synthetic/index.json" ]; then
   python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic"
 fi
-# Types only the compiler's GPU formats have (rocky-models does not dequantize them), for
-# compiler/tests/dequant_vs_gguf_py.rs.
+# Q4_1 and Q5_1 in a set of their own (the "synthetic" set of older checkouts lacks them), for
+# compiler/tests/dequant_vs_gguf_py.rs and models/tests/formats_vs_gguf_py.rs.
 if [ ! -f "$ASSETS/dequant-refs/synthetic-q4_1-q5_1/index.json" ]; then
   python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic-q4_1-q5_1" \
     --types Q4_1,Q5_1 --seed 2

@@ -55,6 +55,10 @@ pub fn random_weights(format: WeightFormat, n: usize, k: usize, seed: u64) -> Ve
         match format {
             WeightFormat::F32 => block.copy_from_slice(&r.uniform(-0.1, 0.1).to_le_bytes()),
             WeightFormat::F16 => put_f16(block, 0, r.uniform(-0.1, 0.1)),
+            // The high half of the f32: every bf16 bit pattern in range, truncated.
+            WeightFormat::BF16 => {
+                block.copy_from_slice(&(r.uniform(-0.1, 0.1).to_bits() >> 16).to_le_bytes()[..2])
+            }
             WeightFormat::Q8_0 => {
                 put_f16(block, 0, r.uniform(0.0002, 0.001));
                 block[2..].iter_mut().for_each(|b| *b = r.byte());

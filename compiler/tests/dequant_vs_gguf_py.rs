@@ -77,6 +77,7 @@ fn cpu_dequantizers_match_gguf_py_on_random_blocks() {
         WeightFormat::Q8_0,
         WeightFormat::Q4K,
         WeightFormat::Q5K,
+        WeightFormat::BF16,
     ] {
         assert!(done.contains_key(&f), "synthetic refs hold no {f} tensor");
     }
@@ -84,8 +85,8 @@ fn cpu_dequantizers_match_gguf_py_on_random_blocks() {
 
 #[test]
 fn cpu_dequantizers_match_gguf_py_on_q4_1_and_q5_1_blocks() {
-    // Random blocks and gguf-py's own quantization of test data (its own set: rocky-models
-    // has no CPU dequantizer for these types, so the models test cannot read them).
+    // Random blocks and gguf-py's own quantization of test data (a set of its own: the
+    // "synthetic" set of older checkouts lacks these types).
     let done = check("synthetic-q4_1-q5_1");
     assert_eq!(done.get(&WeightFormat::Q4_1), Some(&(32768 + 16384)));
     assert_eq!(done.get(&WeightFormat::Q5_1), Some(&(32768 + 16384)));

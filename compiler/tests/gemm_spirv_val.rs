@@ -35,6 +35,7 @@ fn workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5K, 7, ActType::F32, false),
         w(WeightFormat::Q4_1, 7, ActType::F16, false),
         w(WeightFormat::Q5_1, 72, ActType::F32, true),
+        w(WeightFormat::BF16, 7, ActType::F16, true),
         // The aligned layout (dequant::layout) of every format that has it.
         aligned(w(WeightFormat::Q8_0, 72, ActType::F32, true)),
         aligned(w(WeightFormat::Q5_0, 72, ActType::F16, false)),

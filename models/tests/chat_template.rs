@@ -5,8 +5,8 @@
 //! does it), and against llama.cpp's own renderings (tests/fixtures); plus Python-style
 //! methods, raise_exception and a file without a template.
 
-use rocky_models::chat::{self, ChatError, Message, Specials};
-use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue};
+use rocky_models::chat::{self, builtin, ChatError, Message, Specials};
+use rocky_models::gguf::{GgufFile, GgufWriter, MetaValue, ValueType};
 use rocky_models::tokenizer::Tokenizer;
 use std::path::PathBuf;
 
@@ -106,8 +106,10 @@ fn a_file_without_a_template_is_a_clear_error() {
 }
 
 /// llama.cpp's own renderings (tests/fixtures/chat-templates-llama-cpp.json, made by
-/// tools/chat-template-fixture.sh with llama-server's /apply-template) of three conversations
-/// with the Qwen2 vocabulary's template and Llama 3's, the vocabulary's BOS text passed in.
+/// tools/chat-template-fixture.sh with llama-server's /apply-template) of four conversations
+/// with the Qwen2 vocabulary's template and Llama 3's (the vocabulary's BOS text passed in), and
+/// with llama.cpp's built-in C++ formats chatml, llama3 and gemma against rocky's built-in
+/// Jinja versions (models/src/chat/builtin.rs).
 #[test]
 fn renderings_equal_llama_cpps() {
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
@@ -119,12 +121,23 @@ fn renderings_equal_llama_cpps() {
     let specials = Specials::of(&Tokenizer::from_gguf(&file).unwrap(), &file);
     let llama3 = std::fs::read_to_string(fixtures.join("llama3-chat-template.jinja")).unwrap();
     let cases = v["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 6);
+    assert_eq!(cases.len(), 20);
+    let mut builtins_checked = 0;
     for case in cases {
         let template = match case["template"].as_str().unwrap() {
             "gguf" => chat::template(&file).unwrap(),
             "llama3" => llama3.as_str(),
-            other => panic!("unknown template {other}"),
+            other => {
+                let name = other
+                    .strip_prefix("builtin-")
+                    .unwrap_or_else(|| panic!("unknown template {other}"));
+                builtins_checked += 1;
+                [builtin::CHATML, builtin::LLAMA3, builtin::GEMMA]
+                    .into_iter()
+                    .find(|b| b.name == name)
+                    .unwrap_or_else(|| panic!("no built-in {name}"))
+                    .template
+            }
         };
         let messages: Vec<Message> = case["messages"]
             .as_array()
@@ -139,5 +152,68 @@ fn renderings_equal_llama_cpps() {
             "{}",
             case["template"]
         );
+    }
+    assert_eq!(builtins_checked, 12);
+}
+
+/// A vocabulary-only GGUF of `arch` whose tokens are `tokens`, without a chat template.
+fn untemplated(arch: &str, tokens: &[&str]) -> (GgufFile, PathBuf) {
+    let path = std::env::temp_dir().join(format!(
+        "rocky-untemplated-{arch}-{}-{}.gguf",
+        tokens.len(),
+        std::process::id()
+    ));
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", MetaValue::String(arch.into()));
+    w.set(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(
+            ValueType::String,
+            tokens
+                .iter()
+                .map(|t| MetaValue::String(t.to_string()))
+                .collect(),
+        ),
+    );
+    w.write(&path, |_, _| unreachable!("no tensors")).unwrap();
+    (GgufFile::open(&path).unwrap(), path)
+}
+
+/// Files without a template get their architecture's built-in format where the vocabulary has
+/// its turn marker, and a clear error where it does not.
+#[test]
+fn files_without_a_template_use_the_built_in_format_of_their_architecture() {
+    let messages = [
+        Message::new("system", "Be brief."),
+        Message::new("user", "Hi"),
+    ];
+    let specials = Specials::default();
+    for (arch, marker, want) in [
+        (
+            "qwen3",
+            "<|im_start|>",
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        ),
+        (
+            "llama",
+            "<|start_header_id|>",
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+        (
+            "gemma3",
+            "<start_of_turn>",
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n",
+        ),
+    ] {
+        let (file, path) = untemplated(arch, &["a", marker, "b"]);
+        let (_, source) = chat::template_or_builtin(&file).unwrap();
+        assert!(source.contains(&format!("built-in {arch}")), "{source}");
+        assert_eq!(chat::render_for(&file, &messages, &specials).unwrap(), want, "{arch}");
+        std::fs::remove_file(&path).ok();
+        // The same architecture with a vocabulary lacking the marker: no guess.
+        let (file, path) = untemplated(arch, &["a", "b"]);
+        let e = chat::render_for(&file, &messages, &specials).unwrap_err();
+        assert!(matches!(e, ChatError::NoTemplate { .. }), "{arch}: {e}");
+        std::fs::remove_file(&path).ok();
     }
 }

@@ -72,7 +72,7 @@ fn unsupported_types_say_which_are_supported() {
     for ty in [
         GgmlType::Q2K,
         GgmlType::Q3K,
-        GgmlType::Q4_1,
+        GgmlType::Q8_1,
         GgmlType::Q8K,
         GgmlType::I8,
     ] {
@@ -89,7 +89,7 @@ fn unsupported_types_say_which_are_supported() {
             "{msg}"
         );
         for supported in [
-            "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K",
+            "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
         ] {
             assert!(msg.contains(supported), "{msg:?} does not list {supported}");
         }

@@ -138,6 +138,20 @@ fn bounds(ty: GgmlType, x: &[f32]) -> Vec<f64> {
                 }
             }
         }
+        // Q4_1 / Q5_1: levels m + q·d with m = min(x), d = (max - min) / L (L = 15 or 31), q in
+        // 0..=L: rounding costs half a step. The stored f16(d) moves a level by at most
+        // L·|d - f16(d)|, the stored f16(m) every level by |m - f16(m)|; 2^-20·amax covers the
+        // f32 roundings of (x - m)·(1/d) and q·d + m.
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
+            let l = if ty == GgmlType::Q4_1 { 15.0 } else { 31.0 };
+            for b in x.chunks_exact(32) {
+                let min = b.iter().fold(f32::MAX, |m, &v| m.min(v)) as f64;
+                let max = b.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+                let d = (max - min) / l;
+                let bound = 0.5 * d + l * f16_error(d) + f16_error(min) + amax(b) * 2f64.powi(-20);
+                out.resize(out.len() + 32, bound);
+            }
+        }
         // Q4_K / Q5_K: sub-block j of 32 is approximated as D_j·q - M_j, q in 0..=nmax. The
         // search starts from the grid over [min(x_j, 0), max(x_j)] with range R_j; rounding to
         // it costs R_j/(2·nmax). The fit may narrow the grid and clip extremes, and D_j, M_j are
@@ -187,7 +201,8 @@ fn bounds(ty: GgmlType, x: &[f32]) -> Vec<f64> {
 /// RMS(x - deq(q(x))) / RMS(x) on Gaussian data must stay below these. Derivation: a uniform
 /// rounding error of step s has RMS s/√12. For N(0,1) the max |x| of 32 values is ≈ 2.35 (of 16:
 /// ≈ 2.03), so Q8_0: s ≈ 2.35/127 → 0.53%; Q5_0: s ≈ 2.35/16 → 4.2%; Q4_0: s ≈ 2.35/8 → 8.5%;
-/// Q6_K: s ≈ 2.03/32 → 1.8%; Q4_K / Q5_K: the range of 32 values (≈ 4.1) over 15 / 31 levels →
+/// Q4_1 / Q5_1: the range of 32 values (≈ 4.1) over 15 / 31 levels → 7.9% / 3.8%; Q6_K: s ≈
+/// 2.03/32 → 1.8%; Q4_K / Q5_K: the range of 32 values (≈ 4.1) over 15 / 31 levels →
 /// 7.9% / 3.8%, which the least-squares fit lowers a little. F16 / BF16: relative rounding
 /// uniform within ±2^-11 / ±2^-8 of |x|, in RMS about 2^-11/√3·0.8 ≈ 2.3e-4 / 1.8e-3 (the 0.8 for
 /// where x sits within its binade). Limits: those figures plus ~15%.
@@ -199,6 +214,8 @@ fn rms_limit(ty: GgmlType) -> f64 {
         GgmlType::Q8_0 => 0.0062,
         GgmlType::Q4_0 => 0.098,
         GgmlType::Q5_0 => 0.049,
+        GgmlType::Q4_1 => 0.091,
+        GgmlType::Q5_1 => 0.044,
         GgmlType::Q4K => 0.082,
         GgmlType::Q5K => 0.044,
         GgmlType::Q6K => 0.021,
@@ -206,13 +223,15 @@ fn rms_limit(ty: GgmlType) -> f64 {
     }
 }
 
-const TYPES: [GgmlType; 9] = [
+const TYPES: [GgmlType; 11] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q5_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_1,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,

@@ -193,6 +193,22 @@ fn dequantize_matches_gguf_py_on_synthetic_blocks() {
     check_dequantize("synthetic", &[F16, BF16, Q8_0, Q4_0, Q5_0, Q4K, Q5K, Q6K]);
 }
 
+/// Q4_1 and Q5_1 (the formats with a per-block minimum), in their own set: random raw blocks
+/// and gguf-py's quantizations of adversarial data, dequantized bit for bit and quantized byte
+/// for byte like gguf-py (whose Q4_1/Q5_1 quantizers follow ggml's reference ones).
+#[test]
+fn q4_1_and_q5_1_match_gguf_py_on_synthetic_data() {
+    use GgmlType::*;
+    check_dequantize("synthetic-q4_1-q5_1", &[Q4_1, Q5_1]);
+    let counts = check_quantize("synthetic-q4_1-q5_1", "gguf-py");
+    for ty in ["Q4_1", "Q5_1"] {
+        assert!(
+            counts.contains_key(ty),
+            "synthetic-q4_1-q5_1 lacks gguf-py's {ty} quantization"
+        );
+    }
+}
+
 /// llama-quantize (no importance matrix) uses ggml's reference quantizers: ours must give the
 /// same bytes for the f32 weights it quantized, including Q4_K_M's Q4_K and Q6_K tensors.
 #[test]

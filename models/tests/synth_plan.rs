@@ -152,11 +152,73 @@ fn tiny_q4_k_m_hand_rules_agree_with_the_reference_file() {
 }
 
 #[test]
-fn f16_and_q8_0_use_one_type_for_all_matrices() {
+fn f16_bf16_and_q8_0_use_one_type_for_all_matrices() {
     for shape in Shape::ALL {
-        for (quant, ty) in [(Quant::F16, GgmlType::F16), (Quant::Q8_0, GgmlType::Q8_0)] {
+        for (quant, ty) in [
+            (Quant::F16, GgmlType::F16),
+            (Quant::BF16, GgmlType::BF16),
+            (Quant::Q8_0, GgmlType::Q8_0),
+        ] {
             for t in tensor_plan(&shape.params(), quant) {
                 let want = if t.dims.len() == 2 { ty } else { GgmlType::F32 };
+                assert_eq!(
+                    t.ggml_type,
+                    want,
+                    "{} {} {}",
+                    shape.name(),
+                    quant.name(),
+                    t.name
+                );
+            }
+        }
+    }
+}
+
+/// Q5_K_M: the Q4_K_M rules over Q5_K (llama-quant.cpp names both ftypes in the same attn_v and
+/// ffn_down conditions); rows of 896 fall back Q5_K -> Q5_1 and Q6_K -> Q8_0.
+#[test]
+fn q5_k_m_follows_the_q4_k_m_rules_over_q5_k() {
+    use GgmlType::*;
+    for (shape, fits) in [(Shape::Qwen25_0_5B, false), (Shape::Qwen25_3B, true)] {
+        let plan = plan_of(shape, Quant::Q5KM);
+        let (k, fallback) = if fits { (Q5K, Q5K) } else { (Q5K, Q5_1) };
+        for (name, q4km) in expected_q4_k_m(shape, fits) {
+            let want = match q4km {
+                Q4K => k,
+                Q5_0 => fallback,
+                other => other,
+            };
+            assert_eq!(plan[&name].ggml_type, want, "{} {name}", shape.name());
+        }
+    }
+}
+
+/// Q4_0 / Q4_1 / Q5_0 / Q5_1 without an importance matrix: every matrix in the mix's type but
+/// the tied embedding, which takes the output rule (Q6_K, or Q8_0 where n_embd is not a
+/// multiple of 256).
+#[test]
+fn legacy_mixes_use_their_type_but_for_the_output() {
+    use GgmlType::*;
+    for shape in Shape::ALL {
+        let fits = shape.params().n_embd % 256 == 0;
+        for (quant, ty) in [
+            (Quant::Q4_0, Q4_0),
+            (Quant::Q4_1, Q4_1),
+            (Quant::Q5_0, Q5_0),
+            (Quant::Q5_1, Q5_1),
+        ] {
+            for t in tensor_plan(&shape.params(), quant) {
+                let want = if t.name == "token_embd.weight" {
+                    if fits {
+                        Q6K
+                    } else {
+                        Q8_0
+                    }
+                } else if t.dims.len() == 2 {
+                    ty
+                } else {
+                    F32
+                };
                 assert_eq!(
                     t.ggml_type,
                     want,

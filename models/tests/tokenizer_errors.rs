@@ -212,10 +212,14 @@ fn unsupported_model_is_named() {
 #[test]
 fn unsupported_or_missing_pre_tokenizer_is_named() {
     let v = Vocab {
-        pre: Some("llama-bpe"),
+        pre: Some("deepseek-coder"),
         ..Vocab::valid()
     };
-    let e = expect_error(v, "pre_llama_bpe", &["\"llama-bpe\"", "\"qwen2\""]);
+    let e = expect_error(
+        v,
+        "pre_deepseek_coder",
+        &["\"deepseek-coder\"", "\"qwen2\"", "\"llama-bpe\""],
+    );
     assert!(matches!(e, TokenizerError::UnsupportedPreTokenizer { .. }));
     let v = Vocab {
         pre: None,

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::token_cases::{check, ids_of, Case};
+use common::token_cases::{check, ids_of, llama_cpp_vocab_test, Case};
 
 use rocky_models::gguf::GgufFile;
 use rocky_models::tokenizer::Tokenizer;
@@ -45,54 +45,9 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// llama.cpp's test-tokenizer-0 files: texts separated by "\n__ggml_vocab_test__\n" (so each
-/// text has no trailing newline of its own unless it has two), one line of space-separated
-/// ids per text. Parsed exactly as tests/test-tokenizer-0.cpp `read_tests` does.
+/// llama.cpp's test-tokenizer-0 cases for the qwen2 vocabulary.
 fn llama_cpp_vocab_test_cases() -> Vec<Case> {
-    let dir = golden().join("tokenizer");
-    let inp =
-        std::fs::read_to_string(dir.join("ggml-vocab-qwen2.gguf.inp")).expect("the .inp file");
-    let out =
-        std::fs::read_to_string(dir.join("ggml-vocab-qwen2.gguf.out")).expect("the .out file");
-    const SEP: &str = "\n__ggml_vocab_test__\n";
-    let mut texts = Vec::new();
-    let mut pos = 0;
-    while pos < inp.len() {
-        match inp[pos..].find(SEP) {
-            Some(next) => {
-                texts.push(inp[pos..pos + next].to_string());
-                pos += next + SEP.len();
-            }
-            None => {
-                texts.push(inp[pos..].to_string());
-                break;
-            }
-        }
-    }
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(
-        texts.len(),
-        lines.len(),
-        "the .inp and .out files disagree on the number of tests"
-    );
-    texts
-        .into_iter()
-        .zip(lines)
-        .enumerate()
-        .map(|(i, (text, line))| Case {
-            origin: format!("ggml-vocab-qwen2.gguf.inp #{i}"),
-            text,
-            add_special: false,
-            parse_special: false,
-            expected: line
-                .split_whitespace()
-                .map(|t| {
-                    t.parse()
-                        .unwrap_or_else(|e| panic!(".out line {i}: {t:?}: {e}"))
-                })
-                .collect(),
-        })
-        .collect()
+    llama_cpp_vocab_test(&golden().join("tokenizer"), "ggml-vocab-qwen2")
 }
 
 /// The folders of golden outputs made with the qwen2 vocabulary.

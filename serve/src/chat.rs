@@ -7,22 +7,6 @@ use rocky_models::chat::{self, Message, Specials};
 use rocky_models::gguf::GgufFile;
 use rocky_models::tokenizer::Tokenizer;
 
-/// Gemma 3's turn format (Google's template, without the image parts): a system message is
-/// put before the first user message's text; the assistant's role is called "model".
-const GEMMA3: &str = "{{ bos_token }}\
-{%- if messages[0]['role'] == 'system' -%}\
-{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\
-{%- set loop_messages = messages[1:] -%}\
-{%- else -%}\
-{%- set first_user_prefix = '' -%}\
-{%- set loop_messages = messages -%}\
-{%- endif -%}\
-{%- for message in loop_messages -%}\
-{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}\
-{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + (message['content'] | trim) + '<end_of_turn>\n' }}\
-{%- endfor -%}\
-{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
-
 /// Where a model's chat format comes from.
 #[derive(Clone, Debug)]
 pub struct ChatFormat {
@@ -37,16 +21,9 @@ pub struct ChatFormat {
 impl ChatFormat {
     pub fn of(file: &GgufFile, tokenizer: &Tokenizer) -> ChatFormat {
         let path = file.path().display().to_string();
-        let template = match chat::template(file) {
-            Some(t) => Some((
-                t.to_string(),
-                "the GGUF's tokenizer.chat_template".to_string(),
-            )),
-            None => match file.architecture().unwrap_or("") {
-                "gemma3" => Some((GEMMA3.to_string(), "the built-in gemma3 format".to_string())),
-                _ => None,
-            },
-        };
+        // The file's own template, else the built-in format of its architecture
+        // (rocky_models::chat::builtin).
+        let template = chat::template_or_builtin(file).map(|(t, source)| (t.to_string(), source));
         ChatFormat {
             path,
             template,
@@ -91,8 +68,8 @@ mod tests {
             Message::new("assistant", "Hello."),
             Message::new("user", "Why?"),
         ];
-        let text = chat::render("t", GEMMA3, &messages, &specials).unwrap();
-        // The tokenizer adds BOS itself, so the template's is removed.
+        let text = chat::render("t", chat::builtin::GEMMA.template, &messages, &specials).unwrap();
+        // No BOS in the text: the tokenizer adds it (as with llama.cpp's built-in gemma format).
         assert_eq!(
             text,
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\

@@ -185,6 +185,9 @@ pub fn dequantize(
         match format {
             WeightFormat::F32 => chunk[0] = f32::from_le_bytes([src[0], src[1], src[2], src[3]]),
             WeightFormat::F16 => chunk[0] = f16_at(src, 0),
+            WeightFormat::BF16 => {
+                chunk[0] = f32::from_bits(u32::from(u16::from_le_bytes([src[0], src[1]])) << 16)
+            }
             WeightFormat::Q8_0 => q8_0(src, chunk),
             WeightFormat::Q5_0 => q5_0(src, chunk),
             WeightFormat::Q4_0 => q4_0(src, chunk),

@@ -92,7 +92,7 @@ pub fn open_unit(
     let f32_of_u32 = |v: Value| b.convert(v, Type::F32);
     match rows.format {
         WeightFormat::F32 => u.base = b.add(row_off, b.muli(unit, UNIT * 4)),
-        WeightFormat::F16 => u.base = b.add(row_off, b.muli(unit, UNIT * 2)),
+        WeightFormat::F16 | WeightFormat::BF16 => u.base = b.add(row_off, b.muli(unit, UNIT * 2)),
         WeightFormat::Q8_0 => {
             u.base = b.add(row_off, b.muli(unit, 34));
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
@@ -841,6 +841,21 @@ impl Unit {
                 let hi = b.unpack_half2x16(b.load(self.buffer, b.addi(w, 1)));
                 b.construct(&[lo, hi])
             }
+            WeightFormat::BF16 => {
+                // Each word holds elements 2i (low half) and 2i+1 (high half): a bf16 is the
+                // high half of its f32, so shifting the low one up and masking the high one
+                // gives the f32 bits exactly.
+                let w = b.add(b.shri(self.base, 2), b.shli(c, 1));
+                let w0 = b.load(self.buffer, w);
+                let w1 = b.load(self.buffer, b.addi(w, 1));
+                let bits = [
+                    b.shli(w0, 16),
+                    b.andi(w0, 0xFFFF_0000),
+                    b.shli(w1, 16),
+                    b.andi(w1, 0xFFFF_0000),
+                ];
+                b.bitcast(b.construct(&bits), v4)
+            }
             _ => {
                 let q = b.convert(signed_bytes_to_ivec4(b, self.word_i8(b, c)), v4);
                 let scale = self.chunk_scale(b, c, self.scale.unwrap(), self.scale_hi);
@@ -861,7 +876,8 @@ impl Unit {
         let h4 = Type::vec(Scalar::F16, 4);
         let h2 = Type::vec(Scalar::F16, 2);
         match self.format {
-            WeightFormat::F32 => b.convert(self.chunk_f32(b, c), h4),
+            // bf16's 8-bit exponent does not fit f16's: through f32, one rounding (as F32).
+            WeightFormat::F32 | WeightFormat::BF16 => b.convert(self.chunk_f32(b, c), h4),
             WeightFormat::F16 => {
                 let w = b.add(b.shri(self.base, 2), b.shli(c, 1));
                 let lo = b.bitcast(b.load(self.buffer, w), h2);

@@ -21,6 +21,8 @@
 //!   four groups of 32 (ql low nibbles, ql[+32] low, ql high, ql[+32] high, with 2 bits of qh
 //!   each), one scale per 16; `y = (d * sc) * (q - 32)`.
 //!
+//! - BF16 (2 B / 1): the high half of an f32; `y = bits << 16`, exact.
+//!
 //! Every format is handled in *units* of 32 consecutive elements of a row (a Q8_0/Q5_0 block,
 //! a K-quant sub-block, or 32 plain floats); templates iterate over units.
 
@@ -60,10 +62,12 @@ pub enum WeightFormat {
     Q4K,
     #[serde(rename = "q6_k")]
     Q6K,
+    #[serde(rename = "bf16")]
+    BF16,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 10] = [
+    pub const ALL: [WeightFormat; 11] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -74,12 +78,13 @@ impl WeightFormat {
         WeightFormat::Q5K,
         WeightFormat::Q4_1,
         WeightFormat::Q5_1,
+        WeightFormat::BF16,
     ];
 
     /// Elements per block (1 for plain floats).
     pub fn block_elems(self) -> u32 {
         match self {
-            WeightFormat::F32 | WeightFormat::F16 => 1,
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
             WeightFormat::Q8_0
             | WeightFormat::Q5_0
             | WeightFormat::Q4_0
@@ -93,7 +98,7 @@ impl WeightFormat {
     pub fn block_bytes(self) -> u32 {
         match self {
             WeightFormat::F32 => 4,
-            WeightFormat::F16 => 2,
+            WeightFormat::F16 | WeightFormat::BF16 => 2,
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q5_0 => 22,
             WeightFormat::Q4_0 => 18,
@@ -111,7 +116,10 @@ impl WeightFormat {
     }
 
     pub fn is_quantized(self) -> bool {
-        !matches!(self, WeightFormat::F32 | WeightFormat::F16)
+        !matches!(
+            self,
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16
+        )
     }
 
     /// Whether a unit's values carry an additive term beside the scale (`y = s*q - min`):
@@ -133,6 +141,7 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 => "F32",
             WeightFormat::F16 => "F16",
+            WeightFormat::BF16 => "BF16",
             WeightFormat::Q8_0 => "Q8_0",
             WeightFormat::Q5_0 => "Q5_0",
             WeightFormat::Q4_0 => "Q4_0",

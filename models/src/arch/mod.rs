@@ -4,6 +4,7 @@ mod gemma3;
 mod llama;
 mod qwen2;
 
+use crate::formats::GgmlType;
 use crate::gguf::{GgufError, GgufFile};
 use crate::graph::Graph;
 use serde::Serialize;
@@ -112,8 +113,9 @@ pub(crate) fn expect_tensor(file: &GgufFile, name: &str, dims: &[usize]) -> Resu
         return Err(ModelError::Invalid {
             path,
             detail: format!(
-                "tensor {name} has type {}, which rocky cannot compute with yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K); requantize the model, e.g. to Q4_K_M",
-                t.ggml_type
+                "tensor {name} has type {}, which rocky cannot compute with yet (supported: {}); requantize the model, e.g. to Q4_K_M",
+                t.ggml_type,
+                GgmlType::dequantizable_names()
             ),
         });
     }

@@ -12,8 +12,10 @@ mod error;
 mod half_floats;
 mod k_quant_scales;
 mod q4_0;
+mod q4_1;
 mod q4_k;
 mod q5_0;
+mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
@@ -205,7 +207,9 @@ impl GgmlType {
                 | GgmlType::BF16
                 | GgmlType::Q8_0
                 | GgmlType::Q4_0
+                | GgmlType::Q4_1
                 | GgmlType::Q5_0
+                | GgmlType::Q5_1
                 | GgmlType::Q4K
                 | GgmlType::Q5K
                 | GgmlType::Q6K
@@ -214,6 +218,11 @@ impl GgmlType {
 }
 
 impl GgmlType {
+    /// The names of the types `dequantize` supports, comma-separated (for error messages).
+    pub fn dequantizable_names() -> String {
+        supported_list(GgmlType::can_dequantize)
+    }
+
     /// Whether `quantize` supports this type.
     pub fn can_quantize(self) -> bool {
         self.can_dequantize()
@@ -298,6 +307,19 @@ fn codec(ty: GgmlType) -> Option<Codec> {
             q4_0::BLOCK_BYTES,
             q4_0::dequantize_block,
             block(q4_0::quantize_block, F16_MAX * 8.0),
+        ),
+        GgmlType::Q4_1 => c(
+            q4_1::BLOCK_ELEMS,
+            q4_1::BLOCK_BYTES,
+            q4_1::dequantize_block,
+            // m + 15·d with both at the f16 maximum.
+            block(q4_1::quantize_block, F16_MAX * 16.0),
+        ),
+        GgmlType::Q5_1 => c(
+            q5_1::BLOCK_ELEMS,
+            q5_1::BLOCK_BYTES,
+            q5_1::dequantize_block,
+            block(q5_1::quantize_block, F16_MAX * 32.0),
         ),
         GgmlType::Q5_0 => c(
             q5_0::BLOCK_ELEMS,

@@ -212,21 +212,47 @@ pub enum Quant {
     /// Every matrix in F32 (llama.cpp then computes in f32: exact comparison targets).
     F32,
     F16,
+    BF16,
     Q8_0,
+    /// The legacy 32-element mixes: every matrix in that type but the output (tied
+    /// embedding), which llama-quantize makes Q6_K.
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
     /// llama.cpp's Q4_K_M: Q4_K with Q6_K for the embeddings and some attn_v / ffn_down.
     Q4KM,
+    /// llama.cpp's Q5_K_M: the same rules over Q5_K.
+    Q5KM,
 }
 
 impl Quant {
-    pub const ALL: [Quant; 4] = [Quant::F32, Quant::F16, Quant::Q8_0, Quant::Q4KM];
+    pub const ALL: [Quant; 10] = [
+        Quant::F32,
+        Quant::F16,
+        Quant::BF16,
+        Quant::Q8_0,
+        Quant::Q4_0,
+        Quant::Q4_1,
+        Quant::Q5_0,
+        Quant::Q5_1,
+        Quant::Q4KM,
+        Quant::Q5KM,
+    ];
 
     /// The name used on the command line (llama-quantize's, lower case).
     pub fn name(self) -> &'static str {
         match self {
             Quant::F32 => "f32",
             Quant::F16 => "f16",
+            Quant::BF16 => "bf16",
             Quant::Q8_0 => "q8_0",
+            Quant::Q4_0 => "q4_0",
+            Quant::Q4_1 => "q4_1",
+            Quant::Q5_0 => "q5_0",
+            Quant::Q5_1 => "q5_1",
             Quant::Q4KM => "q4_k_m",
+            Quant::Q5KM => "q5_k_m",
         }
     }
 
@@ -241,15 +267,21 @@ impl Quant {
         match self {
             Quant::F32 => 0,   // LLAMA_FTYPE_ALL_F32
             Quant::F16 => 1,   // LLAMA_FTYPE_MOSTLY_F16
+            Quant::BF16 => 32, // LLAMA_FTYPE_MOSTLY_BF16
             Quant::Q8_0 => 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
+            Quant::Q4_0 => 2,  // LLAMA_FTYPE_MOSTLY_Q4_0
+            Quant::Q4_1 => 3,  // LLAMA_FTYPE_MOSTLY_Q4_1
+            Quant::Q5_0 => 8,  // LLAMA_FTYPE_MOSTLY_Q5_0
+            Quant::Q5_1 => 9,  // LLAMA_FTYPE_MOSTLY_Q5_1
             Quant::Q4KM => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+            Quant::Q5KM => 17, // LLAMA_FTYPE_MOSTLY_Q5_K_M
         }
     }
 
     /// Whether the mix uses block-quantized types (and so writes
     /// `general.quantization_version`).
     pub fn is_quantized(self) -> bool {
-        !matches!(self, Quant::F32 | Quant::F16)
+        !matches!(self, Quant::F32 | Quant::F16 | Quant::BF16)
     }
 }
 
@@ -406,23 +438,46 @@ fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
         // Not a quantized mix: llama-quantize skips its per-tensor rules and fallbacks.
         Quant::F32 => GgmlType::F32,
         Quant::F16 => GgmlType::F16,
+        Quant::BF16 => GgmlType::BF16,
         // The output/embedding rule keeps Q8_0 (it only upgrades types other than Q8_0).
         Quant::Q8_0 => with_fallback(GgmlType::Q8_0, row_len),
-        Quant::Q4KM => with_fallback(q4_k_m_target(role, row_len), row_len),
+        Quant::Q4_0 => with_fallback(legacy_target(GgmlType::Q4_0, role, row_len), row_len),
+        Quant::Q4_1 => with_fallback(legacy_target(GgmlType::Q4_1, role, row_len), row_len),
+        Quant::Q5_0 => with_fallback(legacy_target(GgmlType::Q5_0, role, row_len), row_len),
+        Quant::Q5_1 => with_fallback(legacy_target(GgmlType::Q5_1, role, row_len), row_len),
+        Quant::Q4KM => with_fallback(k_m_target(GgmlType::Q4K, role, row_len), row_len),
+        Quant::Q5KM => with_fallback(k_m_target(GgmlType::Q5K, role, row_len), row_len),
     }
 }
 
-/// `llama_tensor_get_type_impl` for LLAMA_FTYPE_MOSTLY_Q4_K_M (default type Q4_K), for the
-/// categories of a dense, non-Falcon model without experts.
-fn q4_k_m_target(role: Role, row_len: u64) -> GgmlType {
+/// llama.cpp's output rule (`llama_tensor_get_type_impl`, also applied to a tied embedding):
+/// Q8_0 when the rows are not whole blocks of the mix's default type, else Q6_K.
+fn output_type(default: GgmlType, row_len: u64) -> GgmlType {
+    if row_len % default.block_size() as u64 != 0 {
+        GgmlType::Q8_0
+    } else {
+        GgmlType::Q6K
+    }
+}
+
+/// `llama_tensor_get_type_impl` for LLAMA_FTYPE_MOSTLY_Q4_0/Q4_1/Q5_0/Q5_1 without an
+/// importance matrix: only the output rule changes a type.
+fn legacy_target(default: GgmlType, role: Role, row_len: u64) -> GgmlType {
     match role {
-        // Output (or tied embedding): Q6_K, or Q8_0 when the rows are not whole Q4_K blocks.
-        Role::TiedEmbedding if row_len % GgmlType::Q4K.block_size() as u64 != 0 => GgmlType::Q8_0,
-        Role::TiedEmbedding => GgmlType::Q6K,
+        Role::TiedEmbedding => output_type(default, row_len),
+        _ => default,
+    }
+}
+
+/// `llama_tensor_get_type_impl` for LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M (default type Q4_K /
+/// Q5_K), for the categories of a dense, non-Falcon model without experts.
+fn k_m_target(default: GgmlType, role: Role, row_len: u64) -> GgmlType {
+    match role {
+        Role::TiedEmbedding => output_type(default, row_len),
         // llama.cpp counts attn_v and ffn_down tensors in layer order (its loader sorts
         // weights by block number), so its counters are the layer index.
         Role::AttnV(l) | Role::FfnDown(l) if use_more_bits(l.index, l.count) => GgmlType::Q6K,
-        _ => GgmlType::Q4K,
+        _ => default,
     }
 }
 

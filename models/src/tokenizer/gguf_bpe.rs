@@ -38,6 +38,7 @@ impl GgufBpe {
             .collect();
         let model = BPE::builder()
             .vocab_and_merges(ids, vocab.merges)
+            .ignore_merges(vocab.pre.ignore_merges())
             .build()
             .map_err(|e| build_err(e.to_string()))?;
         let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;

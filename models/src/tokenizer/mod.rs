@@ -1,7 +1,8 @@
 //! Text ↔ token ids, producing exactly the ids llama.cpp produces for the same GGUF.
 //!
-//! Supported: GGUF `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with the Qwen2
-//! pre-tokenizer (`tokenizer.ggml.pre` = qwen2 and the names llama.cpp treats identically), and
+//! Supported: GGUF `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with the Qwen2 or the
+//! Llama 3 pre-tokenizer (`tokenizer.ggml.pre` = qwen2, llama-bpe and the names llama.cpp treats
+//! identically), and
 //! `tokenizer.ggml.model = "llama"` (SentencePiece-style: Llama 1/2, Gemma, Mistral; `spm`).
 //! Anything else is refused with an error naming the value, never tokenized by a guess. A
 //! Hugging Face tokenizer.json can be loaded instead ([`Tokenizer::from_tokenizer_json`]);
@@ -108,8 +109,7 @@ fn describe_model(model: &str) -> &'static str {
 }
 
 fn supported_pre() -> String {
-    PreTokenizer::SUPPORTED
-        .iter()
+    PreTokenizer::supported()
         .map(|p| format!("\"{p}\""))
         .collect::<Vec<_>>()
         .join(", ")

@@ -36,6 +36,57 @@ impl Case {
     }
 }
 
+/// llama.cpp's test-tokenizer-0 files `NAME.gguf.inp` / `NAME.gguf.out` in `dir`: texts
+/// separated by "\n__ggml_vocab_test__\n" (so each text has no trailing newline of its own
+/// unless it has two), one line of space-separated ids per text, tokenized with add_special and
+/// parse_special off. Parsed exactly as tests/test-tokenizer-0.cpp `read_tests` does.
+pub fn llama_cpp_vocab_test(dir: &std::path::Path, name: &str) -> Vec<Case> {
+    let read = |ext: &str| {
+        let path = dir.join(format!("{name}.gguf.{ext}"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let (inp, out) = (read("inp"), read("out"));
+    const SEP: &str = "\n__ggml_vocab_test__\n";
+    let mut texts = Vec::new();
+    let mut pos = 0;
+    while pos < inp.len() {
+        match inp[pos..].find(SEP) {
+            Some(next) => {
+                texts.push(inp[pos..pos + next].to_string());
+                pos += next + SEP.len();
+            }
+            None => {
+                texts.push(inp[pos..].to_string());
+                break;
+            }
+        }
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        texts.len(),
+        lines.len(),
+        "{name}: the .inp and .out files disagree on the number of tests"
+    );
+    texts
+        .into_iter()
+        .zip(lines)
+        .enumerate()
+        .map(|(i, (text, line))| Case {
+            origin: format!("{name}.gguf.inp #{i}"),
+            text,
+            add_special: false,
+            parse_special: false,
+            expected: line
+                .split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|e| panic!("{name}.gguf.out line {i}: {t:?}: {e}"))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// Encodes every case; prints a summary and the first differences, returns the mismatches.
 pub fn check(label: &str, tokenizer: &Tokenizer, cases: &[Case]) -> usize {
     let mut mismatches = 0;

@@ -563,6 +563,7 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
     Ok(match ty {
         GgmlType::F32 => WeightFormat::F32,
         GgmlType::F16 => WeightFormat::F16,
+        GgmlType::BF16 => WeightFormat::BF16,
         GgmlType::Q8_0 => WeightFormat::Q8_0,
         GgmlType::Q5_0 => WeightFormat::Q5_0,
         GgmlType::Q4_0 => WeightFormat::Q4_0,
@@ -1600,4 +1601,30 @@ fn order_bindings<'a>(
                 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod weight_format_tests {
+    use super::*;
+
+    /// Every type the CPU reference computes with has a GPU format, so no model reaches this
+    /// refusal through the CLI (the loader refuses other types first); it is checked here.
+    #[test]
+    fn a_type_without_gpu_kernels_is_named_with_the_gpu_formats() {
+        for ty in GgmlType::ALL.into_iter().filter(|t| t.can_dequantize()) {
+            assert!(weight_format(ty, "t").is_ok(), "{ty} has no GPU format");
+        }
+        let e = weight_format(GgmlType::Q2K, "blk.0.ffn_up.weight").unwrap_err();
+        let msg = e.to_string();
+        for part in [
+            "blk.0.ffn_up.weight",
+            "is Q2_K",
+            "no GPU kernel",
+            "BF16",
+            "Q5_1",
+            "--backend cpu",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+    }
 }

@@ -3,7 +3,10 @@
 //! the messages, `add_generation_prompt`, and `bos_token` / `eos_token` as the vocabulary's
 //! token texts; then, where the vocabulary adds BOS (or EOS) itself when tokenizing, a BOS
 //! text the template already wrote at the start (an EOS at the end) is removed, so the prompt
-//! does not get it twice (llama.cpp common/chat.cpp).
+//! does not get it twice (llama.cpp common/chat.cpp). A file without a template gets its
+//! architecture's built-in format ([`builtin`]) where rocky has one.
+
+pub mod builtin;
 
 use crate::gguf::{GgufFile, MetaValue};
 use crate::tokenizer::Tokenizer;
@@ -15,8 +18,9 @@ pub const CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error(
-        "{path} has no chat template ({CHAT_TEMPLATE_KEY}): give the prompt already formatted \
-         for the model instead of --chat"
+        "{path} has no chat template ({CHAT_TEMPLATE_KEY}) and rocky has no built-in one for its \
+         architecture and vocabulary (built in: chatml for qwen2/qwen3, llama3 for llama, gemma \
+         for gemma3): give the prompt already formatted for the model instead of --chat"
     )]
     NoTemplate { path: String },
     #[error("{path}: the chat template cannot be rendered: {detail}")]
@@ -77,6 +81,20 @@ pub fn template(file: &GgufFile) -> Option<&str> {
         .filter(|t| !t.trim().is_empty())
 }
 
+/// The template to chat with and where it comes from: the file's own, else its built-in
+/// format (`builtin::for_file`), else None.
+pub fn template_or_builtin(file: &GgufFile) -> Option<(&str, String)> {
+    if let Some(t) = template(file) {
+        return Some((t, format!("the GGUF's {CHAT_TEMPLATE_KEY}")));
+    }
+    let b = builtin::for_file(file)?;
+    let arch = file.architecture().unwrap_or("?");
+    Some((
+        b.template,
+        format!("the built-in {arch} format (llama.cpp's \"{}\")", b.name),
+    ))
+}
+
 /// Renders `messages` with `template` and `add_generation_prompt = true` (the prompt ends
 /// where the assistant's answer starts). `path` names the file in errors.
 pub fn render(
@@ -130,13 +148,15 @@ pub fn render(
     Ok(text.to_string())
 }
 
-/// `render` with the template of `file`, or the error that it has none.
+/// `render` with the template of `file` or its built-in format, or the error that it has
+/// neither.
 pub fn render_for(
     file: &GgufFile,
     messages: &[Message],
     specials: &Specials,
 ) -> Result<String, ChatError> {
     let path = file.path().display().to_string();
-    let t = template(file).ok_or_else(|| ChatError::NoTemplate { path: path.clone() })?;
+    let (t, _) =
+        template_or_builtin(file).ok_or_else(|| ChatError::NoTemplate { path: path.clone() })?;
     render(&path, t, messages, specials)
 }
