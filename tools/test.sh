@@ -15,7 +15,7 @@ if [ "${1:-}" = --mali ]; then
   export ROCKY_MALI_REQUIRED=1
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     cargo build --bin rocky --target aarch64-unknown-linux-gnu
-  exec cargo test -p rocky --no-fail-fast --test mali_shim_vk11 --test mali_shim_stats \
+  exec cargo test -p rocky --no-fail-fast --test mali_shim_vk11 --test mali_shim_stats --test mali_shim_attention \
     --test mali_shim_recording --test mali_shim26 "$@" -- --include-ignored
 fi
 cargo test --workspace --no-fail-fast "$@"
