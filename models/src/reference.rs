@@ -15,12 +15,31 @@ pub struct ReferenceOptions {
     /// Round K and V to f16 when they enter the cache (as llama.cpp's default cache and rocky's
     /// GPU cache do).
     pub kv_f16: bool,
+    /// Attention as llama.cpp's CPU flash-attention kernel computes it over an f16 cache (its
+    /// default, `-fa auto`) for a batch of fewer than 64 query rows: the query rounded to f16,
+    /// keys taken in order with an online softmax, and the weighted sum of V kept in f16,
+    /// rounded after every key (`ggml_vec_mad_f16` into its `VKQ16` accumulator); from 64 rows
+    /// on llama.cpp's tiled kernel accumulates in f32 like [`attend`]. Not what rocky computes (its
+    /// kernels accumulate in f32): it tells llama.cpp's own rounding apart from a bug when
+    /// comparing with goldens made that way.
+    pub flash_f16: bool,
 }
 
 impl ReferenceOptions {
     /// What llama.cpp does by default (an f16 KV cache): the setting for golden comparisons.
     pub fn llama_cpp() -> Self {
-        ReferenceOptions { kv_f16: true }
+        ReferenceOptions {
+            kv_f16: true,
+            flash_f16: false,
+        }
+    }
+
+    /// llama.cpp's CPU backend with flash attention on (see [`ReferenceOptions::flash_f16`]).
+    pub fn llama_cpp_flash() -> Self {
+        ReferenceOptions {
+            kv_f16: true,
+            flash_f16: true,
+        }
     }
 }
 
@@ -291,8 +310,79 @@ impl<'a> CpuSession<'a> {
         let (kc, vc) = &mut self.kv[layer];
         kc.extend_from_slice(&k);
         vc.extend_from_slice(&v);
+        // llama.cpp (0c1e570) takes its f32 tiled kernel for 64 query rows or more
+        // (`GGML_FA_TILE_Q`) and the f16-accumulating one below that.
+        let rows = q.len() / (heads.n_heads * heads.head_dim);
+        if self.options.flash_f16 && rows < LLAMA_CPP_FA_TILE_Q {
+            return attend_flash_f16(q, kc, vc, self.n_past, heads, sliding_window);
+        }
         attend(q, kc, vc, self.n_past, heads, sliding_window)
     }
+}
+
+/// Query rows from which llama.cpp's CPU flash attention switches to its tiled f32 kernel.
+const LLAMA_CPP_FA_TILE_Q: usize = 64;
+
+/// [`attend`] in the order and precision of llama.cpp's CPU flash attention over an f16 cache
+/// (ggml-cpu `ggml_compute_forward_flash_attn_ext_f16_one_chunk`): q·k of f16 q and k summed
+/// in f32, an online softmax over the keys in order, V's weighted sum in f16.
+fn attend_flash_f16(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    n_past: usize,
+    heads: Heads,
+    sliding_window: Option<usize>,
+) -> Vec<f32> {
+    use half::f16;
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let q_w = n_heads * head_dim;
+    let kv_w = n_kv_heads * head_dim;
+    let n_new = q.len() / q_w;
+    let group = n_heads / n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut out = vec![0f32; n_new * q_w];
+    out.par_chunks_mut(head_dim)
+        .enumerate()
+        .for_each(|(idx, o)| {
+            let (i, h) = (idx / n_heads, idx % n_heads);
+            let kvh = h / group;
+            let qv: Vec<f32> = q[i * q_w + h * head_dim..][..head_dim]
+                .iter()
+                .map(|&x| f16::from_f32(x).to_f32())
+                .collect();
+            let n_keys = n_past + i + 1;
+            let first = sliding_window.map_or(0, |w| n_keys.saturating_sub(w));
+            let mut acc = vec![f16::ZERO; head_dim];
+            let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+            for j in first..n_keys {
+                let s = dot(&qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale;
+                let (mut ms, mut vs) = (1f32, 1f32);
+                if s > m {
+                    ms = (m - s).exp();
+                    m = s;
+                    for a in acc.iter_mut() {
+                        *a = f16::from_f32(a.to_f32() * ms);
+                    }
+                } else {
+                    vs = (s - m).exp();
+                }
+                let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
+                for (a, &v) in acc.iter_mut().zip(vrow) {
+                    *a = f16::from_f32(a.to_f32() + v * vs);
+                }
+                sum = sum * ms + vs;
+            }
+            let inv = 1.0 / sum;
+            for (o, a) in o.iter_mut().zip(&acc) {
+                *o = a.to_f32() * inv;
+            }
+        });
+    out
 }
 
 /// Causal grouped-query attention of the `q` rows at positions `n_past..` over the cached

@@ -51,12 +51,20 @@ fn goldens(folder: &str) -> Vec<Golden> {
 /// Runs every golden prompt of `folder` on `model_path`; returns per prompt
 /// (name, max |Δ|, correlation, same top-1, llama.cpp's top-1/top-2 gap).
 fn run(model_path: &Path, folder: &str) -> Vec<(String, f32, f64, bool, f32)> {
+    run_with(model_path, folder, ReferenceOptions::llama_cpp())
+}
+
+fn run_with(
+    model_path: &Path,
+    folder: &str,
+    options: ReferenceOptions,
+) -> Vec<(String, f32, f64, bool, f32)> {
     let file = GgufFile::open(model_path).unwrap();
     let model = arch::load(&file).unwrap();
     goldens(folder)
         .into_iter()
         .map(|g| {
-            let ours = forward(&file, &model, &g.ids, ReferenceOptions::llama_cpp()).unwrap();
+            let ours = forward(&file, &model, &g.ids, options).unwrap();
             let c = compare_logits(&g.logits, &ours);
             println!(
                 "{folder:<24} {:<16} n={:<4} max|Δ|={:.2e} corr={:.7} top1 {} {} gap={:.4}",
@@ -127,4 +135,33 @@ fn tiny_q8_0_matches_llama_cpp() {
 #[test]
 fn tiny_q4_k_m_matches_llama_cpp() {
     quantized("qwen2-tiny-q4_k_m.gguf", "qwen2-tiny-q4_k_m");
+}
+
+/// Issue 15 item 5: the tiny f32 goldens were made with llama.cpp's defaults, flash attention
+/// on (`-fa auto` picks it on the CPU) over an f16 cache. For fewer than 64 query rows its
+/// kernel rounds q to f16 and keeps V's weighted sum in f16 (from 64 rows on a tiled kernel
+/// accumulates in f32). The reference imitating that (`ReferenceOptions::llama_cpp_flash`)
+/// meets the short prompts' goldens 7-10x closer (measured: 5 tokens 7.7e-4 -> 7.8e-5, 7 tokens
+/// 8.1e-4 -> 1.2e-4; the long ones unchanged at <= 6.3e-5), so the largest differences of
+/// `tiny_f32_matches_llama_cpp_within_1e3` are llama.cpp's rounding, not rocky's.
+#[test]
+fn tiny_f32_goldens_carry_llama_cpps_f16_flash_attention_rounding() {
+    let path = common::asset("qwen2-tiny-f32.gguf");
+    let plain = run(&path, "qwen2-tiny-f32");
+    let flash = run_with(&path, "qwen2-tiny-f32", ReferenceOptions::llama_cpp_flash());
+    let worst =
+        |rows: &[(String, f32, f64, bool, f32)]| rows.iter().map(|r| r.1).fold(0f32, f32::max);
+    println!(
+        "largest |Δlogit|: f32 attention {:.3e}, llama.cpp's f16 flash attention {:.3e}",
+        worst(&plain),
+        worst(&flash)
+    );
+    for (name, d, _, same, _) in &flash {
+        assert!(
+            *d < 2e-4,
+            "{name}: |Δ| = {d} with llama.cpp's flash-attention rounding"
+        );
+        assert!(*same, "{name}: top-1 differs");
+    }
+    assert!(worst(&flash) * 4.0 < worst(&plain));
 }
