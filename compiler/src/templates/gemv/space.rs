@@ -1,0 +1,74 @@
+//! The candidate schedules of a GEMV workload on a device, and the rule-based default.
+
+use super::schedule::{GemvSchedule, Reduce};
+use crate::caps::DeviceCaps;
+use crate::templates::gemm::{GemmWorkload, Math, Precision};
+
+/// Every candidate schedule, each accepted by `validate` for this workload and device.
+pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
+    let mut maths = vec![Math::FmaF32];
+    if caps.float16 {
+        maths.push(Math::FmaF16Packed);
+    }
+    let mut reduces = vec![Reduce::Shared];
+    if caps.subgroup_arithmetic {
+        reduces.push(Reduce::Subgroup);
+    }
+    let mut out = Vec::new();
+    for math in maths {
+        for threads in [32, 64, 128, 256] {
+            for cols in [1, 2, 4, 8] {
+                for chunks_per_thread in [2, 4, 8] {
+                    for vector_width in [1, 4] {
+                        for &reduce in &reduces {
+                            let s = GemvSchedule {
+                                threads,
+                                cols,
+                                chunks_per_thread,
+                                vector_width,
+                                reduce,
+                                accumulate: Precision::F32,
+                                math,
+                            };
+                            if s.validate(w, caps).is_ok() {
+                                out.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The schedule used when the workload is untuned: f32 math (f16 only where it is native),
+/// subgroup reduction where the device has it, a thread per unit where K has enough units to
+/// occupy 64 threads, else threads sharing units.
+pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
+    let units = w.k / 32;
+    let chunks_per_thread = if units >= 64 {
+        8
+    } else if units >= 32 {
+        4
+    } else {
+        2
+    };
+    let s = GemvSchedule {
+        threads: 64,
+        cols: if w.m > 4 { 1 } else { 2 },
+        chunks_per_thread,
+        vector_width: 4,
+        reduce: if caps.subgroup_arithmetic {
+            Reduce::Subgroup
+        } else {
+            Reduce::Shared
+        },
+        accumulate: Precision::F32,
+        math: Math::FmaF32,
+    };
+    if s.validate(w, caps).is_ok() {
+        return s;
+    }
+    search_space(w, caps).into_iter().next().unwrap_or(s)
+}
