@@ -27,6 +27,7 @@ use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
 use rocky_compiler::templates::gemm::{
     combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
 };
+use rocky_compiler::templates::gemv;
 use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
 use rocky_compiler::templates::rope::{RopePush, RopeWorkload};
@@ -920,7 +921,7 @@ impl<'m> Executor<'m> {
                     residual,
                 } => {
                     let ty = &self.weights.get(weight).ty;
-                    w.push(Workload::Gemm(GemmWorkload {
+                    w.push(linear_workload(GemmWorkload {
                         m: rows,
                         n: *out_features as u32,
                         k: *in_features as u32,
@@ -943,7 +944,7 @@ impl<'m> Executor<'m> {
                 } => {
                     let name = gate_up_name(gate, up);
                     let ty = &self.weights.get(&name).ty;
-                    w.push(Workload::Gemm(GemmWorkload {
+                    w.push(linear_workload(GemmWorkload {
                         m: rows,
                         n: *out_features as u32,
                         k: *in_features as u32,
@@ -1334,6 +1335,45 @@ impl<'m> Executor<'m> {
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: rows }.to_bytes();
                     }
+                    (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemv(gw)) => {
+                        // The GEMV template (at most 8 rows): the GEMM's bindings, push
+                        // constants and N-slices, its own grid, no split-K scratch.
+                        let Schedule::Gemv(gs) = s else {
+                            unreachable!("a GEMV workload has a GEMV schedule")
+                        };
+                        let (weight, bias, residual) = linear_operands(&node.op);
+                        let wbuf = self.weights.get(&weight);
+                        let slices = n_slices(gw, max_range, align).map_err(refused)?;
+                        for slice in slices {
+                            let mut named: Vec<(&str, BufferRange)> = vec![
+                                ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
+                                (
+                                    "weight",
+                                    wbuf.range(slice.weight_offset, slice.weight_range)?,
+                                ),
+                                ("y", slot_range(node.output, rows, 0)?),
+                            ];
+                            if let Some(b) = bias {
+                                named.push(("bias", self.weights.get(b).whole()?));
+                            }
+                            if residual {
+                                named.push((
+                                    "residual",
+                                    slot_range(node.inputs[1], rows, input_offset(1))?,
+                                ));
+                            }
+                            emit(
+                                label,
+                                Workload::Gemv(GemmWorkload { n: slice.n, ..*gw }),
+                                origin,
+                                pipeline,
+                                named,
+                                &GemmPush::for_slice(gw, &slice).to_bytes(),
+                                gemv::dispatch_grid_for(slice.n, gs),
+                            )?;
+                        }
+                        continue;
+                    }
                     (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemm(gw)) => {
                         let (weight, bias, residual) = match &node.op {
                             Op::Linear {
@@ -1553,6 +1593,37 @@ struct UbatchCursor {
     done: bool,
 }
 
+/// The weight tensor, bias and residual flag of a linear node (the combined gate/up tensor of
+/// a fused one).
+fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
+    match op {
+        Op::Linear {
+            weight,
+            bias,
+            residual,
+            ..
+        } => (weight.clone(), bias.as_ref(), *residual),
+        Op::LinearSwiGlu { gate, up, .. } => (gate_up_name(gate, up), None, false),
+        _ => unreachable!("only linear nodes have GEMM workloads"),
+    }
+}
+
+/// The workload of a linear node at `g.m` rows: the GEMV template's for at most
+/// `gemv::MAX_M` rows (decode, the last-row output projection, tiny ubatches), unless
+/// `ROCKY_GEMV=0` asks for the GEMM everywhere (for before/after measurements).
+fn linear_workload(g: GemmWorkload) -> Workload {
+    if g.m <= gemv::MAX_M && gemv_enabled() {
+        Workload::Gemv(g)
+    } else {
+        Workload::Gemm(g)
+    }
+}
+
+fn gemv_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("ROCKY_GEMV").map_or(true, |v| v != "0"))
+}
+
 /// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).
 fn is_split_gemm(s: &Schedule) -> bool {
     matches!(s, Schedule::Gemm(gs) if gs.k_groups > 1)
@@ -1562,7 +1633,7 @@ fn is_split_gemm(s: &Schedule) -> bool {
 fn with_rows(w: &Workload, rows: u32) -> Workload {
     let mut w = *w;
     match &mut w {
-        Workload::Gemm(g) => g.m = rows,
+        Workload::Gemm(g) | Workload::Gemv(g) => g.m = rows,
         Workload::RmsNorm(x) => x.m = rows,
         Workload::RopeNeox(x) => x.m = rows,
         Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) | Workload::Scale(x) => {
