@@ -4,7 +4,7 @@
 //! step. The GEMMs run with f32 math (as tests/gpu_prefill.rs's golden comparisons), so the two
 //! differ by summation order only; the models have random weights, whose flat logits would
 //! expose any wrong position or cache row at once. The decode steps' projections run the GEMV
-//! template (M = 1), and so do the prefills at ubatch 4 and 8.
+//! template (M = 1), as does every prefill's last-row output projection.
 
 mod common;
 

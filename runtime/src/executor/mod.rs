@@ -1608,11 +1608,17 @@ fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
     }
 }
 
+/// Rows up to which a linear node runs the GEMV template. The template computes up to
+/// `gemv::MAX_M` rows, but only one row is measured against the GEMM so far (decode, and
+/// the prefill's last-row output projection); prefill ubatches of 2 to 8 keep the GEMM's
+/// small-M schedules (and their tuning records) until the GEMV is measured there too.
+const GEMV_ROWS: u32 = 1;
+
 /// The workload of a linear node at `g.m` rows: the GEMV template's for at most
-/// `gemv::MAX_M` rows (decode, the last-row output projection, tiny ubatches), unless
-/// `ROCKY_GEMV=0` asks for the GEMM everywhere (for before/after measurements).
+/// [`GEMV_ROWS`] rows, unless `ROCKY_GEMV=0` asks for the GEMM everywhere (for before/after
+/// measurements).
 fn linear_workload(g: GemmWorkload) -> Workload {
-    if g.m <= gemv::MAX_M && gemv_enabled() {
+    if g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled() {
         Workload::Gemv(g)
     } else {
         Workload::Gemm(g)

@@ -26,8 +26,9 @@ pub fn reference(
     )
 }
 
-/// The GEMM schedule whose arithmetic (and so tolerance) matches `s`.
-fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
+/// The GEMM schedule whose arithmetic (and so tolerance) matches `s` (no split-K, no
+/// staging): what a GEMM harness needs to check a GEMV kernel's output.
+pub fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
     GemmSchedule {
         bm: 1,
         bn: 1,
