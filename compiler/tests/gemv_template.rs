@@ -199,6 +199,11 @@ fn workloads() -> Vec<GemmWorkload> {
 fn gemv_kernels_across_the_space_match_the_reference() {
     let desktop = desktop_vk12();
     let mali = mali_vk12();
+    let cpu = DeviceCaps {
+        subgroup_size: 8,
+        lane_serial_memory: true,
+        ..desktop_vk12()
+    };
     let mut seen = BTreeSet::new();
     let mut checked = 0;
     let formats: BTreeSet<_> = workloads().iter().map(|w| w.weight).collect();
@@ -220,9 +225,13 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             .collect();
         sample.push((gemv::default_schedule(w, &desktop), &desktop));
         sample.push((gemv::default_schedule(w, &mali), &mali));
+        // A CPU implementation's default: one subgroup of 8 per workgroup (the barrier-free
+        // path).
+        sample.push((gemv::default_schedule(w, &cpu), &cpu));
         for (s, caps) in &sample {
             check(w, s, caps, &inp, w.m);
-            seen.insert((s.math, s.reduce, s.chunks_per_thread, s.vector_width));
+            let one_subgroup = s.reduce == Reduce::Subgroup && s.threads <= caps.subgroup_size;
+            seen.insert((s.math, s.reduce, s.chunks_per_thread, one_subgroup));
             checked += 1;
         }
         // A runtime m below the workload's (the last rows of a prefill).
@@ -235,6 +244,13 @@ fn gemv_kernels_across_the_space_match_the_reference() {
         assert!(
             seen.iter().any(|v| v.1 == reduce),
             "no {reduce:?} in the sample"
+        );
+    }
+    for single in [false, true] {
+        assert!(
+            seen.iter()
+                .any(|v| v.1 == Reduce::Subgroup && v.3 == single),
+            "no subgroup reduction with one_subgroup = {single} in the sample"
         );
     }
     assert!(

@@ -280,21 +280,52 @@ fn reduce_and_store(
             let n_sg = b.builtin(Builtin::NumSubgroups);
             let reduced: Vec<Value> = flat.iter().map(|&v| b.subgroup_add(v)).collect();
             let leader = b.eq(b.builtin(Builtin::SubgroupInvocationId), b.c_u32(0));
-            b.if_(leader, || {
-                for (o, &v) in reduced.iter().enumerate() {
-                    b.store_shared(red, b.add(b.c_u32(o as u32 * t), sg), v);
-                }
-            });
-            b.barrier();
-            Box::new(move |o: Value| {
-                let base = b.muli(o, t);
-                let sum = b.var_init("sum", b.c_f32(0.0));
-                b.for_range(b.c_u32(0), n_sg, 1, Unroll::Auto, |g| {
-                    let v = b.load_shared(red, b.add(base, g));
-                    b.store_var(sum, b.add(b.load_var(sum), v));
-                });
-                b.load_var(sum)
-            })
+            let single = b.eq(n_sg, b.c_u32(1));
+            // NumSubgroups is the same in the whole workgroup: the barrier below is reached
+            // by all of it or by none.
+            b.if_else(
+                single,
+                || {
+                    // One subgroup: every lane holds the totals; the first stores them.
+                    b.if_(leader, || {
+                        for i in 0..w.m {
+                            for j in 0..s.cols {
+                                let o = (i * wrows_of(w, s) + j) as usize;
+                                let up = (w.epilogue == Epilogue::SwiGlu)
+                                    .then(|| reduced[o + s.cols as usize]);
+                                store(
+                                    b,
+                                    w,
+                                    io,
+                                    b.c_u32(i),
+                                    b.add(first_column(b, s), b.c_u32(j)),
+                                    reduced[o],
+                                    up,
+                                );
+                            }
+                        }
+                    });
+                },
+                || {
+                    b.if_(leader, || {
+                        for (o, &v) in reduced.iter().enumerate() {
+                            b.store_shared(red, b.add(b.c_u32(o as u32 * t), sg), v);
+                        }
+                    });
+                    b.barrier();
+                    let total = |o: Value| {
+                        let base = b.muli(o, t);
+                        let sum = b.var_init("sum", b.c_f32(0.0));
+                        b.for_range(b.c_u32(0), n_sg, 1, Unroll::Auto, |g| {
+                            let v = b.load_shared(red, b.add(base, g));
+                            b.store_var(sum, b.add(b.load_var(sum), v));
+                        });
+                        b.load_var(sum)
+                    };
+                    store_all(b, w, s, io, tid, &total);
+                },
+            );
+            return;
         }
         Reduce::Shared => {
             for (o, &v) in flat.iter().enumerate() {
@@ -321,32 +352,66 @@ fn reduce_and_store(
             Box::new(move |o: Value| b.load_shared(red, b.muli(o, t)))
         }
     };
-    // Output (i, j) of the group: sum index i·wrows + j (and its up sum at + cols).
-    let wrows = s.cols * w.epilogue.rows_per_column();
+    store_all(b, w, s, io, tid, &*total);
+}
+
+/// Weight rows per workgroup: `cols`, or 2·`cols` with SwiGLU.
+fn wrows_of(w: &GemmWorkload, s: &GemvSchedule) -> u32 {
+    s.cols * w.epilogue.rows_per_column()
+}
+
+/// Stores every output of the group, spread over the threads: output (i, j) is sum index
+/// i·wrows + j (and its up sum at + cols), read through `total`.
+fn store_all(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    io: &Io,
+    tid: Value,
+    total: &dyn Fn(Value) -> Value,
+) {
+    let wrows = wrows_of(w, s);
     let col0 = first_column(b, s);
-    cooperative(b, t, w.m * s.cols, tid, |idx| {
+    cooperative(b, s.threads, w.m * s.cols, tid, |idx| {
         let i = b.div(idx, b.c_u32(s.cols));
         let j = b.rem(idx, b.c_u32(s.cols));
-        let row = i;
-        let col = b.add(col0, j);
-        let inside = b.logical_and(b.lt(row, io.m), b.lt(col, io.n));
+        let o = b.add(b.muli(i, wrows), j);
+        // The up sum is read only where the output is stored (inside `store`'s guard).
+        let inside = b.logical_and(b.lt(i, io.m), b.lt(b.add(col0, j), io.n));
         b.if_(inside, || {
-            let o = b.add(b.muli(i, wrows), j);
-            let mut v = total(o);
-            let ycol = b.add(io.n_offset, col);
-            if let Some(bias) = io.bias {
-                v = b.add(v, b.load(bias, ycol));
-            }
-            if w.epilogue == Epilogue::SwiGlu {
-                let up = total(b.addi(o, s.cols));
-                v = crate::templates::eltwise::swiglu(b, v, up);
-            }
-            let at = b.add(b.mul(row, io.ldy), ycol);
-            if let Some(r) = io.residual {
-                v = b.add(v, b.convert(b.load(r, at), Type::F32));
-            }
-            b.store(io.y, at, b.convert(v, Type::scalar(act_scalar(w.act))));
+            let v = total(o);
+            let up = (w.epilogue == Epilogue::SwiGlu).then(|| total(b.addi(o, s.cols)));
+            store(b, w, io, i, b.add(col0, j), v, up);
         });
+    });
+}
+
+/// Stores output (row, col) from its sum `v` (and up sum): bias, epilogue, conversion, guarded
+/// by m and n.
+fn store(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    io: &Io,
+    row: Value,
+    col: Value,
+    v: Value,
+    up: Option<Value>,
+) {
+    let inside = b.logical_and(b.lt(row, io.m), b.lt(col, io.n));
+    b.if_(inside, || {
+        let mut v = v;
+        let ycol = b.add(io.n_offset, col);
+        if let Some(bias) = io.bias {
+            v = b.add(v, b.load(bias, ycol));
+        }
+        if let Some(up) = up {
+            v = crate::templates::eltwise::swiglu(b, v, up);
+        }
+        let at = b.add(b.mul(row, io.ldy), ycol);
+        if let Some(r) = io.residual {
+            v = b.add(v, b.convert(b.load(r, at), Type::F32));
+        }
+        b.store(io.y, at, b.convert(v, Type::scalar(act_scalar(w.act))));
     });
 }
 

@@ -30,7 +30,10 @@ pub enum Reduce {
     #[serde(rename = "shared")]
     Shared,
     /// `OpGroupNonUniformFAdd` within each subgroup, then the subgroups' sums through shared
-    /// memory (devices with subgroup arithmetic; any subgroup size).
+    /// memory (devices with subgroup arithmetic; any subgroup size). Where the workgroup is a
+    /// single subgroup at run time (`NumSubgroups` = 1), its first lane stores the sums
+    /// directly: no shared memory traffic and no barrier (which CPU implementations such as
+    /// llvmpipe run as a costly coroutine switch).
     #[serde(rename = "subgroup")]
     Subgroup,
 }
@@ -39,7 +42,8 @@ pub enum Reduce {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GemvSchedule {
-    /// Invocations per workgroup (a power of two, 32 to 512).
+    /// Invocations per workgroup (a power of two, 8 to 512). A workgroup that is one subgroup
+    /// (where the device makes it one) adds its sums up without shared memory or a barrier.
     pub threads: u32,
     /// Output columns per workgroup (1, 2, 4 or 8).
     pub cols: u32,
@@ -130,9 +134,9 @@ impl GemvSchedule {
     /// Checks the schedule against the workload and the device.
     pub fn validate(&self, w: &GemmWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         let bad = |s: String| Err(Refusal::Schedule(s));
-        if !self.threads.is_power_of_two() || !(32..=512).contains(&self.threads) {
+        if !self.threads.is_power_of_two() || !(8..=512).contains(&self.threads) {
             return bad(format!(
-                "threads {} is not a power of two from 32 to 512",
+                "threads {} is not a power of two from 8 to 512",
                 self.threads
             ));
         }

@@ -16,7 +16,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     }
     let mut out = Vec::new();
     for math in maths {
-        for threads in [32, 64, 128, 256] {
+        for threads in [8, 16, 32, 64, 128, 256] {
             for cols in [1, 2, 4, 8] {
                 for chunks_per_thread in [2, 4, 8] {
                     for vector_width in [1, 4] {
@@ -42,8 +42,8 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     out
 }
 
-/// The schedule used when the workload is untuned: f32 math (f16 only where it is native),
-/// subgroup reduction where the device has it, a thread per unit where K has enough units to
+/// The schedule used when the workload is untuned: f32 math, subgroup reduction where the
+/// device has it, a thread per unit where K has enough units to
 /// occupy 64 threads, else threads sharing units.
 pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     let units = w.k / 32;
@@ -54,6 +54,23 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     } else {
         2
     };
+    if caps.lane_serial_memory && caps.subgroup_arithmetic {
+        // CPU implementations (llvmpipe): a workgroup is a function call and a barrier a
+        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit,
+        // and 8 columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows).
+        let s = GemvSchedule {
+            threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
+            cols: if w.m > 4 { 4 } else { 8 },
+            chunks_per_thread: 8,
+            vector_width: 4,
+            reduce: Reduce::Subgroup,
+            accumulate: Precision::F32,
+            math: Math::FmaF32,
+        };
+        if s.validate(w, caps).is_ok() {
+            return s;
+        }
+    }
     let s = GemvSchedule {
         threads: 64,
         cols: if w.m > 4 { 1 } else { 2 },
