@@ -13,7 +13,7 @@
 //! Rows past `m` and columns past `n` read the last valid row/column (clamped), so every
 //! load stays in bounds; their results are never stored.
 
-use crate::dequant::ir::{open_unit, WeightRows};
+use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
 use crate::dequant::WeightLayout;
 use crate::dequant::UNIT;
 use crate::ir::{
@@ -182,65 +182,85 @@ fn main_loop(
     };
 
     let units = w.k / UNIT;
+    // `units_per_thread` consecutive units per thread and step ("groups"), opened together
+    // with wide loads (runs of words) where the format has them and a thread takes whole
+    // units; else one unit, opened alone.
+    let g = s.units_per_thread;
+    let wide = lanes == 1 && w.weight.is_quantized();
+    let groups = units / g;
     let step = s.units_per_step();
-    let unit_body = |u: Value| {
-        let opened: Vec<_> = row_offs
+    let group_body = |gi: Value| {
+        let first = if g == 1 { gi } else { b.muli(gi, g) };
+        let opened: Vec<Vec<Unit>> = row_offs
             .iter()
-            .map(|&off| open_unit(b, rows, off, u, f16))
+            .map(|&off| {
+                if wide {
+                    open_units(b, rows, off, first, g, f16)
+                } else {
+                    (0..g)
+                        .map(|ul| open_unit(b, rows, off, b.addi(first, ul), f16))
+                        .collect()
+                }
+            })
             .collect();
-        for c in 0..s.chunks_per_thread {
-            // With one thread per unit the chunk indices are constants.
-            let (cv, cc) = if lanes == 1 {
-                (b.c_u32(c), Some(c))
-            } else {
-                (b.addi(c0, c), None)
-            };
-            let xv: Vec<Vec<Value>> = x_bases
-                .iter()
-                .map(|&base| {
-                    let at = b.add(base, b.add(b.muli(u, CHUNKS), cv));
-                    pieces(b.convert(b.load(x, at), v4m))
-                })
-                .collect();
-            for (r, unit) in opened.iter().enumerate() {
-                let wv = match (cc, f16) {
-                    (Some(c), true) => unit.chunk_f16_at(b, c),
-                    (Some(c), false) => unit.chunk_f32_at(b, c),
-                    (None, true) => unit.chunk_f16(b, cv),
-                    (None, false) => unit.chunk_f32(b, cv),
+        for ul in 0..g {
+            let u = if ul == 0 { first } else { b.addi(first, ul) };
+            for c in 0..s.chunks_per_thread {
+                // With one thread per unit the chunk indices are constants.
+                let (cv, cc) = if lanes == 1 {
+                    (b.c_u32(c), Some(c))
+                } else {
+                    (b.addi(c0, c), None)
                 };
-                let wp = pieces(wv);
-                for i in 0..mrows {
-                    let target = if f16 { part[i][r] } else { acc[i][r] };
-                    let mut a = b.load_var(target);
-                    for (xp, wp) in xv[i].iter().zip(&wp) {
-                        a = b.fma(*xp, *wp, a);
+                let xv: Vec<Vec<Value>> = x_bases
+                    .iter()
+                    .map(|&base| {
+                        let at = b.add(base, b.add(b.muli(u, CHUNKS), cv));
+                        pieces(b.convert(b.load(x, at), v4m))
+                    })
+                    .collect();
+                for (r, units_of_row) in opened.iter().enumerate() {
+                    let unit = &units_of_row[ul as usize];
+                    let wv = match (cc, f16) {
+                        (Some(c), true) => unit.chunk_f16_at(b, c),
+                        (Some(c), false) => unit.chunk_f32_at(b, c),
+                        (None, true) => unit.chunk_f16(b, cv),
+                        (None, false) => unit.chunk_f32(b, cv),
+                    };
+                    let wp = pieces(wv);
+                    for i in 0..mrows {
+                        let target = if f16 { part[i][r] } else { acc[i][r] };
+                        let mut a = b.load_var(target);
+                        for (xp, wp) in xv[i].iter().zip(&wp) {
+                            a = b.fma(*xp, *wp, a);
+                        }
+                        b.store_var(target, a);
                     }
-                    b.store_var(target, a);
                 }
             }
-        }
-        if f16 {
-            for i in 0..mrows {
-                for r in 0..wrows {
-                    let p = b.convert(b.load_var(part[i][r]), Type::vec(Scalar::F32, vw));
-                    let sum = (0..vw).fold(b.load_var(acc[i][r]), |a, l| b.add(a, b.extract(p, l)));
-                    b.store_var(acc[i][r], sum);
-                    b.store_var(part[i][r], b.lit(part_ty, 0.0));
+            if f16 {
+                for i in 0..mrows {
+                    for r in 0..wrows {
+                        let p = b.convert(b.load_var(part[i][r]), Type::vec(Scalar::F32, vw));
+                        let sum =
+                            (0..vw).fold(b.load_var(acc[i][r]), |a, l| b.add(a, b.extract(p, l)));
+                        b.store_var(acc[i][r], sum);
+                        b.store_var(part[i][r], b.lit(part_ty, 0.0));
+                    }
                 }
             }
         }
     };
     // Whole steps, then a guarded last one.
-    let full = units / step * step;
+    let full = groups / step * step;
     if full > 0 {
-        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |u0| {
-            unit_body(b.add(u0, slot))
+        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
+            group_body(b.add(g0, slot))
         });
     }
-    if full < units {
-        let u = b.addi(slot, full);
-        b.if_(b.lt(u, b.c_u32(units)), || unit_body(u));
+    if full < groups {
+        let gi = b.addi(slot, full);
+        b.if_(b.lt(gi, b.c_u32(groups)), || group_body(gi));
     }
     acc.iter()
         .map(|row| {

@@ -50,6 +50,13 @@ pub struct GemvSchedule {
     /// 4-element chunks of a 32-element unit one thread takes (2, 4 or 8): the K split's
     /// granularity (8: a thread per unit; 2: four threads share a unit and its scales).
     pub chunks_per_thread: u32,
+    /// Consecutive 32-element units a thread takes per loop step (1, 2 or 4; above 1 only
+    /// with `chunks_per_thread` 8). With a thread per unit the units are opened with wide
+    /// loads (`dequant::ir::open_units`: each byte range read once as a run of words, which
+    /// matters where 2-byte-aligned blocks would otherwise cost two loads per word). Omitted
+    /// from the serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub units_per_thread: u32,
     /// Width of the FMA accumulators (1, 2 or 4 lanes); loads are always 4 elements wide.
     pub vector_width: u32,
     pub reduce: Reduce,
@@ -69,7 +76,7 @@ impl GemvSchedule {
         8 / self.chunks_per_thread.max(1)
     }
 
-    /// Units the workgroup works on per loop step.
+    /// Groups of `units_per_thread` units the workgroup works on per loop step.
     pub fn units_per_step(&self) -> u32 {
         self.threads / self.lanes_per_unit()
     }
@@ -112,7 +119,7 @@ impl GemvSchedule {
             Reduce::Subgroup => "sg",
         };
         format!(
-            "gemv_{}_{}{}{}_m{}_t{}_c{}_p{}_v{}_{}_{}",
+            "gemv_{}_{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -125,6 +132,11 @@ impl GemvSchedule {
             self.threads,
             self.cols,
             self.chunks_per_thread,
+            if self.units_per_thread > 1 {
+                format!("_u{}", self.units_per_thread)
+            } else {
+                String::new()
+            },
             self.vector_width,
             reduce,
             math
@@ -147,6 +159,21 @@ impl GemvSchedule {
             return bad(format!(
                 "chunks_per_thread {} is not 2, 4 or 8",
                 self.chunks_per_thread
+            ));
+        }
+        if ![1, 2, 4].contains(&self.units_per_thread)
+            || (self.units_per_thread > 1 && self.chunks_per_thread != 8)
+        {
+            return bad(format!(
+                "units_per_thread {} is not 1, 2 or 4 (above 1 only with chunks_per_thread 8)",
+                self.units_per_thread
+            ));
+        }
+        if (w.k / crate::dequant::UNIT) % self.units_per_thread != 0 {
+            return bad(format!(
+                "units_per_thread {} does not divide the {} units of a row",
+                self.units_per_thread,
+                w.k / crate::dequant::UNIT
             ));
         }
         if ![1, 2, 4].contains(&self.vector_width) {
@@ -192,4 +219,12 @@ impl GemvSchedule {
         }
         Ok(())
     }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }

@@ -18,13 +18,16 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     for math in maths {
         for threads in [8, 16, 32, 64, 128, 256] {
             for cols in [1, 2, 4, 8] {
-                for chunks_per_thread in [2, 4, 8] {
+                for (chunks_per_thread, units_per_thread) in
+                    [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4)]
+                {
                     for vector_width in [1, 4] {
                         for &reduce in &reduces {
                             let s = GemvSchedule {
                                 threads,
                                 cols,
                                 chunks_per_thread,
+                                units_per_thread,
                                 vector_width,
                                 reduce,
                                 accumulate: Precision::F32,
@@ -56,25 +59,30 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     };
     if caps.lane_serial_memory && caps.subgroup_arithmetic {
         // CPU implementations (llvmpipe): a workgroup is a function call and a barrier a
-        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit,
-        // and 8 columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows).
-        let s = GemvSchedule {
-            threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
-            cols: if w.m > 4 { 4 } else { 8 },
-            chunks_per_thread: 8,
-            vector_width: 4,
-            reduce: Reduce::Subgroup,
-            accumulate: Precision::F32,
-            math: Math::FmaF32,
-        };
-        if s.validate(w, caps).is_ok() {
-            return s;
+        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per two
+        // units read with wide loads (every load is a loop over the lanes there), and 8
+        // columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows).
+        for units_per_thread in [2, 1] {
+            let s = GemvSchedule {
+                threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
+                cols: if w.m > 4 { 4 } else { 8 },
+                chunks_per_thread: 8,
+                units_per_thread,
+                vector_width: 4,
+                reduce: Reduce::Subgroup,
+                accumulate: Precision::F32,
+                math: Math::FmaF32,
+            };
+            if s.validate(w, caps).is_ok() {
+                return s;
+            }
         }
     }
     let s = GemvSchedule {
         threads: 64,
         cols: if w.m > 4 { 1 } else { 2 },
         chunks_per_thread,
+        units_per_thread: 1,
         vector_width: 4,
         reduce: if caps.subgroup_arithmetic {
             Reduce::Subgroup
