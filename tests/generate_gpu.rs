@@ -35,6 +35,11 @@ fn ctx() -> &'static Context {
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
         }
+        // The GEMV decode path even on lavapipe (whose default keeps the GEMM), unless the
+        // caller chose.
+        if std::env::var_os("ROCKY_GEMV").is_none() {
+            std::env::set_var("ROCKY_GEMV", "1");
+        }
         Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
     })
 }

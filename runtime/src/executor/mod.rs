@@ -921,20 +921,23 @@ impl<'m> Executor<'m> {
                     residual,
                 } => {
                     let ty = &self.weights.get(weight).ty;
-                    w.push(linear_workload(GemmWorkload {
-                        m: rows,
-                        n: *out_features as u32,
-                        k: *in_features as u32,
-                        act: ActType::F32,
-                        weight: weight_format(*ty, weight)?,
-                        layout: self.weights.layout(weight),
-                        bias: bias.is_some(),
-                        epilogue: if *residual {
-                            Epilogue::Residual
-                        } else {
-                            Epilogue::None
+                    w.push(linear_workload(
+                        GemmWorkload {
+                            m: rows,
+                            n: *out_features as u32,
+                            k: *in_features as u32,
+                            act: ActType::F32,
+                            weight: weight_format(*ty, weight)?,
+                            layout: self.weights.layout(weight),
+                            bias: bias.is_some(),
+                            epilogue: if *residual {
+                                Epilogue::Residual
+                            } else {
+                                Epilogue::None
+                            },
                         },
-                    }))
+                        &self.caps,
+                    ))
                 }
                 Op::LinearSwiGlu {
                     gate,
@@ -944,16 +947,19 @@ impl<'m> Executor<'m> {
                 } => {
                     let name = gate_up_name(gate, up);
                     let ty = &self.weights.get(&name).ty;
-                    w.push(linear_workload(GemmWorkload {
-                        m: rows,
-                        n: *out_features as u32,
-                        k: *in_features as u32,
-                        act: ActType::F32,
-                        weight: weight_format(*ty, gate)?,
-                        layout: self.weights.layout(&name),
-                        bias: false,
-                        epilogue: Epilogue::SwiGlu,
-                    }))
+                    w.push(linear_workload(
+                        GemmWorkload {
+                            m: rows,
+                            n: *out_features as u32,
+                            k: *in_features as u32,
+                            act: ActType::F32,
+                            weight: weight_format(*ty, gate)?,
+                            layout: self.weights.layout(&name),
+                            bias: false,
+                            epilogue: Epilogue::SwiGlu,
+                        },
+                        &self.caps,
+                    ))
                 }
                 Op::Rope {
                     n_heads,
@@ -1615,19 +1621,27 @@ fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
 const GEMV_ROWS: u32 = 1;
 
 /// The workload of a linear node at `g.m` rows: the GEMV template's for at most
-/// [`GEMV_ROWS`] rows, unless `ROCKY_GEMV=0` asks for the GEMM everywhere (for before/after
-/// measurements).
-fn linear_workload(g: GemmWorkload) -> Workload {
-    if g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled() {
+/// [`GEMV_ROWS`] rows where [`gemv_enabled`], else the GEMM's.
+fn linear_workload(g: GemmWorkload, caps: &DeviceCaps) -> Workload {
+    if g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled(caps) {
         Workload::Gemv(g)
     } else {
         Workload::Gemm(g)
     }
 }
 
-fn gemv_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("ROCKY_GEMV").map_or(true, |v| v != "0"))
+/// Whether one-row linear nodes run the GEMV template: `ROCKY_GEMV=1` / `0` force it on / off
+/// (before/after measurements, tests); otherwise on, except on CPU implementations
+/// (`lane_serial_memory`: lavapipe), where the GEMM's shuffle-and-wide-load m = 1 schedules
+/// measured 2x faster (docs/measurements/2026-12-04-decode-lavapipe.md).
+fn gemv_enabled(caps: &DeviceCaps) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("ROCKY_GEMV").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or(!caps.lane_serial_memory)
 }
 
 /// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).

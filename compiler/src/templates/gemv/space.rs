@@ -59,10 +59,10 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     };
     if caps.lane_serial_memory && caps.subgroup_arithmetic {
         // CPU implementations (llvmpipe): a workgroup is a function call and a barrier a
-        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per two
-        // units read with wide loads (every load is a loop over the lanes there), and 8
-        // columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows).
-        for units_per_thread in [2, 1] {
+        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit and
+        // 8 columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows). Two
+        // units per thread with wide loads measured 3-10x slower on llvmpipe (Q4_K/Q6_K/Q8_0).
+        for units_per_thread in [1] {
             let s = GemvSchedule {
                 threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
                 cols: if w.m > 4 { 4 } else { 8 },
