@@ -15,6 +15,9 @@ const UBATCH: &str = "16";
 const TRIALS: &str = "4";
 
 fn model() -> PathBuf {
+    // Every rocky these tests start runs one-row linears as GEMVs, as on a GPU (lavapipe's
+    // default keeps the GEMM there): the GEMV workloads are listed and tuned.
+    std::env::set_var("ROCKY_GEMV", "1");
     shared().join("models/qwen2-tiny-q4_k_m.gguf")
 }
 
@@ -42,7 +45,24 @@ fn s(p: &Path) -> &str {
 /// projections with the residual add in their epilogue), the output head at m = 1, and gate
 /// and up fused into one GEMM with SwiGLU in its epilogue where their types and shapes match
 /// (tuned beside the separate ones: the graph step chooses between them).
+/// The GEMM workloads of a prefill at `ubatch` and the GEMV ones (m = 1: the last-row output
+/// projection and every projection of a decode step), as `gemm_of` lists records.
 fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
+    let prefill = prefill_gemms(path, ubatch);
+    let mut out: BTreeSet<_> = prefill
+        .iter()
+        .filter(|g| g.0 > 1)
+        .map(|(m, n, k, w, b, e)| (*m, *n, *k, format!("gemm {w}"), *b, e.clone()))
+        .collect();
+    out.extend(
+        prefill
+            .iter()
+            .map(|(_, n, k, w, b, e)| (1, *n, *k, format!("gemv {w}"), *b, e.clone())),
+    );
+    out
+}
+
+fn prefill_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
     let file = GgufFile::open(path).unwrap();
     let projections = [
         "attn_q",
@@ -90,12 +110,17 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
 }
 
 fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool, String) {
-    let g = &workload["gemm"];
+    let kind = if workload.get("gemv").is_some() {
+        "gemv"
+    } else {
+        "gemm"
+    };
+    let g = &workload[kind];
     (
         g["m"].as_u64().unwrap(),
         g["n"].as_u64().unwrap(),
         g["k"].as_u64().unwrap(),
-        g["weight"].as_str().unwrap().to_string(),
+        format!("{kind} {}", g["weight"].as_str().unwrap()),
         g["bias"].as_bool().unwrap(),
         g["epilogue"].as_str().unwrap_or("none").to_string(),
     )
@@ -169,7 +194,7 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let listed = listed.as_array().unwrap();
     let tuned: BTreeSet<_> = listed
         .iter()
-        .filter(|r| r["workload"].get("gemm").is_some())
+        .filter(|r| r["workload"].get("gemm").is_some() || r["workload"].get("gemv").is_some())
         .map(|r| gemm_of(&r["workload"]))
         .collect();
     assert_eq!(tuned, gemms);
@@ -514,13 +539,20 @@ fn tune_killed_mid_run_resumes_with_every_finished_trial() {
 fn replay_scores_a_search_against_an_exhaustive_run() {
     let dir = temp_dir("replay");
     let db = dir.join("tuning.sled");
+    // The output projection's GEMV (one workload).
+    let file = GgufFile::open(&model()).unwrap();
+    let head = file
+        .tensor("output.weight")
+        .or_else(|| file.tensor("token_embd.weight"))
+        .unwrap();
+    let head = format!("gemv m=1 n={} ", head.dims[1]);
     let o = rocky(&[
         "tune",
         s(&model()),
         "--ubatch",
         "8",
         "--workload",
-        "m=1 ",
+        &head,
         "--strategy",
         "exhaustive",
         "--trials",

@@ -3,7 +3,8 @@
 //! must give the CPU reference's greedy tokens, and logits within 2e-3 of its logits at every
 //! step. The GEMMs run with f32 math (as tests/gpu_prefill.rs's golden comparisons), so the two
 //! differ by summation order only; the models have random weights, whose flat logits would
-//! expose any wrong position or cache row at once.
+//! expose any wrong position or cache row at once. The decode steps' projections run the GEMV
+//! template (M = 1), as does every prefill's last-row output projection.
 
 mod common;
 
@@ -34,6 +35,11 @@ fn ctx() -> &'static Context {
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
         }
+        // The GEMV decode path even on lavapipe (whose default keeps the GEMM), unless the
+        // caller chose.
+        if std::env::var_os("ROCKY_GEMV").is_none() {
+            std::env::set_var("ROCKY_GEMV", "1");
+        }
         Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
     })
 }
@@ -41,8 +47,16 @@ fn ctx() -> &'static Context {
 /// Default schedules with f32 FMA math and f32 accumulation (as in tests/gpu_prefill.rs).
 struct F32Math;
 
+thread_local! {
+    /// GEMV workloads (M ≤ 8) this thread's executors asked a schedule for.
+    static GEMV_ASKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl ScheduleSource for F32Math {
     fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
+        if matches!(w, Workload::Gemv(_)) {
+            GEMV_ASKED.with(|c| c.set(c.get() + 1));
+        }
         let d = default_schedule(w, caps);
         let Schedule::Gemm(mut g) = d else {
             return (d, ScheduleOrigin::Default);
@@ -167,7 +181,15 @@ fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: us
         ex,
         logits: Vec::new(),
     };
+    GEMV_ASKED.with(|c| c.set(0));
     let got = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+    // The decode steps ran the GEMV template (unless ROCKY_GEMV=0 asks for the GEMM).
+    if std::env::var("ROCKY_GEMV").map_or(true, |v| v != "0") {
+        assert!(
+            GEMV_ASKED.with(|c| c.get()) > 0,
+            "decode used no GEMV kernel"
+        );
+    }
     // The executor's ubatch is its own again after the decode steps.
     assert_eq!(gpu.ex.options().ubatch, ubatch);
     assert_eq!(gpu.ex.n_past(), n_prompt + n_new - 1);

@@ -224,8 +224,9 @@ pub fn run(args: Args) -> CmdResult {
         }
     };
     say(format!(
-        "tuning {} GEMM and {} attention workloads at ubatch {} on {} ({:?}, {} trials each, {} s) into {}",
+        "tuning {} GEMM, {} decode GEMV and {} attention workloads at ubatch {} on {} ({:?}, {} trials each, {} s) into {}",
         workloads.iter().filter(|w| matches!(w.workload, Workload::Gemm(_))).count(),
+        workloads.iter().filter(|w| matches!(w.workload, Workload::Gemv(_))).count(),
         workloads.iter().filter(|w| matches!(w.workload, Workload::Attention(_))).count(),
         args.ubatch,
         tuner.device().describe(),
@@ -511,8 +512,13 @@ fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
 pub fn describe_workload(w: &Workload) -> String {
     use rocky_compiler::templates::gemm::Epilogue;
     match w {
-        Workload::Gemm(g) => format!(
-            "m={} n={} k={} {}{}{}",
+        Workload::Gemm(g) | Workload::Gemv(g) => format!(
+            "{}m={} n={} k={} {}{}{}",
+            if matches!(w, Workload::Gemv(_)) {
+                "gemv "
+            } else {
+                ""
+            },
             g.m,
             g.n,
             g.k,

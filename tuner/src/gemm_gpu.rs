@@ -20,6 +20,7 @@ use rocky_compiler::templates::gemm::split_k::{
 use rocky_compiler::templates::gemm::{
     dispatch_grid_for, n_slices, Epilogue, GemmPush, GemmSchedule, GemmWorkload, Math,
 };
+use rocky_compiler::templates::gemv::GemvSchedule;
 use rocky_compiler::testdata::{random_activations, random_weights, SplitMix64};
 use rocky_compiler::{ActType, CompiledKernel, DeviceCaps, NSlice, Precision, Refusal};
 use rocky_runtime::{
@@ -154,6 +155,9 @@ pub struct GemmOnGpu {
     pub timing: TimingMethod,
     /// A failure to meet on purpose at its device stage (tuner fault injection).
     fault: Option<Fault>,
+    /// The kernel is the GEMV template's ([`GemmOnGpu::for_gemv`]): its grid, and `s` is the
+    /// GEMM schedule of the same arithmetic (no split-K), for the check's tolerance.
+    gemv: Option<GemvSchedule>,
 }
 
 impl GemmOnGpu {
@@ -271,7 +275,27 @@ impl GemmOnGpu {
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
             fault,
+            gemv: None,
         })
+    }
+
+    /// A GEMV kernel (same bindings, push constants and N-slices as an unsplit GEMM) of
+    /// schedule `s`, as [`GemmOnGpu::with_fault`] builds a GEMM's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_gemv(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        kernel: &CompiledKernel,
+        w: &GemmWorkload,
+        s: &GemvSchedule,
+        caps: &DeviceCaps,
+        inputs: &GemmInputs,
+        fault: Option<Fault>,
+    ) -> Result<GemmOnGpu, GpuError> {
+        let twin = rocky_compiler::templates::gemv::reference::arithmetic_twin(s);
+        let mut gpu = GemmOnGpu::with_fault(ctx, cache, kernel, w, &twin, caps, inputs, fault)?;
+        gpu.gemv = Some(*s);
+        Ok(gpu)
     }
 
     fn residual_binding(&self) -> Result<BufferRange<'_>, GpuError> {
@@ -283,11 +307,14 @@ impl GemmOnGpu {
     /// Records one dispatch per N-slice.
     fn record<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<(), GpuError> {
         for (index, slice) in self.slices.iter().enumerate() {
-            let grid = dispatch_grid_for(
-                self.w.m,
-                slice.n * self.w.epilogue.rows_per_column(),
-                &self.s,
-            );
+            let grid = match &self.gemv {
+                Some(g) => rocky_compiler::templates::gemv::dispatch_grid_for(slice.n, g),
+                None => dispatch_grid_for(
+                    self.w.m,
+                    slice.n * self.w.epilogue.rows_per_column(),
+                    &self.s,
+                ),
+            };
             let in_place = |what: &str| {
                 GpuError::Internal(format!(
                     "the kernel binds {what}, which only a last_group_reduces schedule has"

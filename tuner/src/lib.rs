@@ -38,8 +38,8 @@ pub use db_schedules::DbSchedules;
 pub use fault::{Fault, FaultPlan, FaultPlanError, GraphFault};
 pub use fingerprint::fingerprint;
 pub use measure::{
-    calibrate_warmup, measure_gemm, settle_clocks, MeasureOptions, TimedRuns, WarmupCalibration,
-    DEFAULT_PRUNE_FACTOR,
+    calibrate_warmup, measure_gemm, measure_gemv, settle_clocks, MeasureOptions, TimedRuns,
+    WarmupCalibration, DEFAULT_PRUNE_FACTOR,
 };
 pub use search::{Search, Strategy};
 pub use tune::{host_name, Progress, StopReason, TuneError, TuneOptions, Tuner, WorkloadReport};

@@ -14,6 +14,7 @@
 use crate::fault::{self, Fault, FaultPlan, INJECTED};
 use crate::gemm_gpu::{self, GemmInputs, GemmOnGpu, GpuError, Timing};
 use crate::spirv_val::{self, spirv_val_path, ValidationError};
+use rocky_compiler::templates::gemv::GemvSchedule;
 use rocky_compiler::{CompiledKernel, DeviceCaps, GemmSchedule, GemmWorkload, Refusal, Schedule};
 use rocky_runtime::{Context, PipelineCache, PipelineStatistics, RuntimeError, TimingMethod};
 use rocky_tuning_db::{FailureKind, Trial, TrialStatus};
@@ -120,6 +121,46 @@ pub fn measure_gemm(
                 w,
                 schedule,
                 kernel,
+                inputs,
+                options,
+                fault,
+                incumbent_s,
+                driver_stats,
+            )
+        },
+    )
+}
+
+/// [`measure_gemm`] for a GEMV schedule (M ≤ 8): the same checked run and timing, in the
+/// GEMV's grid, the trial recorded under its own schedule.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_gemv(
+    ctx: &Context,
+    cache: Option<&PipelineCache>,
+    caps: &DeviceCaps,
+    w: &GemmWorkload,
+    schedule: &GemvSchedule,
+    compiled: Result<CompiledKernel, Refusal>,
+    inputs: &GemmInputs,
+    options: &MeasureOptions,
+    fault: Option<Fault>,
+    incumbent_s: Option<f64>,
+    host: &str,
+) -> Trial {
+    let twin = rocky_compiler::templates::gemv::reference::arithmetic_twin(schedule);
+    trial_of(
+        Schedule::Gemv(*schedule),
+        compiled,
+        options,
+        fault,
+        host,
+        |kernel, driver_stats| {
+            let gpu = GemmOnGpu::for_gemv(ctx, cache, kernel, w, schedule, caps, inputs, fault);
+            checked_and_timed(
+                ctx,
+                gpu,
+                w,
+                &twin,
                 inputs,
                 options,
                 fault,
@@ -263,8 +304,34 @@ fn run_trial(
     incumbent_s: Option<f64>,
     driver_stats: &mut Option<BTreeMap<String, f64>>,
 ) -> Result<Timing, (FailureKind, String)> {
-    let mut gpu =
-        GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault).map_err(classify)?;
+    let gpu = GemmOnGpu::with_fault(ctx, cache, kernel, w, s, caps, inputs, fault);
+    checked_and_timed(
+        ctx,
+        gpu,
+        w,
+        s,
+        inputs,
+        options,
+        fault,
+        incumbent_s,
+        driver_stats,
+    )
+}
+
+/// The checked run and the timed runs of a GEMM (or GEMV) set up on the device.
+#[allow(clippy::too_many_arguments)]
+fn checked_and_timed(
+    ctx: &Context,
+    gpu: Result<GemmOnGpu, GpuError>,
+    w: &GemmWorkload,
+    s: &GemmSchedule,
+    inputs: &GemmInputs,
+    options: &MeasureOptions,
+    fault: Option<Fault>,
+    incumbent_s: Option<f64>,
+    driver_stats: &mut Option<BTreeMap<String, f64>>,
+) -> Result<Timing, (FailureKind, String)> {
+    let mut gpu = gpu.map_err(classify)?;
     keep_driver_stats(gpu.statistics.as_ref(), driver_stats)?;
     gpu.timeout = options.timeout;
     gpu.timing = timing_method(ctx, options);

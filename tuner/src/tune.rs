@@ -7,7 +7,7 @@ use crate::carry_over::{nearest_winners, seed_budget};
 use crate::fingerprint::fingerprint;
 use crate::gemm_gpu::{GemmInputs, GemmOnGpu};
 use crate::measure::{
-    calibrate_warmup, measure_gemm, timing_method, MeasureOptions, WarmupCalibration,
+    calibrate_warmup, measure_gemm, measure_gemv, timing_method, MeasureOptions, WarmupCalibration,
 };
 use crate::search::{Search, Strategy};
 use crate::static_rank::{self, static_seed_budget, StaticOutcome};
@@ -299,9 +299,12 @@ impl<'db> Tuner<'db> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<WorkloadReport, TuneError> {
         let workload = mw.workload;
-        if !matches!(workload, Workload::Gemm(_) | Workload::Attention(_)) {
+        if !matches!(
+            workload,
+            Workload::Gemm(_) | Workload::Gemv(_) | Workload::Attention(_)
+        ) {
             return Err(TuneError::Unsupported(format!(
-                "the tuner measures gemm and attention workloads, not {}",
+                "the tuner measures gemm, gemv and attention workloads, not {}",
                 workload.kind()
             )));
         }
@@ -337,15 +340,16 @@ impl<'db> Tuner<'db> {
             search.mark_tried(&t.schedule, t.is_ok().then_some(t.median_s));
         }
         search.seed(&self.seed_schedules(&workload, options.trials)?);
-        let inputs = match workload {
-            Workload::Attention(a) => TrialInputs::Attention(Box::new(AttentionInputs::random(
-                &a,
-                None,
-                options.measure.seed,
-            ))),
-            Workload::Gemm(g) => TrialInputs::Gemm(GemmInputs::random(&g, options.measure.seed)),
-            _ => unreachable!("checked above"),
-        };
+        let inputs =
+            match workload {
+                Workload::Attention(a) => TrialInputs::Attention(Box::new(
+                    AttentionInputs::random(&a, None, options.measure.seed),
+                )),
+                Workload::Gemm(g) | Workload::Gemv(g) => {
+                    TrialInputs::Gemm(GemmInputs::random(&g, options.measure.seed))
+                }
+                _ => unreachable!("checked above"),
+            };
         let mut recorded = existing.len();
         // The default first, always: "best" can then never be slower than the default.
         if report.default.is_none() {
@@ -554,6 +558,19 @@ impl<'db> Tuner<'db> {
                 )
             }
             (Workload::Gemm(w), Schedule::Gemm(s), TrialInputs::Gemm(inputs)) => measure_gemm(
+                &self.ctx,
+                self.cache.as_ref(),
+                &self.caps,
+                w,
+                s,
+                kernel,
+                inputs,
+                &options.measure,
+                fault,
+                incumbent_s,
+                &self.host,
+            ),
+            (Workload::Gemv(w), Schedule::Gemv(s), TrialInputs::Gemm(inputs)) => measure_gemv(
                 &self.ctx,
                 self.cache.as_ref(),
                 &self.caps,

@@ -1,5 +1,5 @@
-//! The distinct GEMM workloads of a model's prefill graph at a ubatch size: what `rocky tune`
-//! searches, each once however many layers share it; and its attention workloads at a few
+//! The distinct GEMM workloads of a model's prefill graph at a ubatch size and GEMV workloads
+//! of its decode step: what `rocky tune` searches, each once however many layers share it; and its attention workloads at a few
 //! KV lengths ([`attention_workloads`]).
 
 use rocky_compiler::{AttentionWorkload, Workload};
@@ -19,8 +19,8 @@ pub struct ModelWorkload {
     pub labels: Vec<String>,
 }
 
-/// The distinct GEMM workloads the executor runs for `model` at `ubatch` tokens, in graph
-/// order of first use: those of the default graph, then the fused gate/up GEMMs where gate and
+/// The distinct GEMM workloads the executor runs for `model` at `ubatch` tokens, then the GEMV
+/// workloads of a decode step (m = 1), in graph order of first use: those of the default graph, then the fused gate/up GEMMs where gate and
 /// up can fuse (whether they should is the graph-level step's choice, which needs both tuned).
 ///
 /// Asks the executor itself (it decides the weight formats, activation types and the
@@ -51,18 +51,26 @@ pub fn model_workloads_with_progress(
         variants.push(FuseOptions::ALL);
     }
     let mut used: Vec<(String, Workload)> = Vec::new();
-    for fuse in variants {
-        let options = ExecutorOptions {
-            ubatch,
-            budget: CommandBudget::for_device(ctx.info()),
-            timeout: Duration::from_secs(600),
-            profile: false,
-            fuse,
-            overlap: false,
-        };
-        let mut executor = Executor::new(ctx, model, weights.clone(), options, ubatch)?;
-        executor.prepare(&DefaultSchedules)?;
-        used.extend(executor.used.iter().map(|(l, w, _, _)| (l.clone(), *w)));
+    // The prefill at `ubatch`, then a decode step (one row: the GEMV workloads, keyed apart
+    // from the GEMMs, so `rocky tune` tunes decode too).
+    let mut sizes = vec![ubatch];
+    if ubatch != 1 {
+        sizes.push(1);
+    }
+    for rows in sizes {
+        for &fuse in &variants {
+            let options = ExecutorOptions {
+                ubatch: rows,
+                budget: CommandBudget::for_device(ctx.info()),
+                timeout: Duration::from_secs(600),
+                profile: false,
+                fuse,
+                overlap: false,
+            };
+            let mut executor = Executor::new(ctx, model, weights.clone(), options, rows)?;
+            executor.prepare(&DefaultSchedules)?;
+            used.extend(executor.used.iter().map(|(l, w, _, _)| (l.clone(), *w)));
+        }
     }
     Ok(distinct_gemms(used.iter().map(|(l, w)| (l.as_str(), *w))))
 }
@@ -124,7 +132,7 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
 /// Groups GEMM workloads by value, keeping the order of first appearance.
 fn distinct_gemms<'a>(nodes: impl Iterator<Item = (&'a str, Workload)>) -> Vec<ModelWorkload> {
     let mut out: Vec<ModelWorkload> = Vec::new();
-    for (label, w) in nodes.filter(|(_, w)| matches!(w, Workload::Gemm(_))) {
+    for (label, w) in nodes.filter(|(_, w)| matches!(w, Workload::Gemm(_) | Workload::Gemv(_))) {
         match out.iter_mut().find(|m| m.workload == w) {
             Some(m) => m.labels.push(label.to_string()),
             None => out.push(ModelWorkload {

@@ -13,6 +13,7 @@ pub mod eltwise;
 pub mod embedding;
 pub mod expected;
 pub mod gemm;
+pub mod gemv;
 pub mod kv_cache;
 pub mod peak;
 pub mod rms_norm;
@@ -51,6 +52,9 @@ pub enum Workload {
     Embedding(embedding::EmbeddingWorkload),
     KvWrite(kv_cache::KvWriteWorkload),
     Attention(attention::AttentionWorkload),
+    /// A GEMM of at most 8 rows computed by the GEMV template (decode): a workload of its
+    /// own, so its tuning records never collide with the GEMM's of the same shape.
+    Gemv(gemm::GemmWorkload),
 }
 
 /// How it is computed.
@@ -69,6 +73,7 @@ pub enum Schedule {
     Embedding(embedding::EmbeddingSchedule),
     KvWrite(kv_cache::KvWriteSchedule),
     Attention(attention::AttentionSchedule),
+    Gemv(gemv::GemvSchedule),
 }
 
 impl Workload {
@@ -84,13 +89,14 @@ impl Workload {
             Workload::Embedding(_) => "embedding",
             Workload::KvWrite(_) => "kv_write",
             Workload::Attention(_) => "attention",
+            Workload::Gemv(_) => "gemv",
         }
     }
 
     /// Useful floating-point operations, for GFLOP/s figures (0 for pure data movement).
     pub fn flops(&self) -> u64 {
         match self {
-            Workload::Gemm(g) => g.flops(),
+            Workload::Gemm(g) | Workload::Gemv(g) => g.flops(),
             Workload::RmsNorm(w) => w.flops(),
             Workload::RopeNeox(w) => w.flops(),
             Workload::SwiGlu(w) => w.swiglu_flops(),
@@ -115,6 +121,7 @@ impl Schedule {
             Schedule::Embedding(_) => "embedding",
             Schedule::KvWrite(_) => "kv_write",
             Schedule::Attention(_) => "attention",
+            Schedule::Gemv(_) => "gemv",
         }
     }
 }
@@ -134,6 +141,7 @@ pub fn instantiate(
 ) -> Result<CompiledKernel, Refusal> {
     match (workload, schedule) {
         (Workload::Gemm(w), Schedule::Gemm(s)) => gemm::instantiate(w, s, device),
+        (Workload::Gemv(w), Schedule::Gemv(s)) => gemv::instantiate(w, s, device),
         (Workload::RmsNorm(w), Schedule::RmsNorm(s)) => rms_norm::instantiate(w, s, device),
         (Workload::RopeNeox(w), Schedule::RopeNeox(s)) => rope::instantiate(w, s, device),
         (Workload::SwiGlu(w), Schedule::SwiGlu(s)) => {
@@ -162,6 +170,7 @@ pub fn search_space(workload: &Workload, device: &DeviceCaps) -> Vec<Schedule> {
     }
     match workload {
         Workload::Gemm(w) => wrap(gemm::search_space(w, device), Schedule::Gemm),
+        Workload::Gemv(w) => wrap(gemv::search_space(w, device), Schedule::Gemv),
         Workload::RmsNorm(w) => wrap(rms_norm::search_space(w, device), Schedule::RmsNorm),
         Workload::RopeNeox(w) => wrap(rope::search_space(w, device), Schedule::RopeNeox),
         Workload::SwiGlu(w) => wrap(eltwise::search_space(w, device), Schedule::SwiGlu),
@@ -191,6 +200,7 @@ pub fn seed_schedules(workload: &Workload, device: &DeviceCaps) -> Vec<Schedule>
 pub fn default_schedule(workload: &Workload, device: &DeviceCaps) -> Schedule {
     match workload {
         Workload::Gemm(w) => Schedule::Gemm(gemm::default_schedule(w, device)),
+        Workload::Gemv(w) => Schedule::Gemv(gemv::default_schedule(w, device)),
         Workload::RmsNorm(w) => Schedule::RmsNorm(rms_norm::default_schedule(w, device)),
         Workload::RopeNeox(w) => Schedule::RopeNeox(rope::default_schedule(w, device)),
         Workload::SwiGlu(w) => Schedule::SwiGlu(eltwise::default_schedule(w, device)),
@@ -207,6 +217,7 @@ pub fn default_schedule(workload: &Workload, device: &DeviceCaps) -> Schedule {
 pub fn dispatch_grid(workload: &Workload, schedule: &Schedule) -> Result<[u32; 3], Refusal> {
     match (workload, schedule) {
         (Workload::Gemm(w), Schedule::Gemm(s)) => Ok(gemm::dispatch_grid(w, s)),
+        (Workload::Gemv(w), Schedule::Gemv(s)) => Ok(gemv::dispatch_grid(w, s)),
         (Workload::RmsNorm(w), Schedule::RmsNorm(s)) => Ok(rms_norm::dispatch_grid(w, s)),
         (Workload::RopeNeox(w), Schedule::RopeNeox(s)) => Ok(rope::dispatch_grid(w, s)),
         (Workload::SwiGlu(w), Schedule::SwiGlu(s))

@@ -29,6 +29,7 @@ use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
 use rocky_compiler::templates::gemm::{
     combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
 };
+use rocky_compiler::templates::gemv;
 use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
 use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
 use rocky_compiler::templates::rope::{RopePush, RopeWorkload};
@@ -923,20 +924,23 @@ impl<'m> Executor<'m> {
                     residual,
                 } => {
                     let ty = &self.weights.get(weight).ty;
-                    w.push(Workload::Gemm(GemmWorkload {
-                        m: rows,
-                        n: *out_features as u32,
-                        k: *in_features as u32,
-                        act: ActType::F32,
-                        weight: weight_format(*ty, weight)?,
-                        layout: self.weights.layout(weight),
-                        bias: bias.is_some(),
-                        epilogue: if *residual {
-                            Epilogue::Residual
-                        } else {
-                            Epilogue::None
+                    w.push(linear_workload(
+                        GemmWorkload {
+                            m: rows,
+                            n: *out_features as u32,
+                            k: *in_features as u32,
+                            act: ActType::F32,
+                            weight: weight_format(*ty, weight)?,
+                            layout: self.weights.layout(weight),
+                            bias: bias.is_some(),
+                            epilogue: if *residual {
+                                Epilogue::Residual
+                            } else {
+                                Epilogue::None
+                            },
                         },
-                    }))
+                        &self.caps,
+                    ))
                 }
                 Op::LinearSwiGlu {
                     gate,
@@ -946,16 +950,19 @@ impl<'m> Executor<'m> {
                 } => {
                     let name = gate_up_name(gate, up);
                     let ty = &self.weights.get(&name).ty;
-                    w.push(Workload::Gemm(GemmWorkload {
-                        m: rows,
-                        n: *out_features as u32,
-                        k: *in_features as u32,
-                        act: ActType::F32,
-                        weight: weight_format(*ty, gate)?,
-                        layout: self.weights.layout(&name),
-                        bias: false,
-                        epilogue: Epilogue::SwiGlu,
-                    }))
+                    w.push(linear_workload(
+                        GemmWorkload {
+                            m: rows,
+                            n: *out_features as u32,
+                            k: *in_features as u32,
+                            act: ActType::F32,
+                            weight: weight_format(*ty, gate)?,
+                            layout: self.weights.layout(&name),
+                            bias: false,
+                            epilogue: Epilogue::SwiGlu,
+                        },
+                        &self.caps,
+                    ))
                 }
                 Op::Rope {
                     n_heads,
@@ -1337,6 +1344,45 @@ impl<'m> Executor<'m> {
                         named.push(("y", slot_range(node.output, rows, 0)?));
                         push = RmsNormPush { m: rows }.to_bytes();
                     }
+                    (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemv(gw)) => {
+                        // The GEMV template (at most 8 rows): the GEMM's bindings, push
+                        // constants and N-slices, its own grid, no split-K scratch.
+                        let Schedule::Gemv(gs) = s else {
+                            unreachable!("a GEMV workload has a GEMV schedule")
+                        };
+                        let (weight, bias, residual) = linear_operands(&node.op);
+                        let wbuf = self.weights.get(&weight);
+                        let slices = n_slices(gw, max_range, align).map_err(refused)?;
+                        for slice in slices {
+                            let mut named: Vec<(&str, BufferRange)> = vec![
+                                ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
+                                (
+                                    "weight",
+                                    wbuf.range(slice.weight_offset, slice.weight_range)?,
+                                ),
+                                ("y", slot_range(node.output, rows, 0)?),
+                            ];
+                            if let Some(b) = bias {
+                                named.push(("bias", self.weights.get(b).whole()?));
+                            }
+                            if residual {
+                                named.push((
+                                    "residual",
+                                    slot_range(node.inputs[1], rows, input_offset(1))?,
+                                ));
+                            }
+                            emit(
+                                label,
+                                Workload::Gemv(GemmWorkload { n: slice.n, ..*gw }),
+                                origin,
+                                pipeline,
+                                named,
+                                &GemmPush::for_slice(gw, &slice).to_bytes(),
+                                gemv::dispatch_grid_for(slice.n, gs),
+                            )?;
+                        }
+                        continue;
+                    }
                     (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemm(gw)) => {
                         let (weight, bias, residual) = match &node.op {
                             Op::Linear {
@@ -1556,6 +1602,51 @@ struct UbatchCursor {
     done: bool,
 }
 
+/// The weight tensor, bias and residual flag of a linear node (the combined gate/up tensor of
+/// a fused one).
+fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
+    match op {
+        Op::Linear {
+            weight,
+            bias,
+            residual,
+            ..
+        } => (weight.clone(), bias.as_ref(), *residual),
+        Op::LinearSwiGlu { gate, up, .. } => (gate_up_name(gate, up), None, false),
+        _ => unreachable!("only linear nodes have GEMM workloads"),
+    }
+}
+
+/// Rows up to which a linear node runs the GEMV template. The template computes up to
+/// `gemv::MAX_M` rows, but only one row is measured against the GEMM so far (decode, and
+/// the prefill's last-row output projection); prefill ubatches of 2 to 8 keep the GEMM's
+/// small-M schedules (and their tuning records) until the GEMV is measured there too.
+const GEMV_ROWS: u32 = 1;
+
+/// The workload of a linear node at `g.m` rows: the GEMV template's for at most
+/// [`GEMV_ROWS`] rows where [`gemv_enabled`], else the GEMM's.
+fn linear_workload(g: GemmWorkload, caps: &DeviceCaps) -> Workload {
+    if g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled(caps) {
+        Workload::Gemv(g)
+    } else {
+        Workload::Gemm(g)
+    }
+}
+
+/// Whether one-row linear nodes run the GEMV template: `ROCKY_GEMV=1` / `0` force it on / off
+/// (before/after measurements, tests); otherwise on, except on CPU implementations
+/// (`lane_serial_memory`: lavapipe), where the GEMM's shuffle-and-wide-load m = 1 schedules
+/// measured 2x faster (docs/measurements/2026-12-04-decode-lavapipe.md).
+fn gemv_enabled(caps: &DeviceCaps) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("ROCKY_GEMV").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or(!caps.lane_serial_memory)
+}
+
 /// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).
 fn is_split_gemm(s: &Schedule) -> bool {
     matches!(s, Schedule::Gemm(gs) if gs.k_groups > 1)
@@ -1565,7 +1656,7 @@ fn is_split_gemm(s: &Schedule) -> bool {
 fn with_rows(w: &Workload, rows: u32) -> Workload {
     let mut w = *w;
     match &mut w {
-        Workload::Gemm(g) => g.m = rows,
+        Workload::Gemm(g) | Workload::Gemv(g) => g.m = rows,
         Workload::RmsNorm(x) => x.m = rows,
         Workload::RopeNeox(x) => x.m = rows,
         Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) | Workload::Scale(x) => {

@@ -1,0 +1,449 @@
+//! The GEMV kernel as IR, for a validated (workload, schedule) pair.
+//!
+//! ```text
+//! group = wg.y · numWorkgroups.x + wg.x          // columns group·cols .. +cols
+//! lane  = tid % (8/cpt); slot = tid / (8/cpt)      // chunks lane·cpt .. +cpt of a unit
+//! for u0 in (0..k/32).step_by(units_per_step):
+//!     u = u0 + slot  (guarded when the last step is partial)
+//!     open unit u of every weight row of the group (scales once per unit and row)
+//!     for each of the cpt chunks: load 4 elements of every X row, FMAs into m × rows sums
+//! reduce the m × rows sums over the workgroup (subgroup adds or a shared-memory tree)
+//! threads 0.. store: bias, epilogue, guarded by m and n
+//! ```
+//! Rows past `m` and columns past `n` read the last valid row/column (clamped), so every
+//! load stays in bounds; their results are never stored.
+
+use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
+use crate::dequant::WeightLayout;
+use crate::dequant::UNIT;
+use crate::ir::{
+    Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
+};
+use crate::templates::gemm::interface::{
+    BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+};
+use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math};
+
+use super::schedule::{GemvSchedule, Reduce};
+
+/// Chunks of 4 elements per 32-element unit.
+const CHUNKS: u32 = UNIT / 4;
+
+fn act_scalar(a: ActType) -> Scalar {
+    match a {
+        ActType::F32 => Scalar::F32,
+        ActType::F16 => Scalar::F16,
+    }
+}
+
+/// Builds the IR of the kernel. The pair must have passed `GemvSchedule::validate`.
+pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), s.workgroup_size());
+    {
+        let b = &b;
+        let act = act_scalar(w.act);
+        let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
+        let weight_elem = match w.layout {
+            WeightLayout::Aligned => crate::dequant::words::quad_type(),
+            WeightLayout::Gguf => Type::U32,
+        };
+        let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
+        let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);
+        let bias = w
+            .bias
+            .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+        let residual = (w.epilogue == Epilogue::Residual).then(|| {
+            b.buffer(
+                BINDING_RESIDUAL,
+                "residual",
+                Type::scalar(act),
+                Access::ReadOnly,
+            )
+        });
+        let p_m = b.push_field("m", Type::U32);
+        let p_n = b.push_field("n", Type::U32);
+        // k is the workload's (the pipeline is built per k): the loop bounds are constants.
+        let _p_k = b.push_field("k", Type::U32);
+        let p_noff = b.push_field("n_offset", Type::U32);
+        let p_ldy = b.push_field("ldy", Type::U32);
+        let io = Io {
+            m: b.push(p_m),
+            n: b.push(p_n),
+            n_offset: b.push(p_noff),
+            ldy: b.push(p_ldy),
+            y,
+            bias,
+            residual,
+        };
+        let rows = WeightRows {
+            buffer: weight,
+            format: w.weight,
+            layout: w.layout,
+        };
+        let sums = main_loop(b, w, s, x, rows, &io);
+        reduce_and_store(b, w, s, &sums, &io);
+    }
+    b.finish()
+}
+
+struct Io {
+    m: Value,
+    n: Value,
+    n_offset: Value,
+    ldy: Value,
+    y: Buffer,
+    bias: Option<Buffer>,
+    residual: Option<Buffer>,
+}
+
+/// The first output column of this workgroup (grid may be two-dimensional for wide N).
+fn first_column(b: &KernelBuilder, s: &GemvSchedule) -> Value {
+    let group = b.add(
+        b.mul(
+            b.builtin(Builtin::WorkgroupId(1)),
+            b.builtin(Builtin::NumWorkgroups(0)),
+        ),
+        b.builtin(Builtin::WorkgroupId(0)),
+    );
+    b.muli(group, s.cols)
+}
+
+/// Each thread's partial sums, `sums[i][r]` for X row i and weight row r of the group
+/// (r < cols: the columns; with SwiGLU r ≥ cols: the up rows of columns r - cols).
+fn main_loop(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    x: Buffer,
+    rows: WeightRows,
+    io: &Io,
+) -> Vec<Vec<Value>> {
+    let f16 = s.math == Math::FmaF16Packed;
+    let ms = if f16 { Scalar::F16 } else { Scalar::F32 };
+    let vw = s.vector_width;
+    let mrows = w.m as usize;
+    let wrows = (s.cols * w.epilogue.rows_per_column()) as usize;
+    // f16 math: each unit's products are summed in f16 (`part`) and folded into f32 sums.
+    let acc_ty = if f16 {
+        Type::F32
+    } else {
+        Type::vec(Scalar::F32, vw)
+    };
+    let part_ty = Type::vec(Scalar::F16, vw);
+    let grid = |name: &str, ty: Type| -> Vec<Vec<Var>> {
+        (0..mrows)
+            .map(|i| {
+                (0..wrows)
+                    .map(|r| b.var_init(&format!("{name}{i}_{r}"), b.lit(ty, 0.0)))
+                    .collect()
+            })
+            .collect()
+    };
+    let acc = grid("acc", acc_ty);
+    let part = if f16 {
+        grid("part", part_ty)
+    } else {
+        Vec::new()
+    };
+
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    let lanes = s.lanes_per_unit();
+    let lane = b.rem(tid, b.c_u32(lanes));
+    let slot = b.div(tid, b.c_u32(lanes));
+    let c0 = b.muli(lane, s.chunks_per_thread);
+    let m_last = b.sub(io.m, b.c_u32(1));
+    let n_last = b.sub(io.n, b.c_u32(1));
+    let k4 = w.k / 4;
+    let x_bases: Vec<Value> = (0..w.m)
+        .map(|i| b.muli(b.min(b.c_u32(i), m_last), k4))
+        .collect();
+    // `row_off` of the dequant fragments: bytes (GGUF) or 16-byte units (aligned).
+    let row_unit = match w.layout {
+        WeightLayout::Aligned => 16,
+        WeightLayout::Gguf => 1,
+    };
+    let row_off_step = (w.weight_row_bytes() / row_unit) as u32;
+    let col0 = first_column(b, s);
+    let row_offs: Vec<Value> = (0..wrows as u32)
+        .map(|r| {
+            let (j, up) = (r % s.cols, r >= s.cols);
+            let col = b.min(b.addi(col0, j), n_last);
+            let row = if up { b.add(col, io.n) } else { col };
+            b.muli(row, row_off_step)
+        })
+        .collect();
+    let v4m = Type::vec(ms, 4);
+    let pieces = |v: Value| -> Vec<Value> {
+        if vw == 4 {
+            return vec![v];
+        }
+        let l: Vec<Value> = (0..4).map(|i| b.extract(v, i)).collect();
+        l.chunks(vw as usize).map(|c| b.construct(c)).collect()
+    };
+
+    let units = w.k / UNIT;
+    // `units_per_thread` consecutive units per thread and step ("groups"), opened together
+    // with wide loads (runs of words) where the format has them and a thread takes whole
+    // units; else one unit, opened alone.
+    let g = s.units_per_thread;
+    let wide = lanes == 1 && w.weight.is_quantized();
+    let groups = units / g;
+    let step = s.units_per_step();
+    let group_body = |gi: Value| {
+        let first = if g == 1 { gi } else { b.muli(gi, g) };
+        let opened: Vec<Vec<Unit>> = row_offs
+            .iter()
+            .map(|&off| {
+                if wide {
+                    open_units(b, rows, off, first, g, f16)
+                } else {
+                    (0..g)
+                        .map(|ul| open_unit(b, rows, off, b.addi(first, ul), f16))
+                        .collect()
+                }
+            })
+            .collect();
+        for ul in 0..g {
+            let u = if ul == 0 { first } else { b.addi(first, ul) };
+            for c in 0..s.chunks_per_thread {
+                // With one thread per unit the chunk indices are constants.
+                let (cv, cc) = if lanes == 1 {
+                    (b.c_u32(c), Some(c))
+                } else {
+                    (b.addi(c0, c), None)
+                };
+                let xv: Vec<Vec<Value>> = x_bases
+                    .iter()
+                    .map(|&base| {
+                        let at = b.add(base, b.add(b.muli(u, CHUNKS), cv));
+                        pieces(b.convert(b.load(x, at), v4m))
+                    })
+                    .collect();
+                for (r, units_of_row) in opened.iter().enumerate() {
+                    let unit = &units_of_row[ul as usize];
+                    let wv = match (cc, f16) {
+                        (Some(c), true) => unit.chunk_f16_at(b, c),
+                        (Some(c), false) => unit.chunk_f32_at(b, c),
+                        (None, true) => unit.chunk_f16(b, cv),
+                        (None, false) => unit.chunk_f32(b, cv),
+                    };
+                    let wp = pieces(wv);
+                    for i in 0..mrows {
+                        let target = if f16 { part[i][r] } else { acc[i][r] };
+                        let mut a = b.load_var(target);
+                        for (xp, wp) in xv[i].iter().zip(&wp) {
+                            a = b.fma(*xp, *wp, a);
+                        }
+                        b.store_var(target, a);
+                    }
+                }
+            }
+            if f16 {
+                for i in 0..mrows {
+                    for r in 0..wrows {
+                        let p = b.convert(b.load_var(part[i][r]), Type::vec(Scalar::F32, vw));
+                        let sum =
+                            (0..vw).fold(b.load_var(acc[i][r]), |a, l| b.add(a, b.extract(p, l)));
+                        b.store_var(acc[i][r], sum);
+                        b.store_var(part[i][r], b.lit(part_ty, 0.0));
+                    }
+                }
+            }
+        }
+    };
+    // Whole steps, then a guarded last one.
+    let full = groups / step * step;
+    if full > 0 {
+        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
+            group_body(b.add(g0, slot))
+        });
+    }
+    if full < groups {
+        let gi = b.addi(slot, full);
+        b.if_(b.lt(gi, b.c_u32(groups)), || group_body(gi));
+    }
+    acc.iter()
+        .map(|row| {
+            row.iter()
+                .map(|&a| {
+                    let v = b.load_var(a);
+                    if f16 || vw == 1 {
+                        v
+                    } else {
+                        (1..vw).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)))
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Adds the threads' sums over the workgroup and stores the outputs.
+fn reduce_and_store(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    sums: &[Vec<Value>],
+    io: &Io,
+) {
+    let t = s.threads;
+    let flat: Vec<Value> = sums.iter().flatten().copied().collect();
+    let outputs = flat.len() as u32;
+    let red: SharedArray = b.shared_array("partials", Type::F32, outputs * t);
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    // After the reduction, `total(o)` reads output o's sum.
+    let total: Box<dyn Fn(Value) -> Value> = match s.reduce {
+        Reduce::Subgroup => {
+            // Subgroup sums; the first lane of each subgroup publishes them. Any subgroup
+            // size works: there are at most `threads` subgroups, each with its own slot.
+            let sg = b.builtin(Builtin::SubgroupId);
+            let n_sg = b.builtin(Builtin::NumSubgroups);
+            let reduced: Vec<Value> = flat.iter().map(|&v| b.subgroup_add(v)).collect();
+            let leader = b.eq(b.builtin(Builtin::SubgroupInvocationId), b.c_u32(0));
+            let single = b.eq(n_sg, b.c_u32(1));
+            // NumSubgroups is the same in the whole workgroup: the barrier below is reached
+            // by all of it or by none.
+            b.if_else(
+                single,
+                || {
+                    // One subgroup: every lane holds the totals; the first stores them.
+                    b.if_(leader, || {
+                        for i in 0..w.m {
+                            for j in 0..s.cols {
+                                let o = (i * wrows_of(w, s) + j) as usize;
+                                let up = (w.epilogue == Epilogue::SwiGlu)
+                                    .then(|| reduced[o + s.cols as usize]);
+                                store(
+                                    b,
+                                    w,
+                                    io,
+                                    b.c_u32(i),
+                                    b.add(first_column(b, s), b.c_u32(j)),
+                                    reduced[o],
+                                    up,
+                                );
+                            }
+                        }
+                    });
+                },
+                || {
+                    b.if_(leader, || {
+                        for (o, &v) in reduced.iter().enumerate() {
+                            b.store_shared(red, b.add(b.c_u32(o as u32 * t), sg), v);
+                        }
+                    });
+                    b.barrier();
+                    let total = |o: Value| {
+                        let base = b.muli(o, t);
+                        let sum = b.var_init("sum", b.c_f32(0.0));
+                        b.for_range(b.c_u32(0), n_sg, 1, Unroll::Auto, |g| {
+                            let v = b.load_shared(red, b.add(base, g));
+                            b.store_var(sum, b.add(b.load_var(sum), v));
+                        });
+                        b.load_var(sum)
+                    };
+                    store_all(b, w, s, io, tid, &total);
+                },
+            );
+            return;
+        }
+        Reduce::Shared => {
+            for (o, &v) in flat.iter().enumerate() {
+                b.store_shared(red, b.add(b.c_u32(o as u32 * t), tid), v);
+            }
+            b.barrier();
+            // Halve the live slots per output each step; the pair-adds are spread over
+            // all threads.
+            let mut stride = t / 2;
+            while stride >= 1 {
+                let pairs = stride * outputs;
+                cooperative(b, t, pairs, tid, |idx| {
+                    let o = b.div(idx, b.c_u32(stride));
+                    let at = b.add(b.muli(o, t), b.rem(idx, b.c_u32(stride)));
+                    let v = b.add(
+                        b.load_shared(red, at),
+                        b.load_shared(red, b.addi(at, stride)),
+                    );
+                    b.store_shared(red, at, v);
+                });
+                b.barrier();
+                stride /= 2;
+            }
+            Box::new(move |o: Value| b.load_shared(red, b.muli(o, t)))
+        }
+    };
+    store_all(b, w, s, io, tid, &*total);
+}
+
+/// Weight rows per workgroup: `cols`, or 2·`cols` with SwiGLU.
+fn wrows_of(w: &GemmWorkload, s: &GemvSchedule) -> u32 {
+    s.cols * w.epilogue.rows_per_column()
+}
+
+/// Stores every output of the group, spread over the threads: output (i, j) is sum index
+/// i·wrows + j (and its up sum at + cols), read through `total`.
+fn store_all(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    io: &Io,
+    tid: Value,
+    total: &dyn Fn(Value) -> Value,
+) {
+    let wrows = wrows_of(w, s);
+    let col0 = first_column(b, s);
+    cooperative(b, s.threads, w.m * s.cols, tid, |idx| {
+        let i = b.div(idx, b.c_u32(s.cols));
+        let j = b.rem(idx, b.c_u32(s.cols));
+        let o = b.add(b.muli(i, wrows), j);
+        // The up sum is read only where the output is stored (inside `store`'s guard).
+        let inside = b.logical_and(b.lt(i, io.m), b.lt(b.add(col0, j), io.n));
+        b.if_(inside, || {
+            let v = total(o);
+            let up = (w.epilogue == Epilogue::SwiGlu).then(|| total(b.addi(o, s.cols)));
+            store(b, w, io, i, b.add(col0, j), v, up);
+        });
+    });
+}
+
+/// Stores output (row, col) from its sum `v` (and up sum): bias, epilogue, conversion, guarded
+/// by m and n.
+fn store(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    io: &Io,
+    row: Value,
+    col: Value,
+    v: Value,
+    up: Option<Value>,
+) {
+    let inside = b.logical_and(b.lt(row, io.m), b.lt(col, io.n));
+    b.if_(inside, || {
+        let mut v = v;
+        let ycol = b.add(io.n_offset, col);
+        if let Some(bias) = io.bias {
+            v = b.add(v, b.load(bias, ycol));
+        }
+        if let Some(up) = up {
+            v = crate::templates::eltwise::swiglu(b, v, up);
+        }
+        let at = b.add(b.mul(row, io.ldy), ycol);
+        if let Some(r) = io.residual {
+            v = b.add(v, b.convert(b.load(r, at), Type::F32));
+        }
+        b.store(io.y, at, b.convert(v, Type::scalar(act_scalar(w.act))));
+    });
+}
+
+/// `body(idx)` for idx in tid, tid + threads, ... below `total`.
+fn cooperative(b: &KernelBuilder, threads: u32, total: u32, tid: Value, body: impl Fn(Value)) {
+    let iters = total.div_ceil(threads);
+    for it in 0..iters {
+        let idx = b.addi(tid, it * threads);
+        if (it + 1) * threads <= total {
+            body(idx);
+        } else {
+            b.if_(b.lt(idx, b.c_u32(total)), || body(idx));
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! CPU reference of the GEMV template. It computes what the GEMM computes, so it is the
+//! GEMM's f64 reference ([`crate::templates::gemm::reference`]) for the small-M workload; the
+//! comparison uses the tolerance of the schedule's arithmetic (f32, or f16 products summed in
+//! f16 per unit and accumulated in f32: the GEMM's mixed-precision bound).
+
+use super::schedule::GemvSchedule;
+use crate::templates::gemm::reference::{Mismatch, Reference, ReferenceError};
+use crate::templates::gemm::{GemmSchedule, GemmWorkload, Math};
+
+/// Computes the workload on the CPU (see `gemm::reference::reference_with_epilogue`).
+pub fn reference(
+    w: &GemmWorkload,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+) -> Result<Reference, ReferenceError> {
+    // The GEMV has no int8 path: the activations are used as they are.
+    crate::templates::gemm::reference::reference_with_epilogue(
+        w,
+        Math::FmaF32,
+        x,
+        weight,
+        bias,
+        residual,
+    )
+}
+
+/// The GEMM schedule whose arithmetic (and so tolerance) matches `s` (no split-K, no
+/// staging): what a GEMM harness needs to check a GEMV kernel's output.
+pub fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
+    GemmSchedule {
+        bm: 1,
+        bn: 1,
+        bk: 32,
+        tm: 1,
+        tn: 1,
+        split_k: 1,
+        vector_width: s.vector_width,
+        stage_a: false,
+        stage_b: false,
+        shuffle_a: false,
+        k_groups: 1,
+        wide_loads: false,
+        k_unroll: 1,
+        share_headers: false,
+        last_group_reduces: false,
+        fold_per_slab: false,
+        accumulate: s.accumulate,
+        math: s.math,
+    }
+}
+
+/// Allowed error relative to an output's magnitude for `s`'s arithmetic.
+pub fn relative_tolerance(s: &GemvSchedule) -> f32 {
+    crate::templates::gemm::reference::relative_tolerance(&arithmetic_twin(s))
+}
+
+/// Compares kernel output with the reference (the GEMM's comparison, at `s`'s tolerance).
+pub fn compare(
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    got: &[f32],
+    r: &Reference,
+) -> Result<(), Mismatch> {
+    crate::templates::gemm::reference::compare(w, &arithmetic_twin(s), got, r)
+}

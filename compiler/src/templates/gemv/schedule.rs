@@ -1,0 +1,230 @@
+//! How a GEMV / small-M GEMM is computed: the tunable parameters, their validity and
+//! resource estimates.
+//!
+//! Thread layout: a one-dimensional workgroup of `threads` invocations computes `cols`
+//! output columns (weight rows; with SwiGLU each column is a gate row and an up row) for all
+//! `m` rows. The K reduction is spread over the whole workgroup: the 32-element units of a
+//! row are split into `8 / chunks_per_thread` lanes of `chunks_per_thread` 4-element chunks,
+//! so `threads · chunks_per_thread / 8` units are in flight per loop step and neighbouring
+//! threads read neighbouring bytes of each weight row. Each thread keeps `m × rows` partial
+//! sums in registers (the weights dequantized in registers, read once); the workgroup then
+//! adds them up through subgroup adds (where the device has subgroup arithmetic) or a tree in
+//! shared memory.
+
+use serde::{Deserialize, Serialize};
+
+use crate::caps::DeviceCaps;
+use crate::refusal::Refusal;
+use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math, Precision};
+
+/// Version of the GEMV schedule/kernel semantics (see `GEMM_SCHEDULE_VERSION`).
+pub const GEMV_SCHEDULE_VERSION: u32 = 1;
+
+/// The most rows (tokens) the template computes in one dispatch: M = 1 (decode) to 8.
+pub const MAX_M: u32 = 8;
+
+/// How the threads' partial sums are added up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum Reduce {
+    /// A tree over shared memory (every device).
+    #[serde(rename = "shared")]
+    Shared,
+    /// `OpGroupNonUniformFAdd` within each subgroup, then the subgroups' sums through shared
+    /// memory (devices with subgroup arithmetic; any subgroup size). Where the workgroup is a
+    /// single subgroup at run time (`NumSubgroups` = 1), its first lane stores the sums
+    /// directly: no shared memory traffic and no barrier (which CPU implementations such as
+    /// llvmpipe run as a costly coroutine switch).
+    #[serde(rename = "subgroup")]
+    Subgroup,
+}
+
+/// A GEMV schedule. Serialized field names are stable (tuning-database keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemvSchedule {
+    /// Invocations per workgroup (a power of two, 8 to 512). A workgroup that is one subgroup
+    /// (where the device makes it one) adds its sums up without shared memory or a barrier.
+    pub threads: u32,
+    /// Output columns per workgroup (1, 2, 4 or 8).
+    pub cols: u32,
+    /// 4-element chunks of a 32-element unit one thread takes (2, 4 or 8): the K split's
+    /// granularity (8: a thread per unit; 2: four threads share a unit and its scales).
+    pub chunks_per_thread: u32,
+    /// Consecutive 32-element units a thread takes per loop step (1, 2 or 4; above 1 only
+    /// with `chunks_per_thread` 8). With a thread per unit the units are opened with wide
+    /// loads (`dequant::ir::open_units`: each byte range read once as a run of words, which
+    /// matters where 2-byte-aligned blocks would otherwise cost two loads per word). Omitted
+    /// from the serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub units_per_thread: u32,
+    /// Width of the FMA accumulators (1, 2 or 4 lanes); loads are always 4 elements wide.
+    pub vector_width: u32,
+    pub reduce: Reduce,
+    /// f32 only (with f16 math each unit's f16 partial sums are added to f32 accumulators).
+    pub accumulate: Precision,
+    /// `FmaF32` or `FmaF16Packed` (no int8 path in this template yet).
+    pub math: Math,
+}
+
+impl GemvSchedule {
+    pub fn workgroup_size(&self) -> [u32; 3] {
+        [self.threads, 1, 1]
+    }
+
+    /// Lanes sharing one 32-element unit.
+    pub fn lanes_per_unit(&self) -> u32 {
+        8 / self.chunks_per_thread.max(1)
+    }
+
+    /// Groups of `units_per_thread` units the workgroup works on per loop step.
+    pub fn units_per_step(&self) -> u32 {
+        self.threads / self.lanes_per_unit()
+    }
+
+    /// Partial sums per thread: m rows × the weight rows of `cols` columns.
+    pub fn outputs(&self, w: &GemmWorkload) -> u32 {
+        w.m * self.cols * w.epilogue.rows_per_column()
+    }
+
+    /// Bytes of workgroup memory the kernel declares: one f32 slot per thread and partial sum.
+    pub fn shared_bytes(&self, w: &GemmWorkload) -> u32 {
+        4 * self.threads * self.outputs(w)
+    }
+
+    /// Rough count of 32-bit registers per thread: accumulators, a chunk of every X row and
+    /// weight row, scales and a fixed overhead for indices.
+    pub fn register_estimate(&self, w: &GemmWorkload) -> u32 {
+        let outputs = self.outputs(w);
+        let wrows = self.cols * w.epilogue.rows_per_column();
+        let acc = match self.math {
+            Math::FmaF16Packed => outputs + (outputs * self.vector_width).div_ceil(2),
+            _ => outputs * self.vector_width,
+        };
+        acc + 4 * w.m + 4 * wrows + 3 * wrows + 12
+    }
+
+    /// A descriptive kernel name.
+    pub fn name(&self, w: &GemmWorkload) -> String {
+        let act = match w.act {
+            ActType::F32 => "f32",
+            ActType::F16 => "f16",
+        };
+        let math = match self.math {
+            Math::FmaF32 => "fma32",
+            Math::FmaF16Packed => "fma16",
+            Math::Int8Dot => "dot8",
+        };
+        let reduce = match self.reduce {
+            Reduce::Shared => "sh",
+            Reduce::Subgroup => "sg",
+        };
+        format!(
+            "gemv_{}_{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}",
+            w.weight.ggml_name().to_lowercase(),
+            act,
+            if w.bias { "_bias" } else { "" },
+            match w.epilogue {
+                Epilogue::None => "",
+                Epilogue::SwiGlu => "_swiglu",
+                Epilogue::Residual => "_res",
+            },
+            w.m,
+            self.threads,
+            self.cols,
+            self.chunks_per_thread,
+            if self.units_per_thread > 1 {
+                format!("_u{}", self.units_per_thread)
+            } else {
+                String::new()
+            },
+            self.vector_width,
+            reduce,
+            math
+        )
+    }
+
+    /// Checks the schedule against the workload and the device.
+    pub fn validate(&self, w: &GemmWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Schedule(s));
+        if !self.threads.is_power_of_two() || !(8..=512).contains(&self.threads) {
+            return bad(format!(
+                "threads {} is not a power of two from 8 to 512",
+                self.threads
+            ));
+        }
+        if ![1, 2, 4, 8].contains(&self.cols) {
+            return bad(format!("cols {} is not 1, 2, 4 or 8", self.cols));
+        }
+        if ![2, 4, 8].contains(&self.chunks_per_thread) {
+            return bad(format!(
+                "chunks_per_thread {} is not 2, 4 or 8",
+                self.chunks_per_thread
+            ));
+        }
+        if ![1, 2, 4].contains(&self.units_per_thread)
+            || (self.units_per_thread > 1 && self.chunks_per_thread != 8)
+        {
+            return bad(format!(
+                "units_per_thread {} is not 1, 2 or 4 (above 1 only with chunks_per_thread 8)",
+                self.units_per_thread
+            ));
+        }
+        if (w.k / crate::dequant::UNIT) % self.units_per_thread != 0 {
+            return bad(format!(
+                "units_per_thread {} does not divide the {} units of a row",
+                self.units_per_thread,
+                w.k / crate::dequant::UNIT
+            ));
+        }
+        if ![1, 2, 4].contains(&self.vector_width) {
+            return bad(format!(
+                "vector_width {} is not 1, 2 or 4",
+                self.vector_width
+            ));
+        }
+        match self.math {
+            Math::FmaF32 | Math::FmaF16Packed => {}
+            Math::Int8Dot => {
+                return bad(
+                    "the GEMV template has no int8_dot path (use fma_f32 or fma_f16_packed)".into(),
+                )
+            }
+        }
+        if self.accumulate != Precision::F32 {
+            return bad("the GEMV template accumulates in f32".into());
+        }
+        if self.math == Math::FmaF16Packed && !caps.float16 {
+            return Err(Refusal::MissingFeature(
+                "shaderFloat16 (fma_f16_packed math)".into(),
+            ));
+        }
+        if self.reduce == Reduce::Subgroup && !caps.subgroup_arithmetic {
+            return Err(Refusal::MissingFeature(
+                "subgroup arithmetic (the subgroup reduction)".into(),
+            ));
+        }
+        if w.act == ActType::F16 && !caps.storage_16bit {
+            return Err(Refusal::MissingFeature(
+                "storageBuffer16BitAccess (f16 activations)".into(),
+            ));
+        }
+        super::super::check_threads(self.threads, caps)?;
+        super::super::check_shared(self.shared_bytes(w), caps)?;
+        let regs = self.register_estimate(w);
+        if regs > caps.register_budget {
+            return Err(Refusal::DeviceLimit(format!(
+                "about {regs} registers per thread, the budget is {}",
+                caps.register_budget
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}

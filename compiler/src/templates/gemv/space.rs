@@ -1,0 +1,99 @@
+//! The candidate schedules of a GEMV workload on a device, and the rule-based default.
+
+use super::schedule::{GemvSchedule, Reduce};
+use crate::caps::DeviceCaps;
+use crate::templates::gemm::{GemmWorkload, Math, Precision};
+
+/// Every candidate schedule, each accepted by `validate` for this workload and device.
+pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
+    let mut maths = vec![Math::FmaF32];
+    if caps.float16 {
+        maths.push(Math::FmaF16Packed);
+    }
+    let mut reduces = vec![Reduce::Shared];
+    if caps.subgroup_arithmetic {
+        reduces.push(Reduce::Subgroup);
+    }
+    let mut out = Vec::new();
+    for math in maths {
+        for threads in [8, 16, 32, 64, 128, 256] {
+            for cols in [1, 2, 4, 8] {
+                for (chunks_per_thread, units_per_thread) in
+                    [(2, 1), (4, 1), (8, 1), (8, 2), (8, 4)]
+                {
+                    for vector_width in [1, 4] {
+                        for &reduce in &reduces {
+                            let s = GemvSchedule {
+                                threads,
+                                cols,
+                                chunks_per_thread,
+                                units_per_thread,
+                                vector_width,
+                                reduce,
+                                accumulate: Precision::F32,
+                                math,
+                            };
+                            if s.validate(w, caps).is_ok() {
+                                out.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The schedule used when the workload is untuned: f32 math, subgroup reduction where the
+/// device has it, a thread per unit where K has enough units to
+/// occupy 64 threads, else threads sharing units.
+pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
+    let units = w.k / 32;
+    let chunks_per_thread = if units >= 64 {
+        8
+    } else if units >= 32 {
+        4
+    } else {
+        2
+    };
+    if caps.lane_serial_memory && caps.subgroup_arithmetic {
+        // CPU implementations (llvmpipe): a workgroup is a function call and a barrier a
+        // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit and
+        // 8 columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows). Two
+        // units per thread with wide loads measured 3-10x slower on llvmpipe (Q4_K/Q6_K/Q8_0).
+        for units_per_thread in [1] {
+            let s = GemvSchedule {
+                threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
+                cols: if w.m > 4 { 4 } else { 8 },
+                chunks_per_thread: 8,
+                units_per_thread,
+                vector_width: 4,
+                reduce: Reduce::Subgroup,
+                accumulate: Precision::F32,
+                math: Math::FmaF32,
+            };
+            if s.validate(w, caps).is_ok() {
+                return s;
+            }
+        }
+    }
+    let s = GemvSchedule {
+        threads: 64,
+        cols: if w.m > 4 { 1 } else { 2 },
+        chunks_per_thread,
+        units_per_thread: 1,
+        vector_width: 4,
+        reduce: if caps.subgroup_arithmetic {
+            Reduce::Subgroup
+        } else {
+            Reduce::Shared
+        },
+        accumulate: Precision::F32,
+        math: Math::FmaF32,
+    };
+    if s.validate(w, caps).is_ok() {
+        return s;
+    }
+    search_space(w, caps).into_iter().next().unwrap_or(s)
+}
