@@ -199,10 +199,16 @@ fn default_schedules_are_valid_and_follow_the_device_class() {
                 "Qwen-like GQA shares K/V loads across the group"
             );
             if caps.shared_memory_is_slow {
-                assert_eq!(
-                    k.meta.shared_bytes, 0,
-                    "Mali default uses shared memory: {s:?}"
-                );
+                // No staging where workgroup memory is ordinary memory; where shuffles are
+                // loops (panvk) the lanes' partial sums alone go through it (a few KiB: the
+                // driver allocates it per dispatch, and the command-buffer budget counts it).
+                assert!(!s.stage_kv, "Mali default stages K/V: {s:?}");
+                if caps.slow_subgroup_shuffle {
+                    assert_eq!(s.lane_reduce, LaneReduce::Shared, "{s:?}");
+                    assert!(k.meta.shared_bytes <= 4096, "{s:?}");
+                } else {
+                    assert_eq!(k.meta.shared_bytes, 0, "{s:?}");
+                }
                 assert!(s.register_estimate(&w) <= 64);
             } else {
                 assert!(s.stage_kv);

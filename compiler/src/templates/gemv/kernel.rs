@@ -289,8 +289,35 @@ fn reduce_and_store(
     let t = s.threads;
     let flat: Vec<Value> = sums.iter().flatten().copied().collect();
     let outputs = flat.len() as u32;
-    let red: SharedArray = b.shared_array("partials", Type::F32, outputs * t);
     let tid = b.builtin(Builtin::LocalInvocationIndex);
+    // One subgroup holding the totals in every lane: the first lane stores them.
+    let leader_stores = |reduced: &[Value]| {
+        let leader = b.eq(b.builtin(Builtin::SubgroupInvocationId), b.c_u32(0));
+        b.if_(leader, || {
+            for i in 0..w.m {
+                for j in 0..s.cols {
+                    let o = (i * wrows_of(w, s) + j) as usize;
+                    let up = (w.epilogue == Epilogue::SwiGlu).then(|| reduced[o + s.cols as usize]);
+                    store(
+                        b,
+                        w,
+                        io,
+                        b.c_u32(i),
+                        b.add(first_column(b, s), b.c_u32(j)),
+                        reduced[o],
+                        up,
+                    );
+                }
+            }
+        });
+    };
+    if s.reduce == Reduce::OneSubgroup {
+        // `validate` made the workgroup one subgroup: no workgroup memory, no barrier.
+        let reduced: Vec<Value> = flat.iter().map(|&v| b.subgroup_add(v)).collect();
+        leader_stores(&reduced);
+        return;
+    }
+    let red: SharedArray = b.shared_array("partials", Type::F32, outputs * t);
     // After the reduction, `total(o)` reads output o's sum.
     let total: Box<dyn Fn(Value) -> Value> = match s.reduce {
         Reduce::Subgroup => {
@@ -305,27 +332,7 @@ fn reduce_and_store(
             // by all of it or by none.
             b.if_else(
                 single,
-                || {
-                    // One subgroup: every lane holds the totals; the first stores them.
-                    b.if_(leader, || {
-                        for i in 0..w.m {
-                            for j in 0..s.cols {
-                                let o = (i * wrows_of(w, s) + j) as usize;
-                                let up = (w.epilogue == Epilogue::SwiGlu)
-                                    .then(|| reduced[o + s.cols as usize]);
-                                store(
-                                    b,
-                                    w,
-                                    io,
-                                    b.c_u32(i),
-                                    b.add(first_column(b, s), b.c_u32(j)),
-                                    reduced[o],
-                                    up,
-                                );
-                            }
-                        }
-                    });
-                },
+                || leader_stores(&reduced),
                 || {
                     b.if_(leader, || {
                         for (o, &v) in reduced.iter().enumerate() {
@@ -347,6 +354,7 @@ fn reduce_and_store(
             );
             return;
         }
+        Reduce::OneSubgroup => unreachable!("returned above"),
         Reduce::Shared => {
             for (o, &v) in flat.iter().enumerate() {
                 b.store_shared(red, b.add(b.c_u32(o as u32 * t), tid), v);

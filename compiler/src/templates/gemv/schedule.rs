@@ -36,6 +36,13 @@ pub enum Reduce {
     /// llvmpipe run as a costly coroutine switch).
     #[serde(rename = "subgroup")]
     Subgroup,
+    /// The workgroup is exactly one subgroup (`threads` = the device's subgroup size):
+    /// `OpGroupNonUniformFAdd`, the first lane stores, and the kernel declares no workgroup
+    /// memory at all. For panvk, which allocates workgroup memory for every dispatch that
+    /// declares any (a decode step's 262144-column output projection on Mesa 25.0.7: 1.2 GiB for
+    /// one dispatch with the `subgroup` reduction's 512 bytes).
+    #[serde(rename = "one_subgroup")]
+    OneSubgroup,
 }
 
 /// A GEMV schedule. Serialized field names are stable (tuning-database keys).
@@ -88,6 +95,9 @@ impl GemvSchedule {
 
     /// Bytes of workgroup memory the kernel declares: one f32 slot per thread and partial sum.
     pub fn shared_bytes(&self, w: &GemmWorkload) -> u32 {
+        if self.reduce == Reduce::OneSubgroup {
+            return 0;
+        }
         4 * self.threads * self.outputs(w)
     }
 
@@ -117,6 +127,7 @@ impl GemvSchedule {
         let reduce = match self.reduce {
             Reduce::Shared => "sh",
             Reduce::Subgroup => "sg",
+            Reduce::OneSubgroup => "onesg",
         };
         format!(
             "gemv_{}_{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}",
@@ -198,9 +209,15 @@ impl GemvSchedule {
                 "shaderFloat16 (fma_f16_packed math)".into(),
             ));
         }
-        if self.reduce == Reduce::Subgroup && !caps.subgroup_arithmetic {
+        if self.reduce != Reduce::Shared && !caps.subgroup_arithmetic {
             return Err(Refusal::MissingFeature(
                 "subgroup arithmetic (the subgroup reduction)".into(),
+            ));
+        }
+        if self.reduce == Reduce::OneSubgroup && self.threads != caps.subgroup_size {
+            return bad(format!(
+                "one_subgroup needs threads = the subgroup size {}, not {}",
+                caps.subgroup_size, self.threads
             ));
         }
         if w.act == ActType::F16 && !caps.storage_16bit {

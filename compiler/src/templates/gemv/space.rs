@@ -12,7 +12,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     }
     let mut reduces = vec![Reduce::Shared];
     if caps.subgroup_arithmetic {
-        reduces.push(Reduce::Subgroup);
+        reduces.extend([Reduce::Subgroup, Reduce::OneSubgroup]);
     }
     let mut out = Vec::new();
     for math in maths {
@@ -76,6 +76,23 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             if s.validate(w, caps).is_ok() {
                 return s;
             }
+        }
+    }
+    if caps.shared_memory_is_slow && caps.subgroup_arithmetic {
+        // Workgroup memory is ordinary memory allocated per dispatch (panvk): one subgroup
+        // per workgroup, which needs none, a thread per unit, 4 columns.
+        let s = GemvSchedule {
+            threads: caps.subgroup_size,
+            cols: if w.m > 4 { 2 } else { 4 },
+            chunks_per_thread: 8,
+            units_per_thread: 1,
+            vector_width: 4,
+            reduce: Reduce::OneSubgroup,
+            accumulate: Precision::F32,
+            math: Math::FmaF32,
+        };
+        if s.validate(w, caps).is_ok() {
+            return s;
         }
     }
     let s = GemvSchedule {
