@@ -170,6 +170,7 @@ fn workloads() -> Vec<GemmWorkload> {
     vec![
         w(WeightFormat::F32, 1, ActType::F32, true, Plain),
         w(WeightFormat::F16, 3, ActType::F16, false, Residual),
+        w(WeightFormat::BF16, 2, ActType::F32, true, Plain),
         w(WeightFormat::Q8_0, 1, ActType::F32, true, Plain),
         w(WeightFormat::Q5_0, 2, ActType::F16, false, SwiGlu),
         w(WeightFormat::Q4_0, 1, ActType::F32, true, Residual),
