@@ -80,13 +80,17 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     }
     if caps.shared_memory_is_slow && caps.subgroup_arithmetic {
         // Workgroup memory is ordinary memory allocated per dispatch (panvk): one subgroup
-        // per workgroup, which needs none, a thread per unit, 4 columns.
+        // per workgroup, which needs none, a thread per unit, and two weight rows per
+        // workgroup at one row of X (one where SwiGLU pairs gate and up rows, or X has more
+        // rows): on Mesa 25.0.7's Valhall compiler 4 columns spill (Q6_K 24:378, Q5_0 9:26),
+        // 2 do not, and 1 runs two threads in flight.
+        let single_rows = w.m == 1 && w.epilogue.rows_per_column() == 1;
         let s = GemvSchedule {
             threads: caps.subgroup_size,
-            cols: if w.m > 4 { 2 } else { 4 },
+            cols: if single_rows { 2 } else { 1 },
             chunks_per_thread: 8,
             units_per_thread: 1,
-            vector_width: 4,
+            vector_width: if w.m <= 2 { 4 } else { 1 },
             reduce: Reduce::OneSubgroup,
             accumulate: Precision::F32,
             math: Math::FmaF32,
