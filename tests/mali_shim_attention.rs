@@ -17,20 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn shim_prefix() -> Option<PathBuf> {
-    let prefix = std::env::var_os("ROCKY_MALI_SHIM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rocky/mali-shim-25.0.7"))
-        })?;
-    if prefix.join(".mali-shim-stamp").is_file() && prefix.join("run.sh").is_file() {
-        return Some(prefix);
-    }
-    let why = format!(
-        "no Mesa 25.0.7 mali-shim at {} (tools/setup.sh installs it; or set ROCKY_MALI_SHIM)",
-        prefix.display()
-    );
-    common::mali_shim_missing("25.0.7 attention statistics", &why);
-    None
+    common::mali_shim_25("25.0.7 attention statistics")
 }
 
 /// Compiles one attention pipeline on the shim (`schedule` None: the device's default) and

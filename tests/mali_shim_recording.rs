@@ -28,20 +28,7 @@ const UBATCHES: [usize; 7] = [1, 16, 64, 72, 512, 2048, 4096];
 const MEMORY_MB: [u32; 2] = [4096, 16384];
 
 fn shim_prefix() -> Option<PathBuf> {
-    let prefix = std::env::var_os("ROCKY_MALI_SHIM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rocky/mali-shim-25.0.7"))
-        })?;
-    if prefix.join(".mali-shim-stamp").is_file() && prefix.join("run.sh").is_file() {
-        return Some(prefix);
-    }
-    let why = format!(
-        "no Mesa 25.0.7 mali-shim at {} (tools/setup.sh installs it; or set ROCKY_MALI_SHIM)",
-        prefix.display()
-    );
-    common::mali_shim_missing("25.0.7 recording", &why);
-    None
+    common::mali_shim_25("25.0.7 recording")
 }
 
 /// The Qwen2.5-3B-shaped Q4_K_M file made by `rocky synth` (1.8 GiB, kept in the test assets

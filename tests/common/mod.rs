@@ -103,3 +103,23 @@ pub fn mali_shim_missing(tier: &str, why: &str) {
     }
     eprintln!("SKIPPED: {why}");
 }
+
+/// The Mesa 25.0.7 mali-shim prefix (`ROCKY_MALI_SHIM`, else `~/.cache/rocky/mali-shim-25.0.7`),
+/// or `None` after [`mali_shim_missing`] for the `tier` named.
+#[allow(dead_code)]
+pub fn mali_shim_25(tier: &str) -> Option<PathBuf> {
+    let prefix = std::env::var_os("ROCKY_MALI_SHIM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rocky/mali-shim-25.0.7"))
+        })?;
+    if prefix.join(".mali-shim-stamp").is_file() && prefix.join("run.sh").is_file() {
+        return Some(prefix);
+    }
+    let why = format!(
+        "no Mesa 25.0.7 mali-shim at {} (tools/setup.sh installs it; or set ROCKY_MALI_SHIM)",
+        prefix.display()
+    );
+    mali_shim_missing(tier, &why);
+    None
+}
