@@ -335,54 +335,32 @@ fn attend_flash_f16(
     sliding_window: Option<usize>,
 ) -> Vec<f32> {
     use half::f16;
-    let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = heads;
-    let q_w = n_heads * head_dim;
-    let kv_w = n_kv_heads * head_dim;
-    let n_new = q.len() / q_w;
-    let group = n_heads / n_kv_heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut out = vec![0f32; n_new * q_w];
-    out.par_chunks_mut(head_dim)
-        .enumerate()
-        .for_each(|(idx, o)| {
-            let (i, h) = (idx / n_heads, idx % n_heads);
-            let kvh = h / group;
-            let qv: Vec<f32> = q[i * q_w + h * head_dim..][..head_dim]
-                .iter()
-                .map(|&x| f16::from_f32(x).to_f32())
-                .collect();
-            let n_keys = n_past + i + 1;
-            let first = sliding_window.map_or(0, |w| n_keys.saturating_sub(w));
-            let mut acc = vec![f16::ZERO; head_dim];
-            let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-            for j in first..n_keys {
-                let s = dot(&qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale;
-                let (mut ms, mut vs) = (1f32, 1f32);
-                if s > m {
-                    ms = (m - s).exp();
-                    m = s;
-                    for a in acc.iter_mut() {
-                        *a = f16::from_f32(a.to_f32() * ms);
-                    }
-                } else {
-                    vs = (s - m).exp();
+    for_each_head_row(q, kc, vc, n_past, heads, sliding_window, |r, o| {
+        let qv: Vec<f32> = r.q.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+        let mut acc = vec![f16::ZERO; o.len()];
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for j in r.keys.clone() {
+            let s = dot(&qv, r.k(j)) * r.scale;
+            let (mut ms, mut vs) = (1f32, 1f32);
+            if s > m {
+                ms = (m - s).exp();
+                m = s;
+                for a in acc.iter_mut() {
+                    *a = f16::from_f32(a.to_f32() * ms);
                 }
-                let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
-                for (a, &v) in acc.iter_mut().zip(vrow) {
-                    *a = f16::from_f32(a.to_f32() + v * vs);
-                }
-                sum = sum * ms + vs;
+            } else {
+                vs = (s - m).exp();
             }
-            let inv = 1.0 / sum;
-            for (o, a) in o.iter_mut().zip(&acc) {
-                *o = a.to_f32() * inv;
+            for (a, &v) in acc.iter_mut().zip(r.v(j)) {
+                *a = f16::from_f32(a.to_f32() + v * vs);
             }
-        });
-    out
+            sum = sum * ms + vs;
+        }
+        let inv = 1.0 / sum;
+        for (o, a) in o.iter_mut().zip(&acc) {
+            *o = a.to_f32() * inv;
+        }
+    })
 }
 
 /// Causal grouped-query attention of the `q` rows at positions `n_past..` over the cached
@@ -395,6 +373,57 @@ fn attend(
     n_past: usize,
     heads: Heads,
     sliding_window: Option<usize>,
+) -> Vec<f32> {
+    for_each_head_row(q, kc, vc, n_past, heads, sliding_window, |r, o| {
+        let scores: Vec<f32> = r.keys.clone().map(|j| dot(r.q, r.k(j)) * r.scale).collect();
+        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f64 = weights.iter().map(|&w| w as f64).sum();
+        let inv = (1.0 / sum) as f32;
+        for (j, w) in r.keys.clone().zip(&weights) {
+            for (o, vv) in o.iter_mut().zip(r.v(j)) {
+                *o += w * inv * vv;
+            }
+        }
+    })
+}
+
+/// One (query row, q head) of an attention op: its query, the keys it sees and its kv head's
+/// rows of the cache.
+struct HeadRow<'a> {
+    q: &'a [f32],
+    keys: std::ops::Range<usize>,
+    kc: &'a [f32],
+    vc: &'a [f32],
+    /// Offset of the kv head within a cache row, and the cache row width.
+    head_off: usize,
+    kv_w: usize,
+    head_dim: usize,
+    /// 1/√head_dim.
+    scale: f32,
+}
+
+impl HeadRow<'_> {
+    fn k(&self, j: usize) -> &[f32] {
+        &self.kc[j * self.kv_w + self.head_off..][..self.head_dim]
+    }
+
+    fn v(&self, j: usize) -> &[f32] {
+        &self.vc[j * self.kv_w + self.head_off..][..self.head_dim]
+    }
+}
+
+/// Causal grouped-query attention's bookkeeping, shared by [`attend`] and
+/// [`attend_flash_f16`]: `row` fills the head_dim outputs of each (query row, q head) in
+/// parallel. Position p sees keys 0..=p, or with a sliding window of w the last w of them.
+fn for_each_head_row(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    n_past: usize,
+    heads: Heads,
+    sliding_window: Option<usize>,
+    row: impl Fn(&HeadRow, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let Heads {
         n_heads,
@@ -411,23 +440,19 @@ fn attend(
         .enumerate()
         .for_each(|(idx, o)| {
             let (i, h) = (idx / n_heads, idx % n_heads);
-            let kvh = h / group;
-            let qv = &q[i * q_w + h * head_dim..][..head_dim];
             let n_keys = n_past + i + 1;
             let first = sliding_window.map_or(0, |w| n_keys.saturating_sub(w));
-            let scores: Vec<f32> = (first..n_keys)
-                .map(|j| dot(qv, &kc[j * kv_w + kvh * head_dim..][..head_dim]) * scale)
-                .collect();
-            let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-            let sum: f64 = weights.iter().map(|&w| w as f64).sum();
-            let inv = (1.0 / sum) as f32;
-            for (j, w) in (first..n_keys).zip(&weights) {
-                let vrow = &vc[j * kv_w + kvh * head_dim..][..head_dim];
-                for (o, vv) in o.iter_mut().zip(vrow) {
-                    *o += w * inv * vv;
-                }
-            }
+            let r = HeadRow {
+                q: &q[i * q_w + h * head_dim..][..head_dim],
+                keys: first..n_keys,
+                kc,
+                vc,
+                head_off: (h / group) * head_dim,
+                kv_w,
+                head_dim,
+                scale,
+            };
+            row(&r, o);
         });
     out
 }

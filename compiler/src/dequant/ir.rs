@@ -89,7 +89,6 @@ pub fn open_unit(
     }
     let buf = rows.buffer;
     let mut u = Unit::blank(rows.format, buf, row_off, Align::Two);
-    let f32_of_u32 = |v: Value| b.convert(v, Type::F32);
     match rows.format {
         WeightFormat::F32 => u.base = b.add(row_off, b.muli(unit, UNIT * 4)),
         WeightFormat::F16 | WeightFormat::BF16 => u.base = b.add(row_off, b.muli(unit, UNIT * 2)),
@@ -126,15 +125,8 @@ pub fn open_unit(
         WeightFormat::Q4K => {
             let sub = b.andi(unit, 7);
             u.base = b.add(row_off, b.muli(b.shri(unit, 3), 144));
-            let w = b.shri(u.base, 2);
-            let dm = b.unpack_half2x16(b.load(buf, w));
-            let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
-            let w0 = b.load(buf, b.addi(w, 1));
-            let w1 = b.load(buf, b.addi(w, 2));
-            let w2 = b.load(buf, b.addi(w, 3));
-            let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
-            u.scale = Some(b.mul(d, f32_of_u32(sc)));
-            u.min = Some(b.mul(dmin, f32_of_u32(m)));
+            let (scale, min) = k_quant_scale_min(b, buf, u.base, sub);
+            (u.scale, u.min) = (Some(scale), Some(min));
             // Sub-blocks 2p and 2p+1 share qs[32p..32p+32] (low / high nibbles).
             u.q_off = Some(b.add(b.addi(u.base, 16), b.muli(b.shri(sub, 1), 32)));
             u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
@@ -143,15 +135,8 @@ pub fn open_unit(
             // Q4_K's header and nibbles (qs 32 bytes further on), plus bit `sub` of qh[l].
             let sub = b.andi(unit, 7);
             u.base = b.add(row_off, b.muli(b.shri(unit, 3), 176));
-            let w = b.shri(u.base, 2);
-            let dm = b.unpack_half2x16(b.load(buf, w));
-            let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
-            let w0 = b.load(buf, b.addi(w, 1));
-            let w1 = b.load(buf, b.addi(w, 2));
-            let w2 = b.load(buf, b.addi(w, 3));
-            let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
-            u.scale = Some(b.mul(d, f32_of_u32(sc)));
-            u.min = Some(b.mul(dmin, f32_of_u32(m)));
+            let (scale, min) = k_quant_scale_min(b, buf, u.base, sub);
+            (u.scale, u.min) = (Some(scale), Some(min));
             u.q_off = Some(b.add(b.addi(u.base, 48), b.muli(b.shri(sub, 1), 32)));
             u.q_shift = Some(b.shli(b.andi(sub, 1), 2));
             u.qh_off = Some(b.addi(u.base, 16));
@@ -191,6 +176,20 @@ fn with_f16_scales(b: &KernelBuilder, mut u: Unit, want_f16: bool) -> Unit {
         u.min_h = h(u.min);
     }
     u
+}
+
+/// The f32 scale and min of sub-block `sub` of the Q4_K/Q5_K super-block at byte `base`
+/// (4-byte aligned): its f16 d and dmin, then the 6-bit pair of the 12 scale bytes.
+fn k_quant_scale_min(b: &KernelBuilder, buf: Buffer, base: Value, sub: Value) -> (Value, Value) {
+    let w = b.shri(base, 2);
+    let dm = b.unpack_half2x16(b.load(buf, w));
+    let (d, dmin) = (b.extract(dm, 0), b.extract(dm, 1));
+    let w0 = b.load(buf, b.addi(w, 1));
+    let w1 = b.load(buf, b.addi(w, 2));
+    let w2 = b.load(buf, b.addi(w, 3));
+    let (sc, m) = q4k_scale_min(b, sub, w0, w1, w2);
+    let f32_of_u32 = |v: Value| b.convert(v, Type::F32);
+    (b.mul(d, f32_of_u32(sc)), b.mul(dmin, f32_of_u32(m)))
 }
 
 /// get_scale_min_k4 of Q4_K sub-block `sub` (u32 in 0..8) from the 3 scale words of its
