@@ -1,7 +1,8 @@
 //! Attention on Mali's real compiler (Mesa 25.0.7 panvk over the drm-shim, x86): the default
-//! schedule of each model shape compiles without spilling, and the fact behind the default's
-//! choice of a shared-memory lane reduction holds: the driver compiles each subgroup shuffle
-//! into a loop of its own, and the shuffle-reduced twin of the default spills.
+//! schedule of each model shape (the key-split kernel) compiles without spilling, costs fewer
+//! load/store cycles per (row, key) than its row-wise twin, and the fact behind avoiding
+//! shuffles holds: the driver compiles each subgroup shuffle into a loop of its own, and the
+//! shuffle-reduced row-wise twin spills.
 //!
 //! Both numbers come from the driver's compiler itself (`BIFROST_MESA_DEBUG=shaderdb` on
 //! stderr), nothing is run. Skips with a notice when the shim is absent (a failure in CI and
@@ -73,27 +74,45 @@ fn default_attention_does_not_spill_on_panvk_and_shuffles_are_loops_there() {
             (0.0, 0.0),
             "{workload}: the default {schedule} spills on panvk"
         );
-        // The same schedule reducing its lanes by subgroup shuffles: each shuffle is a loop
-        // of its own (kv_block keys × log2(lanes) shuffles, beside the key-block loop), and
-        // the registers they hold spill.
         let a = &schedule["attention"];
+        assert!(
+            a["lane_rows"].as_u64().unwrap_or(0) > 0,
+            "{schedule}: panvk's default is the key-split kernel"
+        );
         let lanes = a["threads_per_row"].as_u64().unwrap();
         let kv_block = a["kv_block"].as_u64().unwrap();
-        assert!(lanes > 1, "{schedule}: one lane per row has no reduction");
-        if lanes > 16 {
-            // More lanes than the G610's subgroup: shuffles cannot reach them (head_dim 256).
-            continue;
+        // Its row-wise twin (the lanes split head_dim, 8-key blocks, partial sums through
+        // shared memory) costs more load/store cycles per (row, key) where the key-split
+        // kernel's score loop is unrolled whole (one loop: head_dim 64; beyond, its rolled
+        // loop is counted once and the comparison would flatter it).
+        let mut rowwise = schedule.clone();
+        rowwise["attention"]
+            .as_object_mut()
+            .unwrap()
+            .remove("lane_rows");
+        rowwise["attention"]["kv_block"] = 8.into();
+        let (_, row) = compile(&prefix, &scratch, workload, Some(&rowwise.to_string()));
+        println!("{workload}: row-wise {rowwise} -> {row:?}");
+        if default["loops"] == 1.0 {
+            let per_row_key = |ls: f64, kv: u64| ls * lanes as f64 / kv as f64;
+            assert!(
+                per_row_key(default["ls"], kv_block) < per_row_key(row["ls"], 8),
+                "{workload}: key-split {default:?} against row-wise {row:?}"
+            );
         }
-        let mut shuffled = schedule.clone();
+        // The row-wise twin reducing its lanes by subgroup shuffles: each shuffle is a loop
+        // of its own (8 keys × log2(lanes) shuffles, beside the key-block loop), and the
+        // registers they hold spill: why panvk's defaults never shuffle.
+        let mut shuffled = rowwise.clone();
         shuffled["attention"]["lane_reduce"] = "shuffle".into();
         let (_, twin) = compile(&prefix, &scratch, workload, Some(&shuffled.to_string()));
         println!("{workload}: shuffled {shuffled} -> {twin:?}");
-        let shuffles = kv_block * u64::from(lanes.trailing_zeros());
+        let shuffles = 8 * u64::from(lanes.trailing_zeros());
         assert!(
-            twin["loops"] >= default["loops"] + shuffles as f64,
+            twin["loops"] >= row["loops"] + shuffles as f64,
             "{workload}: {} loops with shuffles against {} without ({shuffles} shuffles)",
             twin["loops"],
-            default["loops"]
+            row["loops"]
         );
         assert!(
             twin["spills"] > 0.0,

@@ -160,6 +160,7 @@ fn sample(
             ("f16_pv", s.f16_pv as u32),
             ("tile_rows", s.tile_rows),
             ("tile_keys", s.tile_keys),
+            ("lane_rows", s.lane_rows),
         ]
     };
     let mut seen = std::collections::BTreeSet::new();
@@ -521,4 +522,58 @@ fn tiled_attention_matches_the_reference_over_its_space() {
         }
     }
     eprintln!("checked {checked} tiled attention kernels; worst error / allowed = {worst:.3}");
+}
+
+#[test]
+fn key_split_attention_matches_the_reference_over_its_space() {
+    // The 0.5B's group of 7 at head_dim 64, the 3B's 8 at 128 (one kv head each) and a
+    // sliding-window head_dim 256 (Gemma 3): a later ubatch of 19 rows over 37 cached keys,
+    // so key blocks end mid-row, lane groups hold rows past m and the last row block is
+    // partial. Mali's device class, where these schedules are offered.
+    let mut checked = 0;
+    let mut worst = 0f32;
+    for (i, &(nh, nkv, hd, window)) in [(7u32, 1u32, 64u32, 0u32), (8, 1, 128, 0), (4, 1, 256, 13)]
+        .iter()
+        .enumerate()
+    {
+        let w = AttentionWorkload {
+            m: 20,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            max_kv: 64,
+            window,
+        };
+        let c = case(w, 19, 37, 60 + i as u64);
+        let caps = mali_vk12();
+        let split: Vec<AttentionSchedule> = attention::search_space(&w, &caps)
+            .into_iter()
+            .filter(|s| s.is_key_split())
+            .collect();
+        assert!(split.len() >= 5, "{} key-split schedules", split.len());
+        let mut rng = SplitMix64::new(9 + i as u64);
+        let mut picks: Vec<AttentionSchedule> = (0..8)
+            .map(|_| split[(rng.next_u64() % split.len() as u64) as usize])
+            .collect();
+        // Every lane count, keys per lane, rows per group and math at least once.
+        for s in &split {
+            let key = |p: &AttentionSchedule| {
+                (
+                    p.threads_per_row,
+                    p.kv_block / p.threads_per_row,
+                    p.lane_rows,
+                    p.f16_qk,
+                    p.f16_pv,
+                )
+            };
+            if !picks.iter().any(|p| key(p) == key(s)) {
+                picks.push(*s);
+            }
+        }
+        for s in &picks {
+            worst = worst.max(check(&c, s, &caps, 16));
+            checked += 1;
+        }
+    }
+    eprintln!("checked {checked} key-split attention kernels; worst error / allowed = {worst:.3}");
 }

@@ -340,6 +340,8 @@ pub fn summary(s: &AttentionSchedule) -> String {
         },
         if s.is_tiled() {
             format!(" t{}x{}", s.tile_rows, s.tile_keys)
+        } else if s.is_key_split() {
+            format!(" ks{}", s.lane_rows)
         } else {
             String::new()
         }

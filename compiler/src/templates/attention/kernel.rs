@@ -118,6 +118,9 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     if s.is_tiled() {
         return super::tiled::build(w, s);
     }
+    if s.is_key_split() {
+        return super::key_split::build(w, s);
+    }
     let b = KernelBuilder::new(s.name(w), [s.threads(w), 1, 1]);
     let v4 = Type::vec(Scalar::F32, 4);
     let u4 = Type::vec(Scalar::U32, 4);

@@ -5,10 +5,12 @@
 //! - [`workload`]: what is computed, the push constants and the runtime contract;
 //! - [`schedule`]: the tunables, their validity and resource estimates, the search space and
 //!   the rule-based default;
-//! - [`kernel`]: the IR (f32 or packed-f16 products); [`reference`]: the CPU oracle (f64,
+//! - [`kernel`]: the IR (f32 or packed-f16 products), with the register-tiled variant in
+//!   [`tiled`] and the key-split one (Mali) in [`key_split`]; [`reference`]: the CPU oracle (f64,
 //!   f16-rounded K/V) and each schedule's error bound.
 
 pub(crate) mod kernel;
+pub(crate) mod key_split;
 pub mod reference;
 pub mod schedule;
 pub(crate) mod tiled;

@@ -230,6 +230,7 @@ pub fn reference(
         f16_pv: false,
         tile_rows: 0,
         tile_keys: 0,
+        lane_rows: 0,
     };
     reference_for(w, &f32_math, m, pos0, q, k_cache, v_cache)
 }

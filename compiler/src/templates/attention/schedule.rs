@@ -72,6 +72,15 @@ pub struct AttentionSchedule {
     /// Keys per thread of a tiled schedule (0 with the row-wise kernel).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tile_keys: u32,
+    /// Key-split kernel (`key_split.rs`) where non-zero: the `threads_per_row` lanes of a
+    /// group split each key block between them (whole scores per lane, exchanged once per
+    /// block through shared memory) instead of splitting head_dim, and each group serves
+    /// `lane_rows` rows that share its K and V loads. For GPUs whose shuffles are slow and
+    /// whose shared memory is ordinary memory (Mali): no per-key lane sums. Needs
+    /// `lane_reduce = shared`, no staging, and a power-of-two `kv_block` that is a multiple of
+    /// the lanes. 0 (absent in older records, and omitted from the JSON): not used.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lane_rows: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -94,6 +103,9 @@ impl AttentionSchedule {
     }
 
     pub fn threads(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_key_split() {
+            return self.row_slots(w) / self.lane_rows * self.threads_per_row;
+        }
         if self.is_tiled() {
             return self.row_slots(w) / self.tile_rows * self.tiled_columns();
         }
@@ -105,6 +117,11 @@ impl AttentionSchedule {
         self.tile_rows > 0
     }
 
+    /// Whether this is a key-split schedule (see [`AttentionSchedule::lane_rows`]).
+    pub fn is_key_split(&self) -> bool {
+        self.lane_rows > 0
+    }
+
     /// Threads sharing a row of a tiled schedule (`kv_block / tile_keys`).
     pub fn tiled_columns(&self) -> u32 {
         self.kv_block / self.tile_keys.max(1)
@@ -112,7 +129,7 @@ impl AttentionSchedule {
 
     /// Products of head_dim summed in one f16vec2 half before a fold into f32 (`f16_qk`).
     pub fn f16_qk_terms(&self, head_dim: u32) -> u32 {
-        if self.is_tiled() {
+        if self.is_tiled() || self.is_key_split() {
             4 * super::tiled::QK_FOLD_CHUNKS.min(head_dim / 8)
         } else {
             head_dim / (2 * self.threads_per_row.max(1))
@@ -126,11 +143,14 @@ impl AttentionSchedule {
 
     /// Whether partial dot products are reduced through shared memory.
     pub fn reduces_in_shared(&self) -> bool {
-        self.threads_per_row > 1 && self.lane_reduce == LaneReduce::Shared
+        self.threads_per_row > 1 && self.lane_reduce == LaneReduce::Shared && !self.is_key_split()
     }
 
     /// Bytes of workgroup memory: the f16 K and V tiles, and the reduction slots.
     pub fn shared_bytes(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_key_split() {
+            return super::key_split::KeySplitLayout::of(w, self).bytes(self.kv_block);
+        }
         if self.is_tiled() {
             let lay = super::tiled::TiledLayout::of(w, self);
             return 16 * lay.elements(self.kv_block).iter().sum::<u32>();
@@ -148,6 +168,20 @@ impl AttentionSchedule {
     /// Rough 32-bit registers per thread: q and output slices, the block's scores, one
     /// unpacked K/V chunk and a fixed overhead for indices and softmax state.
     pub fn register_estimate(&self, w: &AttentionWorkload) -> u32 {
+        if self.is_key_split() {
+            // Live across the block: the rows' outputs (f32; with f16_pv their f16 block
+            // sums too) and softmax state. Then the larger of the score phase (one chunk of
+            // Q per row, one K word per key, the scores) and the weight phase (the block's
+            // weights per row, one unpacked V chunk).
+            let r = self.lane_rows;
+            let out = r * w.head_dim / self.threads_per_row;
+            let pv16 = if self.f16_pv { out / 2 } else { 0 };
+            let keys = self.kv_block / self.threads_per_row;
+            let q_chunk = if self.f16_qk { 4 } else { 8 };
+            let score_phase = r * q_chunk + 4 * keys + r * keys * if self.f16_qk { 2 } else { 1 };
+            let weight_phase = r * self.kv_block + 8;
+            return out + pv16 + 2 * r + score_phase.max(weight_phase) + 16;
+        }
         if self.is_tiled() {
             // Output (f32, plus the f16 block sums), scores (plus their f16 partials), one
             // chunk of Q and K words per row and key, indices and softmax state.
@@ -183,6 +217,8 @@ impl AttentionSchedule {
             },
             if self.is_tiled() {
                 format!("_t{}x{}", self.tile_rows, self.tile_keys)
+            } else if self.is_key_split() {
+                format!("_ks{}", self.lane_rows)
             } else {
                 String::new()
             }
@@ -232,6 +268,9 @@ impl AttentionSchedule {
         if self.is_tiled() || self.tile_keys > 0 {
             self.validate_tiled(w, caps)?;
         }
+        if self.is_key_split() {
+            self.validate_key_split(w)?;
+        }
         check_threads(self.threads(w), caps)?;
         check_shared(self.shared_bytes(w), caps)?;
         let regs = self.register_estimate(w);
@@ -246,6 +285,37 @@ impl AttentionSchedule {
 }
 
 impl AttentionSchedule {
+    /// The key-split kernel's own rules (see [`AttentionSchedule::lane_rows`]).
+    fn validate_key_split(&self, w: &AttentionWorkload) -> Result<(), Refusal> {
+        let bad = |s: String| Err(Refusal::Schedule(s));
+        let (lanes, r) = (self.threads_per_row, self.lane_rows);
+        if self.is_tiled() {
+            return bad("a schedule is either tiled or key-split".into());
+        }
+        if !matches!(r, 1 | 2 | 4) {
+            return bad(format!("lane_rows {r} must be 1, 2 or 4"));
+        }
+        if self.stage_kv || self.lane_reduce != LaneReduce::Shared {
+            return bad(
+                "a key-split schedule reads K and V from the cache and exchanges scores through shared memory (stage_kv false, lane_reduce shared)"
+                    .into(),
+            );
+        }
+        if !self.kv_block.is_power_of_two() || self.kv_block % lanes != 0 {
+            return bad(format!(
+                "kv_block {} must be a power of two and a multiple of the {lanes} lanes",
+                self.kv_block
+            ));
+        }
+        if self.row_slots(w) % r != 0 {
+            return bad(format!(
+                "{} rows per workgroup do not split into groups of {r}",
+                self.row_slots(w)
+            ));
+        }
+        Ok(())
+    }
+
     /// The tiled kernel's own rules (see [`AttentionSchedule::tile_rows`]).
     fn validate_tiled(&self, w: &AttentionWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         let bad = |s: String| Err(Refusal::Schedule(s));
@@ -338,8 +408,50 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     f16_pv,
                                     tile_rows,
                                     tile_keys,
+                                    lane_rows: 0,
                                 };
                                 if s.threads(w) >= 32.min(caps.max_workgroup_invocations)
+                                    && s.validate(w, caps).is_ok()
+                                {
+                                    out.push(s);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Key-split schedules, where the tiled ones are not offered or shuffles are slow (Mali):
+    // 2-32 lanes with 1, 2 or 4 keys each (blocks of at most 64 keys), 1, 2 or 4 rows per
+    // lane group.
+    if !(caps.subgroup_shuffle && !caps.shared_memory_is_slow) || caps.slow_subgroup_shuffle {
+        for &group_heads in groupings {
+            for rows in [1, 2, 4, 8] {
+                if rows > m_cap {
+                    continue;
+                }
+                for lanes in [2, 4, 8, 16, 32] {
+                    for keys_per_lane in [1, 2, 4] {
+                        if lanes * keys_per_lane > 64 {
+                            continue;
+                        }
+                        for lane_rows in [1, 2, 4] {
+                            for &(f16_qk, f16_pv) in maths {
+                                let s = AttentionSchedule {
+                                    rows,
+                                    kv_block: lanes * keys_per_lane,
+                                    threads_per_row: lanes,
+                                    group_heads,
+                                    stage_kv: false,
+                                    lane_reduce: LaneReduce::Shared,
+                                    f16_qk,
+                                    f16_pv,
+                                    tile_rows: 0,
+                                    tile_keys: 0,
+                                    lane_rows,
+                                };
+                                if s.threads(w) >= 16.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
                                 {
                                     out.push(s);
@@ -380,6 +492,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     f16_pv,
                                     tile_rows: 0,
                                     tile_keys: 0,
+                                    lane_rows: 0,
                                 };
                                 if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
                                     continue;
@@ -419,6 +532,7 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
             f16_pv: true,
             tile_rows,
             tile_keys,
+            lane_rows: 0,
         })
         .filter(|s| {
             s.threads(w) >= 32.min(caps.max_workgroup_invocations) && s.validate(w, caps).is_ok()
@@ -431,6 +545,36 @@ fn prev_pow2(x: u32) -> u32 {
         0
     } else {
         1 << (31 - x.leading_zeros())
+    }
+}
+
+/// A key-split default for Mali-class devices (slow shuffles, 64 registers): one 8-element
+/// output chunk per lane up to 16 lanes, `keys_per_lane` keys each, one row per lane group,
+/// about 128 threads. Valhall's estimates of load/store cycles per (row, key) against the
+/// row-wise default (Mesa 25.0.7, no spills either way): head_dim 64 31.5 vs 48, 128 57.5 vs
+/// 128, 256 151 vs 384 (docs/measurements/2026-12-05-mali-key-split.md).
+fn key_split_default(w: &AttentionWorkload, keys_per_lane: u32) -> AttentionSchedule {
+    let lanes = prev_pow2((w.head_dim / 8).clamp(1, 16));
+    let group_heads = w.group() > 1;
+    let heads = if group_heads { w.group() } else { 1 };
+    // At most 4 KiB of f32 Q tile: the driver allocates workgroup memory per dispatch.
+    let q_rows_max = prev_pow2((4096 / (4 * w.head_dim * heads)).max(1));
+    let rows = prev_pow2((128 / (heads * lanes)).max(1))
+        .min(q_rows_max)
+        .min(w.m.max(1).next_power_of_two())
+        .min(32);
+    AttentionSchedule {
+        rows,
+        kv_block: keys_per_lane * lanes,
+        threads_per_row: lanes,
+        group_heads,
+        stage_kv: false,
+        lane_reduce: LaneReduce::Shared,
+        f16_qk: false,
+        f16_pv: false,
+        tile_rows: 0,
+        tile_keys: 0,
+        lane_rows: 1,
     }
 }
 
@@ -453,6 +597,11 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
     let shuffle = caps.subgroup_shuffle && !caps.slow_subgroup_shuffle;
     let lanes_max = (w.head_dim / 8).max(1);
     let mut candidates = Vec::new();
+    if caps.slow_subgroup_shuffle && caps.register_budget <= 64 {
+        // Two keys per lane where that fits the registers, else one (head_dim 256).
+        candidates.push(key_split_default(w, 2));
+        candidates.push(key_split_default(w, 1));
+    }
     let lane_widths = if caps.register_budget <= 64 {
         [8, 16, 32]
     } else {
@@ -485,6 +634,7 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             f16_pv: false,
             tile_rows: 0,
             tile_keys: 0,
+            lane_rows: 0,
         });
         candidates.push(AttentionSchedule {
             rows: 1,

@@ -1,0 +1,531 @@
+//! The key-split attention kernel (`lane_rows > 0`): the lanes of a row group split each key
+//! block between them instead of head_dim, for GPUs whose subgroup shuffles are slow and whose
+//! shared memory costs what global memory costs (Mali under panvk).
+//!
+//! The row-wise kernel (`kernel.rs`) splits head_dim over a row's lanes, so every key's score
+//! is a sum across lanes: on panvk each shuffle becomes a loop of its own, and the
+//! shared-memory reduction costs every lane a store per key and a load per key and lane. Here
+//! lane `l` of a group of L computes whole scores, for its own keys of the block, and only
+//! the finished scores are exchanged, once per block (one store per key, then the block's
+//! scores read back by every lane). Each group serves `lane_rows` rows that share a kv head
+//! (heads of a GQA group, or queries of one head), so every K and V load feeds that many rows:
+//!
+//! ```text
+//! R = rows · heads rows (row r = query r / heads, head r % heads); groups of L lanes;
+//! group g serves rows g·lane_rows + i (i < lane_rows); k = kv_block / L keys per lane
+//! Q (pre-scaled by 1/sqrt(head_dim), f16 with f16_qk) → shared once; barrier
+//! for kb in (0..n_keys).step_by(kv_block):          // uniform: barriers are legal
+//!     s[i][kk] = q_i · K[kb + l·k + kk]  (whole head_dim; masked keys → NEG_BIG)
+//!     s → exchange[block parity][row][key]; barrier
+//!     every lane reads its rows' kv_block scores: mx' = max(mx, max_j s), c = exp(mx - mx')
+//!     p[i][j] = exp(s[i][j] - mx'); l = l·c + Σ_j p; o = o·c
+//!     o[i][t] += Σ_j p[i][j] · V[kb + j][chunk l + t·L]      (lane l owns chunks l + t·L)
+//! out = o / l for rows < m
+//! ```
+//! The exchange is double-buffered by block parity: a lane writing block n + 2's scores has
+//! passed block n + 1's barrier, which no lane reaches before it has read block n's scores, so
+//! one barrier per block suffices. K and V are read from the cache directly (keys past n_keys
+//! clamped to the last valid one, and masked): where shared memory is ordinary memory, staging
+//! them would only add a store and a load per word. The softmax arithmetic and the f16 options
+//! are those of the other kernels (`f16_qk`: the Q tile in f16 and each score an f16vec2 chain
+//! folded into f32 every [`QK_FOLD_CHUNKS`] chunks; `f16_pv`: the block's weights rounded to
+//! f16 and Σ_j p·v summed in f16vec2, folded into the f32 output once per block).
+
+use super::kernel::{workgroup_keys, Interface};
+use super::schedule::AttentionSchedule;
+use super::tiled::QK_FOLD_CHUNKS;
+use super::workload::AttentionWorkload;
+use crate::ir::{
+    Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
+};
+
+/// The running max before any key: far below any score, yet finite.
+const NEG_BIG: f32 = -1.0e30;
+
+/// Shared-memory layout of a key-split schedule, in 4-byte words; also what
+/// [`AttentionSchedule::shared_bytes`] counts.
+pub(crate) struct KeySplitLayout {
+    /// Rows of the workgroup (rows × heads).
+    pub r: u32,
+    /// 16-byte elements per row of the Q tile (f16: one per 8 elements; f32: two).
+    pub q_stride: u32,
+}
+
+impl KeySplitLayout {
+    pub(crate) fn of(w: &AttentionWorkload, s: &AttentionSchedule) -> KeySplitLayout {
+        let head_u4 = w.head_dim / 8;
+        KeySplitLayout {
+            r: s.row_slots(w),
+            q_stride: if s.f16_qk { head_u4 } else { 2 * head_u4 },
+        }
+    }
+
+    /// Bytes of the Q tile and of the two score-exchange buffers.
+    pub(crate) fn bytes(&self, kv_block: u32) -> u32 {
+        16 * self.r * self.q_stride + 4 * 2 * self.r * kv_block
+    }
+}
+
+/// Builds the IR of the key-split kernel. The pair must have passed validation.
+pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
+    let threads = s.threads(w);
+    let b = KernelBuilder::new(s.name(w), [threads, 1, 1]);
+    let f32x4 = Type::vec(Scalar::F32, 4);
+    let u32x4 = Type::vec(Scalar::U32, 4);
+    let h2 = Type::vec(Scalar::F16, 2);
+    let Interface {
+        q,
+        k_cache,
+        v_cache,
+        out,
+        m,
+        pos0,
+    } = Interface::declare(&b);
+
+    let lay = KeySplitLayout::of(w, s);
+    let lanes = s.threads_per_row;
+    let kvb = s.kv_block;
+    let keys_per_lane = kvb / lanes;
+    let rows_per_group = s.lane_rows;
+    let hg = s.heads_per_workgroup(w);
+    let hu = w.head_dim / 8;
+    let pos_u4 = w.kv_width() / 8;
+    let chunks = s.chunks_per_lane(w);
+
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    let lane = b.andi(tid, lanes - 1);
+    let group = b.shri(tid, lanes.trailing_zeros());
+    let q_block = b.builtin(Builtin::WorkgroupId(0));
+    let head_y = b.builtin(Builtin::WorkgroupId(1));
+    let first_row = b.muli(q_block, s.rows);
+    let last = b.sub(m, b.c_u32(1));
+    // Query (unclamped, for the store), clamped query and head of workgroup row `r`.
+    let row_of = |r: Value| {
+        let (qi, hh) = if hg > 1 {
+            (b.div(r, b.c_u32(hg)), b.rem(r, b.c_u32(hg)))
+        } else {
+            (r, b.c_u32(0))
+        };
+        let query = b.add(first_row, qi);
+        let head = if s.group_heads {
+            b.add(b.muli(head_y, w.group()), hh)
+        } else {
+            head_y
+        };
+        (query, b.min(query, last), head)
+    };
+    let kvh = if s.group_heads {
+        head_y
+    } else {
+        b.div(head_y, b.c_u32(w.group()))
+    };
+    let kv_base = b.muli(kvh, hu);
+    let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
+    let last_key = b.sub(n_keys, b.c_u32(1));
+
+    let q_tile = if s.f16_qk {
+        b.shared_array("q_tile", u32x4, lay.r * lay.q_stride)
+    } else {
+        b.shared_array("q_tile", f32x4, lay.r * lay.q_stride)
+    };
+    let exchange = b.shared_array("scores", Type::F32, 2 * lay.r * kvb);
+
+    // The Q tile, pre-scaled by 1/sqrt(head_dim), copied by all threads together.
+    let scale = b.splat(b.c_f32(1.0 / (w.head_dim as f32).sqrt()), 4);
+    let q_at = |r: Value, e: Value| {
+        let (_, query_c, head) = row_of(r);
+        b.add(
+            b.add(
+                b.muli(query_c, w.q_width() / 4),
+                b.muli(head, w.head_dim / 4),
+            ),
+            e,
+        )
+    };
+    let per_row = if s.f16_qk { hu } else { 2 * hu };
+    let total = lay.r * per_row;
+    b.for_range(
+        b.c_u32(0),
+        b.c_u32(total.div_ceil(threads)),
+        1,
+        Unroll::Hint,
+        |it| {
+            let idx = b.add(tid, b.muli(it, threads));
+            let body = || {
+                let r = b.div(idx, b.c_u32(per_row));
+                let e = b.rem(idx, b.c_u32(per_row));
+                if s.f16_qk {
+                    let at = q_at(r, b.shli(e, 1));
+                    let lo = b.mul(b.load(q, at), scale);
+                    let hi = b.mul(b.load(q, b.addi(at, 1)), scale);
+                    let pack = |v: Value, i: u32| {
+                        b.pack_half2x16(b.construct(&[b.extract(v, i), b.extract(v, i + 1)]))
+                    };
+                    let words = b.construct(&[pack(lo, 0), pack(lo, 2), pack(hi, 0), pack(hi, 2)]);
+                    b.store_shared(q_tile, idx, words);
+                } else {
+                    b.store_shared(q_tile, idx, b.mul(b.load(q, q_at(r, e)), scale));
+                }
+            };
+            if total % threads == 0 {
+                body();
+            } else {
+                b.if_(b.lt(idx, b.c_u32(total)), body);
+            }
+        },
+    );
+    b.barrier();
+
+    // The group's rows: workgroup row, (query, clamped query, head), position, visible keys.
+    let my_rows: Vec<Value> = (0..rows_per_group)
+        .map(|i| b.addi(b.muli(group, rows_per_group), i))
+        .collect();
+    let my_queries: Vec<(Value, Value, Value)> = my_rows.iter().map(|&r| row_of(r)).collect();
+    let positions: Vec<Value> = my_queries
+        .iter()
+        .map(|&(_, query_c, _)| b.add(pos0, query_c))
+        .collect();
+    let row_keys: Vec<Value> = positions
+        .iter()
+        .map(|&pos| b.min(b.addi(pos, 1), n_keys))
+        .collect();
+    let window = w.is_windowed().then_some(w.window);
+    let visible = |i: usize, key: Value| {
+        let causal = b.lt(key, row_keys[i]);
+        match window {
+            // Sliding window: also pos < key + window.
+            Some(win) => b.logical_and(causal, b.lt(positions[i], b.addi(key, win))),
+            None => causal,
+        }
+    };
+
+    let zero4 = b.lit(f32x4, 0.0);
+    // o[i][t]: (lo, hi) halves of this lane's output chunk t of row i.
+    let acc: Vec<Vec<(Var, Var)>> = (0..rows_per_group)
+        .map(|i| {
+            (0..chunks)
+                .map(|t| {
+                    (
+                        b.var_init(&format!("o{i}_{t}_lo"), zero4),
+                        b.var_init(&format!("o{i}_{t}_hi"), zero4),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let run_max: Vec<Var> = (0..rows_per_group)
+        .map(|i| b.var_init(&format!("run_max{i}"), b.c_f32(NEG_BIG)))
+        .collect();
+    let run_sum: Vec<Var> = (0..rows_per_group)
+        .map(|i| b.var_init(&format!("run_sum{i}"), b.c_f32(0.0)))
+        .collect();
+    let chunk_of = |t: u32| b.add(lane, b.c_u32(t * lanes));
+    let q_rows: Vec<Value> = my_rows.iter().map(|&r| b.muli(r, lay.q_stride)).collect();
+
+    b.for_range(b.c_u32(0), n_keys, kvb, Unroll::Never, |kb| {
+        // This lane's keys of the block, and where their K rows start (clamped).
+        let my_keys: Vec<Value> = (0..keys_per_lane)
+            .map(|kk| b.add(kb, b.addi(b.muli(lane, keys_per_lane), kk)))
+            .collect();
+        let k_rows: Vec<Value> = my_keys
+            .iter()
+            .map(|&key| b.add(b.muli(b.min(key, last_key), pos_u4), kv_base))
+            .collect();
+        let scores = if s.f16_qk {
+            f16_scores(&b, q_tile, k_cache, &q_rows, &k_rows, hu)
+        } else {
+            f32_scores(&b, q_tile, k_cache, &q_rows, &k_rows, hu)
+        };
+
+        // Exchange the finished scores (masked ones at NEG_BIG) through the parity's buffer.
+        let parity = b.andi(b.shri(kb, kvb.trailing_zeros()), 1);
+        let buf = b.muli(parity, lay.r * kvb);
+        for (i, row_scores) in scores.iter().enumerate() {
+            let row_at = b.add(buf, b.muli(my_rows[i], kvb));
+            for (kk, &x) in row_scores.iter().enumerate() {
+                let sc = b.select(visible(i, my_keys[kk]), x, b.c_f32(NEG_BIG));
+                let at = b.add(row_at, b.addi(b.muli(lane, keys_per_lane), kk as u32));
+                b.store_shared(exchange, at, sc);
+            }
+        }
+        b.barrier();
+
+        // Every lane: its rows' block scores, the new max, the weights and the rescaling.
+        let mut weights: Vec<Vec<Value>> = Vec::new();
+        let mut outs: Vec<Vec<(Value, Value)>> = Vec::new();
+        for i in 0..rows_per_group as usize {
+            let row_at = b.add(buf, b.muli(my_rows[i], kvb));
+            let block: Vec<Value> = (0..kvb)
+                .map(|j| b.load_shared(exchange, b.addi(row_at, j)))
+                .collect();
+            let block_max = block[1..].iter().fold(block[0], |mx, &x| b.max(mx, x));
+            let old_max = b.load_var(run_max[i]);
+            let new_max = b.max(old_max, block_max);
+            let correction = b.exp(b.sub(old_max, new_max));
+            let mut sum = b.mul(b.load_var(run_sum[i]), correction);
+            let p: Vec<Value> = block
+                .iter()
+                .enumerate()
+                .map(|(j, &x)| {
+                    let e = b.exp(b.sub(x, new_max));
+                    let pj = b.select(visible(i, b.addi(kb, j as u32)), e, b.c_f32(0.0));
+                    sum = b.add(sum, pj);
+                    pj
+                })
+                .collect();
+            b.store_var(run_sum[i], sum);
+            b.store_var(run_max[i], new_max);
+            let corr4 = b.splat(correction, 4);
+            outs.push(
+                acc[i]
+                    .iter()
+                    .map(|&(lo, hi)| (b.mul(b.load_var(lo), corr4), b.mul(b.load_var(hi), corr4)))
+                    .collect(),
+            );
+            weights.push(p);
+        }
+
+        // o += Σ_j p·v over this lane's chunks: each V word feeds every row of the group.
+        let mut pv16: Vec<Vec<Vec<Value>>> = if s.f16_pv {
+            (0..rows_per_group)
+                .map(|_| (0..chunks).map(|_| vec![b.lit(h2, 0.0); 4]).collect())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let p16: Vec<Vec<Value>> = if s.f16_pv {
+            weights
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .map(|&p| b.splat(b.convert(p, Type::F16), 2))
+                        .collect()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for j in 0..kvb {
+            let key = b.min(b.addi(kb, j), last_key);
+            let v_row = b.add(b.muli(key, pos_u4), kv_base);
+            for t in 0..chunks {
+                let words = b.load(v_cache, b.add(v_row, chunk_of(t)));
+                if s.f16_pv {
+                    for (i, row) in pv16.iter_mut().enumerate() {
+                        let p2 = p16[i][j as usize];
+                        for (e, x) in row[t as usize].iter_mut().enumerate() {
+                            *x = b.fma(p2, b.bitcast(b.extract(words, e as u32), h2), *x);
+                        }
+                    }
+                    continue;
+                }
+                let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
+                let vlo = b.construct(&[half(0), half(1)]);
+                let vhi = b.construct(&[half(2), half(3)]);
+                for (i, row) in outs.iter_mut().enumerate() {
+                    let p4 = b.splat(weights[i][j as usize], 4);
+                    let (lo, hi) = &mut row[t as usize];
+                    *lo = b.fma(p4, vlo, *lo);
+                    *hi = b.fma(p4, vhi, *hi);
+                }
+            }
+        }
+        for (i, row) in outs.iter_mut().enumerate() {
+            for (t, (lo, hi)) in row.iter_mut().enumerate() {
+                if s.f16_pv {
+                    let acc16 = &pv16[i][t];
+                    let f4 = |x: Value, y: Value| b.convert(b.construct(&[x, y]), f32x4);
+                    *lo = b.add(*lo, f4(acc16[0], acc16[1]));
+                    *hi = b.add(*hi, f4(acc16[2], acc16[3]));
+                }
+                b.store_var(acc[i][t].0, *lo);
+                b.store_var(acc[i][t].1, *hi);
+            }
+        }
+    });
+
+    for (i, &(query, _, head)) in my_queries.iter().enumerate() {
+        b.if_(b.lt(query, m), || {
+            let l = b.load_var(run_sum[i]);
+            // l > 0 whenever a key was visible; an empty cache binding yields zeros, not NaN.
+            let inv = b.select(b.gt(l, b.c_f32(0.0)), b.div(b.c_f32(1.0), l), b.c_f32(0.0));
+            let inv4 = b.splat(inv, 4);
+            let o_base = b.add(b.muli(query, w.q_width() / 4), b.muli(head, w.head_dim / 4));
+            for (t, &(lo, hi)) in acc[i].iter().enumerate() {
+                let at = b.add(o_base, b.shli(chunk_of(t as u32), 1));
+                b.store(out, at, b.mul(b.load_var(lo), inv4));
+                b.store(out, b.addi(at, 1), b.mul(b.load_var(hi), inv4));
+            }
+        });
+    }
+    b.finish()
+}
+
+/// Chunks of head_dim summed per step of the score loop: up to 8 (head_dim 64) the loop is
+/// unrolled whole; beyond, it runs as a loop over steps of [`QK_FOLD_CHUNKS`] chunks, because
+/// Valhall's compiler hoists every load of an unrolled 16- or 32-chunk body and spills
+/// (head_dim 256: 5:35 spills:fills, Mesa 25.0.7).
+const UNROLLED_CHUNKS: u32 = 8;
+
+/// f32 scores of each (row, key): Σ over head_dim of the f32 Q tile times the unpacked key,
+/// one chunk (8 elements) at a time, so each Q load feeds every key and each K load every row.
+fn f32_scores(
+    b: &KernelBuilder,
+    q_tile: SharedArray,
+    k_cache: Buffer,
+    q_rows: &[Value],
+    k_rows: &[Value],
+    hu: u32,
+) -> Vec<Vec<Value>> {
+    let step = |c0: Value, chunks: u32, sums: &mut Vec<Vec<Option<Value>>>| {
+        for c in 0..chunks {
+            let c = b.addi(c0, c);
+            let qv: Vec<(Value, Value)> = q_rows
+                .iter()
+                .map(|&at| {
+                    let at = b.add(at, b.shli(c, 1));
+                    (
+                        b.load_shared(q_tile, at),
+                        b.load_shared(q_tile, b.addi(at, 1)),
+                    )
+                })
+                .collect();
+            let kv: Vec<(Value, Value)> = k_rows
+                .iter()
+                .map(|&at| {
+                    let words = b.load(k_cache, b.add(at, c));
+                    let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
+                    (
+                        b.construct(&[half(0), half(1)]),
+                        b.construct(&[half(2), half(3)]),
+                    )
+                })
+                .collect();
+            for (i, &(qlo, qhi)) in qv.iter().enumerate() {
+                for (kk, &(klo, khi)) in kv.iter().enumerate() {
+                    let d = b.add(b.dot(qlo, klo), b.dot(qhi, khi));
+                    sums[i][kk] = Some(match sums[i][kk] {
+                        Some(x) => b.add(x, d),
+                        None => d,
+                    });
+                }
+            }
+        }
+    };
+    let (nr, nk) = (q_rows.len(), k_rows.len());
+    if hu <= UNROLLED_CHUNKS || hu % QK_FOLD_CHUNKS != 0 {
+        let mut sums = vec![vec![None; nk]; nr];
+        step(b.c_u32(0), hu, &mut sums);
+        return sums
+            .into_iter()
+            .map(|row| row.into_iter().map(|x| x.expect("a chunk")).collect())
+            .collect();
+    }
+    let vars: Vec<Vec<Var>> = (0..nr)
+        .map(|i| {
+            (0..nk)
+                .map(|kk| b.var_init(&format!("s{i}_{kk}"), b.c_f32(0.0)))
+                .collect()
+        })
+        .collect();
+    let g = QK_FOLD_CHUNKS;
+    b.for_range(b.c_u32(0), b.c_u32(hu), g, Unroll::Never, |c0| {
+        let mut sums = vec![vec![None; nk]; nr];
+        step(c0, g, &mut sums);
+        for (row, vars) in sums.iter().zip(&vars) {
+            for (x, &v) in row.iter().zip(vars) {
+                b.store_var(v, b.add(b.load_var(v), x.expect("a chunk")));
+            }
+        }
+    });
+    vars.iter()
+        .map(|row| row.iter().map(|&v| b.load_var(v)).collect())
+        .collect()
+}
+
+/// f16 scores: f16vec2 FMA chains of the f16 Q tile and the cache words (no unpacking),
+/// folded into f32 every [`QK_FOLD_CHUNKS`] chunks (one step of the loop beyond
+/// [`UNROLLED_CHUNKS`]).
+fn f16_scores(
+    b: &KernelBuilder,
+    q_tile: SharedArray,
+    k_cache: Buffer,
+    q_rows: &[Value],
+    k_rows: &[Value],
+    hu: u32,
+) -> Vec<Vec<Value>> {
+    let h2 = Type::vec(Scalar::F16, 2);
+    let f32x2 = Type::vec(Scalar::F32, 2);
+    let (nr, nk) = (q_rows.len(), k_rows.len());
+    // Chunks c0 .. c0 + chunks, folded into f32 every QK_FOLD_CHUNKS: (lo, hi) f32 pairs.
+    let step = |c0: Value, chunks: u32| -> Vec<Vec<Value>> {
+        let mut folded: Vec<Vec<Option<Value>>> = vec![vec![None; nk]; nr];
+        let mut part: Vec<Vec<Value>> = vec![vec![b.lit(h2, 0.0); nk]; nr];
+        for c in 0..chunks {
+            let at = b.addi(c0, c);
+            let qw: Vec<Value> = q_rows
+                .iter()
+                .map(|&r| b.load_shared(q_tile, b.add(r, at)))
+                .collect();
+            let kw: Vec<Value> = k_rows
+                .iter()
+                .map(|&r| b.load(k_cache, b.add(r, at)))
+                .collect();
+            for (i, &qv) in qw.iter().enumerate() {
+                for (kk, &kv) in kw.iter().enumerate() {
+                    let mut a = part[i][kk];
+                    for e in 0..4 {
+                        a = b.fma(
+                            b.bitcast(b.extract(qv, e), h2),
+                            b.bitcast(b.extract(kv, e), h2),
+                            a,
+                        );
+                    }
+                    part[i][kk] = a;
+                }
+            }
+            if (c + 1) % QK_FOLD_CHUNKS == 0 || c + 1 == chunks {
+                for i in 0..nr {
+                    for kk in 0..nk {
+                        let f = b.convert(part[i][kk], f32x2);
+                        folded[i][kk] = Some(match folded[i][kk] {
+                            Some(x) => b.add(x, f),
+                            None => f,
+                        });
+                        part[i][kk] = b.lit(h2, 0.0);
+                    }
+                }
+            }
+        }
+        folded
+            .into_iter()
+            .map(|row| row.into_iter().map(|f| f.expect("a chunk")).collect())
+            .collect()
+    };
+    let total = |f: Value| b.add(b.extract(f, 0), b.extract(f, 1));
+    if hu <= UNROLLED_CHUNKS || hu % QK_FOLD_CHUNKS != 0 {
+        return step(b.c_u32(0), hu)
+            .into_iter()
+            .map(|row| row.into_iter().map(total).collect())
+            .collect();
+    }
+    let zero2 = b.lit(f32x2, 0.0);
+    let vars: Vec<Vec<Var>> = (0..nr)
+        .map(|i| {
+            (0..nk)
+                .map(|kk| b.var_init(&format!("s{i}_{kk}"), zero2))
+                .collect()
+        })
+        .collect();
+    let g = QK_FOLD_CHUNKS;
+    b.for_range(b.c_u32(0), b.c_u32(hu), g, Unroll::Never, |c0| {
+        for (row, vars) in step(c0, g).iter().zip(&vars) {
+            for (&x, &v) in row.iter().zip(vars) {
+                b.store_var(v, b.add(b.load_var(v), x));
+            }
+        }
+    });
+    vars.iter()
+        .map(|row| row.iter().map(|&v| total(b.load_var(v))).collect())
+        .collect()
+}
