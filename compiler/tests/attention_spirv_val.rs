@@ -200,14 +200,14 @@ fn default_schedules_are_valid_and_follow_the_device_class() {
             );
             if caps.shared_memory_is_slow {
                 // No staging where workgroup memory is ordinary memory; where shuffles are
-                // loops (panvk) the key-split kernel keeps only its Q tile and the exchanged
-                // scores there (a few KiB: the driver allocates it per dispatch, and the
-                // command-buffer budget counts it).
+                // loops (panvk) the key-split kernel keeps only the exchanged scores there
+                // (a few KiB: the driver allocates it per dispatch for every workgroup
+                // instance, and the command-buffer budget counts it).
                 assert!(!s.stage_kv, "Mali default stages K/V: {s:?}");
                 if caps.slow_subgroup_shuffle {
                     assert_eq!(s.lane_reduce, LaneReduce::Shared, "{s:?}");
                     assert!(s.is_key_split(), "{s:?}");
-                    assert!(k.meta.shared_bytes <= 8192, "{s:?}");
+                    assert!(k.meta.shared_bytes <= 4096, "{s:?}");
                 } else {
                     assert_eq!(k.meta.shared_bytes, 0, "{s:?}");
                 }

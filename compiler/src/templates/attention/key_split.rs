@@ -13,7 +13,7 @@
 //! ```text
 //! R = rows · heads rows (row r = query r / heads, head r % heads); groups of L lanes;
 //! group g serves rows g·lane_rows + i (i < lane_rows); k = kv_block / L keys per lane
-//! Q (pre-scaled by 1/sqrt(head_dim), f16 with f16_qk) → shared once; barrier
+//! [f16_qk: Q (pre-scaled by 1/sqrt(head_dim), rounded to f16) → shared once; barrier]
 //! for kb in (0..n_keys).step_by(kv_block):          // uniform: barriers are legal
 //!     s[i][kk] = q_i · K[kb + l·k + kk]  (whole head_dim; masked keys → NEG_BIG)
 //!     s → exchange[block parity][row][key]; barrier
@@ -22,6 +22,10 @@
 //!     o[i][t] += Σ_j p[i][j] · V[kb + j][chunk l + t·L]      (lane l owns chunks l + t·L)
 //! out = o / l for rows < m
 //! ```
+//! In f32, Q is read from its buffer, as K and V are, and each score scaled by
+//! 1/sqrt(head_dim) once finished: a shared Q tile would cost the same load/store cycles and
+//! several KiB of workgroup memory, which panvk allocates per dispatch for every workgroup
+//! instance (Mesa 25.0.7: the power-of-two-rounded grid, uncapped).
 //! The exchange is double-buffered by block parity: a lane writing block n + 2's scores has
 //! passed block n + 1's barrier, which no lane reaches before it has read block n's scores, so
 //! one barrier per block suffices. K and V are read from the cache directly (keys past n_keys
@@ -47,7 +51,8 @@ const NEG_BIG: f32 = -1.0e30;
 pub(crate) struct KeySplitLayout {
     /// Rows of the workgroup (rows × heads).
     pub r: u32,
-    /// 16-byte elements per row of the Q tile (f16: one per 8 elements; f32: two).
+    /// 16-byte elements per row of the f16 Q tile (`f16_qk`; 0 without: Q is read from its
+    /// buffer).
     pub q_stride: u32,
 }
 
@@ -56,11 +61,11 @@ impl KeySplitLayout {
         let head_u4 = w.head_dim / 8;
         KeySplitLayout {
             r: s.row_slots(w),
-            q_stride: if s.f16_qk { head_u4 } else { 2 * head_u4 },
+            q_stride: if s.f16_qk { head_u4 } else { 0 },
         }
     }
 
-    /// Bytes of the Q tile and of the two score-exchange buffers.
+    /// Bytes of the f16 Q tile and of the two score-exchange buffers.
     pub(crate) fn bytes(&self, kv_block: u32) -> u32 {
         16 * self.r * self.q_stride + 4 * 2 * self.r * kv_block
     }
@@ -123,39 +128,33 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
     let last_key = b.sub(n_keys, b.c_u32(1));
 
-    let q_tile = if s.f16_qk {
-        b.shared_array("q_tile", u32x4, lay.r * lay.q_stride)
-    } else {
-        b.shared_array("q_tile", f32x4, lay.r * lay.q_stride)
-    };
+    let q_tile = s
+        .f16_qk
+        .then(|| b.shared_array("q_tile", u32x4, lay.r * lay.q_stride));
     let exchange = b.shared_array("scores", Type::F32, 2 * lay.r * kvb);
 
-    // The Q tile, pre-scaled by 1/sqrt(head_dim), copied by all threads together.
-    let scale = b.splat(b.c_f32(1.0 / (w.head_dim as f32).sqrt()), 4);
-    let q_at = |r: Value, e: Value| {
-        let (_, query_c, head) = row_of(r);
+    // The f16 Q tile, pre-scaled by 1/sqrt(head_dim), copied by all threads together.
+    let inv_sqrt = 1.0 / (w.head_dim as f32).sqrt();
+    let scale = b.splat(b.c_f32(inv_sqrt), 4);
+    let q_at = |query_c: Value, head: Value| {
         b.add(
-            b.add(
-                b.muli(query_c, w.q_width() / 4),
-                b.muli(head, w.head_dim / 4),
-            ),
-            e,
+            b.muli(query_c, w.q_width() / 4),
+            b.muli(head, w.head_dim / 4),
         )
     };
-    let per_row = if s.f16_qk { hu } else { 2 * hu };
-    let total = lay.r * per_row;
-    b.for_range(
-        b.c_u32(0),
-        b.c_u32(total.div_ceil(threads)),
-        1,
-        Unroll::Hint,
-        |it| {
-            let idx = b.add(tid, b.muli(it, threads));
-            let body = || {
-                let r = b.div(idx, b.c_u32(per_row));
-                let e = b.rem(idx, b.c_u32(per_row));
-                if s.f16_qk {
-                    let at = q_at(r, b.shli(e, 1));
+    if let Some(q_tile) = q_tile {
+        let total = lay.r * hu;
+        b.for_range(
+            b.c_u32(0),
+            b.c_u32(total.div_ceil(threads)),
+            1,
+            Unroll::Hint,
+            |it| {
+                let idx = b.add(tid, b.muli(it, threads));
+                let body = || {
+                    let (_, query_c, head) = row_of(b.div(idx, b.c_u32(hu)));
+                    let c = b.rem(idx, b.c_u32(hu));
+                    let at = b.add(q_at(query_c, head), b.shli(c, 1));
                     let lo = b.mul(b.load(q, at), scale);
                     let hi = b.mul(b.load(q, b.addi(at, 1)), scale);
                     let pack = |v: Value, i: u32| {
@@ -163,18 +162,16 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                     };
                     let words = b.construct(&[pack(lo, 0), pack(lo, 2), pack(hi, 0), pack(hi, 2)]);
                     b.store_shared(q_tile, idx, words);
+                };
+                if total % threads == 0 {
+                    body();
                 } else {
-                    b.store_shared(q_tile, idx, b.mul(b.load(q, q_at(r, e)), scale));
+                    b.if_(b.lt(idx, b.c_u32(total)), body);
                 }
-            };
-            if total % threads == 0 {
-                body();
-            } else {
-                b.if_(b.lt(idx, b.c_u32(total)), body);
-            }
-        },
-    );
-    b.barrier();
+            },
+        );
+        b.barrier();
+    }
 
     // The group's rows: workgroup row, (query, clamped query, head), position, visible keys.
     let my_rows: Vec<Value> = (0..rows_per_group)
@@ -220,7 +217,14 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         .map(|i| b.var_init(&format!("run_sum{i}"), b.c_f32(0.0)))
         .collect();
     let chunk_of = |t: u32| b.add(lane, b.c_u32(t * lanes));
-    let q_rows: Vec<Value> = my_rows.iter().map(|&r| b.muli(r, lay.q_stride)).collect();
+    // Where each row's Q starts: in the f16 tile, or (f32) in the q buffer.
+    let q_rows: Vec<Value> = match q_tile {
+        Some(_) => my_rows.iter().map(|&r| b.muli(r, lay.q_stride)).collect(),
+        None => my_queries
+            .iter()
+            .map(|&(_, query_c, head)| q_at(query_c, head))
+            .collect(),
+    };
 
     b.for_range(b.c_u32(0), n_keys, kvb, Unroll::Never, |kb| {
         // This lane's keys of the block, and where their K rows start (clamped).
@@ -231,10 +235,16 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             .iter()
             .map(|&key| b.add(b.muli(b.min(key, last_key), pos_u4), kv_base))
             .collect();
-        let scores = if s.f16_qk {
-            f16_scores(&b, q_tile, k_cache, &q_rows, &k_rows, hu)
-        } else {
-            f32_scores(&b, q_tile, k_cache, &q_rows, &k_rows, hu)
+        let scores = match q_tile {
+            Some(tile) => f16_scores(&b, tile, k_cache, &q_rows, &k_rows, hu),
+            None => f32_scores(&b, q, k_cache, &q_rows, &k_rows, hu)
+                .into_iter()
+                .map(|row| {
+                    row.into_iter()
+                        .map(|x| b.mul(x, b.c_f32(inv_sqrt)))
+                        .collect()
+                })
+                .collect(),
         };
 
         // Exchange the finished scores (masked ones at NEG_BIG) through the parity's buffer.
@@ -367,11 +377,12 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 /// (head_dim 256: 5:35 spills:fills, Mesa 25.0.7).
 const UNROLLED_CHUNKS: u32 = 8;
 
-/// f32 scores of each (row, key): Σ over head_dim of the f32 Q tile times the unpacked key,
-/// one chunk (8 elements) at a time, so each Q load feeds every key and each K load every row.
+/// f32 scores of each (row, key), unscaled: Σ over head_dim of q (from its buffer) times the
+/// unpacked key, one chunk (8 elements) at a time, so each Q load feeds every key and each K
+/// load every row.
 fn f32_scores(
     b: &KernelBuilder,
-    q_tile: SharedArray,
+    q: Buffer,
     k_cache: Buffer,
     q_rows: &[Value],
     k_rows: &[Value],
@@ -384,10 +395,7 @@ fn f32_scores(
                 .iter()
                 .map(|&at| {
                     let at = b.add(at, b.shli(c, 1));
-                    (
-                        b.load_shared(q_tile, at),
-                        b.load_shared(q_tile, b.addi(at, 1)),
-                    )
+                    (b.load(q, at), b.load(q, b.addi(at, 1)))
                 })
                 .collect();
             let kv: Vec<(Value, Value)> = k_rows

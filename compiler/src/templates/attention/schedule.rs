@@ -551,16 +551,13 @@ fn prev_pow2(x: u32) -> u32 {
 /// A key-split default for Mali-class devices (slow shuffles, 64 registers): one 8-element
 /// output chunk per lane up to 16 lanes, `keys_per_lane` keys each, one row per lane group,
 /// about 128 threads. Valhall's estimates of load/store cycles per (row, key) against the
-/// row-wise default (Mesa 25.0.7, no spills either way): head_dim 64 31.5 vs 48, 128 57.5 vs
-/// 128, 256 151 vs 384 (docs/measurements/2026-12-05-mali-key-split.md).
+/// row-wise default (Mesa 25.0.7, no spills either way): head_dim 64 29.5 vs 48, 128 75 vs
+/// 128, 256 143 vs 384 (docs/measurements/2026-12-05-mali-key-split.md).
 fn key_split_default(w: &AttentionWorkload, keys_per_lane: u32) -> AttentionSchedule {
     let lanes = prev_pow2((w.head_dim / 8).clamp(1, 16));
     let group_heads = w.group() > 1;
     let heads = if group_heads { w.group() } else { 1 };
-    // At most 4 KiB of f32 Q tile: the driver allocates workgroup memory per dispatch.
-    let q_rows_max = prev_pow2((4096 / (4 * w.head_dim * heads)).max(1));
     let rows = prev_pow2((128 / (heads * lanes)).max(1))
-        .min(q_rows_max)
         .min(w.m.max(1).next_power_of_two())
         .min(32);
     AttentionSchedule {
