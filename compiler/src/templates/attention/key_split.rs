@@ -36,6 +36,7 @@
 //! f16 and Σ_j p·v summed in f16vec2, folded into the f32 output once per block).
 
 use super::kernel::{workgroup_keys, Interface};
+use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::tiled::QK_FOLD_CHUNKS;
 use super::workload::AttentionWorkload;
@@ -92,7 +93,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let kvb = s.kv_block;
     let keys_per_lane = kvb / lanes;
     let rows_per_group = s.lane_rows;
-    let hg = s.heads_per_workgroup(w);
     let hu = w.head_dim / 8;
     let pos_u4 = w.kv_width() / 8;
     let chunks = s.chunks_per_lane(w);
@@ -100,31 +100,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let tid = b.builtin(Builtin::LocalInvocationIndex);
     let lane = b.andi(tid, lanes - 1);
     let group = b.shri(tid, lanes.trailing_zeros());
-    let q_block = b.builtin(Builtin::WorkgroupId(0));
-    let head_y = b.builtin(Builtin::WorkgroupId(1));
-    let first_row = b.muli(q_block, s.rows);
-    let last = b.sub(m, b.c_u32(1));
-    // Query (unclamped, for the store), clamped query and head of workgroup row `r`.
-    let row_of = |r: Value| {
-        let (qi, hh) = if hg > 1 {
-            (b.div(r, b.c_u32(hg)), b.rem(r, b.c_u32(hg)))
-        } else {
-            (r, b.c_u32(0))
-        };
-        let query = b.add(first_row, qi);
-        let head = if s.group_heads {
-            b.add(b.muli(head_y, w.group()), hh)
-        } else {
-            head_y
-        };
-        (query, b.min(query, last), head)
-    };
-    let kvh = if s.group_heads {
-        head_y
-    } else {
-        b.div(head_y, b.c_u32(w.group()))
-    };
-    let kv_base = b.muli(kvh, hu);
+    let rows = WorkgroupRows::new(&b, w, s, m);
+    let row_of = |r: Value| rows.row(r);
+    let first_row = rows.first_row;
+    let kv_base = rows.kv_base();
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
     let last_key = b.sub(n_keys, b.c_u32(1));
 

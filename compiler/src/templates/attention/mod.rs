@@ -12,6 +12,7 @@
 pub(crate) mod kernel;
 pub(crate) mod key_split;
 pub mod reference;
+pub(crate) mod rows;
 pub mod schedule;
 pub(crate) mod tiled;
 pub mod workload;

@@ -425,7 +425,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
     // Key-split schedules, where the tiled ones are not offered or shuffles are slow (Mali):
     // 2-32 lanes with 1, 2 or 4 keys each (blocks of at most 64 keys), 1, 2 or 4 rows per
     // lane group.
-    if !(caps.subgroup_shuffle && !caps.shared_memory_is_slow) || caps.slow_subgroup_shuffle {
+    if !caps.subgroup_shuffle || caps.shared_memory_is_slow || caps.slow_subgroup_shuffle {
         for &group_heads in groupings {
             for rows in [1, 2, 4, 8] {
                 if rows > m_cap {

@@ -28,6 +28,7 @@
 //! threads, which read neighbouring keys (K), rows (P) or chunks (V), hit different banks.
 
 use super::kernel::{workgroup_keys, Interface};
+use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::workload::AttentionWorkload;
 use crate::ir::{Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value, Var};
@@ -104,7 +105,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let lay = TiledLayout::of(w, s);
     let (tm, tn, kvb) = (s.tile_rows, s.tile_keys, s.kv_block);
     let cols = kvb / tn;
-    let hg = s.heads_per_workgroup(w);
     let hu = lay.head_u4;
     let pos_u4 = w.kv_width() / 8;
     let out_chunks = hu / cols;
@@ -112,31 +112,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let tid = b.builtin(Builtin::LocalInvocationIndex);
     let cg = b.andi(tid, cols - 1);
     let rg = b.shri(tid, cols.trailing_zeros());
-    let q_block = b.builtin(Builtin::WorkgroupId(0));
-    let head_y = b.builtin(Builtin::WorkgroupId(1));
-    let first_row = b.muli(q_block, s.rows);
-    let last = b.sub(m, b.c_u32(1));
-    // Query (unclamped, for the store), clamped query and head of workgroup row `r`.
-    let row_of = |r: Value| {
-        let (qi, hh) = if hg > 1 {
-            (b.div(r, b.c_u32(hg)), b.rem(r, b.c_u32(hg)))
-        } else {
-            (r, b.c_u32(0))
-        };
-        let query = b.add(first_row, qi);
-        let head = if s.group_heads {
-            b.add(b.muli(head_y, w.group()), hh)
-        } else {
-            head_y
-        };
-        (query, b.min(query, last), head)
-    };
-    let kvh = if s.group_heads {
-        head_y
-    } else {
-        b.div(head_y, b.c_u32(w.group()))
-    };
-    let kv_base = b.muli(kvh, hu);
+    let rows = WorkgroupRows::new(&b, w, s, m);
+    let row_of = |r: Value| rows.row(r);
+    let first_row = rows.first_row;
+    let kv_base = rows.kv_base();
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
 
     let [q_len, k_len, v_len, p_len] = lay.elements(kvb);
