@@ -313,6 +313,36 @@ fn a_bf16_weight_prefills_on_the_gpu() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// IQ4_NL and IQ4_XS (ggml types 20 and 23) were refused like the other i-quants until they
+/// got their formats; they now prefill on the GPU, while the i-quants around them (IQ1_S 19,
+/// IQ3_S 21, IQ2_S 22) are still refused by id with the tensor named.
+#[test]
+fn iq4_weights_prefill_and_other_i_quants_are_refused() {
+    let dir = Temp::new("iq4");
+    let tensor = "blk.0.ffn_up.weight";
+    for ty in [GgmlType::IQ4NL, GgmlType::IQ4XS] {
+        let m = model_with_type(&dir, tensor, ty);
+        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3"]);
+        assert_eq!(o.status.code(), Some(0), "{ty}: {}", text(&o));
+    }
+    for id in [19u32, 21, 22] {
+        let m = patched_model(&dir, &format!("type{id}.gguf"), |b| {
+            let at = type_field_offset(b, tensor);
+            b[at..at + 4].copy_from_slice(&id.to_le_bytes());
+        });
+        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3"]);
+        assert_error(
+            &o,
+            3,
+            &[
+                s(&m),
+                tensor,
+                &format!("unknown or unsupported ggml type id {id}"),
+            ],
+        );
+    }
+}
+
 #[test]
 fn a_ggml_type_rocky_does_not_know_is_named_with_its_tensor() {
     let dir = Temp::new("iq2");

@@ -86,6 +86,15 @@ pub fn random_weights(format: WeightFormat, n: usize, k: usize, seed: u64) -> Ve
                 put_f16(block, 2, r.uniform(0.0002, 0.0008));
                 block[4..].iter_mut().for_each(|b| *b = r.byte());
             }
+            WeightFormat::IQ4NL => {
+                put_f16(block, 0, r.uniform(0.0004, 0.0009));
+                block[2..].iter_mut().for_each(|b| *b = r.byte());
+            }
+            WeightFormat::IQ4XS => {
+                // Sub-block scales d·(ls - 32) with ls random in 0..64.
+                put_f16(block, 0, r.uniform(0.00001, 0.00003));
+                block[2..].iter_mut().for_each(|b| *b = r.byte());
+            }
             WeightFormat::Q6K => {
                 block[..208].iter_mut().for_each(|b| *b = r.byte());
                 put_f16(block, 208, r.uniform(0.00002, 0.00006));

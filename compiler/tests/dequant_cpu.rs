@@ -185,3 +185,46 @@ fn bad_shapes_are_errors_not_panics() {
         Err(DequantError::TooShort { needed: 68, .. })
     ));
 }
+
+/// ggml's kvalues_iq4nl, written out here again (independent of the crate's table).
+const IQ4NL: [f32; 16] = [
+    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0,
+    89.0, 113.0,
+];
+
+#[test]
+fn iq4_nl_block() {
+    // Every index appears twice, in both nibble halves.
+    let q: Vec<u8> = (0..32).map(|j| (j * 7 % 16) as u8).collect();
+    let mut block = h(-0.375).to_vec();
+    block.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+    let y = dequantize(WeightFormat::IQ4NL, &block, 1, 32).unwrap();
+    let want: Vec<f32> = q.iter().map(|&v| -0.375 * IQ4NL[v as usize]).collect();
+    assert_eq!(y, want);
+}
+
+#[test]
+fn iq4_xs_block() {
+    // 6-bit sub-block scales covering both ends (0 -> -32, 63 -> +31) and 32 (a zero scale).
+    let ls: [u8; 8] = [0, 63, 32, 17, 45, 1, 50, 33];
+    let d = 0.125f32;
+    let q: Vec<u8> = (0..256).map(|j| (j * 5 % 16) as u8).collect();
+    let mut scales_h = 0u16;
+    let mut scales_l = [0u8; 4];
+    for (s, &l) in ls.iter().enumerate() {
+        scales_l[s / 2] |= (l & 15) << (4 * (s % 2));
+        scales_h |= u16::from(l >> 4) << (2 * s);
+    }
+    let mut block = h(d).to_vec();
+    block.extend(scales_h.to_le_bytes());
+    block.extend(scales_l);
+    for s in 0..8 {
+        block.extend((0..16).map(|j| q[32 * s + j] | (q[32 * s + 16 + j] << 4)));
+    }
+    assert_eq!(block.len(), 136);
+    let y = dequantize(WeightFormat::IQ4XS, &block, 1, 256).unwrap();
+    let want: Vec<f32> = (0..256)
+        .map(|i| d * (f32::from(ls[i / 32]) - 32.0) * IQ4NL[q[i] as usize])
+        .collect();
+    assert_eq!(y, want);
+}

@@ -36,6 +36,8 @@ fn workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q4_1, 7, ActType::F16, false),
         w(WeightFormat::Q5_1, 72, ActType::F32, true),
         w(WeightFormat::BF16, 7, ActType::F16, true),
+        w(WeightFormat::IQ4NL, 72, ActType::F16, false),
+        w(WeightFormat::IQ4XS, 7, ActType::F32, true),
         // The aligned layout (dequant::layout) of every format that has it.
         aligned(w(WeightFormat::Q8_0, 72, ActType::F32, true)),
         aligned(w(WeightFormat::Q5_0, 72, ActType::F16, false)),

@@ -179,6 +179,8 @@ fn workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q4K, 1, ActType::F32, false, SwiGlu),
         w(WeightFormat::Q5K, 5, ActType::F32, true, Plain),
         w(WeightFormat::Q6K, 1, ActType::F16, false, Residual),
+        w(WeightFormat::IQ4NL, 1, ActType::F32, true, Plain),
+        w(WeightFormat::IQ4XS, 2, ActType::F16, false, SwiGlu),
         // k = 448: 14 units, fewer than the threads of any step (guarded partial step).
         GemmWorkload {
             k: 448,

@@ -473,6 +473,8 @@ fn test_workloads() -> Vec<GemmWorkload> {
         w(WeightFormat::Q5_1, 3, ActType::F16, false),
         w(WeightFormat::BF16, 4, ActType::F32, true),
         w(WeightFormat::BF16, 3, ActType::F16, false),
+        w(WeightFormat::IQ4NL, 5, ActType::F32, true),
+        w(WeightFormat::IQ4XS, 3, ActType::F16, false),
         // The aligned layout: a partial last group (Q8_0: 14 blocks, Q6_K: 2 super-blocks).
         aligned(GemmWorkload {
             k: 448,

@@ -90,6 +90,7 @@ fn unsupported_types_say_which_are_supported() {
         );
         for supported in [
             "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+            "IQ4_NL", "IQ4_XS",
         ] {
             assert!(msg.contains(supported), "{msg:?} does not list {supported}");
         }

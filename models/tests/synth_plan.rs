@@ -196,6 +196,62 @@ fn q5_k_m_follows_the_q4_k_m_rules_over_q5_k() {
 /// Q4_0 / Q4_1 / Q5_0 / Q5_1 without an importance matrix: every matrix in the mix's type but
 /// the tied embedding, which takes the output rule (Q6_K, or Q8_0 where n_embd is not a
 /// multiple of 256).
+/// IQ4_NL / IQ4_XS, by llama-quant.cpp's rules for LLAMA_FTYPE_MOSTLY_IQ4_NL / IQ4_XS without an
+/// importance matrix (worked out by hand here): the output rule for the tied embedding (Q6_K,
+/// Q8_0 when its rows are not whole 256-blocks), Q5_K for attn_v when n_head / n_head_kv ≥ 4 and
+/// for ffn_down of layers below n_layer / 8, the mix's type elsewhere; `tensor_type_fallback`
+/// turns IQ4_XS rows that are not a multiple of 256 into IQ4_NL and Q5_K ones into Q5_1.
+#[test]
+fn iq4_mixes_follow_llama_quantize_rules() {
+    use GgmlType::*;
+    for shape in Shape::ALL {
+        let p = shape.params();
+        let gqa = p.n_head / p.n_head_kv;
+        for (quant, ty) in [(Quant::IQ4NL, IQ4NL), (Quant::IQ4XS, IQ4XS)] {
+            for t in tensor_plan(&p, quant) {
+                let row = t.dims[0];
+                let k256 =
+                    |t: GgmlType, fallback: GgmlType| if row % 256 == 0 { t } else { fallback };
+                let layer = t
+                    .name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .map(|l| l.parse::<u64>().unwrap());
+                let want = if t.name == "token_embd.weight" {
+                    k256(Q6K, Q8_0)
+                } else if t.dims.len() == 1 {
+                    F32
+                } else if t.name.ends_with("attn_v.weight") && gqa >= 4 {
+                    k256(Q5K, Q5_1)
+                } else if t.name.ends_with("ffn_down.weight") && layer.unwrap() < p.n_layer / 8 {
+                    k256(Q5K, Q5_1)
+                } else if ty == IQ4XS {
+                    k256(IQ4XS, IQ4NL)
+                } else {
+                    IQ4NL
+                };
+                assert_eq!(
+                    t.ggml_type,
+                    want,
+                    "{} {} {}",
+                    shape.name(),
+                    quant.name(),
+                    t.name
+                );
+            }
+        }
+    }
+    // The Qwen2.5-0.5B shape exercises every rule: 7 query heads per KV head, 24 layers, 896-wide
+    // rows (so IQ4_NL, Q5_1 and Q8_0 fallbacks) and 4864-wide ffn_down rows.
+    let plan = plan_of(Shape::Qwen25_0_5B, Quant::IQ4XS);
+    let ty = |n: &str| plan[n].ggml_type;
+    assert_eq!(ty("token_embd.weight"), Q8_0);
+    assert_eq!(ty("blk.0.attn_q.weight"), IQ4NL);
+    assert_eq!(ty("blk.0.attn_v.weight"), Q5_1);
+    assert_eq!(ty("blk.2.ffn_down.weight"), Q5K);
+    assert_eq!(ty("blk.3.ffn_down.weight"), IQ4XS);
+}
+
 #[test]
 fn legacy_mixes_use_their_type_but_for_the_output() {
     use GgmlType::*;

@@ -43,7 +43,8 @@ pub struct Args {
     /// GEMM depth (a multiple of the weight format's block).
     #[arg(long)]
     pub k: Option<u32>,
-    /// GEMM weight format: f32, f16, q8_0, q5_0, q5_1, q4_0, q4_1, q4_k, q5_k or q6_k.
+    /// GEMM weight format: f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q4_k, q5_k, q6_k,
+    /// iq4_nl or iq4_xs.
     #[arg(long)]
     pub weight: Option<String>,
     /// GEMM weight layout on the device: gguf (the file's blocks), aligned (repacked into
@@ -252,7 +253,7 @@ fn parse_workload(args: &Args, caps: &DeviceCaps) -> Result<Workload, CliError> 
     let weight: WeightFormat = parse_name(
         "weight",
         args.weight.as_deref().unwrap_or("q4_k"),
-        "f32, f16, q8_0, q5_0, q5_1, q4_0, q4_1, q4_k, q5_k, q6_k",
+        "f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs",
     )?;
     let act: ActType = parse_name("act", args.act.as_deref().unwrap_or("f32"), "f32, f16")?;
     let layout = match args.layout.as_str() {

@@ -21,7 +21,8 @@ pub struct Args {
     /// gemma3-tiny and llama-tiny: small Qwen3-, Gemma 3- and Llama 3-architecture test models).
     #[arg(long, value_parser = shape_parser())]
     pub shape: Shape,
-    /// Tensor types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, or llama-quantize's q4_k_m / q5_k_m mix.
+    /// Tensor types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, or llama-quantize's q4_k_m /
+    /// q5_k_m / iq4_nl / iq4_xs mix.
     #[arg(long, default_value = "q4_k_m", value_parser = quant_parser())]
     pub quant: Quant,
     /// GGUF file whose tokenizer (tokenizer.* keys) the model gets [default: the Qwen2

@@ -5,7 +5,7 @@
 use half::f16;
 use thiserror::Error;
 
-use super::WeightFormat;
+use super::{WeightFormat, IQ4NL_VALUES};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum DequantError {
@@ -75,6 +75,32 @@ fn q5_1(block: &[u8], out: &mut [f32]) {
         let hi = u32::from(qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
         out[j] = lo as f32 * d + m;
         out[j + 16] = hi as f32 * d + m;
+    }
+}
+
+fn iq4_nl(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let qs = &block[2..18];
+    for j in 0..16 {
+        out[j] = d * f32::from(IQ4NL_VALUES[usize::from(qs[j] & 0x0F)]);
+        out[j + 16] = d * f32::from(IQ4NL_VALUES[usize::from(qs[j] >> 4)]);
+    }
+}
+
+fn iq4_xs(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let scales_h = u16::from_le_bytes([block[2], block[3]]);
+    let scales_l = &block[4..8];
+    for ib in 0..8 {
+        let lo = (scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+        let hi = ((scales_h >> (2 * ib)) & 3) as u8;
+        let ls = i32::from(lo | (hi << 4));
+        let dl = d * (ls - 32) as f32;
+        let qs = &block[8 + 16 * ib..8 + 16 * ib + 16];
+        for j in 0..16 {
+            out[32 * ib + j] = dl * f32::from(IQ4NL_VALUES[usize::from(qs[j] & 0x0F)]);
+            out[32 * ib + j + 16] = dl * f32::from(IQ4NL_VALUES[usize::from(qs[j] >> 4)]);
+        }
     }
 }
 
@@ -196,6 +222,8 @@ pub fn dequantize(
             WeightFormat::Q4K => q4_k(src, chunk),
             WeightFormat::Q5K => q5_k(src, chunk),
             WeightFormat::Q6K => q6_k(src, chunk),
+            WeightFormat::IQ4NL => iq4_nl(src, chunk),
+            WeightFormat::IQ4XS => iq4_xs(src, chunk),
         }
     }
     Ok(out)

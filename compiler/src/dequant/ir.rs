@@ -11,7 +11,7 @@ use super::words::{
     load_f16_as_f32, load_u16, load_u32, load_word, quad_lane, signed_bytes_to_ivec4, Align,
     WordRun,
 };
-use super::{WeightFormat, WeightLayout, UNIT};
+use super::{WeightFormat, WeightLayout, IQ4NL_VALUES, UNIT};
 use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -116,6 +116,21 @@ pub fn open_unit(
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
             u.q_off = Some(b.addi(u.base, 2));
         }
+        WeightFormat::IQ4NL => {
+            u.base = b.add(row_off, b.muli(unit, 18));
+            u.scale = Some(load_f16_as_f32(b, buf, u.base));
+            u.q_off = Some(b.addi(u.base, 2));
+        }
+        WeightFormat::IQ4XS => {
+            // 136-byte super-blocks: 8-byte aligned (rows are whole super-blocks).
+            let sub = b.andi(unit, 7);
+            u.base = b.add(row_off, b.muli(b.shri(unit, 3), 136));
+            let w = b.shri(u.base, 2);
+            let (head, scales_l) = (b.load(buf, w), b.load(buf, b.addi(w, 1)));
+            u.scale = Some(iq4xs_scale(b, head, scales_l, sub));
+            u.q_off = Some(b.add(b.addi(u.base, 8), b.shli(sub, 4)));
+            u.q_align = Align::Four;
+        }
         WeightFormat::Q5_0 => {
             u.base = b.add(row_off, b.muli(unit, 22));
             u.scale = Some(load_f16_as_f32(b, buf, u.base));
@@ -207,6 +222,19 @@ fn q4k_scale_min(b: &KernelBuilder, sub: Value, w0: Value, w1: Value, w2: Value)
     (b.select(low, sc_lo, sc_hi), b.select(low, m_lo, m_hi))
 }
 
+/// IQ4_XS sub-block `sub`'s f32 scale `d * (ls - 32)` from its super-block's first two
+/// words: `head` = f16 d | scales_h << 16 and the 4 scales_l bytes. The low 4 bits of ls
+/// are nibble `sub` of scales_l (byte sub/2, nibble sub%2), the high 2 bits are bits
+/// 2·sub.. of scales_h.
+fn iq4xs_scale(b: &KernelBuilder, head: Value, scales_l: Value, sub: Value) -> Value {
+    let d = b.extract(b.unpack_half2x16(head), 0);
+    let lo = b.andi(b.shr(scales_l, b.shli(sub, 2)), 0xF);
+    let hi = b.andi(b.shr(head, b.addi(b.shli(sub, 1), 16)), 3);
+    let ls = b.bitcast(b.or(lo, b.shli(hi, 4)), Type::I32);
+    let signed = b.sub(ls, b.c_i32(32));
+    b.mul(d, b.convert(signed, Type::F32))
+}
+
 /// Opens the `count` consecutive units `first, first + 1, ...` of the row starting at byte
 /// `row_off` with wide loads: every byte range the units read is loaded once as a run of
 /// consecutive words ([`WordRun`]; drivers merge them into 16-byte loads where they can prove
@@ -258,7 +286,7 @@ pub fn open_units(
     let split = |off: Value| (b.shri(off, 2), b.shli(b.andi(off, 2), 3));
     let mut out = Vec::new();
     match fmt {
-        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 => {
+        WeightFormat::Q8_0 | WeightFormat::Q5_0 | WeightFormat::Q4_0 | WeightFormat::IQ4NL => {
             // One run per block (its 34, 22 or 18 bytes end 2 bytes into a word, see
             // WordRun).
             let bytes = fmt.block_bytes();
@@ -324,6 +352,24 @@ pub fn open_units(
                     u.qs_run = Some((run(qs_base, None, 32 * (ul >> 1), 32), 32 * (ul >> 1)));
                     u.q_shift = Some(b.c_u32(4 * (ul & 1)));
                 }
+                out.push(with_f16_scales(b, u, want_f16));
+            }
+        }
+        WeightFormat::IQ4XS => {
+            // Super-blocks start on 8 bytes: the 8-byte header (d, scales_h, scales_l) is
+            // one run, the qs of the group's sub-blocks (16 bytes each, from sub-block s0 on)
+            // another.
+            let base = b.add(row_off, b.muli(b.shri(first, 3), 136));
+            let w = b.shri(base, 2);
+            let head = run(w, None, 0, 8);
+            let (h0, sl) = (head.u32_at(b, 0), head.u32_at(b, 4));
+            let s0 = b.andi(first, 7);
+            let qs_base = b.add(b.addi(w, 2), b.shli(s0, 2));
+            let qs = run(qs_base, None, 0, 16 * count);
+            for ul in 0..count {
+                let mut u = blank(base);
+                u.scale = Some(iq4xs_scale(b, h0, sl, b.addi(s0, ul)));
+                u.qs_run = Some((qs.clone(), 16 * ul));
                 out.push(with_f16_scales(b, u, want_f16));
             }
         }
@@ -728,6 +774,37 @@ fn q5k_bytes(b: &KernelBuilder, qs: Value, qh: Value, q_shift: Value, qh_shift: 
     b.or(low, b.shli(high, 4))
 }
 
+/// Looks 4 packed nibbles (one per byte, 0..16) up in [`IQ4NL_VALUES`], giving 4 packed
+/// signed bytes. The IR has no arrays, so the lookup is a multiplexer tree run on all 4 bytes
+/// at once: bit k of every byte becomes a byte mask (0 or 0xFF; `* 0xFF` cannot carry across
+/// bytes), level 0 picks between the table's neighbouring entries by bit 0 (`a ^ ((a ^ b) &
+/// m)`, a constant `a ^ b`), each further level between the previous level's pairs by the
+/// next bit: 15 selections of 4 bytes, about 48 integer operations per word (a constant array
+/// indexed per byte would take 4 loads plus the byte packing).
+fn iq4nl_bytes(b: &KernelBuilder, nib: Value) -> Value {
+    let splat = |v: i8| u32::from(v as u8) * 0x0101_0101;
+    let mask = |k: u32| {
+        let bits = if k == 0 { nib } else { b.shri(nib, k) };
+        b.muli(b.andi(bits, 0x0101_0101), 0xFF)
+    };
+    let m0 = mask(0);
+    let mut level: Vec<Value> = IQ4NL_VALUES
+        .chunks_exact(2)
+        .map(|p| {
+            let (a, c) = (splat(p[0]), splat(p[1]));
+            b.xor(b.c_u32(a), b.andi(m0, a ^ c))
+        })
+        .collect();
+    for k in 1..4 {
+        let m = mask(k);
+        level = level
+            .chunks_exact(2)
+            .map(|p| b.xor(p[0], b.and(b.xor(p[0], p[1]), m)))
+            .collect();
+    }
+    level[0]
+}
+
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
 fn center_bytes(b: &KernelBuilder, q: Value, bits: u32) -> Value {
     // For each byte: x = q ^ half flips the top bit; a set top bit means q < half, whose
@@ -795,6 +872,17 @@ impl Unit {
                 );
                 let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
                 center_bytes(b, nib, 4)
+            }
+            WeightFormat::IQ4NL | WeightFormat::IQ4XS => {
+                // Q4_0's nibbles, looked up in the value table instead of re-centred.
+                let word = load_u32(
+                    b,
+                    buf,
+                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    self.q_align,
+                );
+                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                iq4nl_bytes(b, nib)
             }
             WeightFormat::Q4K => {
                 let word = load_u32(b, buf, b.add(self.q_off.unwrap(), c4), Align::Four);
@@ -929,6 +1017,11 @@ impl Unit {
                 let word = qs.u32_at(b, r + 4 * (c & 3));
                 let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
                 center_bytes(b, nib, 4)
+            }
+            WeightFormat::IQ4NL | WeightFormat::IQ4XS => {
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                iq4nl_bytes(b, nib)
             }
             WeightFormat::Q4K => {
                 let word = qs.u32_at(b, r + 4 * c);

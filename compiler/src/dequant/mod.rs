@@ -21,6 +21,13 @@
 //!   four groups of 32 (ql low nibbles, ql[+32] low, ql high, ql[+32] high, with 2 bits of qh
 //!   each), one scale per 16; `y = (d * sc) * (q - 32)`.
 //!
+//! - IQ4_NL (18 B / 32): f16 d, 16 B qs (nibbles as Q4_0); `y = d * K[q]` with ggml's
+//!   16-entry signed table `K = kvalues_iq4nl` ([`IQ4NL_VALUES`]). Units look the nibbles up
+//!   as signed bytes, so every path (f32, f16, int8 dot) takes them like Q4_0's `q - 8`.
+//! - IQ4_XS (136 B / 256): f16 d, u16 scales_h, 4 B scales_l, 128 B qs; sub-block s (32
+//!   elements) has the 6-bit scale `ls = (scales_l[s/2] >> 4(s%2) & 15) | (scales_h >> 2s & 3) << 4`
+//!   and IQ4_NL's nibble layout in qs[16s..16s+16]; `y = (d * (ls - 32)) * K[q]`.
+//!
 //! - BF16 (2 B / 1): the high half of an f32; `y = bits << 16`, exact.
 //!
 //! Every format is handled in *units* of 32 consecutive elements of a row (a Q8_0/Q5_0 block,
@@ -64,10 +71,19 @@ pub enum WeightFormat {
     Q6K,
     #[serde(rename = "bf16")]
     BF16,
+    #[serde(rename = "iq4_nl")]
+    IQ4NL,
+    #[serde(rename = "iq4_xs")]
+    IQ4XS,
 }
 
+/// ggml's `kvalues_iq4nl`: the values IQ4_NL and IQ4_XS nibbles stand for (before the scale).
+pub const IQ4NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 11] = [
+    pub const ALL: [WeightFormat; 13] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -79,6 +95,8 @@ impl WeightFormat {
         WeightFormat::Q4_1,
         WeightFormat::Q5_1,
         WeightFormat::BF16,
+        WeightFormat::IQ4NL,
+        WeightFormat::IQ4XS,
     ];
 
     /// Elements per block (1 for plain floats).
@@ -89,8 +107,9 @@ impl WeightFormat {
             | WeightFormat::Q5_0
             | WeightFormat::Q4_0
             | WeightFormat::Q4_1
-            | WeightFormat::Q5_1 => 32,
-            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
+            | WeightFormat::Q5_1
+            | WeightFormat::IQ4NL => 32,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::IQ4XS => 256,
         }
     }
 
@@ -107,6 +126,8 @@ impl WeightFormat {
             WeightFormat::Q4K => 144,
             WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
+            WeightFormat::IQ4NL => 18,
+            WeightFormat::IQ4XS => 136,
         }
     }
 
@@ -150,6 +171,8 @@ impl WeightFormat {
             WeightFormat::Q4K => "Q4_K",
             WeightFormat::Q5K => "Q5_K",
             WeightFormat::Q6K => "Q6_K",
+            WeightFormat::IQ4NL => "IQ4_NL",
+            WeightFormat::IQ4XS => "IQ4_XS",
         }
     }
 }

@@ -10,6 +10,9 @@ use rayon::prelude::*;
 
 mod error;
 mod half_floats;
+mod iq4_nl;
+mod iq4_search;
+mod iq4_xs;
 mod k_quant_scales;
 mod q4_0;
 mod q4_1;
@@ -43,6 +46,8 @@ pub enum GgmlType {
     Q5K,
     Q6K,
     Q8K,
+    IQ4NL,
+    IQ4XS,
     I8,
     I16,
     I32,
@@ -53,7 +58,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// All known types, in id order.
-    pub const ALL: [GgmlType; 20] = [
+    pub const ALL: [GgmlType; 22] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -68,6 +73,8 @@ impl GgmlType {
         GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q8K,
+        GgmlType::IQ4NL,
+        GgmlType::IQ4XS,
         GgmlType::I8,
         GgmlType::I16,
         GgmlType::I32,
@@ -93,6 +100,8 @@ impl GgmlType {
             GgmlType::Q5K => 13,
             GgmlType::Q6K => 14,
             GgmlType::Q8K => 15,
+            GgmlType::IQ4NL => 20,
+            GgmlType::IQ4XS => 23,
             GgmlType::I8 => 24,
             GgmlType::I16 => 25,
             GgmlType::I32 => 26,
@@ -123,6 +132,8 @@ impl GgmlType {
             GgmlType::Q5K => "Q5_K",
             GgmlType::Q6K => "Q6_K",
             GgmlType::Q8K => "Q8_K",
+            GgmlType::IQ4NL => "IQ4_NL",
+            GgmlType::IQ4XS => "IQ4_XS",
             GgmlType::I8 => "I8",
             GgmlType::I16 => "I16",
             GgmlType::I32 => "I32",
@@ -154,13 +165,15 @@ impl GgmlType {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
-            | GgmlType::Q8_1 => 32,
+            | GgmlType::Q8_1
+            | GgmlType::IQ4NL => 32,
             GgmlType::Q2K
             | GgmlType::Q3K
             | GgmlType::Q4K
             | GgmlType::Q5K
             | GgmlType::Q6K
-            | GgmlType::Q8K => 256,
+            | GgmlType::Q8K
+            | GgmlType::IQ4XS => 256,
         }
     }
 
@@ -185,6 +198,8 @@ impl GgmlType {
             GgmlType::Q5K => 176,
             GgmlType::Q6K => 210,
             GgmlType::Q8K => 292,
+            GgmlType::IQ4NL => 18,
+            GgmlType::IQ4XS => 136,
         }
     }
 
@@ -213,6 +228,8 @@ impl GgmlType {
                 | GgmlType::Q4K
                 | GgmlType::Q5K
                 | GgmlType::Q6K
+                | GgmlType::IQ4NL
+                | GgmlType::IQ4XS
         )
     }
 }
@@ -344,6 +361,19 @@ fn codec(ty: GgmlType) -> Option<Codec> {
             q6_k::BLOCK_BYTES,
             q6_k::dequantize_block,
             block(q6_k::quantize_block, F16_MAX * 128.0 * 32.0),
+        ),
+        GgmlType::IQ4NL => c(
+            iq4_nl::BLOCK_ELEMS,
+            iq4_nl::BLOCK_BYTES,
+            iq4_nl::dequantize_block,
+            block(iq4_nl::quantize_block, F16_MAX * 127.0),
+        ),
+        GgmlType::IQ4XS => c(
+            iq4_xs::BLOCK_ELEMS,
+            iq4_xs::BLOCK_BYTES,
+            iq4_xs::dequantize_block,
+            // d·(ls - 32) with d at the f16 maximum and ls - 32 = -32, level -127.
+            block(iq4_xs::quantize_block, F16_MAX * 32.0 * 127.0),
         ),
         _ => None,
     }
@@ -477,7 +507,8 @@ pub fn dequantize_rows(
 }
 
 /// Encodes `src` as `ty`, following ggml's reference quantizers (`quantize_row_*_ref`, what
-/// llama-quantize uses without an importance matrix) bit for bit. `src.len()` must be a whole
+/// llama-quantize uses without an importance matrix; for IQ4_NL / IQ4_XS `quantize_iq4_*`,
+/// which llama-quantize calls, see `iq4_search`) bit for bit. `src.len()` must be a whole
 /// number of blocks; block formats need finite values within the range their f16 scales
 /// allow (see `FormatError::OutOfRange` and `ScaleOverflow`).
 ///

@@ -224,10 +224,14 @@ pub enum Quant {
     Q4KM,
     /// llama.cpp's Q5_K_M: the same rules over Q5_K.
     Q5KM,
+    /// llama.cpp's IQ4_NL / IQ4_XS (no importance matrix): the non-linear 4-bit types, with
+    /// Q5_K for attn_v (grouped-query models) and the first eighth of ffn_down.
+    IQ4NL,
+    IQ4XS,
 }
 
 impl Quant {
-    pub const ALL: [Quant; 10] = [
+    pub const ALL: [Quant; 12] = [
         Quant::F32,
         Quant::F16,
         Quant::BF16,
@@ -238,6 +242,8 @@ impl Quant {
         Quant::Q5_1,
         Quant::Q4KM,
         Quant::Q5KM,
+        Quant::IQ4NL,
+        Quant::IQ4XS,
     ];
 
     /// The name used on the command line (llama-quantize's, lower case).
@@ -253,6 +259,8 @@ impl Quant {
             Quant::Q5_1 => "q5_1",
             Quant::Q4KM => "q4_k_m",
             Quant::Q5KM => "q5_k_m",
+            Quant::IQ4NL => "iq4_nl",
+            Quant::IQ4XS => "iq4_xs",
         }
     }
 
@@ -265,16 +273,18 @@ impl Quant {
     /// `general.file_type` (llama.h `enum llama_ftype`).
     pub fn file_type(self) -> u32 {
         match self {
-            Quant::F32 => 0,   // LLAMA_FTYPE_ALL_F32
-            Quant::F16 => 1,   // LLAMA_FTYPE_MOSTLY_F16
-            Quant::BF16 => 32, // LLAMA_FTYPE_MOSTLY_BF16
-            Quant::Q8_0 => 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
-            Quant::Q4_0 => 2,  // LLAMA_FTYPE_MOSTLY_Q4_0
-            Quant::Q4_1 => 3,  // LLAMA_FTYPE_MOSTLY_Q4_1
-            Quant::Q5_0 => 8,  // LLAMA_FTYPE_MOSTLY_Q5_0
-            Quant::Q5_1 => 9,  // LLAMA_FTYPE_MOSTLY_Q5_1
-            Quant::Q4KM => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
-            Quant::Q5KM => 17, // LLAMA_FTYPE_MOSTLY_Q5_K_M
+            Quant::F32 => 0,    // LLAMA_FTYPE_ALL_F32
+            Quant::F16 => 1,    // LLAMA_FTYPE_MOSTLY_F16
+            Quant::BF16 => 32,  // LLAMA_FTYPE_MOSTLY_BF16
+            Quant::Q8_0 => 7,   // LLAMA_FTYPE_MOSTLY_Q8_0
+            Quant::Q4_0 => 2,   // LLAMA_FTYPE_MOSTLY_Q4_0
+            Quant::Q4_1 => 3,   // LLAMA_FTYPE_MOSTLY_Q4_1
+            Quant::Q5_0 => 8,   // LLAMA_FTYPE_MOSTLY_Q5_0
+            Quant::Q5_1 => 9,   // LLAMA_FTYPE_MOSTLY_Q5_1
+            Quant::Q4KM => 15,  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+            Quant::Q5KM => 17,  // LLAMA_FTYPE_MOSTLY_Q5_K_M
+            Quant::IQ4NL => 25, // LLAMA_FTYPE_MOSTLY_IQ4_NL
+            Quant::IQ4XS => 30, // LLAMA_FTYPE_MOSTLY_IQ4_XS
         }
     }
 
@@ -336,10 +346,12 @@ pub fn tensor_plan(shape: &ShapeParams, quant: Quant) -> Vec<PlannedTensor> {
         s.n_ff,
     );
     let n_layer = s.n_layer;
+    // llama.cpp's n_gqa(): query heads per KV head.
+    let gqa = s.n_head / s.n_head_kv.max(1);
     let mut plan = Vec::with_capacity(2 + 12 * n_layer as usize);
     let mut push = |name: String, dims: Vec<u64>, kind: TensorKind, role: Role| {
         let ggml_type = match kind {
-            TensorKind::Matrix => matrix_type(quant, role, dims[0]),
+            TensorKind::Matrix => matrix_type(quant, role, dims[0], gqa),
             TensorKind::Bias | TensorKind::Norm | TensorKind::Fixed => GgmlType::F32,
         };
         plan.push(PlannedTensor {
@@ -433,7 +445,7 @@ enum Role {
 }
 
 /// The type of a weight matrix with rows of `row_len` elements.
-fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
+fn matrix_type(quant: Quant, role: Role, row_len: u64, gqa: u64) -> GgmlType {
     match quant {
         // Not a quantized mix: llama-quantize skips its per-tensor rules and fallbacks.
         Quant::F32 => GgmlType::F32,
@@ -447,6 +459,8 @@ fn matrix_type(quant: Quant, role: Role, row_len: u64) -> GgmlType {
         Quant::Q5_1 => with_fallback(legacy_target(GgmlType::Q5_1, role, row_len), row_len),
         Quant::Q4KM => with_fallback(k_m_target(GgmlType::Q4K, role, row_len), row_len),
         Quant::Q5KM => with_fallback(k_m_target(GgmlType::Q5K, role, row_len), row_len),
+        Quant::IQ4NL => with_fallback(iq4_target(GgmlType::IQ4NL, role, row_len, gqa), row_len),
+        Quant::IQ4XS => with_fallback(iq4_target(GgmlType::IQ4XS, role, row_len, gqa), row_len),
     }
 }
 
@@ -481,6 +495,18 @@ fn k_m_target(default: GgmlType, role: Role, row_len: u64) -> GgmlType {
     }
 }
 
+/// `llama_tensor_get_type_impl` for LLAMA_FTYPE_MOSTLY_IQ4_NL / IQ4_XS without an importance
+/// matrix, for a dense, non-Falcon model: the output rule, Q5_K for attn_v when there are 4 or
+/// more query heads per KV head, Q5_K for ffn_down of the first eighth of the layers.
+fn iq4_target(default: GgmlType, role: Role, row_len: u64, gqa: u64) -> GgmlType {
+    match role {
+        Role::TiedEmbedding => output_type(default, row_len),
+        Role::AttnV(_) if gqa >= 4 => GgmlType::Q5K,
+        Role::FfnDown(l) if l.index < l.count / 8 => GgmlType::Q5K,
+        _ => default,
+    }
+}
+
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers, and every third
 /// layer in between.
 fn use_more_bits(i_layer: u64, n_layers: u64) -> bool {
@@ -500,6 +526,7 @@ fn with_fallback(target: GgmlType, row_len: u64) -> GgmlType {
         GgmlType::Q4K => GgmlType::Q5_0,
         GgmlType::Q5K => GgmlType::Q5_1,
         GgmlType::Q6K => GgmlType::Q8_0,
+        GgmlType::IQ4XS => GgmlType::IQ4NL,
         // llama.cpp defines no fallback for 32-element types and refuses such a tensor; no
         // Qwen2.5 shape has rows that are not a multiple of 32, so F16 is only a safe default.
         _ => GgmlType::F16,
@@ -526,6 +553,8 @@ mod tests {
     fn fallback_follows_llama_cpp_table() {
         assert_eq!(with_fallback(GgmlType::Q4K, 896), GgmlType::Q5_0);
         assert_eq!(with_fallback(GgmlType::Q6K, 896), GgmlType::Q8_0);
+        assert_eq!(with_fallback(GgmlType::IQ4XS, 896), GgmlType::IQ4NL);
+        assert_eq!(with_fallback(GgmlType::IQ4XS, 4864), GgmlType::IQ4XS);
         assert_eq!(with_fallback(GgmlType::Q4K, 1024), GgmlType::Q4K);
         assert_eq!(with_fallback(GgmlType::Q4K, 100), GgmlType::F16);
     }

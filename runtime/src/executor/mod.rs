@@ -573,6 +573,8 @@ fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> 
         GgmlType::Q4K => WeightFormat::Q4K,
         GgmlType::Q5K => WeightFormat::Q5K,
         GgmlType::Q6K => WeightFormat::Q6K,
+        GgmlType::IQ4NL => WeightFormat::IQ4NL,
+        GgmlType::IQ4XS => WeightFormat::IQ4XS,
         other => {
             // The list comes from the compiler's formats, so it cannot go stale.
             let gpu: Vec<&str> = WeightFormat::ALL.iter().map(|f| f.ggml_name()).collect();
