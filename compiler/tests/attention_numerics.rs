@@ -503,19 +503,16 @@ fn tiled_attention_matches_the_reference_over_its_space() {
             .filter(|s| s.is_tiled())
             .collect();
         assert!(tiled.len() >= 20, "{} tiled schedules", tiled.len());
-        let mut rng = SplitMix64::new(5 + i as u64);
-        let mut picks: Vec<AttentionSchedule> = (0..12)
-            .map(|_| tiled[(rng.next_u64() % tiled.len() as u64) as usize])
-            .collect();
         // Every tile shape and math at least once.
-        for s in &tiled {
-            if !picks.iter().any(|p| {
-                (p.tile_rows, p.tile_keys, p.f16_qk, p.f16_pv)
-                    == (s.tile_rows, s.tile_keys, s.f16_qk, s.f16_pv)
-            }) {
-                picks.push(*s);
-            }
-        }
+        let picks = random_and_covering(&tiled, 12, 5 + i as u64, |p| {
+            [
+                p.tile_rows,
+                p.tile_keys,
+                p.f16_qk as u32,
+                p.f16_pv as u32,
+                0,
+            ]
+        });
         for s in &picks {
             worst = worst.max(check(&c, s, &caps, 32));
             checked += 1;
@@ -551,29 +548,40 @@ fn key_split_attention_matches_the_reference_over_its_space() {
             .filter(|s| s.is_key_split())
             .collect();
         assert!(split.len() >= 5, "{} key-split schedules", split.len());
-        let mut rng = SplitMix64::new(9 + i as u64);
-        let mut picks: Vec<AttentionSchedule> = (0..8)
-            .map(|_| split[(rng.next_u64() % split.len() as u64) as usize])
-            .collect();
         // Every lane count, keys per lane, rows per group and math at least once.
-        for s in &split {
-            let key = |p: &AttentionSchedule| {
-                (
-                    p.threads_per_row,
-                    p.kv_block / p.threads_per_row,
-                    p.lane_rows,
-                    p.f16_qk,
-                    p.f16_pv,
-                )
-            };
-            if !picks.iter().any(|p| key(p) == key(s)) {
-                picks.push(*s);
-            }
-        }
+        let picks = random_and_covering(&split, 8, 9 + i as u64, |p| {
+            [
+                p.threads_per_row,
+                p.kv_block / p.threads_per_row,
+                p.lane_rows,
+                p.f16_qk as u32,
+                p.f16_pv as u32,
+            ]
+        });
         for s in &picks {
             worst = worst.max(check(&c, s, &caps, 16));
             checked += 1;
         }
     }
     eprintln!("checked {checked} key-split attention kernels; worst error / allowed = {worst:.3}");
+}
+
+/// `n` seeded random schedules of `space`, plus the first one of every value of `key` that
+/// they miss.
+fn random_and_covering(
+    space: &[AttentionSchedule],
+    n: usize,
+    seed: u64,
+    key: impl Fn(&AttentionSchedule) -> [u32; 5],
+) -> Vec<AttentionSchedule> {
+    let mut rng = SplitMix64::new(seed);
+    let mut picks: Vec<AttentionSchedule> = (0..n)
+        .map(|_| space[(rng.next_u64() % space.len() as u64) as usize])
+        .collect();
+    for s in space {
+        if !picks.iter().any(|p| key(p) == key(s)) {
+            picks.push(*s);
+        }
+    }
+    picks
 }
