@@ -72,6 +72,12 @@ pub struct AttentionSchedule {
     /// Keys per thread of a tiled schedule (0 with the row-wise kernel).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tile_keys: u32,
+    /// Split-KV decode (`split_kv.rs`) where 2 or more: the most pieces the key range of a
+    /// workgroup is cut into, one workgroup each, merged by the combine kernel; the count of
+    /// a step is chosen at run time (`split_kv::splits_for`). 0 or 1 (absent in older
+    /// records, and omitted from the JSON at 0): one workgroup walks all keys.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_splits: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -186,7 +192,11 @@ impl AttentionSchedule {
             } else {
                 String::new()
             }
-        )
+        ) + &if super::split_kv::is_split(self) {
+            format!("_split{}", self.kv_splits)
+        } else {
+            String::new()
+        }
     }
 
     /// Checks the schedule against the workload and the device.
@@ -232,6 +242,7 @@ impl AttentionSchedule {
         if self.is_tiled() || self.tile_keys > 0 {
             self.validate_tiled(w, caps)?;
         }
+        super::split_kv::validate(w, self).map_err(Refusal::Schedule)?;
         check_threads(self.threads(w), caps)?;
         check_shared(self.shared_bytes(w), caps)?;
         let regs = self.register_estimate(w);
@@ -303,6 +314,8 @@ impl AttentionSchedule {
 /// and 64-key blocks without staging (their unstaged loads gain nothing over 32) are left out.
 /// First, where shared memory is on-chip and shuffles exist, the tiled schedules: rows 1..16,
 /// key blocks 16..64, tiles 4 or 8 rows × 2, 4 or 8 keys, the same maths, at least 32 threads.
+/// Decode workloads (m ≤ `split_kv::SPLIT_MAX_M`) try each row-wise schedule also with the
+/// keys split (caps 8 and 32, `kv_splits`).
 pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
     let m_cap = w.m.max(1).next_power_of_two();
     let groupings: &[bool] = if w.group() > 1 {
@@ -314,6 +327,12 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
         &[(false, false), (false, true), (true, true)]
     } else {
         &[(false, false)]
+    };
+    // Decode workloads also try the split-KV form (`split_kv.rs`) with two caps.
+    let splits: &[u32] = if w.m <= super::split_kv::SPLIT_MAX_M {
+        &[0, 8, super::split_kv::DEFAULT_KV_SPLITS]
+    } else {
+        &[0]
     };
     let mut out = Vec::new();
     // Register-tiled schedules, where shared memory is on-chip (they stage everything).
@@ -338,6 +357,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     f16_pv,
                                     tile_rows,
                                     tile_keys,
+                                    kv_splits: 0,
                                 };
                                 if s.threads(w) >= 32.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
@@ -369,23 +389,26 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                         }
                         for &lane_reduce in reduces {
                             for &(f16_qk, f16_pv) in maths {
-                                let s = AttentionSchedule {
-                                    rows,
-                                    kv_block,
-                                    threads_per_row,
-                                    group_heads,
-                                    stage_kv,
-                                    lane_reduce,
-                                    f16_qk,
-                                    f16_pv,
-                                    tile_rows: 0,
-                                    tile_keys: 0,
-                                };
-                                if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
-                                    continue;
-                                }
-                                if s.validate(w, caps).is_ok() {
-                                    out.push(s);
+                                for &kv_splits in splits {
+                                    let s = AttentionSchedule {
+                                        rows,
+                                        kv_block,
+                                        threads_per_row,
+                                        group_heads,
+                                        stage_kv,
+                                        lane_reduce,
+                                        f16_qk,
+                                        f16_pv,
+                                        tile_rows: 0,
+                                        tile_keys: 0,
+                                        kv_splits,
+                                    };
+                                    if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
+                                        continue;
+                                    }
+                                    if s.validate(w, caps).is_ok() {
+                                        out.push(s);
+                                    }
                                 }
                             }
                         }
@@ -419,6 +442,7 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
             f16_pv: true,
             tile_rows,
             tile_keys,
+            kv_splits: 0,
         })
         .filter(|s| {
             s.threads(w) >= 32.min(caps.max_workgroup_invocations) && s.validate(w, caps).is_ok()
@@ -485,6 +509,7 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             f16_pv: false,
             tile_rows: 0,
             tile_keys: 0,
+            kv_splits: 0,
         });
         candidates.push(AttentionSchedule {
             rows: 1,
