@@ -174,6 +174,10 @@ fn tune(db: &Path) -> Output {
         "5",
         "--graph-time",
         "5",
+        // Room for every trial of every workload on a contended 2-core lavapipe (the budget
+        // is shared evenly; the output projection's GEMV trials take ~1 s each there).
+        "--time",
+        "900",
         "--db",
         s(db),
         "--json",
@@ -187,7 +191,8 @@ fn tune_resume_tuned_prefill_and_export_import() {
     let trials: usize = TRIALS.parse().unwrap();
 
     // 1. Tuning stores trials for every distinct GEMM of the model, and for its attention at
-    // the ubatch and at the 4096 KV bucket (the default KV lengths).
+    // the ubatch and at the 4096 KV bucket (the default KV lengths), and for its decode step's
+    // attention at 4096.
     let first = ok_json(&tune(&db));
     let gemms = expected_gemms(&model(), UBATCH.parse().unwrap());
     let listed = ok_json(&rocky(&["db", "list", "--db", s(&db), "--json"]));
@@ -198,12 +203,18 @@ fn tune_resume_tuned_prefill_and_export_import() {
         .map(|r| gemm_of(&r["workload"]))
         .collect();
     assert_eq!(tuned, gemms);
-    let attention_kv: BTreeSet<u64> = listed
+    // (m, max_kv): the ubatch at both lengths, the decode step at the longest.
+    let attention_kv: BTreeSet<(u64, u64)> = listed
         .iter()
         .filter_map(|r| r["workload"].get("attention"))
-        .map(|a| a["max_kv"].as_u64().unwrap())
+        .map(|a| (a["m"].as_u64().unwrap(), a["max_kv"].as_u64().unwrap()))
         .collect();
-    assert_eq!(attention_kv, BTreeSet::from([16, 4096]), "{listed:?}");
+    let ub: u64 = UBATCH.parse().unwrap();
+    assert_eq!(
+        attention_kv,
+        BTreeSet::from([(ub, 16), (ub, 4096), (1, 4096)]),
+        "{listed:?}"
+    );
     let expected_records = gemms.len() + attention_kv.len();
     assert_eq!(listed.len(), expected_records, "one record per workload");
     for r in listed {

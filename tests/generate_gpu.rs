@@ -148,7 +148,13 @@ fn prompt(n: usize) -> Vec<u32> {
 }
 
 /// Greedy generation of `n_new` tokens after a `n_prompt`-token prompt at `ubatch`, on both.
-fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: usize) {
+/// Returns the tokens and the largest `kv_splits` of the decode steps' attention schedules.
+fn gpu_decode_matches_cpu(
+    path: &Path,
+    n_prompt: usize,
+    n_new: usize,
+    ubatch: usize,
+) -> (Vec<u32>, u32) {
     let file = GgufFile::open(path).unwrap();
     let model: Model = arch::load(&file).unwrap();
     let ids = prompt(n_prompt);
@@ -190,6 +196,17 @@ fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: us
             "decode used no GEMV kernel"
         );
     }
+    // The decode steps' attention schedules (the last `prepare` was a decode step's).
+    let kv_splits = gpu
+        .ex
+        .used
+        .iter()
+        .filter_map(|(_, _, s, _)| match s {
+            Schedule::Attention(a) => Some(a.kv_splits),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
     // The executor's ubatch is its own again after the decode steps.
     assert_eq!(gpu.ex.options().ubatch, ubatch);
     assert_eq!(gpu.ex.n_past(), n_prompt + n_new - 1);
@@ -228,6 +245,7 @@ fn gpu_decode_matches_cpu(path: &Path, n_prompt: usize, n_new: usize, ubatch: us
         again.tokens, want.tokens,
         "{name}: second generation on one executor"
     );
+    (got.tokens, kv_splits)
 }
 
 #[test]
@@ -249,4 +267,25 @@ fn qwen2_tiny_q4_k_m_decode_matches_cpu() {
 #[test]
 fn synth_gemma3_tiny_decode_past_the_sliding_window_matches_cpu() {
     gpu_decode_matches_cpu(&common::synth(Shape::Gemma3Tiny, Quant::Q4KM), 24, 20, 16);
+}
+
+/// Split-KV decode attention forced on (`ROCKY_KV_SPLITS=5`: five pieces at every step,
+/// most of them empty at these lengths, and with Gemma 3's sliding window pieces holding only
+/// masked keys) and off gives the CPU reference's greedy tokens both ways, so the same tokens.
+/// Only this test sets the variable; other tests of this binary that run meanwhile may decode
+/// with five pieces too, which their own CPU comparison covers.
+#[test]
+fn split_kv_decode_on_and_off_give_the_same_tokens() {
+    for (path, n_prompt, n_new, ubatch) in [
+        (common::synth(Shape::Gemma3Tiny, Quant::Q4KM), 40, 10, 16),
+        (shared().join("models/qwen2-tiny-q8_0.gguf"), 30, 10, 8),
+    ] {
+        std::env::set_var("ROCKY_KV_SPLITS", "5");
+        let (on, splits_on) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        std::env::set_var("ROCKY_KV_SPLITS", "0");
+        let (off, splits_off) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        std::env::remove_var("ROCKY_KV_SPLITS");
+        assert_eq!((splits_on, splits_off), (5, 0), "{}", path.display());
+        assert_eq!(on, off, "{}", path.display());
+    }
 }

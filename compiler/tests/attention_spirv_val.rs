@@ -65,6 +65,12 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
                 space.len()
             ));
             for s in &space {
+                // Split-KV schedules (decode workloads) differ from their plain twin only in
+                // the key range and the partials' store, the same for every cap: the m = 1
+                // ones at cap 32 are validated, which keeps this test's time near what it was.
+                if s.kv_splits > 1 && (w.m != 1 || s.kv_splits != 32) {
+                    continue;
+                }
                 axes.extend([
                     ("rows", s.rows),
                     ("kv_block", s.kv_block),
@@ -77,13 +83,15 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
                     ),
                     ("f16_qk", s.f16_qk as u32),
                     ("f16_pv", s.f16_pv as u32),
+                    ("split", (s.kv_splits > 1) as u32),
                 ]);
                 match attention::instantiate(&w, s, caps) {
                     Ok(k) => {
                         let names: Vec<&str> =
                             k.meta.bindings.iter().map(|b| b.name.as_str()).collect();
                         let numbers: Vec<u32> = k.meta.bindings.iter().map(|b| b.binding).collect();
-                        if names != ["q", "k_cache", "v_cache", "out"] || numbers != [0, 1, 2, 3] {
+                        let out = if s.kv_splits > 1 { "partials" } else { "out" };
+                        if names != ["q", "k_cache", "v_cache", out] || numbers != [0, 1, 2, 3] {
                             failures
                                 .push(format!("{}: bindings {names:?} {numbers:?}", k.meta.name));
                         }
@@ -117,6 +125,7 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
         ("reduce_shared", &[0, 1]),
         ("f16_qk", &[0, 1]),
         ("f16_pv", &[0, 1]),
+        ("split", &[0, 1]),
     ] {
         for v in values {
             assert!(axes.contains(&(axis, *v)), "no schedule with {axis} = {v}");
@@ -387,4 +396,35 @@ fn workload_keys_grid_and_flops() {
         .to_bytes(),
         vec![3, 0, 0, 0, 4, 3, 2, 1]
     );
+}
+
+/// The combine kernels of split-KV decode attention (`combine.rs`) pass spirv-val for every
+/// decode workload above, both split caps of the space and both profiles; the split kernels
+/// themselves are in the whole spaces validated above (decode workloads try each row-wise
+/// schedule with `kv_splits`).
+#[test]
+fn split_kv_combine_kernels_pass_spirv_val() {
+    use attention::combine::instantiate_combine;
+    require_spirv_val();
+    let mut checked = 0;
+    for caps in [desktop_vk12(), mali_vk12()] {
+        for w in workloads().into_iter().filter(|w| w.m <= 8) {
+            let space = attention::search_space(&w, &caps);
+            let caps_seen: BTreeSet<u32> = space.iter().map(|s| s.kv_splits).collect();
+            assert!(
+                caps_seen.contains(&8) && caps_seen.contains(&32),
+                "{w:?}: {caps_seen:?}"
+            );
+            for cap in [8, 32] {
+                let s = space.iter().find(|s| s.kv_splits == cap).unwrap();
+                let k = instantiate_combine(&w, s, &caps).unwrap_or_else(|e| panic!("{w:?}: {e}"));
+                spirv_val(&k.spirv, "vulkan1.2").unwrap_or_else(|e| panic!("{}: {e}", k.meta.name));
+                checked += 1;
+            }
+            // A schedule without splits has no combine kernel.
+            let plain = space.iter().find(|s| s.kv_splits == 0).unwrap();
+            assert!(instantiate_combine(&w, plain, &caps).is_err());
+        }
+    }
+    assert!(checked >= 16);
 }

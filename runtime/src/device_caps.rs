@@ -80,6 +80,29 @@ pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
     }
 }
 
+/// Compute units of the device where it is known, for work that sizes its grid to fill the
+/// device (split-KV decode attention, `rocky_compiler::templates::attention::split_kv`).
+/// Vulkan core has no query for it: CPU implementations (lavapipe) run one worker thread per
+/// host CPU (the host's available parallelism); other devices report it only through vendor
+/// extensions (VK_ARM_shader_core_properties, VK_NV_shader_sm_builtins,
+/// VK_AMD_shader_core_properties) that the runtime does not query yet, so `None`, and the
+/// caller's rule falls back to the work's own size.
+pub fn compute_units(info: &DeviceInfo) -> Option<u32> {
+    if info.is_cpu {
+        // llvmpipe's worker count: LP_NUM_THREADS where set, else one per host CPU.
+        if let Some(n) = std::env::var("LP_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            return Some(n.max(1));
+        }
+        return std::thread::available_parallelism()
+            .ok()
+            .map(|n| n.get() as u32);
+    }
+    None
+}
+
 /// Mesa's Vulkan driver for Mali (`VK_DRIVER_ID_MESA_PANVK`), recognised by its driver id.
 fn is_panvk(info: &DeviceInfo) -> bool {
     // `DriverInfo::id` is the Debug name of the `VkDriverId`, as the probe writes it.

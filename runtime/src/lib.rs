@@ -32,7 +32,9 @@ pub use budget::{budget_disabled, Admit, BudgetTracker, CommandBudget, WlsModel,
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
 pub use commands::{Recorder, RecorderParts};
 pub use device::{probe_devices, Context, RuntimeCaps};
-pub use device_caps::{device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET};
+pub use device_caps::{
+    compute_units, device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET,
+};
 pub use error::{format_bytes, OomKind, Result, RuntimeError, SubmitStage};
 pub use info::{
     spirv_version_for, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType, DriverInfo,

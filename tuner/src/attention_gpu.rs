@@ -12,6 +12,10 @@ use crate::gemm_gpu::{GpuError, DEFAULT_TIMEOUT};
 use crate::measure::{
     classify, keep_driver_stats, timed_runs, timing_method, trial_of, MeasureOptions, TimedRuns,
 };
+use rocky_compiler::templates::attention::combine::{
+    combine_grid, instantiate_combine, CombinePush,
+};
+use rocky_compiler::templates::attention::split_kv::{is_split, scratch_values, splits_for};
 use rocky_compiler::templates::attention::workload::{
     BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
 };
@@ -104,6 +108,12 @@ pub struct AttentionOnGpu {
     k_cache: Buffer,
     v_cache: Buffer,
     out: Buffer,
+    /// Split-KV schedules: the combine kernel and the partials' scratch.
+    combine: Option<(ComputePipeline, Buffer)>,
+    /// Pieces of the keys a split dispatch uses (1 without splits): by default what the
+    /// runtime's rule picks for the workload's longest ubatch on this device
+    /// (`split_kv::splits_for`); tests set it to force a count.
+    pub splits: u32,
     pub timeout: Duration,
     /// GPU timestamps unless the caller chooses the host clock (devices without them).
     pub timing: TimingMethod,
@@ -127,6 +137,25 @@ impl AttentionOnGpu {
         // NaN first, so an output the kernel never writes cannot pass a check.
         let nan = vec![f32::NAN; w.m as usize * w.q_width() as usize];
         let out = Buffer::from_slice(ctx, &nan, "out").map_err(device_error)?;
+        let combine = if is_split(s) {
+            let kernel =
+                instantiate_combine(w, s, &rocky_runtime::device_caps(ctx.info(), ctx.caps()))
+                    .map_err(GpuError::Refused)?;
+            let p = ComputePipeline::from_kernel(ctx, cache, &kernel).map_err(device_error)?;
+            // NaN too: a partial the split kernel never writes cannot pass either.
+            let nan = vec![f32::NAN; scratch_values(w, s) as usize];
+            let scratch = Buffer::from_slice(ctx, &nan, "partials").map_err(device_error)?;
+            Some((p, scratch))
+        } else {
+            None
+        };
+        let grid = dispatch_grid(w, s);
+        let splits = splits_for(
+            s,
+            inputs.pos0 + w.m,
+            grid[0] * grid[1],
+            rocky_runtime::compute_units(ctx.info()),
+        );
         Ok(AttentionOnGpu {
             w: *w,
             s: *s,
@@ -137,6 +166,8 @@ impl AttentionOnGpu {
             k_cache,
             v_cache,
             out,
+            combine,
+            splits,
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
         })
@@ -149,7 +180,10 @@ impl AttentionOnGpu {
                 BINDING_Q => self.q.whole(),
                 BINDING_K_CACHE => self.k_cache.whole(),
                 BINDING_V_CACHE => self.v_cache.whole(),
-                BINDING_OUT => self.out.whole(),
+                BINDING_OUT => match &self.combine {
+                    Some((_, scratch)) => scratch.whole(),
+                    None => self.out.whole(),
+                },
                 other => {
                     return Err(GpuError::Internal(format!(
                         "the attention kernel has an unknown binding {other} ({})",
@@ -163,13 +197,39 @@ impl AttentionOnGpu {
             pos0: self.pos0,
         }
         .to_bytes();
-        rec.dispatch(
-            &self.pipeline,
-            &bindings,
-            &push,
-            dispatch_grid(&self.w, &self.s),
-        )
-        .map_err(device_error)
+        let mut grid = dispatch_grid(&self.w, &self.s);
+        grid[2] = self.splits.clamp(1, grid[2]);
+        rec.dispatch(&self.pipeline, &bindings, &push, grid)
+            .map_err(device_error)?;
+        if let Some((combine, scratch)) = &self.combine {
+            // The recorder orders it after the split dispatch (it reads what that wrote).
+            let push = CombinePush {
+                m: self.w.m,
+                splits: grid[2],
+            }
+            .to_bytes();
+            rec.dispatch(
+                combine,
+                &[scratch.whole(), self.out.whole()],
+                &push,
+                combine_grid(&self.w, self.w.m),
+            )
+            .map_err(device_error)?;
+        }
+        Ok(())
+    }
+
+    /// The split kernel's partials after a run (scratch order, see `split_kv.rs`); `None`
+    /// without splits.
+    pub fn partials(&self) -> Result<Option<Vec<f32>>, GpuError> {
+        match &self.combine {
+            Some((_, scratch)) => Ok(Some(
+                scratch
+                    .download_f32(0, scratch_values(&self.w, &self.s) as usize)
+                    .map_err(device_error)?,
+            )),
+            None => Ok(None),
+        }
     }
 
     /// Runs the kernel once and returns the output (m × q_width).
@@ -345,5 +405,9 @@ pub fn summary(s: &AttentionSchedule) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &if is_split(s) {
+        format!(" split{}", s.kv_splits)
+    } else {
+        String::new()
+    }
 }

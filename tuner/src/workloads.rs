@@ -1,6 +1,6 @@
 //! The distinct GEMM workloads of a model's prefill graph at a ubatch size and GEMV workloads
 //! of its decode step: what `rocky tune` searches, each once however many layers share it; and its attention workloads at a few
-//! KV lengths ([`attention_workloads`]).
+//! KV lengths and of its decode step ([`attention_workloads`]).
 
 use rocky_compiler::{AttentionWorkload, Workload};
 use rocky_models::arch::Model;
@@ -108,7 +108,15 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
     };
     let m = ubatch.max(1) as u32;
     let mut out: Vec<ModelWorkload> = Vec::new();
-    for &kv in kv_lengths {
+    // The prefill's ubatch at every length, then the decode step (m = 1, where the default
+    // splits the keys over several workgroups: `split_kv`) at the longest: a decode step at
+    // any length uses that record (the nearest tuned KV length of its shape).
+    let longest = kv_lengths.iter().copied().max();
+    let runs = kv_lengths
+        .iter()
+        .map(|&kv| (m, kv))
+        .chain(longest.filter(|_| m > 1).map(|kv| (1, kv)));
+    for (m, kv) in runs {
         for (window, labels) in &by_window {
             let w = Workload::Attention(AttentionWorkload {
                 m,
@@ -181,7 +189,7 @@ mod tests {
     }
 
     /// Two attention layers, one with a sliding window: each window is a workload of its own
-    /// at every KV length, labelled with its layers.
+    /// at every KV length and in the decode step, labelled with its layers.
     #[test]
     fn windowed_and_global_layers_are_separate_attention_workloads() {
         let (mut g, tokens) = GraphBuilder::new();
@@ -217,10 +225,10 @@ mod tests {
             config,
             graph: g.finish(tokens, x),
         };
-        let got: Vec<(u32, u32, Vec<String>)> = attention_workloads(&model, 64, &[64, 4096])
+        let got: Vec<(u32, u32, u32, Vec<String>)> = attention_workloads(&model, 64, &[64, 4096])
             .into_iter()
             .map(|mw| match mw.workload {
-                Workload::Attention(a) => (a.max_kv, a.window, mw.labels),
+                Workload::Attention(a) => (a.m, a.max_kv, a.window, mw.labels),
                 other => panic!("not attention: {other:?}"),
             })
             .collect();
@@ -229,10 +237,13 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (64, 512, local.clone()),
-                (64, 0, global.clone()),
-                (4096, 512, local),
-                (4096, 0, global),
+                (64, 64, 512, local.clone()),
+                (64, 64, 0, global.clone()),
+                (64, 4096, 512, local.clone()),
+                (64, 4096, 0, global.clone()),
+                // The decode step at the longest length.
+                (1, 4096, 512, local),
+                (1, 4096, 0, global),
             ]
         );
     }

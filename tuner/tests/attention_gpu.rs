@@ -207,3 +207,114 @@ fn tuning_attention_stores_checked_winners_and_other_kv_lengths_use_the_nearest(
         Schedule::Attention(attention::default_schedule(&other, &caps))
     );
 }
+
+/// Split-KV decode attention (`split_kv.rs` + `combine.rs`) on the device: the split kernel's
+/// partials against their CPU simulation, the combine of those partials against the combine's
+/// CPU reference, and the pair's output against the attention reference, for KV lengths that
+/// are no multiple of the pieces or the key blocks, more pieces than key blocks (empty
+/// pieces), a sliding window with pieces holding only masked keys (Gemma 3's shape: 4 heads
+/// of 256 on one kv head), GQA 14/2 (Qwen2.5-0.5B) and a small batch (m = 3).
+#[test]
+fn split_kv_attention_matches_the_cpu_reference_on_the_device() {
+    use attention::combine::reference_combine;
+    use attention::split_kv::{reference_partials, splits_for};
+    let ctx = context();
+    let caps = device_caps(ctx.info(), ctx.caps());
+    // (m, kv, n_heads, n_kv_heads, head_dim, window, forced piece counts)
+    let cases: [(u32, u32, u32, u32, u32, u32, &[u32]); 5] = [
+        (1, 1, 14, 2, 64, 0, &[2, 5]),
+        (1, 37, 14, 2, 64, 0, &[1, 3, 32]),
+        (1, 1000, 14, 2, 64, 0, &[7, 32]),
+        (1, 300, 4, 1, 256, 64, &[2, 6]),
+        (3, 203, 4, 2, 64, 0, &[4]),
+    ];
+    let mut checked = 0;
+    for (i, &(m, kv, nh, nkv, hd, window, forced)) in cases.iter().enumerate() {
+        let w = AttentionWorkload {
+            m,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            max_kv: AttentionWorkload::kv_bucket(kv),
+            window,
+        };
+        let default = attention::default_schedule(&w, &caps);
+        assert!(
+            default.kv_splits > 1,
+            "decode defaults split the keys: {default:?}"
+        );
+        // The key-split kernel (Mali's default) splits the same way.
+        let lanes = (hd / 8).min(16);
+        let key_split = AttentionSchedule {
+            rows: 1,
+            kv_block: lanes,
+            threads_per_row: lanes,
+            group_heads: true,
+            stage_kv: false,
+            lane_reduce: attention::LaneReduce::Shared,
+            f16_qk: false,
+            f16_pv: false,
+            tile_rows: 0,
+            tile_keys: 0,
+            lane_rows: 1,
+            kv_splits: default.kv_splits,
+        };
+        for d in [default, key_split] {
+            let inputs = AttentionInputs::random(&w, Some(kv - m), 70 + i as u64);
+            let kernel = instantiate(&Workload::Attention(w), &Schedule::Attention(d), &caps)
+                .unwrap_or_else(|e| panic!("{d:?}: {e}"));
+            let mut gpu = AttentionOnGpu::new(&ctx, None, &kernel, &w, &d, &inputs).unwrap();
+            let grid = attention::dispatch_grid(&w, &d);
+            let rule = splits_for(
+                &d,
+                kv,
+                grid[0] * grid[1],
+                rocky_runtime::compute_units(ctx.info()),
+            );
+            assert_eq!(gpu.splits, rule);
+            for &splits in forced.iter().chain([rule].iter()) {
+                gpu.splits = splits;
+                let got = gpu.run_once(&ctx).unwrap();
+                let what = format!("m {m} kv {kv} window {window} splits {splits}");
+                attention_gpu::check(&w, &d, &inputs, &got)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let partials = gpu
+                    .partials()
+                    .unwrap()
+                    .expect("a split schedule has partials");
+                let (q, k, v) = (&inputs.q, &inputs.k_cache, &inputs.v_cache);
+                let want = reference_partials(&w, &d, splits, m as usize, kv - m, q, k, v);
+                // Only the pieces dispatched are written (the rest stay NaN).
+                for (j, (&g, &r)) in partials.iter().zip(&want).enumerate() {
+                    let (o_end, per) = (
+                        (d.kv_splits * m * w.q_width()) as usize,
+                        (m * w.q_width()) as usize,
+                    );
+                    let piece = if j < o_end {
+                        j / per
+                    } else {
+                        (j - o_end) / (4 * (m * nh) as usize)
+                    };
+                    if piece >= splits as usize {
+                        continue;
+                    }
+                    let tol = 2e-4 * (1.0 + r.abs());
+                    assert!(
+                        (g - r).abs() <= tol,
+                        "{what}: partial {j} = {g}, simulated {r}"
+                    );
+                }
+                let combined = reference_combine(&w, &d, splits, m as usize, &partials);
+                for (j, (&g, &r)) in got.iter().zip(&combined).enumerate() {
+                    assert!(
+                        (g - r).abs() <= 1e-5 * (1.0 + r.abs()),
+                        "{what}: out {j} = {g}, CPU combine of the same partials {r}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("checked {checked} split-KV runs on the device");
+    assert_eq!(checked, 30);
+}

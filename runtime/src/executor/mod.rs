@@ -13,9 +13,11 @@ mod decode;
 mod kv_snapshot;
 mod math;
 mod slots;
+mod split_kv;
 
 pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
+pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
 
 use crate::budget::CommandBudget;
 use crate::stream::{Stream, StreamRing, StreamStats};
@@ -623,6 +625,10 @@ pub struct Executor<'m> {
     counters: Vec<Buffer>,
     /// `scratch_region_of[node]`: the scratch region of a split GEMM node.
     scratch_region_of: Vec<Option<usize>>,
+    /// Per set of activation slots, the partials of split-KV attention (`split_kv.rs`).
+    attn_scratch: Vec<Buffer>,
+    /// The device's compute units where known (split-KV attention sizes its grid by them).
+    compute_units: Option<u32>,
     cache: Option<PipelineCache>,
     /// The stream's command buffers and pools, kept across prefills.
     ring: StreamRing,
@@ -717,6 +723,8 @@ impl<'m> Executor<'m> {
             scratch: Vec::new(),
             counters: Vec::new(),
             scratch_region_of: Vec::new(),
+            attn_scratch: Vec::new(),
+            compute_units: crate::compute_units(ctx.info()),
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
             unsaved_pipelines: false,
@@ -749,7 +757,12 @@ impl<'m> Executor<'m> {
             .iter()
             .map(|b| (b.label().to_string(), b.size()))
             .collect();
-        for buffer in self.scratch.iter().chain(&self.counters) {
+        for buffer in self
+            .scratch
+            .iter()
+            .chain(&self.counters)
+            .chain(&self.attn_scratch)
+        {
             if buffer.size() > 4 {
                 plan.push((buffer.label().to_string(), buffer.size()));
             }
@@ -1043,7 +1056,8 @@ impl<'m> Executor<'m> {
             let first = self.used.len();
             let mut region = None;
             for (label, w) in node {
-                let (mut s, mut origin) = schedules.schedule(&w, &self.caps);
+                let (s, mut origin) = schedules.schedule(&w, &self.caps);
+                let mut s = split_kv::apply_override(&w, s, &self.caps)?;
                 self.build_pipeline(&label, &w, &s)?;
                 if self.over_driver_budget(&w, &s) {
                     // A (tuned) schedule whose one dispatch needs more driver memory than a
@@ -1051,6 +1065,7 @@ impl<'m> Executor<'m> {
                     // whole grid: 1.2 GiB for one staged GEMM at ubatch 512) would fail at
                     // vkEndCommandBuffer: run the default schedule instead.
                     (s, origin) = DefaultSchedules.schedule(&w, &self.caps);
+                    s = split_kv::apply_override(&w, s, &self.caps)?;
                     self.build_pipeline(&label, &w, &s)?;
                     self.notices.push(format!(
                         "{label}: the tuned schedule needs more driver memory per dispatch than the command-buffer budget at ubatch {}; using the default",
@@ -1064,6 +1079,7 @@ impl<'m> Executor<'m> {
                     region = Some(*readers);
                     *readers += 1;
                 }
+                self.prepare_split_kv(&label, &w, &s)?;
                 self.used.push((label, w, s, origin));
             }
             self.kernels_of.push(first..self.used.len());
@@ -1528,18 +1544,65 @@ impl<'m> Executor<'m> {
                         }
                         continue;
                     }
-                    (Op::Attention { layer, .. }, _) => {
+                    (Op::Attention { layer, .. }, Workload::Attention(aw)) => {
                         named.push(("q", slot_range(node.inputs[0], rows, input_offset(0))?));
                         named.push(("k_cache", self.kv[*layer].0.whole()));
                         named.push(("v_cache", self.kv[*layer].1.whole()));
-                        named.push(("out", slot_range(node.output, rows, 0)?));
                         let push = AttentionPush { m: rows, pos0 }.to_bytes();
                         // The profile's FLOPs: the keys this ubatch really attends.
                         let mut seen = actual;
                         if let Workload::Attention(a) = &mut seen {
                             a.max_kv = pos0 + rows;
                         }
-                        emit(label, seen, origin, pipeline, named, &push, groups)?;
+                        let split = match s {
+                            Schedule::Attention(a) if a.kv_splits > 1 => Some(*a),
+                            _ => None,
+                        };
+                        let Some(a) = split else {
+                            named.push(("out", slot_range(node.output, rows, 0)?));
+                            emit(label, seen, origin, pipeline, named, &push, groups)?;
+                            continue;
+                        };
+                        // Split-KV: the pieces along z write their partials, then the
+                        // combine merges them into the output (ordered by the hazards on
+                        // the scratch).
+                        let pieces = split_kv::step_splits(aw, &a, rows, pos0, self.compute_units);
+                        let scratch = self.attn_scratch[set].range(
+                            0,
+                            4 * rocky_compiler::templates::attention::split_kv::scratch_values(
+                                w_attention(w),
+                                &a,
+                            ),
+                        )?;
+                        named.push(("partials", scratch));
+                        let mut grid = groups;
+                        grid[2] = pieces;
+                        emit(label, seen, origin, pipeline, named, &push, grid)?;
+                        use rocky_compiler::templates::attention::combine::{
+                            combine_grid, CombinePush,
+                        };
+                        let named = vec![
+                            ("partials", scratch),
+                            ("out", slot_range(node.output, rows, 0)?),
+                        ];
+                        let push = CombinePush {
+                            m: rows,
+                            splits: pieces,
+                        }
+                        .to_bytes();
+                        emit(
+                            &format!("{label}.combine"),
+                            // What the combine does: one weighted add per piece and output.
+                            Workload::Add(EltwiseWorkload {
+                                m: rows,
+                                width: aw.q_width() * pieces,
+                            }),
+                            origin,
+                            &self.reduce_pipelines[&(*w, *s)],
+                            named,
+                            &push,
+                            combine_grid(aw, rows),
+                        )?;
                         continue;
                     }
                     (Op::SwiGlu { .. }, _) => {
@@ -1647,6 +1710,14 @@ fn gemv_enabled(caps: &DeviceCaps) -> bool {
         _ => None,
     });
     forced.unwrap_or(!caps.lane_serial_memory)
+}
+
+/// The attention workload of an attention node's pipeline key.
+fn w_attention(w: &Workload) -> &AttentionWorkload {
+    match w {
+        Workload::Attention(a) => a,
+        _ => unreachable!("an attention node's second kernel is attention"),
+    }
 }
 
 /// Whether `s` is a GEMM split across the grid (partial sums, then a reduce kernel).

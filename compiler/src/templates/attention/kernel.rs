@@ -27,6 +27,7 @@
 //! output and the sum, by exp(-1e30 - max) = 0 (the row's own key is always visible).
 
 use super::schedule::{AttentionSchedule, LaneReduce};
+use super::split_kv;
 use super::workload::{
     AttentionWorkload, BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
 };
@@ -35,7 +36,7 @@ use crate::ir::{
 };
 
 /// The running max before any key: far below any score, yet finite.
-const NEG_BIG: f32 = -1.0e30;
+pub(crate) const NEG_BIG: f32 = -1.0e30;
 
 struct Attn<'a> {
     b: &'a KernelBuilder,
@@ -75,12 +76,17 @@ pub(crate) struct Interface {
 
 impl Interface {
     pub(crate) fn declare(b: &KernelBuilder) -> Interface {
+        Self::declare_as(b, "out")
+    }
+
+    /// The interface with binding 3 named `out_name` (`partials` in the split-KV kernel).
+    pub(crate) fn declare_as(b: &KernelBuilder, out_name: &str) -> Interface {
         let v4 = Type::vec(Scalar::F32, 4);
         let u4 = Type::vec(Scalar::U32, 4);
         let q = b.buffer(BINDING_Q, "q", v4, Access::ReadOnly);
         let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u4, Access::ReadOnly);
         let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u4, Access::ReadOnly);
-        let out = b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly);
+        let out = b.buffer(BINDING_OUT, out_name, v4, Access::WriteOnly);
         let p_m = b.push_field("m", Type::U32);
         let p_pos0 = b.push_field("pos0", Type::U32);
         Interface {
@@ -124,6 +130,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads(w), 1, 1]);
     let v4 = Type::vec(Scalar::F32, 4);
     let u4 = Type::vec(Scalar::U32, 4);
+    let split = split_kv::is_split(s);
     let Interface {
         q,
         k_cache,
@@ -131,7 +138,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare(&b);
+    } = Interface::declare_as(&b, if split { "partials" } else { "out" });
 
     let tpr = s.threads_per_row;
     let hg = s.heads_per_workgroup(w);
@@ -236,7 +243,13 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let run_max = b.var_init("run_max", b.c_f32(NEG_BIG));
     let run_sum = b.var_init("run_sum", b.c_f32(0.0));
 
-    b.for_range(b.c_u32(0), n_keys, kv_block, Unroll::Never, |kb| {
+    // Split-KV: this workgroup's piece of the keys (whole blocks; see `split_kv.rs`).
+    let (key_lo, key_hi) = if split {
+        split_kv::key_range(&b, n_keys, kv_block)
+    } else {
+        (b.c_u32(0), n_keys)
+    };
+    b.for_range(key_lo, key_hi, kv_block, Unroll::Never, |kb| {
         if s.stage_kv {
             a.stage(kb);
             b.barrier();
@@ -337,6 +350,23 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         }
     });
 
+    if split {
+        split_kv::PartialStore {
+            w,
+            s,
+            partials: out,
+            query,
+            head,
+            lane,
+            m,
+            acc: &acc,
+            chunk_of: &chunk_of,
+            run_max,
+            run_sum,
+        }
+        .emit(&b);
+        return b.finish();
+    }
     b.if_(b.lt(query, m), || {
         let l = b.load_var(run_sum);
         // l > 0 whenever a key was visible; an empty cache binding yields zeros, not NaN.

@@ -38,6 +38,7 @@
 use super::kernel::{workgroup_keys, Interface};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
+use super::split_kv;
 use super::tiled::QK_FOLD_CHUNKS;
 use super::workload::AttentionWorkload;
 use crate::ir::{
@@ -79,6 +80,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let f32x4 = Type::vec(Scalar::F32, 4);
     let u32x4 = Type::vec(Scalar::U32, 4);
     let h2 = Type::vec(Scalar::F16, 2);
+    let split = split_kv::is_split(s);
     let Interface {
         q,
         k_cache,
@@ -86,7 +88,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare(&b);
+    } = Interface::declare_as(&b, if split { "partials" } else { "out" });
 
     let lay = KeySplitLayout::of(w, s);
     let lanes = s.threads_per_row;
@@ -205,7 +207,14 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             .collect(),
     };
 
-    b.for_range(b.c_u32(0), n_keys, kvb, Unroll::Never, |kb| {
+    // Split-KV (decode): this workgroup's piece of the keys, whole blocks (`split_kv.rs`);
+    // block parity below counts from key 0, so pieces starting on any block stay consistent.
+    let (key_lo, key_hi) = if split {
+        split_kv::key_range(&b, n_keys, kvb)
+    } else {
+        (b.c_u32(0), n_keys)
+    };
+    b.for_range(key_lo, key_hi, kvb, Unroll::Never, |kb| {
         // This lane's keys of the block, and where their K rows start (clamped).
         let my_keys: Vec<Value> = (0..keys_per_lane)
             .map(|kk| b.add(kb, b.addi(b.muli(lane, keys_per_lane), kk)))
@@ -333,6 +342,27 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         }
     });
 
+    if split {
+        // Each row's unnormalised partial, and from lane 0 of its group its (max, sum).
+        for (i, &(query, _, head)) in my_queries.iter().enumerate() {
+            let acc_i: Vec<(Var, Var)> = acc[i].clone();
+            split_kv::PartialStore {
+                w,
+                s,
+                partials: out,
+                query,
+                head,
+                lane,
+                m,
+                acc: &acc_i,
+                chunk_of: &chunk_of,
+                run_max: run_max[i],
+                run_sum: run_sum[i],
+            }
+            .emit(&b);
+        }
+        return b.finish();
+    }
     for (i, &(query, _, head)) in my_queries.iter().enumerate() {
         b.if_(b.lt(query, m), || {
             let l = b.load_var(run_sum[i]);

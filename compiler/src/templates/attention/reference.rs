@@ -73,6 +73,8 @@ impl ReferenceRows {
     ///   at most `2⁻¹⁴·kv_block·(1 + V)` (both in the final scale, where the running rescaling
     ///   and the normalisation by a sum ≥ 1 only shrink it).
     ///
+    /// - split-KV (`kv_splits`): the combine's own rescaling and sums (see the code).
+    ///
     /// A worst-case bound that real errors stay far below.
     pub fn expected(&self, s: &AttentionSchedule) -> Expected {
         let hd = self.head_dim;
@@ -97,6 +99,13 @@ impl ReferenceRows {
                     .chunks(kvb)
                     .map(|b| (v_mag * b.iter().sum::<f64>()).min(flush))
                     .sum::<f64>();
+            }
+            if s.kv_splits > 1 {
+                // The combine of split-KV (`combine.rs`): one more `exp` per piece
+                // (|x| ≤ 2S: 3 + 4S ulp) in both the output and its normaliser, and sums over
+                // at most `kv_splits` pieces.
+                tol +=
+                    v_mag * ((12.0 + 16.0 * s_mag) * EPS32 + 4.0 * f64::from(s.kv_splits) * EPS32);
             }
             let (r, h) = (i / self.n_heads, i % self.n_heads);
             allowed[r * qw + h * hd..][..hd].fill(tol as f32 + 1e-30);
@@ -231,6 +240,7 @@ pub fn reference(
         tile_rows: 0,
         tile_keys: 0,
         lane_rows: 0,
+        kv_splits: 0,
     };
     reference_for(w, &f32_math, m, pos0, q, k_cache, v_cache)
 }

@@ -81,6 +81,12 @@ pub struct AttentionSchedule {
     /// the lanes. 0 (absent in older records, and omitted from the JSON): not used.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lane_rows: u32,
+    /// Split-KV decode (`split_kv.rs`) where 2 or more: the most pieces the key range of a
+    /// workgroup is cut into, one workgroup each, merged by the combine kernel; the count of
+    /// a step is chosen at run time (`split_kv::splits_for`). 0 or 1 (absent in older
+    /// records, and omitted from the JSON at 0): one workgroup walks all keys.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_splits: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -222,7 +228,11 @@ impl AttentionSchedule {
             } else {
                 String::new()
             }
-        )
+        ) + &if super::split_kv::is_split(self) {
+            format!("_split{}", self.kv_splits)
+        } else {
+            String::new()
+        }
     }
 
     /// Checks the schedule against the workload and the device.
@@ -271,6 +281,7 @@ impl AttentionSchedule {
         if self.is_key_split() {
             self.validate_key_split(w)?;
         }
+        super::split_kv::validate(w, self).map_err(Refusal::Schedule)?;
         check_threads(self.threads(w), caps)?;
         check_shared(self.shared_bytes(w), caps)?;
         let regs = self.register_estimate(w);
@@ -373,6 +384,8 @@ impl AttentionSchedule {
 /// and 64-key blocks without staging (their unstaged loads gain nothing over 32) are left out.
 /// First, where shared memory is on-chip and shuffles exist, the tiled schedules: rows 1..16,
 /// key blocks 16..64, tiles 4 or 8 rows × 2, 4 or 8 keys, the same maths, at least 32 threads.
+/// Decode workloads (m ≤ `split_kv::SPLIT_MAX_M`) try each row-wise schedule also with the
+/// keys split (caps 8 and 32, `kv_splits`).
 pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSchedule> {
     let m_cap = w.m.max(1).next_power_of_two();
     let groupings: &[bool] = if w.group() > 1 {
@@ -384,6 +397,12 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
         &[(false, false), (false, true), (true, true)]
     } else {
         &[(false, false)]
+    };
+    // Decode workloads also try the split-KV form (`split_kv.rs`) with two caps.
+    let splits: &[u32] = if w.m <= super::split_kv::SPLIT_MAX_M {
+        &[0, 8, super::split_kv::DEFAULT_KV_SPLITS]
+    } else {
+        &[0]
     };
     let mut out = Vec::new();
     // Register-tiled schedules, where shared memory is on-chip (they stage everything).
@@ -409,6 +428,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     tile_rows,
                                     tile_keys,
                                     lane_rows: 0,
+                                    kv_splits: 0,
                                 };
                                 if s.threads(w) >= 32.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
@@ -437,7 +457,10 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                             continue;
                         }
                         for lane_rows in [1, 2, 4] {
-                            for &(f16_qk, f16_pv) in maths {
+                            for (&(f16_qk, f16_pv), &kv_splits) in maths
+                                .iter()
+                                .flat_map(|m| splits.iter().map(move |k| (m, k)))
+                            {
                                 let s = AttentionSchedule {
                                     rows,
                                     kv_block: lanes * keys_per_lane,
@@ -450,6 +473,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     tile_rows: 0,
                                     tile_keys: 0,
                                     lane_rows,
+                                    kv_splits,
                                 };
                                 if s.threads(w) >= 16.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
@@ -481,24 +505,27 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                         }
                         for &lane_reduce in reduces {
                             for &(f16_qk, f16_pv) in maths {
-                                let s = AttentionSchedule {
-                                    rows,
-                                    kv_block,
-                                    threads_per_row,
-                                    group_heads,
-                                    stage_kv,
-                                    lane_reduce,
-                                    f16_qk,
-                                    f16_pv,
-                                    tile_rows: 0,
-                                    tile_keys: 0,
-                                    lane_rows: 0,
-                                };
-                                if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
-                                    continue;
-                                }
-                                if s.validate(w, caps).is_ok() {
-                                    out.push(s);
+                                for &kv_splits in splits {
+                                    let s = AttentionSchedule {
+                                        rows,
+                                        kv_block,
+                                        threads_per_row,
+                                        group_heads,
+                                        stage_kv,
+                                        lane_reduce,
+                                        f16_qk,
+                                        f16_pv,
+                                        tile_rows: 0,
+                                        tile_keys: 0,
+                                        kv_splits,
+                                        lane_rows: 0,
+                                    };
+                                    if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
+                                        continue;
+                                    }
+                                    if s.validate(w, caps).is_ok() {
+                                        out.push(s);
+                                    }
                                 }
                             }
                         }
@@ -533,6 +560,7 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
             tile_rows,
             tile_keys,
             lane_rows: 0,
+            kv_splits: 0,
         })
         .filter(|s| {
             s.threads(w) >= 32.min(caps.max_workgroup_invocations) && s.validate(w, caps).is_ok()
@@ -572,6 +600,7 @@ fn key_split_default(w: &AttentionWorkload, keys_per_lane: u32) -> AttentionSche
         tile_rows: 0,
         tile_keys: 0,
         lane_rows: 1,
+        kv_splits: 0,
     }
 }
 
@@ -632,6 +661,7 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             tile_rows: 0,
             tile_keys: 0,
             lane_rows: 0,
+            kv_splits: 0,
         });
         candidates.push(AttentionSchedule {
             rows: 1,

@@ -14,7 +14,9 @@
 //! Query row i attends keys `0 ..= pos0 + i` (causal); q head h reads kv head
 //! `h / (n_heads / n_kv_heads)`; scores are scaled by `1/sqrt(head_dim)`.
 //!
-//! Grid: `[ceil(m / rows), n_kv_heads if group_heads else n_heads, 1]`.
+//! Grid: `[ceil(m / rows), n_kv_heads if group_heads else n_heads, 1]`; with `kv_splits`
+//! the pieces of the keys along z and binding 3 is the split kernel's `partials` scratch
+//! instead of `out` (see `split_kv.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -151,14 +153,15 @@ impl AttentionPush {
     }
 }
 
-/// Workgroups of one dispatch over the workload's m rows.
+/// Workgroups of one dispatch over the workload's m rows; a split-KV schedule gets its most
+/// pieces along z (a dispatch may use fewer: `split_kv::splits_for`).
 pub fn dispatch_grid(w: &AttentionWorkload, s: &AttentionSchedule) -> [u32; 3] {
     let heads = if s.group_heads {
         w.n_kv_heads
     } else {
         w.n_heads
     };
-    [w.m.div_ceil(s.rows.max(1)), heads, 1]
+    [w.m.div_ceil(s.rows.max(1)), heads, s.kv_splits.max(1)]
 }
 
 #[cfg(test)]

@@ -1,0 +1,136 @@
+//! Split-KV decode attention in the executor (`rocky_compiler::templates::attention::split_kv`):
+//! the combine pipeline and the partials' scratch of a split schedule, the pieces of each
+//! step, and the `ROCKY_KV_SPLITS` override for A/B runs and tests.
+//!
+//! The scratch is one buffer per set of activation slots (every attention node of the set
+//! reuses it: layer l+1's split kernel waits for layer l's combine through the stream's
+//! hazard tracking), sized for the largest split attention workload at this ubatch.
+
+use super::{ExecError, Executor};
+use crate::Buffer;
+use rocky_compiler::templates::attention::combine::instantiate_combine;
+use rocky_compiler::templates::attention::split_kv::{
+    is_split, scratch_values, splits_for, MAX_KV_SPLITS, SPLIT_MAX_M,
+};
+use rocky_compiler::templates::attention::{AttentionSchedule, AttentionWorkload};
+use rocky_compiler::{DeviceCaps, Schedule, Workload};
+
+/// The environment variable that overrides split-KV decode attention.
+pub const KV_SPLITS_ENV: &str = "ROCKY_KV_SPLITS";
+
+/// `ROCKY_KV_SPLITS`: unset or empty → `None` (the schedule and the run-time rule decide);
+/// `0` or `1` → `Some(1)` (no splits); `N` in 2..=64 → `Some(N)` (every decode attention
+/// splits its keys into exactly N pieces, short contexts included: for tests and A/B runs).
+pub fn kv_splits_override() -> Result<Option<u32>, String> {
+    match std::env::var(KV_SPLITS_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n <= MAX_KV_SPLITS => Ok(Some(n.max(1))),
+            _ => Err(format!(
+                "{KV_SPLITS_ENV}={v:?}: use 0 or 1 (no split-KV decode attention) or a piece count up to {MAX_KV_SPLITS}"
+            )),
+        },
+    }
+}
+
+/// The attention schedule `s` with the override applied (other schedules as they are): off
+/// drops the splits, a count sets the cap to it where the workload may split and the result
+/// validates on `caps`.
+pub(crate) fn apply_override(
+    w: &Workload,
+    s: Schedule,
+    caps: &DeviceCaps,
+) -> Result<Schedule, ExecError> {
+    let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) else {
+        return Ok(s);
+    };
+    let forced = kv_splits_override().map_err(ExecError::Unsupported)?;
+    let out = match forced {
+        None => a,
+        Some(1) => AttentionSchedule { kv_splits: 0, ..a },
+        Some(n) if aw.m <= SPLIT_MAX_M && !a.is_tiled() => {
+            let split = AttentionSchedule { kv_splits: n, ..a };
+            if split.validate(aw, caps).is_ok() {
+                split
+            } else {
+                a
+            }
+        }
+        Some(_) => a,
+    };
+    Ok(Schedule::Attention(out))
+}
+
+/// Pieces of one step of `w` run with `s` at `rows` rows after `pos0` cached positions: the
+/// override's count where set, else the rule of `splits_for` on this device.
+pub(crate) fn step_splits(
+    w: &AttentionWorkload,
+    s: &AttentionSchedule,
+    rows: u32,
+    pos0: u32,
+    compute_units: Option<u32>,
+) -> u32 {
+    if !is_split(s) {
+        return 1;
+    }
+    let grid = rocky_compiler::templates::attention::dispatch_grid(
+        &AttentionWorkload { m: rows, ..*w },
+        s,
+    );
+    match kv_splits_override() {
+        Ok(Some(n)) => n.clamp(1, s.kv_splits),
+        _ => splits_for(s, pos0 + rows, grid[0] * grid[1], compute_units),
+    }
+}
+
+impl Executor<'_> {
+    /// For a split attention schedule: builds its combine kernel and makes every set's
+    /// scratch large enough for its partials at the full ubatch.
+    pub(crate) fn prepare_split_kv(
+        &mut self,
+        label: &str,
+        w: &Workload,
+        s: &Schedule,
+    ) -> Result<(), ExecError> {
+        let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) else {
+            return Ok(());
+        };
+        if !is_split(a) {
+            return Ok(());
+        }
+        let refused = |r: rocky_compiler::Refusal| ExecError::Refused {
+            label: label.to_string(),
+            reason: r.to_string(),
+        };
+        if !self.reduce_pipelines.contains_key(&(*w, *s)) {
+            let kernel = instantiate_combine(aw, a, &self.caps).map_err(refused)?;
+            let p = crate::ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
+            self.reduce_pipelines.insert((*w, *s), p);
+            self.unsaved_pipelines = true;
+        }
+        let bytes = 4 * scratch_values(aw, a);
+        let limit = u64::from(self.ctx.caps().max_storage_buffer_range);
+        if bytes > limit {
+            return Err(ExecError::Unsupported(format!(
+                "{label}: the split-KV partials need {bytes} bytes in one binding, the device binds at most {limit}; lower the pieces (ROCKY_KV_SPLITS) or the ubatch"
+            )));
+        }
+        while self.attn_scratch.len() < self.n_sets {
+            let set = self.attn_scratch.len();
+            self.attn_scratch.push(Buffer::new(
+                &self.ctx,
+                4,
+                &format!("split-KV attention partials[{set}]"),
+            )?);
+        }
+        for set in 0..self.n_sets {
+            if self.attn_scratch[set].size() < bytes {
+                let name = self.attn_scratch[set].label().to_string();
+                // Free the smaller one first: peak memory is the new size, not both.
+                self.attn_scratch[set] = Buffer::new(&self.ctx, 4, &name)?;
+                self.attn_scratch[set] = Buffer::new(&self.ctx, bytes, &name)?;
+            }
+        }
+        Ok(())
+    }
+}
