@@ -89,32 +89,49 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
         pos0: c.pos0,
     }
     .to_bytes();
-    let mut bufs = [
-        BufferData {
-            binding: 0,
-            bytes: &mut q,
-        },
-        BufferData {
-            binding: 1,
-            bytes: &mut kc,
-        },
-        BufferData {
-            binding: 2,
-            bytes: &mut vc,
-        },
-        BufferData {
-            binding: 3,
-            bytes: &mut out,
-        },
-    ];
-    execute(
-        &module,
-        &mut bufs,
-        &push,
-        attention::dispatch_grid(&c.w, s),
-        sg,
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", module.name));
+    if attention::split_kv::is_split(s) {
+        // Three pieces (fewer where the cap is lower), then the combine kernel over them.
+        let splits = s.kv_splits.min(3);
+        let values = attention::split_kv::scratch_values(&c.w, s) as usize;
+        let mut partials = bytes_f32(&vec![f32::NAN; values]);
+        let mut grid = attention::dispatch_grid(&c.w, s);
+        grid[2] = splits;
+        run_ir(
+            &module,
+            [&mut q, &mut kc, &mut vc, &mut partials],
+            &push,
+            grid,
+            sg,
+        );
+        let combine = attention::combine::combine_ir(&c.w, s);
+        let cpush = attention::combine::CombinePush {
+            m: c.m_run as u32,
+            splits,
+        }
+        .to_bytes();
+        let mut bufs = [
+            BufferData {
+                binding: attention::combine::BINDING_PARTIALS,
+                bytes: &mut partials,
+            },
+            BufferData {
+                binding: attention::combine::BINDING_OUT,
+                bytes: &mut out,
+            },
+        ];
+        let grid = attention::combine::combine_grid(&c.w, c.m_run as u32);
+        execute(&combine, &mut bufs, &cpush, grid, sg)
+            .unwrap_or_else(|e| panic!("{}: {e}", combine.name));
+    } else {
+        let grid = attention::dispatch_grid(&c.w, s);
+        run_ir(
+            &module,
+            [&mut q, &mut kc, &mut vc, &mut out],
+            &push,
+            grid,
+            sg,
+        );
+    }
     let out = f32s(&out);
     assert!(
         out[c.m_run * qw..].iter().all(|&v| v == SENTINEL),
@@ -122,6 +139,25 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
         module.name
     );
     out[..c.m_run * qw].to_vec()
+}
+
+/// Runs an attention kernel's IR on q, the caches and its binding 3 (output or partials).
+fn run_ir(
+    module: &rocky_compiler::ir::Module,
+    bytes: [&mut Vec<u8>; 4],
+    push: &[u8],
+    grid: [u32; 3],
+    sg: u32,
+) {
+    let mut bufs: Vec<BufferData> = bytes
+        .into_iter()
+        .enumerate()
+        .map(|(binding, bytes)| BufferData {
+            binding: binding as u32,
+            bytes,
+        })
+        .collect();
+    execute(module, &mut bufs, push, grid, sg).unwrap_or_else(|e| panic!("{}: {e}", module.name));
 }
 
 /// Checks one schedule; returns how close it came to the tolerance (worst error / allowed).
