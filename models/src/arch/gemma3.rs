@@ -7,11 +7,10 @@
 //! local layers and `gemma3.rope.freq_base` on the global ones; queries scaled by
 //! 1/√head_dim (1/√(n_embd/n_head) on the 27B); tied output projection.
 
-use super::{
-    expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
-};
+use super::decoder::{Decoder, Gate, LayerAttention};
+use super::{read_decoder_config, Model, ModelConfig, ModelError};
 use crate::gguf::GgufFile;
-use crate::graph::{GraphBuilder, Op, RopePairing};
+use crate::graph::{Graph, RopePairing};
 
 /// Every `SWA_PATTERN`-th layer (index `SWA_PATTERN - 1`, `2·SWA_PATTERN - 1`, …) attends
 /// globally; the others through the sliding window (llama.cpp: `set_swa_pattern(6)`).
@@ -80,31 +79,21 @@ fn read_config(file: &GgufFile) -> Result<(ModelConfig, Gemma3), ModelError> {
 }
 
 fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<(), ModelError> {
-    let (e, q, kv, f, d) = (
-        c.n_embd,
-        c.n_head * c.head_dim,
-        c.n_head_kv * c.head_dim,
-        c.n_ff,
-        c.head_dim,
-    );
-    expect_outer_tensors(file, c)?;
-    for l in 0..c.n_layer {
-        let t = |s: &str| format!("blk.{l}.{s}");
-        expect_tensor(file, &t("attn_norm.weight"), &[e])?;
-        expect_tensor(file, &t("attn_q.weight"), &[e, q])?;
-        expect_tensor(file, &t("attn_k.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_v.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_q_norm.weight"), &[d])?;
-        expect_tensor(file, &t("attn_k_norm.weight"), &[d])?;
-        expect_tensor(file, &t("attn_output.weight"), &[q, e])?;
-        expect_tensor(file, &t("post_attention_norm.weight"), &[e])?;
-        expect_tensor(file, &t("ffn_norm.weight"), &[e])?;
-        expect_tensor(file, &t("ffn_gate.weight"), &[e, f])?;
-        expect_tensor(file, &t("ffn_up.weight"), &[e, f])?;
-        expect_tensor(file, &t("ffn_down.weight"), &[f, e])?;
-        expect_tensor(file, &t("post_ffw_norm.weight"), &[e])?;
+    decoder(c).check_tensors(file, c)
+}
+
+/// The block with Q/K head norms, post-norms and a GELU gate; NeoX RoPE; the embedding
+/// scaled by √n_embd.
+fn decoder(c: &ModelConfig) -> Decoder {
+    Decoder {
+        embd_scale: Some((c.n_embd as f32).sqrt()),
+        qkv_bias: false,
+        qk_norm: true,
+        rope_pairing: RopePairing::Neox,
+        rope_freq_factors: None,
+        post_norms: true,
+        gate: Gate::GeGlu,
     }
-    Ok(())
 }
 
 /// Whether layer `l` attends through the sliding window.
@@ -112,125 +101,19 @@ fn is_local(l: usize) -> bool {
     l % SWA_PATTERN < SWA_PATTERN - 1
 }
 
-fn build_graph(c: &ModelConfig, g3: &Gemma3) -> crate::graph::Graph {
-    let (e, q_w, kv_w, f) = (
-        c.n_embd,
-        c.n_head * c.head_dim,
-        c.n_head_kv * c.head_dim,
-        c.n_ff,
-    );
-    let (mut g, tokens) = GraphBuilder::new();
-    let linear = |w: String, in_features, out_features| Op::Linear {
-        weight: w,
-        bias: None,
-        in_features,
-        out_features,
-        residual: false,
-    };
-    let norm = |weight: String| Op::RmsNorm {
-        weight,
-        eps: c.rms_eps,
-        width: e,
-    };
-    let x = g.push(
-        "token_embd",
-        Op::Embedding {
-            table: "token_embd.weight".into(),
-            width: e,
-        },
-        &[tokens],
-    );
-    let mut x = g.push(
-        "token_embd_scale",
-        Op::Scale {
-            factor: (e as f32).sqrt(),
-            width: e,
-        },
-        &[x],
-    );
-    for l in 0..c.n_layer {
-        let p = |s: &str| format!("blk.{l}.{s}");
+fn build_graph(c: &ModelConfig, g3: &Gemma3) -> Graph {
+    // The attention op scales scores by 1/√head_dim; a different query scale (the 27B) is
+    // the ratio applied to Q first.
+    let extra = g3.query_scale * (c.head_dim as f32).sqrt();
+    let query_scale = ((extra - 1.0).abs() > 1e-6).then_some(extra);
+    decoder(c).build_graph(c, |l| {
         let local = is_local(l);
-        let h = g.push(p("attn_norm"), norm(p("attn_norm.weight")), &[x]);
-        let q = g.push(p("attn_q"), linear(p("attn_q.weight"), e, q_w), &[h]);
-        let k = g.push(p("attn_k"), linear(p("attn_k.weight"), e, kv_w), &[h]);
-        let v = g.push(p("attn_v"), linear(p("attn_v.weight"), e, kv_w), &[h]);
-        let head_norm = |w: String, n_heads| Op::HeadRmsNorm {
-            weight: w,
-            eps: c.rms_eps,
-            n_heads,
-            head_dim: c.head_dim,
-        };
-        let q = g.push(
-            p("attn_q_norm"),
-            head_norm(p("attn_q_norm.weight"), c.n_head),
-            &[q],
-        );
-        let k = g.push(
-            p("attn_k_norm"),
-            head_norm(p("attn_k_norm.weight"), c.n_head_kv),
-            &[k],
-        );
-        let rope = |n_heads| Op::Rope {
-            n_heads,
-            head_dim: c.head_dim,
-            theta: if local { LOCAL_ROPE_BASE } else { c.rope_theta },
-            pairing: RopePairing::Neox,
-            freq_factors: None,
-        };
-        let mut q = g.push(p("rope_q"), rope(c.n_head), &[q]);
-        let k = g.push(p("rope_k"), rope(c.n_head_kv), &[k]);
-        // The attention op scales scores by 1/√head_dim; a different query scale (the 27B)
-        // is the ratio applied to Q first.
-        let extra = g3.query_scale * (c.head_dim as f32).sqrt();
-        if (extra - 1.0).abs() > 1e-6 {
-            q = g.push(
-                p("attn_q_scale"),
-                Op::Scale {
-                    factor: extra,
-                    width: q_w,
-                },
-                &[q],
-            );
+        LayerAttention {
+            rope_theta: if local { LOCAL_ROPE_BASE } else { c.rope_theta },
+            sliding_window: local.then_some(g3.sliding_window),
+            query_scale,
         }
-        let attn = g.push(
-            p("attn"),
-            Op::Attention {
-                layer: l,
-                n_heads: c.n_head,
-                n_kv_heads: c.n_head_kv,
-                head_dim: c.head_dim,
-                sliding_window: local.then_some(g3.sliding_window),
-            },
-            &[q, k, v],
-        );
-        let o = g.push(
-            p("attn_output"),
-            linear(p("attn_output.weight"), q_w, e),
-            &[attn],
-        );
-        let o = g.push(
-            p("post_attention_norm"),
-            norm(p("post_attention_norm.weight")),
-            &[o],
-        );
-        x = g.push(p("attn_residual"), Op::Add { width: e }, &[x, o]);
-        let h = g.push(p("ffn_norm"), norm(p("ffn_norm.weight")), &[x]);
-        let gate = g.push(p("ffn_gate"), linear(p("ffn_gate.weight"), e, f), &[h]);
-        let up = g.push(p("ffn_up"), linear(p("ffn_up.weight"), e, f), &[h]);
-        let act = g.push(p("ffn_geglu"), Op::GeGlu { width: f }, &[gate, up]);
-        let down = g.push(p("ffn_down"), linear(p("ffn_down.weight"), f, e), &[act]);
-        let down = g.push(p("post_ffw_norm"), norm(p("post_ffw_norm.weight")), &[down]);
-        x = g.push(p("ffn_residual"), Op::Add { width: e }, &[x, down]);
-    }
-    let last = g.push("last_row", Op::LastRow { width: e }, &[x]);
-    let h = g.push("output_norm", norm("output_norm.weight".into()), &[last]);
-    let logits = g.push(
-        "output",
-        linear(c.output_tensor().to_string(), e, c.n_vocab),
-        &[h],
-    );
-    g.finish(tokens, logits)
+    })
 }
 
 #[cfg(test)]

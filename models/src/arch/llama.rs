@@ -5,11 +5,10 @@
 //! llama.cpp applies the `llama3` rope scaling), RMSNorm, SwiGLU FFN, tied or separate output
 //! projection.
 
-use super::{
-    expect_outer_tensors, expect_tensor, read_decoder_config, Model, ModelConfig, ModelError,
-};
+use super::decoder::{Decoder, Gate, LayerAttention};
+use super::{expect_tensor, read_decoder_config, Model, ModelConfig, ModelError};
 use crate::gguf::GgufFile;
-use crate::graph::{Graph, GraphBuilder, Op, RopePairing};
+use crate::graph::{Graph, RopePairing};
 
 /// The tensor of RoPE frequency factors (llama.cpp's LLM_TENSOR_ROPE_FREQS, shared by all
 /// layers).
@@ -82,105 +81,27 @@ fn read_config(file: &GgufFile) -> Result<ModelConfig, ModelError> {
 
 /// Checks every tensor's shape; returns whether the file has RoPE frequency factors.
 fn check_tensors(file: &GgufFile, c: &ModelConfig) -> Result<bool, ModelError> {
-    let (e, q, kv, f) = (
-        c.n_embd,
-        c.n_head * c.head_dim,
-        c.n_head_kv * c.head_dim,
-        c.n_ff,
-    );
-    expect_outer_tensors(file, c)?;
     let freq_factors = file.tensor(ROPE_FREQS).is_some();
     if freq_factors {
         expect_tensor(file, ROPE_FREQS, &[c.head_dim / 2])?;
     }
-    for l in 0..c.n_layer {
-        let t = |s: &str| format!("blk.{l}.{s}");
-        expect_tensor(file, &t("attn_norm.weight"), &[e])?;
-        expect_tensor(file, &t("attn_q.weight"), &[e, q])?;
-        expect_tensor(file, &t("attn_k.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_v.weight"), &[e, kv])?;
-        expect_tensor(file, &t("attn_output.weight"), &[q, e])?;
-        expect_tensor(file, &t("ffn_norm.weight"), &[e])?;
-        expect_tensor(file, &t("ffn_gate.weight"), &[e, f])?;
-        expect_tensor(file, &t("ffn_up.weight"), &[e, f])?;
-        expect_tensor(file, &t("ffn_down.weight"), &[f, e])?;
-    }
+    decoder(freq_factors).check_tensors(file, c)?;
     Ok(freq_factors)
 }
 
-fn build_graph(c: &ModelConfig, freq_factors: bool) -> Graph {
-    let (e, q_w, kv_w, f) = (
-        c.n_embd,
-        c.n_head * c.head_dim,
-        c.n_head_kv * c.head_dim,
-        c.n_ff,
-    );
-    let (mut g, tokens) = GraphBuilder::new();
-    let linear = |w: String, in_features, out_features| Op::Linear {
-        weight: w,
-        bias: None,
-        in_features,
-        out_features,
-        residual: false,
-    };
-    let norm = |weight: String| Op::RmsNorm {
-        weight,
-        eps: c.rms_eps,
-        width: e,
-    };
-    let rope = |n_heads| Op::Rope {
-        n_heads,
-        head_dim: c.head_dim,
-        theta: c.rope_theta,
-        pairing: RopePairing::Normal,
-        freq_factors: freq_factors.then(|| ROPE_FREQS.to_string()),
-    };
-    let mut x = g.push(
-        "token_embd",
-        Op::Embedding {
-            table: "token_embd.weight".into(),
-            width: e,
-        },
-        &[tokens],
-    );
-    for l in 0..c.n_layer {
-        let p = |s: &str| format!("blk.{l}.{s}");
-        let h = g.push(p("attn_norm"), norm(p("attn_norm.weight")), &[x]);
-        let q = g.push(p("attn_q"), linear(p("attn_q.weight"), e, q_w), &[h]);
-        let k = g.push(p("attn_k"), linear(p("attn_k.weight"), e, kv_w), &[h]);
-        let v = g.push(p("attn_v"), linear(p("attn_v.weight"), e, kv_w), &[h]);
-        let q = g.push(p("rope_q"), rope(c.n_head), &[q]);
-        let k = g.push(p("rope_k"), rope(c.n_head_kv), &[k]);
-        let attn = g.push(
-            p("attn"),
-            Op::Attention {
-                layer: l,
-                n_heads: c.n_head,
-                n_kv_heads: c.n_head_kv,
-                head_dim: c.head_dim,
-                sliding_window: None,
-            },
-            &[q, k, v],
-        );
-        let o = g.push(
-            p("attn_output"),
-            linear(p("attn_output.weight"), q_w, e),
-            &[attn],
-        );
-        x = g.push(p("attn_residual"), Op::Add { width: e }, &[x, o]);
-        let h = g.push(p("ffn_norm"), norm(p("ffn_norm.weight")), &[x]);
-        let gate = g.push(p("ffn_gate"), linear(p("ffn_gate.weight"), e, f), &[h]);
-        let up = g.push(p("ffn_up"), linear(p("ffn_up.weight"), e, f), &[h]);
-        let act = g.push(p("ffn_swiglu"), Op::SwiGlu { width: f }, &[gate, up]);
-        let down = g.push(p("ffn_down"), linear(p("ffn_down.weight"), f, e), &[act]);
-        x = g.push(p("ffn_residual"), Op::Add { width: e }, &[x, down]);
+/// The plain block: no biases, no head or post norms, normal-pairing RoPE, SwiGLU.
+fn decoder(freq_factors: bool) -> Decoder {
+    Decoder {
+        embd_scale: None,
+        qkv_bias: false,
+        qk_norm: false,
+        rope_pairing: RopePairing::Normal,
+        rope_freq_factors: freq_factors.then_some(ROPE_FREQS),
+        post_norms: false,
+        gate: Gate::SwiGlu,
     }
-    let last = g.push("last_row", Op::LastRow { width: e }, &[x]);
-    let h = g.push("output_norm", norm("output_norm.weight".into()), &[last]);
-    let logits = g.push(
-        "output",
-        linear(c.output_tensor().to_string(), e, c.n_vocab),
-        &[h],
-    );
-    g.finish(tokens, logits)
+}
+
+fn build_graph(c: &ModelConfig, freq_factors: bool) -> Graph {
+    decoder(freq_factors).build_graph(c, |_| LayerAttention::plain(c))
 }

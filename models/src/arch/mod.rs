@@ -1,5 +1,6 @@
 //! Architectures: from GGUF metadata to a validated configuration and an op graph.
 
+mod decoder;
 mod gemma3;
 mod llama;
 mod qwen2;
