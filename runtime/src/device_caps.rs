@@ -83,11 +83,14 @@ pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {
 /// Compute units of the device where it is known, for work that sizes its grid to fill the
 /// device (split-KV decode attention, `rocky_compiler::templates::attention::split_kv`).
 /// Vulkan core has no query for it: CPU implementations (lavapipe) run one worker thread per
-/// host CPU (the host's available parallelism); other devices report it only through vendor
-/// extensions (VK_ARM_shader_core_properties, VK_NV_shader_sm_builtins,
-/// VK_AMD_shader_core_properties) that the runtime does not query yet, so `None`, and the
-/// caller's rule falls back to the work's own size.
+/// host CPU (the host's available parallelism); GPUs report it through vendor extensions,
+/// read at probe time into `limits.shader_cores` (VK_ARM_shader_core_builtins: panvk 26.x;
+/// VK_NV_shader_sm_builtins: NVIDIA). Elsewhere `None`, and the caller's rule falls back to
+/// the work's own size.
 pub fn compute_units(info: &DeviceInfo) -> Option<u32> {
+    if let Some(cores) = info.limits.shader_cores {
+        return Some(cores.max(1));
+    }
     if info.is_cpu {
         // llvmpipe's worker count: LP_NUM_THREADS where set, else one per host CPU.
         if let Some(n) = std::env::var("LP_NUM_THREADS")
@@ -146,6 +149,7 @@ mod tests {
                 non_coherent_atom_size: 64,
                 timestamp_period_ns: 1.0,
                 timestamp_compute_and_graphics: true,
+                shader_cores: None,
             },
             subgroup: SubgroupInfo {
                 size: 16,
@@ -252,5 +256,18 @@ mod tests {
         // The rule is the driver, not the device type: a discrete panvk does not exist, but a
         // Mali reported as "other" must still get the slow-shared-memory schedules.
         assert!(of(DeviceType::Other, vk::DriverId::MESA_PANVK).shared_memory_is_slow);
+    }
+
+    #[test]
+    fn compute_units_come_from_the_driver_where_it_reports_them() {
+        let mut mali = info(DeviceType::Integrated, vk::DriverId::MESA_PANVK);
+        // Mesa 25.0.7 offers no core-count extension: unknown, no guess.
+        assert_eq!(compute_units(&mali), None);
+        // Mesa 26.x: VK_ARM_shader_core_builtins reports the G610 MC4's 4 cores.
+        mali.limits.shader_cores = Some(4);
+        assert_eq!(compute_units(&mali), Some(4));
+        // lavapipe: its worker threads (at least one).
+        let lavapipe = info(DeviceType::Cpu, vk::DriverId::MESA_LLVMPIPE);
+        assert!(compute_units(&lavapipe).is_some_and(|n| n >= 1));
     }
 }

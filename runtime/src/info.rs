@@ -85,6 +85,11 @@ pub struct DeviceLimits {
     /// Nanoseconds per timestamp tick (1.0 on lavapipe, ≈ 41.7 on Mali's 24 MHz timer).
     pub timestamp_period_ns: f32,
     pub timestamp_compute_and_graphics: bool,
+    /// Shader cores (SMs) the driver reports: `shaderCoreCount` of VK_ARM_shader_core_builtins
+    /// (panvk 26.x offers it; 4 on a Mali-G610 MC4) or `shaderSMCount` of
+    /// VK_NV_shader_sm_builtins; `None` where neither is offered (and in older reports).
+    #[serde(default)]
+    pub shader_cores: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -330,6 +335,9 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
     };
     let dot_ext = !v13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
     let size_control_ext = !v13 && has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
+    // Core counts come only through vendor extensions (both need properties2: 1.1).
+    let arm_cores_ext = v11 && has_ext(vk::ARM_SHADER_CORE_BUILTINS_NAME);
+    let nv_sms_ext = v11 && has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
 
     // Properties.
     let mut p_promoted = promoted::Properties::default();
@@ -338,6 +346,8 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
     let mut p13 = vk::PhysicalDeviceVulkan13Properties::default();
     let mut size_control_props = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
     let mut dot_props = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
+    let mut arm_cores = vk::PhysicalDeviceShaderCoreBuiltinsPropertiesARM::default();
+    let mut nv_sms = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
     {
         let mut props2 = vk::PhysicalDeviceProperties2::default();
         if v12 {
@@ -353,6 +363,12 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
         }
         if dot_ext {
             props2 = props2.push_next(&mut dot_props);
+        }
+        if arm_cores_ext {
+            props2 = props2.push_next(&mut arm_cores);
+        }
+        if nv_sms_ext {
+            props2 = props2.push_next(&mut nv_sms);
         }
         unsafe { raw.get_physical_device_properties2(pd, &mut props2) };
     }
@@ -528,6 +544,13 @@ fn probe_one(instance: &Instance, index: usize, pd: vk::PhysicalDevice) -> Resul
             non_coherent_atom_size: l.non_coherent_atom_size,
             timestamp_period_ns: l.timestamp_period,
             timestamp_compute_and_graphics: l.timestamp_compute_and_graphics == vk::TRUE,
+            shader_cores: if arm_cores_ext && arm_cores.shader_core_count > 0 {
+                Some(arm_cores.shader_core_count)
+            } else if nv_sms_ext && nv_sms.shader_sm_count > 0 {
+                Some(nv_sms.shader_sm_count)
+            } else {
+                None
+            },
         },
         subgroup: SubgroupInfo {
             size: subgroup_size,

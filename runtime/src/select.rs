@@ -135,6 +135,7 @@ mod tests {
                 non_coherent_atom_size: 64,
                 timestamp_period_ns: 1.0,
                 timestamp_compute_and_graphics: true,
+                shader_cores: None,
             },
             subgroup: SubgroupInfo {
                 size: 16,

@@ -161,6 +161,13 @@ fn describe(out: &mut String, d: &DeviceInfo, is_default: bool) {
         "push constants",
         format!("{} bytes", l.max_push_constants_size),
     );
+    line(
+        "shader cores",
+        match l.shader_cores {
+            Some(n) => format!("{n} (split-KV decode fills them)"),
+            None => "not reported by the driver".to_string(),
+        },
+    );
     let timestamps = match &d.compute_queue {
         Some(q) if d.has_timestamps() => {
             format!(
