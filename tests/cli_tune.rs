@@ -526,8 +526,9 @@ fn tune_killed_mid_run_resumes_with_every_finished_trial() {
     assert!(out.contains("(budget reached: skipped)"), "{out}");
     assert!(out.contains("(resuming)"), "{out}");
     let after = stored_trials(&db);
-    // One record per GEMM and one per attention KV length (the defaults: the ubatch and 4096).
-    assert_eq!(after.len(), expected_gemms(&model, 8).len() + 2);
+    // One record per GEMM and one per attention workload: the ubatch at both default KV
+    // lengths (the ubatch and 4096) and the decode step at 4096.
+    assert_eq!(after.len(), expected_gemms(&model, 8).len() + 3);
     for (workload, trials) in &after {
         assert_eq!(trials.len(), budget, "{workload}: {trials:?}");
         let distinct: BTreeSet<_> = trials.iter().collect();
