@@ -51,8 +51,14 @@ fn workloads() -> Vec<Workload> {
                 m,
                 kv_width: nkv * hd,
             }));
-            // Every table format over the shapes (every SHAPES.len()-th per shape).
-            for &table in WeightFormat::ALL.iter().skip(i).step_by(SHAPES.len()) {
+            // Every table format over the shapes: format j on shape j mod SHAPES.len(), or the
+            // next shape whose width holds whole blocks of it (IQ4_XS: 256).
+            for &table in WeightFormat::ALL
+                .iter()
+                .enumerate()
+                .filter(|&(j, f)| embedding_shape(j, *f) == Some(i))
+                .map(|(_, f)| f)
+            {
                 out.push(Workload::Embedding(EmbeddingWorkload {
                     m,
                     width: hidden,
@@ -66,6 +72,13 @@ fn workloads() -> Vec<Workload> {
     out.push(Workload::SwiGlu(EltwiseWorkload { m: 7, width: 90 }));
     out.push(Workload::KvWrite(KvWriteWorkload { m: 7, kv_width: 90 }));
     out
+}
+
+/// The shape (index into SHAPES) that the embedding test of the `j`-th format uses.
+fn embedding_shape(j: usize, f: WeightFormat) -> Option<usize> {
+    (0..SHAPES.len())
+        .map(|d| (j + d) % SHAPES.len())
+        .find(|&t| SHAPES[t].0 % f.block_elems() == 0)
 }
 
 /// The binding names and push-constant bytes the runtime contract promises per template.
