@@ -444,7 +444,18 @@ fn a_malformed_database_is_a_clear_error_not_a_silent_default() {
 
 /// Every stored trial per workload, as `workload JSON → schedule JSONs`.
 fn stored_trials(db: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
-    let v = ok_json(&rocky(&["db", "show", "--db", s(db), "--json"]));
+    // Right after a killed run the database's lock can outlive it for a moment (a spirv-val
+    // child the trial had just forked holds the lock file until it execs or exits): wait for
+    // it, up to 10 s, rather than read a half-closed store.
+    let mut out = rocky(&["db", "show", "--db", s(db), "--json"]);
+    for _ in 0..50 {
+        if out.status.success() || !text(&out).contains("in use by another process") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        out = rocky(&["db", "show", "--db", s(db), "--json"]);
+    }
+    let v = ok_json(&out);
     v.as_array()
         .unwrap()
         .iter()
