@@ -39,7 +39,7 @@ use super::kernel::{workgroup_keys, Interface};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::split_kv;
-use super::tiled::QK_FOLD_CHUNKS;
+use super::tiled::{f16_score_pairs, QK_FOLD_CHUNKS};
 use super::workload::AttentionWorkload;
 use crate::ir::{
     Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
@@ -471,53 +471,18 @@ fn f16_scores(
     k_rows: &[Value],
     hu: u32,
 ) -> Vec<Vec<Value>> {
-    let h2 = Type::vec(Scalar::F16, 2);
     let f32x2 = Type::vec(Scalar::F32, 2);
     let (nr, nk) = (q_rows.len(), k_rows.len());
     // Chunks c0 .. c0 + chunks, folded into f32 every QK_FOLD_CHUNKS: (lo, hi) f32 pairs.
     let step = |c0: Value, chunks: u32| -> Vec<Vec<Value>> {
-        let mut folded: Vec<Vec<Option<Value>>> = vec![vec![None; nk]; nr];
-        let mut part: Vec<Vec<Value>> = vec![vec![b.lit(h2, 0.0); nk]; nr];
-        for c in 0..chunks {
-            let at = b.addi(c0, c);
-            let qw: Vec<Value> = q_rows
-                .iter()
-                .map(|&r| b.load_shared(q_tile, b.add(r, at)))
-                .collect();
-            let kw: Vec<Value> = k_rows
-                .iter()
-                .map(|&r| b.load(k_cache, b.add(r, at)))
-                .collect();
-            for (i, &qv) in qw.iter().enumerate() {
-                for (kk, &kv) in kw.iter().enumerate() {
-                    let mut a = part[i][kk];
-                    for e in 0..4 {
-                        a = b.fma(
-                            b.bitcast(b.extract(qv, e), h2),
-                            b.bitcast(b.extract(kv, e), h2),
-                            a,
-                        );
-                    }
-                    part[i][kk] = a;
-                }
-            }
-            if (c + 1) % QK_FOLD_CHUNKS == 0 || c + 1 == chunks {
-                for i in 0..nr {
-                    for kk in 0..nk {
-                        let f = b.convert(part[i][kk], f32x2);
-                        folded[i][kk] = Some(match folded[i][kk] {
-                            Some(x) => b.add(x, f),
-                            None => f,
-                        });
-                        part[i][kk] = b.lit(h2, 0.0);
-                    }
-                }
-            }
-        }
-        folded
-            .into_iter()
-            .map(|row| row.into_iter().map(|f| f.expect("a chunk")).collect())
-            .collect()
+        f16_score_pairs(
+            b,
+            chunks,
+            nr,
+            nk,
+            |i, c| b.load_shared(q_tile, b.add(q_rows[i], b.addi(c0, c))),
+            |j, c| b.load(k_cache, b.add(k_rows[j], b.addi(c0, c))),
+        )
     };
     let total = |f: Value| b.add(b.extract(f, 0), b.extract(f, 1));
     if hu <= UNROLLED_CHUNKS || hu % QK_FOLD_CHUNKS != 0 {

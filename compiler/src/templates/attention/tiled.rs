@@ -42,6 +42,62 @@ const NEG_BIG: f32 = -1.0e30;
 /// with 4 lanes per row).
 pub const QK_FOLD_CHUNKS: u32 = 4;
 
+/// f16 scores of `rows` × `keys` pairs over `chunks` 8-element chunks of head_dim: per chunk
+/// the rows' Q words and the keys' K words (`q_word(row, chunk)`, `k_word(key, chunk)`, uvec4
+/// of 8 halves), f16vec2 FMA chains folded into f32 pairs every [`QK_FOLD_CHUNKS`] chunks and
+/// at the end. The caller adds each pair's two halves. Shared by the tiled and key-split
+/// kernels.
+pub(crate) fn f16_score_pairs(
+    b: &KernelBuilder,
+    chunks: u32,
+    rows: usize,
+    keys: usize,
+    q_word: impl Fn(usize, u32) -> Value,
+    k_word: impl Fn(usize, u32) -> Value,
+) -> Vec<Vec<Value>> {
+    let h2 = Type::vec(Scalar::F16, 2);
+    let f32x2 = Type::vec(Scalar::F32, 2);
+    let mut folded: Vec<Vec<Option<Value>>> = vec![vec![None; keys]; rows];
+    let mut part: Vec<Vec<Value>> = vec![vec![b.lit(h2, 0.0); keys]; rows];
+    for c in 0..chunks {
+        let qw: Vec<Value> = (0..rows).map(|i| q_word(i, c)).collect();
+        let kw: Vec<Value> = (0..keys).map(|j| k_word(j, c)).collect();
+        for (i, &qv) in qw.iter().enumerate() {
+            for (j, &kv) in kw.iter().enumerate() {
+                let mut a = part[i][j];
+                for e in 0..4 {
+                    a = b.fma(
+                        b.bitcast(b.extract(qv, e), h2),
+                        b.bitcast(b.extract(kv, e), h2),
+                        a,
+                    );
+                }
+                part[i][j] = a;
+            }
+        }
+        if (c + 1) % QK_FOLD_CHUNKS == 0 || c + 1 == chunks {
+            for i in 0..rows {
+                for j in 0..keys {
+                    let f = b.convert(part[i][j], f32x2);
+                    folded[i][j] = Some(match folded[i][j] {
+                        Some(x) => b.add(x, f),
+                        None => f,
+                    });
+                    part[i][j] = b.lit(h2, 0.0);
+                }
+            }
+        }
+    }
+    folded
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|f| f.expect("at least one chunk"))
+                .collect()
+        })
+        .collect()
+}
+
 /// Shared-memory layout of a tiled schedule, in 16-byte elements; also what
 /// [`AttentionSchedule::shared_bytes`] counts.
 pub(crate) struct TiledLayout {
@@ -92,7 +148,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let f32x4 = Type::vec(Scalar::F32, 4);
     let u32x4 = Type::vec(Scalar::U32, 4);
     let h2 = Type::vec(Scalar::F16, 2);
-    let f32x2 = Type::vec(Scalar::F32, 2);
     let Interface {
         q,
         k_cache,
@@ -243,50 +298,18 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             .collect();
         let mut scores: Vec<Vec<Value>> = Vec::new();
         if s.f16_qk {
-            let mut folded: Vec<Vec<Option<Value>>> = vec![vec![None; tn as usize]; tm as usize];
-            let mut part: Vec<Vec<Value>> = vec![vec![b.lit(h2, 0.0); tn as usize]; tm as usize];
-            for c in 0..hu {
-                let qw: Vec<Value> = q_rows
-                    .iter()
-                    .map(|&at| b.load_shared(q_tile, b.addi(at, c)))
-                    .collect();
-                let kw: Vec<Value> = k_rows
-                    .iter()
-                    .map(|&at| b.load_shared(k_tile, b.addi(at, c)))
-                    .collect();
-                for (i, &qv) in qw.iter().enumerate() {
-                    for (jj, &kv) in kw.iter().enumerate() {
-                        let mut a = part[i][jj];
-                        for e in 0..4 {
-                            a = b.fma(
-                                b.bitcast(b.extract(qv, e), h2),
-                                b.bitcast(b.extract(kv, e), h2),
-                                a,
-                            );
-                        }
-                        part[i][jj] = a;
-                    }
-                }
-                if (c + 1) % QK_FOLD_CHUNKS == 0 || c + 1 == hu {
-                    for i in 0..tm as usize {
-                        for jj in 0..tn as usize {
-                            let f = b.convert(part[i][jj], f32x2);
-                            folded[i][jj] = Some(match folded[i][jj] {
-                                Some(x) => b.add(x, f),
-                                None => f,
-                            });
-                            part[i][jj] = b.lit(h2, 0.0);
-                        }
-                    }
-                }
-            }
+            let folded = f16_score_pairs(
+                &b,
+                hu,
+                tm as usize,
+                tn as usize,
+                |i, c| b.load_shared(q_tile, b.addi(q_rows[i], c)),
+                |jj, c| b.load_shared(k_tile, b.addi(k_rows[jj], c)),
+            );
             for row in folded {
                 scores.push(
                     row.into_iter()
-                        .map(|f| {
-                            let f = f.expect("at least one chunk");
-                            b.add(b.extract(f, 0), b.extract(f, 1))
-                        })
+                        .map(|f| b.add(b.extract(f, 0), b.extract(f, 1)))
                         .collect(),
                 );
             }
