@@ -99,6 +99,30 @@ fn q4k_gemm_runs_and_matches_the_reference() {
     }
 }
 
+/// A GEMV workload (decode rows) runs in the same harness, checked against the CPU reference
+/// as its arithmetic twin: the command measures GEMV against GEMM at the same rows.
+#[test]
+fn gemv_runs_and_matches_the_reference() {
+    let workload = r#"{"gemv":{"m":3,"n":256,"k":512,"act":"f32","weight":"q6_k","bias":true}}"#;
+    let v = json(&rocky(&[
+        "kernel",
+        "--workload",
+        workload,
+        "--runs",
+        "1",
+        "--json",
+    ]));
+    assert!(v["schedule"]["gemv"].is_object(), "{v:#}");
+    let check = &v["run"]["check"];
+    assert_eq!(check["outputs_checked"], 3 * 256, "{v:#}");
+    let ratio = check["max_error_ratio"].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&ratio), "{v:#}");
+    assert!(
+        v["run"]["timing"]["median_ms"].as_f64().unwrap() > 0.0,
+        "{v:#}"
+    );
+}
+
 #[test]
 fn an_explicit_schedule_is_used_and_a_sample_of_columns_is_checked() {
     let schedule = r#"{"gemm":{"bm":8,"bn":32,"bk":64,"tm":2,"tn":2,"split_k":1,"vector_width":1,"stage_a":true,"stage_b":false,"accumulate":"f32","math":"fma_f32"}}"#;

@@ -331,19 +331,39 @@ fn run_kernel(
     kernel: &CompiledKernel,
 ) -> Result<Value, CliError> {
     let ctx = target.context.as_ref().expect("a device is open");
-    let (w, s) = match (workload, schedule) {
-        (Workload::Gemm(w), Schedule::Gemm(s)) => (w, s),
+    // A GEMV kernel runs in the GEMM harness and is checked as its arithmetic twin (the GEMM
+    // schedule with the same math and tolerance), as the tuner's GEMV trials are.
+    let (w, s, gemv) = match (workload, schedule) {
+        (Workload::Gemm(w), Schedule::Gemm(s)) => (w, *s, None),
+        (Workload::Gemv(w), Schedule::Gemv(s)) => (
+            w,
+            rocky_compiler::templates::gemv::reference::arithmetic_twin(s),
+            Some(s),
+        ),
         _ => {
             return Err(CliError::usage(format!(
-                "running and checking is implemented for gemm workloads, not {}: inspect it \
-                 with --dump-spirv or --list-space",
+                "running and checking is implemented for gemm and gemv workloads, not {}: \
+                 inspect it with --dump-spirv or --list-space",
                 workload.kind()
             )))
         }
     };
+    let s = &s;
     let cache = PipelineCache::open_default(ctx).ok();
     let inputs = gemm_gpu::GemmInputs::random(w, args.seed);
-    let gpu = gemm_gpu::GemmOnGpu::new(ctx, cache.as_ref(), kernel, w, s, &target.caps, &inputs)?;
+    let gpu = match gemv {
+        Some(g) => gemm_gpu::GemmOnGpu::for_gemv(
+            ctx,
+            cache.as_ref(),
+            kernel,
+            w,
+            g,
+            &target.caps,
+            &inputs,
+            None,
+        )?,
+        None => gemm_gpu::GemmOnGpu::new(ctx, cache.as_ref(), kernel, w, s, &target.caps, &inputs)?,
+    };
     let got = gpu.run_once(ctx)?;
     let mut result = json!({ "slices": gpu.slices.len() });
     // The command-buffer budget's estimate of the driver memory one dispatch takes (panvk's
@@ -354,7 +374,10 @@ fn run_kernel(
             .slices
             .iter()
             .map(|slice| {
-                let grid = rocky_compiler::templates::gemm::dispatch_grid_for(w.m, slice.n, s);
+                let grid = match gemv {
+                    Some(g) => rocky_compiler::templates::gemv::dispatch_grid_for(slice.n, g),
+                    None => rocky_compiler::templates::gemm::dispatch_grid_for(w.m, slice.n, s),
+                };
                 budget.dispatch_bytes(kernel.meta.shared_bytes, grid)
             })
             .max()
