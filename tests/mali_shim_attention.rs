@@ -4,14 +4,16 @@
 //! shuffles holds: the driver compiles each subgroup shuffle into a loop of its own, and the
 //! shuffle-reduced row-wise twin spills.
 //!
-//! Both numbers come from the driver's compiler itself (`BIFROST_MESA_DEBUG=shaderdb` on
-//! stderr), nothing is run. Skips with a notice when the shim is absent (a failure in CI and
+//! Both numbers come from the driver's compiler itself (`BIFROST_MESA_DEBUG=shaders,shaderdb`
+//! on stderr: the statistics line and the scheduled listing, whose load/store messages are
+//! counted per key block with the inner loops' trip counts), nothing is run. Skips with a notice when the shim is absent (a failure in CI and
 //! in `tools/test.sh --mali`).
 
 mod common;
 
 use common::shaderdb::shaderdb_numbers;
 use common::text;
+use common::valhall_listing::{messages_once, messages_per_outer_iteration};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,13 +24,13 @@ fn shim_prefix() -> Option<PathBuf> {
 }
 
 /// Compiles one attention pipeline on the shim (`schedule` None: the device's default) and
-/// returns the schedule it used and the compiler's shaderdb numbers.
+/// returns the schedule it used, the compiler's shaderdb numbers and its log (the listing).
 fn compile(
     prefix: &Path,
     scratch: &Path,
     workload: &str,
     schedule: Option<&str>,
-) -> (Value, BTreeMap<String, f64>) {
+) -> (Value, BTreeMap<String, f64>, String) {
     let mut args = vec!["kernel", "--workload", workload, "--stats", "--json"];
     if let Some(s) = schedule {
         args.extend(["--schedule", s]);
@@ -40,20 +42,38 @@ fn compile(
         .args(&args)
         .env("XDG_RUNTIME_DIR", scratch)
         .env("XDG_CACHE_HOME", scratch.join("cache"))
-        .env("BIFROST_MESA_DEBUG", "shaderdb")
+        .env("BIFROST_MESA_DEBUG", "shaders,shaderdb")
         .env("MESA_SHADER_CACHE_DISABLE", "true")
         .env_remove("MESA_VK_VERSION_OVERRIDE")
         .output()
         .expect("rocky kernel under the shim");
     let log = text(&out);
     assert!(out.status.success(), "{workload}:\n{log}");
-    let report: Value = serde_json::from_slice(&out.stdout).expect("kernel JSON");
+    // The driver writes its listings to stdout too: the report is the last top-level object.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report_at = if stdout.starts_with("{\n") {
+        0
+    } else {
+        stdout.rfind("\n{\n").map_or(0, |i| i + 1)
+    };
+    let report: Value = serde_json::from_str(&stdout[report_at..]).expect("kernel JSON");
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("MESA_SHADER_COMPUTE shader:"))
         .collect();
     assert_eq!(lines.len(), 1, "one pipeline, one shader: {log}");
-    (report["schedule"].clone(), shaderdb_numbers(lines[0]))
+    let numbers = shaderdb_numbers(lines[0]);
+    (report["schedule"].clone(), numbers, log)
+}
+
+/// The listing read as the driver reads it: its messages, every block once, are the shaderdb
+/// `ls` estimate.
+fn assert_listing_matches_shaderdb(what: &str, listing: &str, numbers: &BTreeMap<String, f64>) {
+    assert_eq!(
+        f64::from(messages_once(listing)),
+        numbers["ls"],
+        "{what}: load/store messages in the listing against the shaderdb line"
+    );
 }
 
 #[test]
@@ -67,7 +87,8 @@ fn default_attention_does_not_spill_on_panvk_and_shuffles_are_loops_there() {
         r#"{"attention":{"m":512,"n_heads":16,"n_kv_heads":2,"head_dim":128,"max_kv":512}}"#,
         r#"{"attention":{"m":512,"n_heads":4,"n_kv_heads":1,"head_dim":256,"max_kv":512}}"#,
     ] {
-        let (schedule, default) = compile(&prefix, &scratch, workload, None);
+        let (schedule, default, listing) = compile(&prefix, &scratch, workload, None);
+        assert_listing_matches_shaderdb(workload, &listing, &default);
         println!("{workload}: default {schedule} -> {default:?}");
         assert_eq!(
             (default["spills"], default["fills"]),
@@ -79,35 +100,56 @@ fn default_attention_does_not_spill_on_panvk_and_shuffles_are_loops_there() {
             a["lane_rows"].as_u64().unwrap_or(0) > 0,
             "{schedule}: panvk's default is the key-split kernel"
         );
-        let lanes = a["threads_per_row"].as_u64().unwrap();
-        let kv_block = a["kv_block"].as_u64().unwrap();
+        let lanes = a["threads_per_row"].as_u64().unwrap() as u32;
+        let kv_block = a["kv_block"].as_u64().unwrap() as u32;
+        let lane_rows = a["lane_rows"].as_u64().unwrap() as u32;
+        let w: Value = serde_json::from_str(workload).unwrap();
+        let chunks = w["attention"]["head_dim"].as_u64().unwrap() as u32 / 8;
+        // The key-split kernel's inner loops: the score loop over head_dim's 8-element chunks
+        // (unrolled whole for one row of at most two keys up to 8 chunks) and the P·V loop in
+        // steps of the exchanged vector (min(keys per lane, 4) keys).
+        let keys_per_lane = kv_block / lanes;
+        let mut trips = Vec::new();
+        if !(chunks <= 8 && lane_rows * keys_per_lane <= 2) {
+            trips.push(chunks);
+        }
+        trips.push(kv_block / keys_per_lane.min(4));
+        let per_block = messages_per_outer_iteration(&listing, &trips)
+            .unwrap_or_else(|e| panic!("{workload}: {e}"));
+        let per_row_key =
+            |messages: u32, kv: u32, rows: u32| f64::from(messages * lanes) / f64::from(kv * rows);
+        let key_split = per_row_key(per_block, kv_block, lane_rows);
         // Its row-wise twin (the lanes split head_dim, 8-key blocks, partial sums through
-        // shared memory) costs more load/store cycles per (row, key) where the key-split
-        // kernel's score loop is unrolled whole (one loop: head_dim 64; beyond, its rolled
-        // loop is counted once and the comparison would flatter it).
+        // shared memory, no inner loop) issues more load/store messages per (row, key).
         let mut rowwise = schedule.clone();
         rowwise["attention"]
             .as_object_mut()
             .unwrap()
             .remove("lane_rows");
         rowwise["attention"]["kv_block"] = 8.into();
-        let (_, row) = compile(&prefix, &scratch, workload, Some(&rowwise.to_string()));
+        let (_, row, row_listing) =
+            compile(&prefix, &scratch, workload, Some(&rowwise.to_string()));
         println!("{workload}: row-wise {rowwise} -> {row:?}");
-        if default["loops"] == 1.0 {
-            let per_row_key = |ls: f64, kv: u64| ls * lanes as f64 / kv as f64;
-            assert!(
-                per_row_key(default["ls"], kv_block) < per_row_key(row["ls"], 8),
-                "{workload}: key-split {default:?} against row-wise {row:?}"
-            );
-        }
+        assert_listing_matches_shaderdb(workload, &row_listing, &row);
+        let row_block = messages_per_outer_iteration(&row_listing, &[])
+            .unwrap_or_else(|e| panic!("{workload}: row-wise twin: {e}"));
+        let row_wise = per_row_key(row_block, 8, 1);
+        println!(
+            "{workload}: load/store per (row, key): key-split {key_split}, row-wise {row_wise}"
+        );
+        assert!(
+            key_split < row_wise,
+            "{workload}: key-split {key_split} ({per_block} per block of {kv_block}) against \
+             row-wise {row_wise} ({row_block} per block of 8) per (row, key)"
+        );
         // The row-wise twin reducing its lanes by subgroup shuffles: each shuffle is a loop
         // of its own (8 keys × log2(lanes) shuffles, beside the key-block loop), and the
         // registers they hold spill: why panvk's defaults never shuffle.
         let mut shuffled = rowwise.clone();
         shuffled["attention"]["lane_reduce"] = "shuffle".into();
-        let (_, twin) = compile(&prefix, &scratch, workload, Some(&shuffled.to_string()));
+        let (_, twin, _) = compile(&prefix, &scratch, workload, Some(&shuffled.to_string()));
         println!("{workload}: shuffled {shuffled} -> {twin:?}");
-        let shuffles = 8 * u64::from(lanes.trailing_zeros());
+        let shuffles = 8 * lanes.trailing_zeros();
         assert!(
             twin["loops"] >= row["loops"] + shuffles as f64,
             "{workload}: {} loops with shuffles against {} without ({shuffles} shuffles)",

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod shaderdb;
+pub mod valhall_listing;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

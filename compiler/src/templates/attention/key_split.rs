@@ -6,22 +6,28 @@
 //! is a sum across lanes: on panvk each shuffle becomes a loop of its own, and the
 //! shared-memory reduction costs every lane a store per key and a load per key and lane. Here
 //! lane `l` of a group of L computes whole scores, for its own keys of the block, and only
-//! the finished scores are exchanged, once per block (one store per key, then the block's
-//! scores read back by every lane). Each group serves `lane_rows` rows that share a kv head
-//! (heads of a GQA group, or queries of one head), so every K and V load feeds that many rows:
+//! the finished scores are exchanged, once per block (one store per g keys, then the block's
+//! scores read back by every lane, g at a time). Each group serves `lane_rows` rows that share
+//! a kv head (heads of a GQA group, or queries of one head), so every K and V load feeds that
+//! many rows:
 //!
 //! ```text
 //! R = rows · heads rows (row r = query r / heads, head r % heads); groups of L lanes;
-//! group g serves rows g·lane_rows + i (i < lane_rows); k = kv_block / L keys per lane
+//! group g serves rows g·lane_rows + i (i < lane_rows); k = kv_block / L keys per lane,
+//! exchanged in vectors of g = min(k, 4)
 //! [f16_qk: Q (pre-scaled by 1/sqrt(head_dim), rounded to f16) → shared once; barrier]
 //! for kb in (0..n_keys).step_by(kv_block):          // uniform: barriers are legal
 //!     s[i][kk] = q_i · K[kb + l·k + kk]  (whole head_dim; masked keys → NEG_BIG)
 //!     s → exchange[block parity][row][key]; barrier
-//!     every lane reads its rows' kv_block scores: mx' = max(mx, max_j s), c = exp(mx - mx')
-//!     p[i][j] = exp(s[i][j] - mx'); l = l·c + Σ_j p; o = o·c
-//!     o[i][t] += Σ_j p[i][j] · V[kb + j][chunk l + t·L]      (lane l owns chunks l + t·L)
+//!     for j0 in (0..kv_block).step_by(g):            // a loop: its body's loads stay few
+//!         every lane reads its rows' scores j0..j0+g: mx' = max(mx, max_j s), c = exp(mx - mx')
+//!         p[i][j] = exp(s[i][j] - mx'); l = l·c + Σ_j p; o = o·c
+//!         o[i][t] += Σ_j p[i][j] · V[kb + j][chunk l + t·L]   (lane l owns chunks l + t·L)
 //! out = o / l for rows < m
 //! ```
+//! The running max moves every g keys (online softmax within the block as across blocks), so
+//! each score is read back once: no separate pass for the block's max. Unrolled, the P·V
+//! loop's V loads were all hoisted and spilled beyond 16 keys per lane group (Valhall).
 //! In f32, Q is read from its buffer, as K and V are, and each score scaled by
 //! 1/sqrt(head_dim) once finished: a shared Q tile would cost the same load/store cycles and
 //! several KiB of workgroup memory, which panvk allocates per dispatch for every workgroup
@@ -30,16 +36,16 @@
 //! passed block n + 1's barrier, which no lane reaches before it has read block n's scores, so
 //! one barrier per block suffices. K and V are read from the cache directly (keys past n_keys
 //! clamped to the last valid one, and masked): where shared memory is ordinary memory, staging
-//! them would only add a store and a load per word. The softmax arithmetic and the f16 options
-//! are those of the other kernels (`f16_qk`: the Q tile in f16 and each score an f16vec2 chain
-//! folded into f32 every [`QK_FOLD_CHUNKS`] chunks; `f16_pv`: the block's weights rounded to
-//! f16 and Σ_j p·v summed in f16vec2, folded into the f32 output once per block).
+//! them would only add a store and a load per word. The f16 options are those of the other
+//! kernels (`f16_qk`: the Q tile in f16 and each score an f16vec2 chain folded into f32 per
+//! step of the score loop; `f16_pv`: each step's weights rounded to f16 and Σ_j p·v summed in
+//! f16vec2, folded into the f32 output after the step).
 
 use super::kernel::{workgroup_keys, Interface};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::split_kv;
-use super::tiled::{f16_score_pairs, QK_FOLD_CHUNKS};
+use super::tiled::f16_score_pairs;
 use super::workload::AttentionWorkload;
 use crate::ir::{
     Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
@@ -112,7 +118,11 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let q_tile = s
         .f16_qk
         .then(|| b.shared_array("q_tile", u32x4, lay.r * lay.q_stride));
-    let exchange = b.shared_array("scores", Type::F32, 2 * lay.r * kvb);
+    // Scores are exchanged in vectors of `g` keys (a lane's keys are contiguous), so the
+    // block max and the P·V loop read them a vector at a time.
+    let g = exchange_width(keys_per_lane);
+    let exchange = b.shared_array("scores", score_vector(g), 2 * lay.r * kvb / g);
+    let comp = |v: Value, c: u32| if g == 1 { v } else { b.extract(v, c) };
 
     // The f16 Q tile, pre-scaled by 1/sqrt(head_dim), copied by all threads together.
     let inv_sqrt = 1.0 / (w.head_dim as f32).sqrt();
@@ -237,109 +247,111 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 
         // Exchange the finished scores (masked ones at NEG_BIG) through the parity's buffer.
         let parity = b.andi(b.shri(kb, kvb.trailing_zeros()), 1);
-        let buf = b.muli(parity, lay.r * kvb);
+        let buf = b.muli(parity, lay.r * kvb / g);
+        let row_at = |i: usize| b.add(buf, b.muli(my_rows[i], kvb / g));
         for (i, row_scores) in scores.iter().enumerate() {
-            let row_at = b.add(buf, b.muli(my_rows[i], kvb));
-            for (kk, &x) in row_scores.iter().enumerate() {
-                let sc = b.select(visible(i, my_keys[kk]), x, b.c_f32(NEG_BIG));
-                let at = b.add(row_at, b.addi(b.muli(lane, keys_per_lane), kk as u32));
-                b.store_shared(exchange, at, sc);
+            for kk0 in (0..keys_per_lane).step_by(g as usize) {
+                let sc: Vec<Value> = (kk0..kk0 + g)
+                    .map(|kk| {
+                        let x = row_scores[kk as usize];
+                        b.select(visible(i, my_keys[kk as usize]), x, b.c_f32(NEG_BIG))
+                    })
+                    .collect();
+                let at = b.add(row_at(i), b.addi(b.muli(lane, keys_per_lane / g), kk0 / g));
+                b.store_shared(exchange, at, if g == 1 { sc[0] } else { b.construct(&sc) });
             }
         }
         b.barrier();
 
-        // Every lane: its rows' block scores, the new max, the weights and the rescaling.
-        let mut weights: Vec<Vec<Value>> = Vec::new();
-        let mut outs: Vec<Vec<(Value, Value)>> = Vec::new();
-        for i in 0..rows_per_group as usize {
-            let row_at = b.add(buf, b.muli(my_rows[i], kvb));
-            let block: Vec<Value> = (0..kvb)
-                .map(|j| b.load_shared(exchange, b.addi(row_at, j)))
-                .collect();
-            let block_max = block[1..].iter().fold(block[0], |mx, &x| b.max(mx, x));
-            let old_max = b.load_var(run_max[i]);
-            let new_max = b.max(old_max, block_max);
-            let correction = b.exp(b.sub(old_max, new_max));
-            let mut sum = b.mul(b.load_var(run_sum[i]), correction);
-            let p: Vec<Value> = block
-                .iter()
-                .enumerate()
-                .map(|(j, &x)| {
-                    let e = b.exp(b.sub(x, new_max));
-                    let pj = b.select(visible(i, b.addi(kb, j as u32)), e, b.c_f32(0.0));
-                    sum = b.add(sum, pj);
-                    pj
+        // o += Σ_j p·v over this lane's chunks, g keys (one exchanged vector per row) per step
+        // of a loop: unrolled, Valhall hoists every V load of the block and spills beyond 16
+        // keys per row group. The running max moves per step (online softmax within the
+        // block), so the scores are read once: no separate pass for the block's max. Each V
+        // word feeds every row of the group.
+        b.for_range(b.c_u32(0), b.c_u32(kvb), g, Unroll::Never, |j0| {
+            let mut corrections: Vec<Value> = Vec::new();
+            let weights: Vec<Vec<Value>> = (0..rows_per_group as usize)
+                .map(|i| {
+                    let xs =
+                        b.load_shared(exchange, b.add(row_at(i), b.shri(j0, g.trailing_zeros())));
+                    let x: Vec<Value> = (0..g).map(|c| comp(xs, c)).collect();
+                    let old_max = b.load_var(run_max[i]);
+                    let new_max = x.iter().fold(old_max, |mx, &v| b.max(mx, v));
+                    let correction = b.exp(b.sub(old_max, new_max));
+                    b.store_var(run_max[i], new_max);
+                    let mut sum = b.mul(b.load_var(run_sum[i]), correction);
+                    let p: Vec<Value> = x
+                        .iter()
+                        .enumerate()
+                        .map(|(jj, &v)| {
+                            let e = b.exp(b.sub(v, new_max));
+                            let key = b.add(kb, b.addi(j0, jj as u32));
+                            let pj = b.select(visible(i, key), e, b.c_f32(0.0));
+                            sum = b.add(sum, pj);
+                            pj
+                        })
+                        .collect();
+                    b.store_var(run_sum[i], sum);
+                    corrections.push(b.splat(correction, 4));
+                    p
                 })
                 .collect();
-            b.store_var(run_sum[i], sum);
-            b.store_var(run_max[i], new_max);
-            let corr4 = b.splat(correction, 4);
-            outs.push(
-                acc[i]
-                    .iter()
-                    .map(|&(lo, hi)| (b.mul(b.load_var(lo), corr4), b.mul(b.load_var(hi), corr4)))
-                    .collect(),
-            );
-            weights.push(p);
-        }
-
-        // o += Σ_j p·v over this lane's chunks: each V word feeds every row of the group.
-        let mut pv16: Vec<Vec<Vec<Value>>> = if s.f16_pv {
-            (0..rows_per_group)
-                .map(|_| (0..chunks).map(|_| vec![b.lit(h2, 0.0); 4]).collect())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let p16: Vec<Vec<Value>> = if s.f16_pv {
-            weights
+            let mut outs: Vec<Vec<(Value, Value)>> = acc
                 .iter()
-                .map(|row| {
+                .zip(&corrections)
+                .map(|(row, &c4)| {
                     row.iter()
-                        .map(|&p| b.splat(b.convert(p, Type::F16), 2))
+                        .map(|&(lo, hi)| (b.mul(b.load_var(lo), c4), b.mul(b.load_var(hi), c4)))
                         .collect()
                 })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        for j in 0..kvb {
-            let key = b.min(b.addi(kb, j), last_key);
-            let v_row = b.add(b.muli(key, pos_u4), kv_base);
-            for t in 0..chunks {
-                let words = b.load(v_cache, b.add(v_row, chunk_of(t)));
-                if s.f16_pv {
-                    for (i, row) in pv16.iter_mut().enumerate() {
-                        let p2 = p16[i][j as usize];
-                        for (e, x) in row[t as usize].iter_mut().enumerate() {
-                            *x = b.fma(p2, b.bitcast(b.extract(words, e as u32), h2), *x);
+                .collect();
+            // f16_pv: the step's Σ p·v in f16vec2 per row and chunk, folded into f32 after it.
+            let mut sums16: Vec<Vec<Vec<Value>>> = if s.f16_pv {
+                (0..rows_per_group)
+                    .map(|_| (0..chunks).map(|_| vec![b.lit(h2, 0.0); 4]).collect())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for jj in 0..g {
+                let key = b.min(b.add(kb, b.addi(j0, jj)), last_key);
+                let v_row = b.add(b.muli(key, pos_u4), kv_base);
+                for t in 0..chunks {
+                    let words = b.load(v_cache, b.add(v_row, chunk_of(t)));
+                    if s.f16_pv {
+                        for (i, row) in sums16.iter_mut().enumerate() {
+                            let p2 = b.splat(b.convert(weights[i][jj as usize], Type::F16), 2);
+                            for (e, x) in row[t as usize].iter_mut().enumerate() {
+                                *x = b.fma(p2, b.bitcast(b.extract(words, e as u32), h2), *x);
+                            }
                         }
+                        continue;
                     }
-                    continue;
-                }
-                let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
-                let vlo = b.construct(&[half(0), half(1)]);
-                let vhi = b.construct(&[half(2), half(3)]);
-                for (i, row) in outs.iter_mut().enumerate() {
-                    let p4 = b.splat(weights[i][j as usize], 4);
-                    let (lo, hi) = &mut row[t as usize];
-                    *lo = b.fma(p4, vlo, *lo);
-                    *hi = b.fma(p4, vhi, *hi);
+                    let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
+                    let vlo = b.construct(&[half(0), half(1)]);
+                    let vhi = b.construct(&[half(2), half(3)]);
+                    for (i, row) in outs.iter_mut().enumerate() {
+                        let p4 = b.splat(weights[i][jj as usize], 4);
+                        let (lo, hi) = &mut row[t as usize];
+                        *lo = b.fma(p4, vlo, *lo);
+                        *hi = b.fma(p4, vhi, *hi);
+                    }
                 }
             }
-        }
-        for (i, row) in outs.iter_mut().enumerate() {
-            for (t, (lo, hi)) in row.iter_mut().enumerate() {
-                if s.f16_pv {
-                    let acc16 = &pv16[i][t];
-                    let f4 = |x: Value, y: Value| b.convert(b.construct(&[x, y]), f32x4);
-                    *lo = b.add(*lo, f4(acc16[0], acc16[1]));
-                    *hi = b.add(*hi, f4(acc16[2], acc16[3]));
+            let f4 = |x: Value, y: Value| b.convert(b.construct(&[x, y]), f32x4);
+            for (i, (vars, vals)) in acc.iter().zip(&outs).enumerate() {
+                for (t, (&(lo, hi), &(x, y))) in vars.iter().zip(vals).enumerate() {
+                    let (x, y) = if s.f16_pv {
+                        let c = &sums16[i][t];
+                        (b.add(x, f4(c[0], c[1])), b.add(y, f4(c[2], c[3])))
+                    } else {
+                        (x, y)
+                    };
+                    b.store_var(lo, x);
+                    b.store_var(hi, y);
                 }
-                b.store_var(acc[i][t].0, *lo);
-                b.store_var(acc[i][t].1, *hi);
             }
-        }
+        });
     });
 
     if split {
@@ -380,11 +392,24 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     b.finish()
 }
 
-/// Chunks of head_dim summed per step of the score loop: up to 8 (head_dim 64) the loop is
-/// unrolled whole; beyond, it runs as a loop over steps of [`QK_FOLD_CHUNKS`] chunks, because
-/// Valhall's compiler hoists every load of an unrolled 16- or 32-chunk body and spills
-/// (head_dim 256: 5:35 spills:fills, Mesa 25.0.7).
+/// Chunks of head_dim up to which the score loop of one row and at most two keys per lane is
+/// unrolled whole (head_dim 64); beyond, it runs as a loop, because Valhall's compiler hoists
+/// every load of an unrolled 16- or 32-chunk body and spills (head_dim 256: 5:35
+/// spills:fills, Mesa 25.0.7).
 const UNROLLED_CHUNKS: u32 = 8;
+
+/// Whether the score loop over `hu` chunks is unrolled whole for `nr` rows and `nk` keys per
+/// lane: up to [`UNROLLED_CHUNKS`] chunks of one row and at most two keys; else it is a loop
+/// over steps of [`QK_STEP_CHUNKS`].
+fn unrolled_scores(hu: u32, nr: usize, nk: usize) -> bool {
+    hu <= UNROLLED_CHUNKS && nr * nk <= 2
+}
+
+/// Chunks of head_dim per step of the rolled score loop: one. A step's loads are what the
+/// compiler keeps live at once, and the load/store cycles per key are the same at any step
+/// (Mesa 26.1.6, head_dim 128: 81 per block of 16 keys at steps of 1, 2 and 4 chunks, with
+/// 37, 43 and 45 registers; two rows and two keys per lane spill from two chunks on).
+const QK_STEP_CHUNKS: u32 = 1;
 
 /// f32 scores of each (row, key), unscaled: Σ over head_dim of q (from its buffer) times the
 /// unpacked key, one chunk (8 elements) at a time, so each Q load feeds every key and each K
@@ -430,7 +455,7 @@ fn f32_scores(
         }
     };
     let (nr, nk) = (q_rows.len(), k_rows.len());
-    if hu <= UNROLLED_CHUNKS || hu % QK_FOLD_CHUNKS != 0 {
+    if unrolled_scores(hu, nr, nk) {
         let mut sums = vec![vec![None; nk]; nr];
         step(b.c_u32(0), hu, &mut sums);
         return sums
@@ -445,7 +470,7 @@ fn f32_scores(
                 .collect()
         })
         .collect();
-    let g = QK_FOLD_CHUNKS;
+    let g = QK_STEP_CHUNKS;
     b.for_range(b.c_u32(0), b.c_u32(hu), g, Unroll::Never, |c0| {
         let mut sums = vec![vec![None; nk]; nr];
         step(c0, g, &mut sums);
@@ -461,8 +486,8 @@ fn f32_scores(
 }
 
 /// f16 scores: f16vec2 FMA chains of the f16 Q tile and the cache words (no unpacking),
-/// folded into f32 every [`QK_FOLD_CHUNKS`] chunks (one step of the loop beyond
-/// [`UNROLLED_CHUNKS`]).
+/// folded into f32 every [`super::tiled::QK_FOLD_CHUNKS`] chunks when unrolled whole, else
+/// once per step of the loop.
 fn f16_scores(
     b: &KernelBuilder,
     q_tile: SharedArray,
@@ -485,7 +510,7 @@ fn f16_scores(
         )
     };
     let total = |f: Value| b.add(b.extract(f, 0), b.extract(f, 1));
-    if hu <= UNROLLED_CHUNKS || hu % QK_FOLD_CHUNKS != 0 {
+    if unrolled_scores(hu, nr, nk) {
         return step(b.c_u32(0), hu)
             .into_iter()
             .map(|row| row.into_iter().map(total).collect())
@@ -499,7 +524,7 @@ fn f16_scores(
                 .collect()
         })
         .collect();
-    let g = QK_FOLD_CHUNKS;
+    let g = QK_STEP_CHUNKS;
     b.for_range(b.c_u32(0), b.c_u32(hu), g, Unroll::Never, |c0| {
         for (row, vars) in step(c0, g).iter().zip(&vars) {
             for (&x, &v) in row.iter().zip(vars) {
@@ -510,4 +535,21 @@ fn f16_scores(
     vars.iter()
         .map(|row| row.iter().map(|&v| total(b.load_var(v))).collect())
         .collect()
+}
+
+/// Keys per exchanged vector, and per step of the P·V loop: a lane's keys, up to four.
+const PV_KEYS: u32 = 4;
+
+/// Keys per exchanged score vector for `keys_per_lane` (a power of two).
+fn exchange_width(keys_per_lane: u32) -> u32 {
+    keys_per_lane.min(PV_KEYS)
+}
+
+/// The exchange's element type: f32, or a vector of `g` of them.
+fn score_vector(g: u32) -> Type {
+    if g == 1 {
+        Type::F32
+    } else {
+        Type::vec(Scalar::F32, g)
+    }
 }

@@ -175,18 +175,19 @@ impl AttentionSchedule {
     /// unpacked K/V chunk and a fixed overhead for indices and softmax state.
     pub fn register_estimate(&self, w: &AttentionWorkload) -> u32 {
         if self.is_key_split() {
-            // Live across the block: the rows' outputs (f32; with f16_pv their f16 block
-            // sums too) and softmax state. Then the larger of the score phase (one chunk of
-            // Q per row, one K word per key, the scores) and the weight phase (the block's
-            // weights per row, one unpacked V chunk).
+            // Fitted to the registers Valhall gives the f32 kernels, which spill above 64: the
+            // rows' outputs, 8 per key per lane (a K chunk, its score and the unpacking), 14
+            // per further row (its Q chunk, scores and softmax state; two rows of two keys and
+            // 16 outputs fit 64 registers on Mesa 26.1.6 but spill 1:2 on 25.0.7) and 19
+            // for indices; 4 more for a split-KV piece's bounds. With f16_pv the f16 sums of a
+            // step add half the outputs; with f16_qk a Q chunk is 4 words instead of 8.
             let r = self.lane_rows;
             let out = r * w.head_dim / self.threads_per_row;
             let pv16 = if self.f16_pv { out / 2 } else { 0 };
             let keys = self.kv_block / self.threads_per_row;
-            let q_chunk = if self.f16_qk { 4 } else { 8 };
-            let score_phase = r * q_chunk + 4 * keys + r * keys * if self.f16_qk { 2 } else { 1 };
-            let weight_phase = r * self.kv_block + 8;
-            return out + pv16 + 2 * r + score_phase.max(weight_phase) + 16;
+            let split = if self.kv_splits > 0 { 4 } else { 0 };
+            let q16 = if self.f16_qk { 4 * r } else { 0 };
+            return (19 + split + out + pv16 + 8 * keys + 14 * (r - 1)).saturating_sub(q16);
         }
         if self.is_tiled() {
             // Output (f32, plus the f16 block sums), scores (plus their f16 partials), one
@@ -577,15 +578,20 @@ fn prev_pow2(x: u32) -> u32 {
 }
 
 /// A key-split default for Mali-class devices (slow shuffles, 64 registers): one 8-element
-/// output chunk per lane up to 16 lanes, `keys_per_lane` keys each, one row per lane group,
-/// about 128 threads. Valhall's estimates of load/store cycles per (row, key) against the
-/// row-wise default (Mesa 25.0.7, no spills either way): head_dim 64 29.5 vs 48, 128 75 vs
-/// 128, 256 143 vs 384 (docs/measurements/2026-12-05-mali-key-split.md).
-fn key_split_default(w: &AttentionWorkload, keys_per_lane: u32) -> AttentionSchedule {
+/// output chunk per lane up to 16 lanes, `keys_per_lane` keys each, `lane_rows` rows per lane
+/// group, about 128 threads. Valhall's load/store cycles per (row, key) of the defaults this
+/// picks, against the row-wise kernel's (Mesa 26.1.6 and 25.0.7, no spills either way):
+/// head_dim 64 22.25 vs 48, 128 44.25 vs 128, 256 104.5 vs 384
+/// (docs/measurements/2026-12-05-mali-key-split.md).
+fn key_split_default(
+    w: &AttentionWorkload,
+    lane_rows: u32,
+    keys_per_lane: u32,
+) -> AttentionSchedule {
     let lanes = prev_pow2((w.head_dim / 8).clamp(1, 16));
     let group_heads = w.group() > 1;
     let heads = if group_heads { w.group() } else { 1 };
-    let rows = prev_pow2((128 / (heads * lanes)).max(1))
+    let rows = prev_pow2((128 * lane_rows / (heads * lanes)).max(1))
         .min(w.m.max(1).next_power_of_two())
         .min(32);
     AttentionSchedule {
@@ -599,7 +605,7 @@ fn key_split_default(w: &AttentionWorkload, keys_per_lane: u32) -> AttentionSche
         f16_pv: false,
         tile_rows: 0,
         tile_keys: 0,
-        lane_rows: 1,
+        lane_rows,
         kv_splits: 0,
     }
 }
@@ -624,9 +630,12 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
     let lanes_max = (w.head_dim / 8).max(1);
     let mut candidates = Vec::new();
     if caps.slow_subgroup_shuffle && caps.register_budget <= 64 {
-        // Two keys per lane where that fits the registers, else one (head_dim 256).
-        candidates.push(key_split_default(w, 2));
-        candidates.push(key_split_default(w, 1));
+        // In order of Valhall's load/store cycles per (row, key): four keys per lane, two,
+        // one; the first that fits the registers. Two rows per lane group would share every
+        // K and V load, but fit only the smallest outputs (the tuner's space has them).
+        for keys_per_lane in [4, 2, 1] {
+            candidates.push(key_split_default(w, 1, keys_per_lane));
+        }
     }
     let lane_widths = if caps.register_budget <= 64 {
         [8, 16, 32]
@@ -669,7 +678,18 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             ..candidates[candidates.len() - 1]
         });
     }
-    if let Some(s) = candidates.iter().find(|s| s.validate(w, caps).is_ok()) {
+    // A decode step splits its keys where the schedule allows (split_kv.rs), and a split
+    // needs a few more registers: prefer the first candidate whose split form fits too.
+    let splits_fit = |s: &AttentionSchedule| {
+        w.m > super::split_kv::SPLIT_MAX_M
+            || s.is_tiled()
+            || super::split_kv::is_split(&super::split_kv::with_default_splits(w, *s, caps))
+    };
+    let valid = |s: &&AttentionSchedule| s.validate(w, caps).is_ok();
+    if let Some(s) = candidates.iter().filter(valid).find(|s| splits_fit(s)) {
+        return *s;
+    }
+    if let Some(s) = candidates.iter().find(valid) {
         return *s;
     }
     search_space(w, caps)
