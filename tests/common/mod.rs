@@ -1,6 +1,7 @@
 //! Paths shared by the CLI and end-to-end tests.
 #![allow(dead_code)]
 
+pub mod mali25;
 pub mod shaderdb;
 pub mod valhall_listing;
 

@@ -45,6 +45,13 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     out
 }
 
+/// Output columns up to which panvk's default GEMV sums its lanes through workgroup memory:
+/// a dispatch there allocates its workgroup memory for every workgroup instance (Mesa 25.0.7:
+/// the power-of-two-rounded grid times the core-id range, 19 on RK3588), so 128 bytes per
+/// 2-column workgroup at 32768 columns is at most 128 B × 16384 × 32 = 64 MiB. Wider outputs
+/// (vocabularies: 151936, 262144 columns) keep the shuffle reduction, which declares none.
+pub const SHARED_REDUCE_MAX_COLUMNS: u32 = 32768;
+
 /// The schedule used when the workload is untuned: f32 math, subgroup reduction where the
 /// device has it, a thread per unit where K has enough units to
 /// occupy 64 threads, else threads sharing units.
@@ -80,18 +87,28 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     }
     if caps.shared_memory_is_slow && caps.subgroup_arithmetic {
         // Workgroup memory is ordinary memory allocated per dispatch (panvk): one subgroup
-        // per workgroup, which needs none, a thread per unit, and two weight rows per
-        // workgroup at one row of X (one where SwiGLU pairs gate and up rows, or X has more
-        // rows): on Mesa 25.0.7's Valhall compiler 4 columns spill (Q6_K 24:378, Q5_0 9:26),
-        // 2 do not, and 1 runs two threads in flight.
+        // per workgroup, a thread per unit, and two weight rows per workgroup at one row of X
+        // (one where SwiGLU pairs gate and up rows, or X has more rows): on Mesa 25.0.7's
+        // Valhall compiler 4 columns spill (Q6_K 24:378, Q5_0 9:26), 2 do not, and 1 runs
+        // two threads in flight. Where shuffles are loops (panvk), a subgroup add is a loop
+        // per butterfly step that runs once per distinct source lane (16): the 16-lane,
+        // 2-column sum of a decode GEMV is 24 such loops, as many instructions as the whole
+        // K loop of a 4864-deep row (docs/measurements/2026-12-05-mali-gemv-reduce.md). So
+        // the sums go through workgroup memory (128 bytes), except on the widest outputs
+        // (vocabulary projections), whose dispatch would allocate hundreds of MiB of it.
         let single_rows = w.m == 1 && w.epilogue.rows_per_column() == 1;
+        let reduce = if caps.slow_subgroup_shuffle && w.n <= SHARED_REDUCE_MAX_COLUMNS {
+            Reduce::Shared
+        } else {
+            Reduce::OneSubgroup
+        };
         let s = GemvSchedule {
             threads: caps.subgroup_size,
             cols: if single_rows { 2 } else { 1 },
             chunks_per_thread: 8,
             units_per_thread: 1,
             vector_width: if w.m <= 2 { 4 } else { 1 },
-            reduce: Reduce::OneSubgroup,
+            reduce,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         };
