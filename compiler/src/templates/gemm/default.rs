@@ -154,6 +154,14 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // 26.1.6's Valhall compiler (M=512, K=2048) ls fell from 112 to 18 cycles (Q4_K), 212
         // to 80 (Q6_K), 124 to 46 (Q8_0), without spills
         // (docs/measurements/2026-12-02-mali-shim26-gemm.md).
+        //
+        // In f32 math: with packed f16 products summed into f32 accumulators every slab, the
+        // packing, the broadcasts and the folds cost more than the halved products save. Mesa
+        // 26.1.6's estimated cycles per K-loop iteration of this tile (M = 512), packed f16 ->
+        // f32: Q5_0 60 -> 38.6, Q6_K 74 -> 41, Q8_0 (GGUF layout) 52 -> 30, Q4_K (two slabs)
+        // 45.3 -> 41.4; aligned Q8_0 ties per row and slab (4.22), all without spills
+        // (docs/measurements/2026-12-05-mali-gemm-f32.md). Where f16 is emulated or absent the
+        // base is f32 already.
         let sg = caps.subgroup_size;
         let shuffled = GemmSchedule {
             bm: 16,
@@ -162,6 +170,9 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             tm: 4,
             tn: 1,
             shuffle_a: true,
+            math: Math::FmaF32,
+            accumulate: Precision::F32,
+            vector_width: 1,
             ..base
         };
         if caps.lane_serial_memory {
@@ -203,6 +214,8 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // shapes) 70.25 sfu / 80 ls (0.88) -> 84.375 / 84 (1.004), 63 registers, no spills;
         // 6 or 8 rows spilled with 2 or 4 slabs, and 4 rows stayed at 0.92
         // (docs/measurements/2026-12-03-mali-shim26-q8.md).
+        // These keep the base math (packed f16 where the device has it): 5 rows do not fit
+        // 64 registers in f32, and per row and slab the f32 4-row tile only ties (4.22).
         if w.weight == WeightFormat::Q8_0 && w.layout == WeightLayout::Aligned {
             for k_unroll in [4, 2] {
                 c.push(GemmSchedule {
@@ -210,6 +223,9 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                     tm: 5,
                     k_unroll,
                     share_headers: true,
+                    math: base.math,
+                    accumulate: base.accumulate,
+                    vector_width: base.vector_width,
                     ..wide
                 });
             }
