@@ -1,3 +1,8 @@
+# NOT RUN: the session that wrote these (2026-12-05) was never lent an H200 (8 tries: "no device
+# machine could be started", then "no new device machine is lent at present"). Staging: .device/ holds
+# rocky (stripped release), llama-bench.xz and llama-server.xz (pinned llama.cpp 0c1e570), the Qwen2
+# vocabulary, call K's tuned records of 2026-12-04, spearman.py and these scripts; .gl/ the Vulkan
+# loader debs (device README). Run: OUT=$OUT bash .device/callA.sh, carry [".gl", ".device"].
 # Call A (2026-12-05): where rocky stands on this host, side by side with llama.cpp in one call:
 # prefill (default and call K.s tuned records of 2026-12-04), decode tok/s (generate vs llama-bench tg at
 # depth 0 and 2048, split-KV on/off, GEMV on/off), GEMV against GEMM at 1-8 rows per kernel,
