@@ -66,6 +66,19 @@ fn stdout_is_the_text_of_the_generated_tokens_and_gpu_agrees_with_cpu() {
     assert_eq!(gpu_json["backend"], "gpu");
     assert!(gpu_json["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
     assert!(gpu_json["prefill_tokens_per_second"].as_f64().unwrap() > 0.0);
+    // The executor's per-step accounting: its parts fit in its wall time, and the steps' wall
+    // time fits in the decode loop's own clock (measured around the evaluator calls).
+    let step = &gpu_json["decode_step_ms"];
+    let part = |k: &str| step[k].as_f64().unwrap_or_else(|| panic!("{k} in {step}"));
+    let parts = part("setup") + part("record") + part("wait") + part("readback");
+    assert!(parts <= part("wall") * 1.01 + 0.01, "{step}");
+    let loop_ms = gpu_json["decode_seconds"].as_f64().unwrap() * 1e3;
+    assert!(
+        part("wall") * 11.0 <= loop_ms * 1.01 + 0.01,
+        "{step} vs {loop_ms} ms"
+    );
+    assert!(gpu_json["decode_dispatches_per_step"].as_f64().unwrap() >= 1.0);
+    assert!(cpu_json["decode_step_ms"].is_null());
 
     // Streamed: exactly the tokens' text, with the timings on stderr only.
     let streamed = rocky(&[&[m][..], &args].concat());

@@ -167,17 +167,17 @@ pub fn run(args: Args) -> CmdResult {
             let _ = stdout.flush();
         }
     };
-    let (generation, backend, ubatch) = if args.cpu {
+    let (generation, backend, ubatch, decode_time) = if args.cpu {
         let mut ev = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx);
         let g = generate(&mut ev, &tokenizer, &end, &ids, &options, &mut on_text);
-        (g, "cpu", None)
+        (g, "cpu", None, None)
     } else {
         let mut session = GpuSession::open(&args.gpu, &file, &model, n_ctx, false)?;
         session.prepare()?;
         session.prepare_decode()?;
         let ubatch = (session.ubatch(), session.ubatch_origin);
         let g = generate(&mut session, &tokenizer, &end, &ids, &options, &mut on_text);
-        (g, "gpu", Some(ubatch))
+        (g, "gpu", Some(ubatch), Some(session.decode_time))
     };
     let generation = generation.map_err(generate_error)?;
     if args.json {
@@ -197,11 +197,29 @@ pub fn run(args: Args) -> CmdResult {
             "decode_steps": generation.decode_steps,
             "decode_seconds": generation.decode.as_secs_f64(),
             "decode_tokens_per_second": generation.decode_tokens_per_second(),
+            "decode_step_ms": decode_time.and_then(|t| t.per_step_ms()).map(|parts| parts
+                .iter()
+                .map(|&(name, ms)| (name.to_string(), json!(ms)))
+                .collect::<serde_json::Map<_, _>>()),
+            "decode_dispatches_per_step": decode_time.and_then(|t| t.dispatches_per_step()),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
     } else {
         eprintln!();
         print_timings(&generation, backend, ubatch);
+        if let Some((parts, dispatches)) =
+            decode_time.and_then(|t| Some((t.per_step_ms()?, t.dispatches_per_step()?)))
+        {
+            let line: Vec<String> = parts[1..]
+                .iter()
+                .map(|(name, ms)| format!("{name} {ms:.2}"))
+                .collect();
+            eprintln!(
+                "decode step in the executor: {:.2} ms, of it {} ms; {dispatches:.0} dispatches",
+                parts[0].1,
+                line.join(" + ")
+            );
+        }
     }
     Ok(())
 }

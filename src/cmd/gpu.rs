@@ -123,6 +123,55 @@ pub struct GpuSession<'m> {
     /// Why `--profile` gets no per-op GPU times on this device (no timestamps, or host timing
     /// forced): the prefill then runs unprofiled and only host-side figures are shown.
     pub no_gpu_profile: Option<String>,
+    /// Where the decode steps' time went, summed over the steps since the session opened.
+    pub decode_time: DecodeTime,
+}
+
+/// Host-side accounting of decode steps (each one a one-row prefill): what the executor did
+/// before the first dispatch (schedules, pipelines, descriptor sets), recording and submitting,
+/// waiting for the GPU, and reading the logits back. A decode step is short enough that the
+/// host's share decides its speed, so `rocky generate` reports it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DecodeTime {
+    pub steps: u32,
+    pub wall: Duration,
+    pub setup: Duration,
+    pub record: Duration,
+    pub wait: Duration,
+    pub readback: Duration,
+    pub dispatches: u64,
+}
+
+impl DecodeTime {
+    fn add(&mut self, s: &PrefillStats) {
+        self.steps += 1;
+        self.wall += s.wall;
+        self.setup += s.setup;
+        self.record += s.stream.host_busy;
+        self.wait += s.stream.host_wait;
+        self.readback += s.readback;
+        self.dispatches += s.stream.dispatches;
+    }
+
+    /// Dispatches per step, `None` before the first step.
+    pub fn dispatches_per_step(&self) -> Option<f64> {
+        (self.steps > 0).then(|| self.dispatches as f64 / self.steps as f64)
+    }
+
+    /// Milliseconds per step of each part, `None` before the first step.
+    pub fn per_step_ms(&self) -> Option<[(&'static str, f64); 5]> {
+        let n = self.steps as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+        (self.steps > 0).then(|| {
+            [
+                ("wall", ms(self.wall)),
+                ("setup", ms(self.setup)),
+                ("record", ms(self.record)),
+                ("wait", ms(self.wait)),
+                ("readback", ms(self.readback)),
+            ]
+        })
+    }
 }
 
 /// The ubatch when neither a flag nor a tuned graph-level choice gives one.
@@ -211,6 +260,7 @@ impl<'m> GpuSession<'m> {
             force_shared_memory: args.force_shared_memory,
             ubatch_origin,
             no_gpu_profile,
+            decode_time: DecodeTime::default(),
         })
     }
 
@@ -284,7 +334,8 @@ impl<'m> GpuSession<'m> {
 impl GpuSession<'_> {
     /// One token at the next position, with kernels prepared for one row.
     pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, CliError> {
-        self.executor
+        let logits = self
+            .executor
             .decode(
                 token,
                 &ForcedMath {
@@ -295,7 +346,11 @@ impl GpuSession<'_> {
                     family: self.math,
                 },
             )
-            .map_err(exec_error)
+            .map_err(exec_error)?;
+        if let Some(stats) = &self.executor.last_stats {
+            self.decode_time.add(stats);
+        }
+        Ok(logits)
     }
 
     /// Builds the decode step's one-row pipelines (not counted in its time).
@@ -462,7 +517,7 @@ pub fn print_profile(rows: &[ProfileRow]) {
 
 /// The time-accounting lines of `--profile`: how busy the GPU was and what the host did.
 pub fn print_stats(stats: &PrefillStats) {
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let s = &stats.stream;
     let wall = ms(stats.wall);
     if let Some(busy) = s.gpu_busy {
