@@ -295,7 +295,8 @@ fn dumped_spirv_passes_spirv_val() {
     assert_eq!(&bytes[..4], &0x0723_0203u32.to_le_bytes(), "SPIR-V magic");
     spirv_val(&path, vulkan_env(version)).unwrap();
 
-    // For a preset, without a device: Mali's default (packed f16, no staging).
+    // For a preset, without a device: Mali's default (f32 math, X broadcast as packed f16
+    // pairs, no staging).
     let path = temp_file("mali.spv");
     let v = json(&rocky(&[
         "kernel",
@@ -313,7 +314,8 @@ fn dumped_spirv_passes_spirv_val() {
         path.to_str().unwrap(),
         "--json",
     ]));
-    assert_eq!(v["schedule"]["gemm"]["math"], "fma_f16_packed");
+    assert_eq!(v["schedule"]["gemm"]["math"], "fma_f32");
+    assert_eq!(v["schedule"]["gemm"]["pack_a_f16"], true);
     spirv_val(
         &path,
         vulkan_env(v["kernel"]["spirv_version"].as_str().unwrap()),

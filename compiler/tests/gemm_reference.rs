@@ -45,6 +45,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate,
         math,
     }

@@ -40,6 +40,7 @@ fn sched() -> GemmSchedule {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }

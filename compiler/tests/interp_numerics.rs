@@ -525,6 +525,61 @@ fn gemm_kernels_across_the_space_match_the_reference() {
     );
 }
 
+/// `pack_a_f16` (X broadcast as f16 pairs): the packed kernel on X computes what the same
+/// schedule unpacked computes on X rounded to f16 (exactly: the same products in the same
+/// order, so a swapped half or lane shows), and activations beyond f16's range give finite outputs: those of
+/// X clamped to ±65504.
+#[test]
+fn packed_broadcasts_compute_the_product_of_x_rounded_to_f16() {
+    let mali = mali_vk12();
+    let mut checked = 0;
+    for w in test_workloads().iter().filter(|w| w.act == ActType::F32) {
+        let packed = gemm::default_schedule(w, &mali);
+        if !packed.pack_a_f16 {
+            continue;
+        }
+        let plain = GemmSchedule {
+            pack_a_f16: false,
+            ..packed
+        };
+        let mut inp = inputs(w, 300);
+        // Some activations past f16's range (an outlier channel).
+        for (i, v) in inp.x.iter_mut().enumerate() {
+            if i % 97 == 0 {
+                *v = if i % 2 == 0 { 1.0e6 } else { -7.0e4 };
+            }
+        }
+        let whole = gemm::n_slices(w, u64::MAX, 16).unwrap();
+        let got = run_gemm(w, &packed, &mali, &inp, &whole);
+        let rounded = Inputs {
+            x: inp
+                .x
+                .iter()
+                .map(|v| f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32())
+                .collect(),
+            weights: inp.weights.clone(),
+            bias: inp.bias.clone(),
+            residual: inp.residual.clone(),
+        };
+        let want = run_gemm(w, &plain, &mali, &rounded, &whole);
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert!(g.is_finite(), "{}: y[{i}] = {g}", packed.name(w));
+            // The same products in the same order: equal, not just close.
+            assert_eq!(
+                g,
+                e,
+                "{}: y[{i}] against the unpacked kernel on f16-rounded X",
+                packed.name(w)
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 4,
+        "the Mali default packs f32 activations ({checked} checked)"
+    );
+}
+
 #[test]
 fn every_path_of_the_template_matches_the_reference() {
     // Hand-picked schedules so each branch of the kernel is exercised for each format.
@@ -546,6 +601,7 @@ fn every_path_of_the_template_matches_the_reference() {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -583,6 +639,7 @@ fn every_path_of_the_template_matches_the_reference() {
                         stage_b,
                         split_k,
                         fold_per_slab: true,
+                        pack_a_f16: false,
                         ..base
                     };
                     if folded.validate(w, &caps).is_ok() {
@@ -660,6 +717,7 @@ fn shared_group_headers_match_the_reference() {
                     share_headers: true,
                     last_group_reduces: false,
                     fold_per_slab: false,
+                    pack_a_f16: false,
                     accumulate,
                     math,
                 };
@@ -697,6 +755,7 @@ fn fused_epilogues_match_the_composed_reference() {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -848,6 +907,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

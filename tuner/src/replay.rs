@@ -156,6 +156,7 @@ pub(crate) mod tests {
             share_headers: false,
             last_group_reduces: false,
             fold_per_slab: false,
+            pack_a_f16: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })

@@ -31,7 +31,7 @@
 
 use super::schedule::{GemmSchedule, Math, Precision};
 use super::space::search_space;
-use super::workload::GemmWorkload;
+use super::workload::{ActType, GemmWorkload};
 use crate::caps::DeviceCaps;
 use crate::dequant::{WeightFormat, WeightLayout};
 
@@ -99,6 +99,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate,
         math,
     };
@@ -162,6 +163,13 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // 45.3 -> 41.4; aligned Q8_0 ties per row and slab (4.22), all without spills
         // (docs/measurements/2026-12-05-mali-gemm-f32.md). Where f16 is emulated or absent the
         // base is f32 already.
+        //
+        // Where the broadcasts are the slow part (a cross-lane read is an SFU op on Valhall,
+        // one per FMA in this 4×1 tile) they carry X as packed f16 pairs, two values per read.
+        // Mesa 26.1.6, M = 512, cycles per K-loop iteration, sfu-bound before and after, no
+        // spills: Q4_K 41.4 -> 25.4 (ls 22), Q6_K 29.4 -> 21.4 (ls 20), Q5_0 36.75 -> 28.75
+        // (docs/measurements/2026-12-05b-mali-packed-broadcast.md). Not on CPU
+        // implementations, whose shuffles are plain vector moves.
         let sg = caps.subgroup_size;
         let shuffled = GemmSchedule {
             bm: 16,
@@ -170,6 +178,9 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             tm: 4,
             tn: 1,
             shuffle_a: true,
+            pack_a_f16: caps.slow_subgroup_shuffle
+                && !caps.lane_serial_memory
+                && w.act == ActType::F32,
             math: Math::FmaF32,
             accumulate: Precision::F32,
             vector_width: 1,
@@ -226,6 +237,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                     math: base.math,
                     accumulate: base.accumulate,
                     vector_width: base.vector_width,
+                    pack_a_f16: wide.pack_a_f16 && base.math == Math::FmaF32,
                     ..wide
                 });
             }
@@ -273,6 +285,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             stage_b: true,
             bk: 64,
             fold_per_slab: true,
+            pack_a_f16: false,
             ..base
         };
         // 128×128 tiles of 8×8 micro-tiles where there are enough rows and tiles (the register

@@ -441,6 +441,8 @@ impl<'a> Gemm<'a> {
         let xs = s.stage_a.then(|| b.shared_array("x_tile", v4m, s.bm * row));
         let ws = s.stage_b.then(|| b.shared_array("w_tile", v4m, s.bn * row));
         let upb = s.units_per_slab();
+        let pack_x = s.pack_a_f16;
+        let f16_max = b.lit(v4m, 65504.0);
         // shuffle_a: this lane's vec4 of each X row of the slab, and lane 0 of its row group.
         let held: RefCell<Vec<Value>> = RefCell::new(Vec::new());
         // wide_loads without stage_b: the slab's units of each column.
@@ -455,7 +457,21 @@ impl<'a> Gemm<'a> {
                 *held.borrow_mut() = self
                     .x_bases
                     .iter()
-                    .map(|&base| b.convert(b.load(self.x, b.add(base, first)), v4m))
+                    .map(|&base| {
+                        let v = b.convert(b.load(self.x, b.add(base, first)), v4m);
+                        if pack_x {
+                            // Finite in f16 whatever the activation (an overflow would be inf).
+                            let v = b.max(b.min(v, f16_max), b.neg(f16_max));
+                            let pair = |i: u32| {
+                                b.pack_half2x16(
+                                    b.construct(&[b.extract(v, i), b.extract(v, i + 1)]),
+                                )
+                            };
+                            b.construct(&[pair(0), pair(2)])
+                        } else {
+                            v
+                        }
+                    })
                     .collect();
             }
             if let Some(xs) = xs {
@@ -546,7 +562,22 @@ impl<'a> Gemm<'a> {
                                 // group is the whole subgroup): a constant lane, which
                                 // drivers turn into one cross-lane read.
                                 (Some(ul), Some(c)) if s.shuffle_a => {
-                                    b.subgroup_broadcast(held.borrow()[i as usize], ul * CHUNKS + c)
+                                    let v = b.subgroup_broadcast(
+                                        held.borrow()[i as usize],
+                                        ul * CHUNKS + c,
+                                    );
+                                    if pack_x {
+                                        let lo = b.unpack_half2x16(b.extract(v, 0));
+                                        let hi = b.unpack_half2x16(b.extract(v, 1));
+                                        b.construct(&[
+                                            b.extract(lo, 0),
+                                            b.extract(lo, 1),
+                                            b.extract(hi, 0),
+                                            b.extract(hi, 1),
+                                        ])
+                                    } else {
+                                        v
+                                    }
                                 }
                                 _ => {
                                     let src = b

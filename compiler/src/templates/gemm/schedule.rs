@@ -125,6 +125,16 @@ pub struct GemmSchedule {
     /// false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub fold_per_slab: bool,
+    /// With `shuffle_a` and f32 math on f32 activations: each lane packs the X values it holds
+    /// into f16 pairs before the broadcasts (GLSL PackHalf2x16, no Float16 feature needed) and
+    /// unpacks what it receives, so one 32-bit cross-lane read carries two X values instead of
+    /// one. On Valhall a broadcast is an SFU op at about four times an FMA's cost, one per FMA
+    /// in the 4×1 tile, so it bounds that tile; packed, the conversions go to the CVT unit,
+    /// which has room. X is rounded to f16 (as llama.cpp's Vulkan matmuls round activations),
+    /// clamped to ±65504 first; products and sums stay f32. Omitted from the serialization
+    /// when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pack_a_f16: bool,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -197,8 +207,12 @@ impl GemmSchedule {
     pub fn register_estimate(&self) -> u32 {
         let (tm, tn, v) = (self.tm, self.tn, self.vector_width);
         let overhead = 12;
-        // shuffle_a holds one vec4 of each X row for the whole slab.
-        let held = |lane_regs: u32| if self.shuffle_a { lane_regs * tm } else { 0 };
+        // shuffle_a holds one vec4 of each X row for the whole slab (two words packed).
+        let held = |lane_regs: u32| match (self.shuffle_a, self.pack_a_f16) {
+            (true, true) => 2 * tm,
+            (true, false) => lane_regs * tm,
+            (false, _) => 0,
+        };
         // wide_loads keeps a column's runs (about a unit's words) live across the slab.
         let wide = if self.wide_loads { 4 * tn } else { 0 };
         match self.math {
@@ -234,7 +248,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -261,6 +275,7 @@ impl GemmSchedule {
                 String::new()
             },
             if self.fold_per_slab { "_fs" } else { "" },
+            if self.pack_a_f16 { "_pk16" } else { "" },
             if self.share_headers { "_sh" } else { "" },
             if self.last_group_reduces { "_lgr" } else { "" },
             acc,
@@ -411,6 +426,12 @@ impl GemmSchedule {
                     caps.subgroup_size
                 )));
             }
+        }
+
+        if self.pack_a_f16
+            && !(self.shuffle_a && self.math == Math::FmaF32 && w.act == ActType::F32)
+        {
+            return bad("pack_a_f16 needs shuffle_a, fma_f32 math and f32 activations".into());
         }
 
         if self.wide_loads {

@@ -36,6 +36,19 @@ fn pow2_ceil(x: u32) -> u32 {
 
 /// All candidate schedules, each accepted by `validate` for this workload and device.
 pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
+    // A shuffle_a candidate, and its twin broadcasting X as packed f16 pairs (f32 math).
+    let push_shuffled = |out: &mut Vec<GemmSchedule>, s: GemmSchedule| {
+        if s.validate(w, caps).is_ok() {
+            out.push(s);
+            let packed = GemmSchedule {
+                pack_a_f16: true,
+                ..s
+            };
+            if packed.validate(w, caps).is_ok() {
+                out.push(packed);
+            }
+        }
+    };
     let m_cap = pow2_ceil(w.m);
     let n_cap = pow2_ceil(w.weight_rows()).min(256);
     let splits: &[u32] = if w.m <= 16 { &[1, 4] } else { &[1] };
@@ -87,6 +100,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         share_headers: false,
                                         last_group_reduces: false,
                                         fold_per_slab: false,
+                                        pack_a_f16: false,
                                         accumulate,
                                         math,
                                     };
@@ -94,6 +108,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                     // thread's slab holds several units.
                                     let folded = GemmSchedule {
                                         fold_per_slab: true,
+                                        pack_a_f16: false,
                                         ..s
                                     };
                                     if s.units_per_slab() / s.split_k > 1
@@ -133,32 +148,24 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                             shuffle_a: true,
                                             ..s
                                         };
-                                        if s.validate(w, caps).is_ok() {
-                                            out.push(s);
-                                        }
+                                        push_shuffled(&mut out, s);
                                         // With the weights read as word runs (where the
                                         // loads, not the FMAs, are the limit).
                                         let s = GemmSchedule {
                                             wide_loads: true,
                                             ..s
                                         };
-                                        if s.validate(w, caps).is_ok() {
-                                            out.push(s);
-                                        }
+                                        push_shuffled(&mut out, s);
                                         // And two slabs per K-loop iteration.
                                         let s = GemmSchedule { k_unroll: 2, ..s };
-                                        if s.validate(w, caps).is_ok() {
-                                            out.push(s);
-                                        }
+                                        push_shuffled(&mut out, s);
                                         // Sharing the iteration's group headers (aligned
                                         // Q8_0).
                                         let s = GemmSchedule {
                                             share_headers: true,
                                             ..s
                                         };
-                                        if s.validate(w, caps).is_ok() {
-                                            out.push(s);
-                                        }
+                                        push_shuffled(&mut out, s);
                                     }
                                 }
                             }

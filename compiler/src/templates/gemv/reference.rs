@@ -46,6 +46,7 @@ pub fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
         share_headers: false,
         last_group_reduces: false,
         fold_per_slab: false,
+        pack_a_f16: false,
         accumulate: s.accumulate,
         math: s.math,
     }
