@@ -228,6 +228,21 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // These keep the base math (packed f16 where the device has it): 5 rows do not fit
         // 64 registers in f32, and per row and slab the f32 4-row tile only ties (4.22).
         if w.weight == WeightFormat::Q8_0 && w.layout == WeightLayout::Aligned {
+            // With X broadcast as packed f16 pairs the 5-row tile fits in f32 math, and it
+            // needs fewer cycles than in packed f16: Mesa 26.1.6 (M = 512, 2048 × 2048, four
+            // slabs) 47 cycles (ls-bound, sfu 44) per 20 row-slabs against 84.4, 0 spills
+            // (docs/measurements/2026-12-05b-mali-packed-broadcast.md).
+            if wide.pack_a_f16 {
+                for k_unroll in [4, 2] {
+                    c.push(GemmSchedule {
+                        bm: 20,
+                        tm: 5,
+                        k_unroll,
+                        share_headers: true,
+                        ..wide
+                    });
+                }
+            }
             for k_unroll in [4, 2] {
                 c.push(GemmSchedule {
                     bm: 20,
@@ -533,6 +548,8 @@ mod tests {
                 (20, 5, 1, k_unroll, true),
                 "{n}x{k}: {s:?}"
             );
+            // In f32 math with X broadcast as f16 pairs (which is what fits 5 rows).
+            assert_eq!((s.math, s.pack_a_f16), (Math::FmaF32, true), "{s:?}");
             // The fused SwiGLU GEMM takes 2 rows of 2 columns (as many accumulators as the
             // unfused 4×1) without shared headers.
             let fused = GemmWorkload {
