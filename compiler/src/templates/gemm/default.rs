@@ -225,36 +225,35 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // shapes) 70.25 sfu / 80 ls (0.88) -> 84.375 / 84 (1.004), 63 registers, no spills;
         // 6 or 8 rows spilled with 2 or 4 slabs, and 4 rows stayed at 0.92
         // (docs/measurements/2026-12-03-mali-shim26-q8.md).
-        // These keep the base math (packed f16 where the device has it): 5 rows do not fit
-        // 64 registers in f32, and per row and slab the f32 4-row tile only ties (4.22).
+        // Without packed broadcasts they keep the base math (packed f16 where the device has
+        // it): 5 rows do not fit 64 registers in f32, and per row and slab the f32 4-row tile
+        // only ties (4.22). With X broadcast as packed f16 pairs the 5-row tile fits in f32
+        // and needs fewer cycles than in packed f16: Mesa 26.1.6 (M = 512, 2048 × 2048, four
+        // slabs) 47 cycles (ls-bound, sfu 44) per 20 row-slabs against 84.4, 0 spills
+        // (docs/measurements/2026-12-05b-mali-packed-broadcast.md).
         if w.weight == WeightFormat::Q8_0 && w.layout == WeightLayout::Aligned {
-            // With X broadcast as packed f16 pairs the 5-row tile fits in f32 math, and it
-            // needs fewer cycles than in packed f16: Mesa 26.1.6 (M = 512, 2048 × 2048, four
-            // slabs) 47 cycles (ls-bound, sfu 44) per 20 row-slabs against 84.4, 0 spills
-            // (docs/measurements/2026-12-05b-mali-packed-broadcast.md).
-            if wide.pack_a_f16 {
+            let base_math = GemmSchedule {
+                math: base.math,
+                accumulate: base.accumulate,
+                vector_width: base.vector_width,
+                pack_a_f16: wide.pack_a_f16 && base.math == Math::FmaF32,
+                ..wide
+            };
+            let maths = if wide.pack_a_f16 {
+                vec![wide, base_math]
+            } else {
+                vec![base_math]
+            };
+            for math in maths {
                 for k_unroll in [4, 2] {
                     c.push(GemmSchedule {
                         bm: 20,
                         tm: 5,
                         k_unroll,
                         share_headers: true,
-                        ..wide
+                        ..math
                     });
                 }
-            }
-            for k_unroll in [4, 2] {
-                c.push(GemmSchedule {
-                    bm: 20,
-                    tm: 5,
-                    k_unroll,
-                    share_headers: true,
-                    math: base.math,
-                    accumulate: base.accumulate,
-                    vector_width: base.vector_width,
-                    pack_a_f16: wide.pack_a_f16 && base.math == Math::FmaF32,
-                    ..wide
-                });
             }
             for k_unroll in [4, 2] {
                 c.push(GemmSchedule { k_unroll, ..wide });
