@@ -639,7 +639,6 @@ fn every_path_of_the_template_matches_the_reference() {
                         stage_b,
                         split_k,
                         fold_per_slab: true,
-                        pack_a_f16: false,
                         ..base
                     };
                     if folded.validate(w, &caps).is_ok() {

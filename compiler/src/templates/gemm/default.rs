@@ -299,7 +299,6 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             stage_b: true,
             bk: 64,
             fold_per_slab: true,
-            pack_a_f16: false,
             ..base
         };
         // 128×128 tiles of 8×8 micro-tiles where there are enough rows and tiles (the register

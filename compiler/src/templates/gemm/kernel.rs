@@ -442,7 +442,8 @@ impl<'a> Gemm<'a> {
         let ws = s.stage_b.then(|| b.shared_array("w_tile", v4m, s.bn * row));
         let upb = s.units_per_slab();
         let pack_x = s.pack_a_f16;
-        let f16_max = b.lit(v4m, 65504.0);
+        // Only a packing kernel declares the f16 limit it clamps to.
+        let f16_max = pack_x.then(|| b.lit(v4m, 65504.0));
         // shuffle_a: this lane's vec4 of each X row of the slab, and lane 0 of its row group.
         let held: RefCell<Vec<Value>> = RefCell::new(Vec::new());
         // wide_loads without stage_b: the slab's units of each column.
@@ -459,7 +460,7 @@ impl<'a> Gemm<'a> {
                     .iter()
                     .map(|&base| {
                         let v = b.convert(b.load(self.x, b.add(base, first)), v4m);
-                        if pack_x {
+                        if let Some(f16_max) = f16_max {
                             // Finite in f16 whatever the activation (an overflow would be inf).
                             let v = b.max(b.min(v, f16_max), b.neg(f16_max));
                             let pair = |i: u32| {
@@ -569,12 +570,7 @@ impl<'a> Gemm<'a> {
                                     if pack_x {
                                         let lo = b.unpack_half2x16(b.extract(v, 0));
                                         let hi = b.unpack_half2x16(b.extract(v, 1));
-                                        b.construct(&[
-                                            b.extract(lo, 0),
-                                            b.extract(lo, 1),
-                                            b.extract(hi, 0),
-                                            b.extract(hi, 1),
-                                        ])
+                                        b.construct(&[lo, hi])
                                     } else {
                                         v
                                     }

@@ -108,7 +108,6 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                     // thread's slab holds several units.
                                     let folded = GemmSchedule {
                                         fold_per_slab: true,
-                                        pack_a_f16: false,
                                         ..s
                                     };
                                     if s.units_per_slab() / s.split_k > 1
