@@ -10,6 +10,7 @@
 mod common;
 
 use common::{desktop_vk12, mali_vk12};
+use rocky_compiler::ir::args_buffer::push_constants_from_buffer;
 use rocky_compiler::ir::interp::{execute, BufferData};
 use rocky_compiler::templates::attention::{
     self, AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce,
@@ -75,10 +76,32 @@ fn case(w: AttentionWorkload, m_run: usize, pos0: u32, seed: u64) -> Case {
 
 /// Runs one schedule on the case; returns the output rows.
 fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> {
+    run_form(c, s, caps, sg, false)
+}
+
+/// [`run`], with `args_buffer` the kernel's replayable form: its push constants read from a
+/// storage buffer at the binding after the last (`instantiate_with_args`, what a recorded
+/// decode step runs).
+fn run_form(
+    c: &Case,
+    s: &AttentionSchedule,
+    caps: &DeviceCaps,
+    sg: u32,
+    args_buffer: bool,
+) -> Vec<f32> {
     let k = attention::instantiate(&c.w, s, caps)
         .unwrap_or_else(|e| panic!("{s:?} refused for {:?}: {e}", c.w));
-    let module = attention::kernel_ir(&c.w, s);
+    let mut module = attention::kernel_ir(&c.w, s);
     assert_eq!(module.name, k.meta.name);
+    if args_buffer {
+        let w = rocky_compiler::Workload::Attention(c.w);
+        let sched = rocky_compiler::Schedule::Attention(*s);
+        let compiled = rocky_compiler::templates::instantiate_with_args(&w, &sched, caps)
+            .unwrap_or_else(|e| panic!("{s:?}: the args form is refused: {e}"));
+        module = push_constants_from_buffer(&module);
+        assert_eq!(compiled.meta.name, module.name);
+        assert_eq!(compiled.meta.push_constant_bytes, 0);
+    }
     let qw = c.w.q_width() as usize;
     let mut q = bytes_f32(&c.q);
     let mut kc = bytes_u32(&c.k_cache);
@@ -89,6 +112,13 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
         pos0: c.pos0,
     }
     .to_bytes();
+    // The args form reads the same words from binding 4 and has no push block.
+    let mut args = push.clone();
+    let (push, mut args) = if args_buffer {
+        (Vec::new(), Some(&mut args))
+    } else {
+        (push, None)
+    };
     if attention::split_kv::is_split(s) {
         // Three pieces (fewer where the cap is lower), then the combine kernel over them.
         let splits = s.kv_splits.min(3);
@@ -99,6 +129,7 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
         run_ir(
             &module,
             [&mut q, &mut kc, &mut vc, &mut partials],
+            args.as_deref_mut(),
             &push,
             grid,
             sg,
@@ -127,6 +158,7 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
         run_ir(
             &module,
             [&mut q, &mut kc, &mut vc, &mut out],
+            args.as_deref_mut(),
             &push,
             grid,
             sg,
@@ -141,16 +173,19 @@ fn run(c: &Case, s: &AttentionSchedule, caps: &DeviceCaps, sg: u32) -> Vec<f32> 
     out[..c.m_run * qw].to_vec()
 }
 
-/// Runs an attention kernel's IR on q, the caches and its binding 3 (output or partials).
+/// Runs an attention kernel's IR on q, the caches and its binding 3 (output or partials),
+/// with `args` at binding 4 for the args-buffer form.
 fn run_ir(
     module: &rocky_compiler::ir::Module,
     bytes: [&mut Vec<u8>; 4],
+    args: Option<&mut Vec<u8>>,
     push: &[u8],
     grid: [u32; 3],
     sg: u32,
 ) {
     let mut bufs: Vec<BufferData> = bytes
         .into_iter()
+        .chain(args)
         .enumerate()
         .map(|(binding, bytes)| BufferData {
             binding: binding as u32,
@@ -620,4 +655,52 @@ fn random_and_covering(
         }
     }
     picks
+}
+
+/// The replayable form of decode attention (`instantiate_with_args`: m and pos0 read from a
+/// storage buffer, so one recorded decode step serves every position) computes exactly what
+/// the push-constant form does, and both match the reference: one row at positions across
+/// key-block boundaries, split and unsplit schedules, GQA groups of 2 and 7, head_dim 64 and
+/// 128, on both device classes.
+#[test]
+fn decode_attention_reading_its_position_from_a_buffer_matches_the_push_form() {
+    let mut checked = 0;
+    for (n_heads, n_kv_heads, head_dim) in [(4u32, 2u32, 64u32), (14, 2, 128)] {
+        let w = AttentionWorkload {
+            m: 1,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            max_kv: 256,
+            window: 0,
+        };
+        for pos0 in [0u32, 31, 100] {
+            let c = case(w, 1, pos0, 11 + u64::from(pos0));
+            for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+                let default = attention::default_schedule(&w, &caps);
+                let unsplit = AttentionSchedule {
+                    kv_splits: 0,
+                    ..default
+                };
+                for s in [default, unsplit] {
+                    let expected = attention::reference_for(
+                        &c.w, &s, c.m_run, c.pos0, &c.q, &c.k_cache, &c.v_cache,
+                    );
+                    let pushed = run_form(&c, &s, &caps, sg, false);
+                    let from_buffer = run_form(&c, &s, &caps, sg, true);
+                    if let Err(e) = expected.check(&from_buffer, c.w.q_width() as usize) {
+                        panic!("{} args form (pos0 {pos0}): {e}", s.name(&c.w));
+                    }
+                    assert_eq!(
+                        pushed.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        from_buffer.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{} (pos0 {pos0}): the two forms differ",
+                        s.name(&c.w)
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 24);
 }

@@ -628,3 +628,65 @@ fn kv_write_fills_the_cache_across_ubatches() {
     }
     assert!(checked >= 8);
 }
+
+/// The replayable forms of the decode step's position-reading glue (`instantiate_with_args`:
+/// `m` and `pos0` read from a storage buffer after the last binding, so one recorded step
+/// serves every token) match their references: RoPE within its tolerance at positions up to
+/// past 30000, the KV write bit-exact, one row at a time as decode writes it.
+#[test]
+fn rope_and_kv_write_reading_the_position_from_a_buffer_match_their_references() {
+    use rocky_compiler::ir::args_buffer::push_constants_from_buffer;
+    use rocky_compiler::templates::instantiate_with_args;
+    use rocky_compiler::{Schedule, Workload};
+    let mut checked = 0;
+    for (caps, sg) in profiles() {
+        let w = RopeWorkload::new(1, 3, 64, 1e6);
+        let width = w.row_width() as usize;
+        let s = rope::default_schedule(&w, &caps);
+        let compiled =
+            instantiate_with_args(&Workload::RopeNeox(w), &Schedule::RopeNeox(s), &caps).unwrap();
+        let module = push_constants_from_buffer(&rope::kernel_ir(&w, &s));
+        assert_eq!(compiled.meta.name, module.name);
+        assert_eq!(compiled.meta.push_constant_bytes, 0);
+        for pos0 in [0u32, 1, 4095, 30_001] {
+            let x = random_activations(width, 40 + u64::from(pos0));
+            let mut xb = bytes_f32(&x);
+            let mut args = bytes_u32(&[1, pos0]);
+            run(&module, &mut [&mut xb, &mut args], &[], rope::dispatch_grid(&w, &s), sg);
+            check(&rope::reference(&w, 1, pos0, &x), &f32s(&xb), width, &module.name);
+            checked += 1;
+        }
+
+        let kv_width = 36u32;
+        let kw = kv_width as usize;
+        let w = KvWriteWorkload { m: 1, kv_width };
+        let s = kv_cache::default_schedule(&w, &caps);
+        instantiate_with_args(&Workload::KvWrite(w), &Schedule::KvWrite(s), &caps).unwrap();
+        let module = push_constants_from_buffer(&kv_cache::kernel_ir(&w, &s));
+        let mut cache = vec![0xDEAD_BEEFu32; 6 * kw / 2];
+        let mut want = cache.clone();
+        for pos0 in 0..6u32 {
+            let src = random_activations(kw, 60 + u64::from(pos0));
+            kv_cache::reference(&w, 1, pos0, &src, &mut want);
+            let mut sb = bytes_f32(&src);
+            let mut cb = bytes_u32(&cache);
+            let mut args = bytes_u32(&[1, pos0]);
+            run(
+                &module,
+                &mut [&mut sb, &mut cb, &mut args],
+                &[],
+                kv_cache::dispatch_grid(&w, &s),
+                sg,
+            );
+            cache = u32s(&cb);
+            assert_eq!(cache, want, "{} at position {pos0}", module.name);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 30);
+    // Kernels that read no position keep their push constants.
+    let add = Workload::Add(EltwiseWorkload { m: 1, width: 8 });
+    let caps = desktop_vk12();
+    let s = rocky_compiler::default_schedule(&add, &caps);
+    assert!(instantiate_with_args(&add, &s, &caps).is_err());
+}

@@ -450,6 +450,29 @@ impl<'a> Recorder<'a> {
         Ok(())
     }
 
+    /// Ends recording and keeps the command buffer as a [`Recording`] that can be submitted
+    /// any number of times (a decode step recorded once and replayed for every token).
+    /// Out-of-memory closing it is `CommandBufferOutOfMemory`, as at `submit`.
+    ///
+    /// # Safety
+    /// The recording no longer borrows what it recorded: the caller must keep every pipeline
+    /// and buffer recorded into it alive (and its buffers at the same memory) for as long as
+    /// the recording may be submitted, and must not submit it while an earlier submission of
+    /// it may still run (`Recording::submit` refuses that itself).
+    pub unsafe fn into_recording(mut self) -> Result<Recording> {
+        self.require_recording("keep it as a recording")?;
+        self.record_pending();
+        self.record_host_visibility();
+        self.parts
+            .cb
+            .end()
+            .map_err(|r| self.submission_error(SubmitStage::End, r))?;
+        Ok(Recording {
+            dispatches: self.dispatches,
+            parts: self.parts,
+        })
+    }
+
     /// The command buffer and descriptor pools, for a later recorder (`from_parts`) to reuse.
     pub fn into_parts(self) -> RecorderParts {
         self.parts
@@ -523,5 +546,46 @@ impl<'a> Recorder<'a> {
                 r,
             ),
         }
+    }
+}
+
+/// A closed command buffer kept for submitting again ([`Recorder::into_recording`]): the same
+/// dispatches, descriptor sets and push constants every time; what changes between runs is
+/// what the host wrote into the buffers it reads.
+pub struct Recording {
+    parts: RecorderParts,
+    dispatches: u32,
+}
+
+impl Recording {
+    /// Submits the command buffer (again). Refused while the previous submission may still
+    /// run: wait for it first.
+    pub fn submit(&mut self) -> Result<()> {
+        if self.parts.cb.is_pending() {
+            return Err(RuntimeError::InvalidDispatch {
+                kernel: "(recording)".to_string(),
+                reason: "submitted again before its previous run finished".to_string(),
+            });
+        }
+        let dispatches = self.dispatches;
+        self.parts.cb.submit().map_err(|r| match OomKind::of(r) {
+            Some(kind) => RuntimeError::CommandBufferOutOfMemory {
+                stage: SubmitStage::Submit,
+                kind,
+                dispatches,
+                declared_shared_bytes: 0,
+            },
+            None => RuntimeError::vk("vkQueueSubmit", r),
+        })
+    }
+
+    /// Waits for the last submission; `Timeout` and `DeviceLost` are distinct errors.
+    pub fn wait(&mut self, timeout: Duration) -> Result<()> {
+        let what = format!("a recorded command buffer of {} dispatches", self.dispatches);
+        self.parts.cb.wait(timeout, &what)
+    }
+
+    pub fn dispatch_count(&self) -> u32 {
+        self.dispatches
     }
 }

@@ -22,6 +22,7 @@ mod pipeline;
 mod pipeline_cache;
 mod pipeline_stats;
 mod promoted;
+mod replay;
 mod select;
 mod stream;
 mod submit;
@@ -30,7 +31,7 @@ mod transfer;
 
 pub use budget::{budget_disabled, Admit, BudgetTracker, CommandBudget, WlsModel, BUDGET_ENV};
 pub use buffer::{bindable_spans, Buffer, BufferRange, Plain, Span};
-pub use commands::{Recorder, RecorderParts};
+pub use commands::{Recorder, RecorderParts, Recording};
 pub use device::{probe_devices, Context, RuntimeCaps};
 pub use device_caps::{
     compute_units, device_caps, DISCRETE_REGISTER_BUDGET, OTHER_REGISTER_BUDGET,
@@ -46,6 +47,7 @@ pub use pipeline_stats::{
     spilling, ExecutableStatistics, PipelineStatistics, Statistic,
     NOT_OFFERED as STATISTICS_NOT_OFFERED,
 };
+pub use replay::{DispatchSink, Replay, ReplayRecorder, ReplayRun};
 pub use select::{list_devices, select_device, DeviceSelector};
 pub use stream::{Stream, StreamRing, StreamStats, Ticket, RING_DEPTH};
 pub use timing::{

@@ -11,6 +11,7 @@
 //! typing; [`analysis::features`] derives what the module needs from the device.
 
 pub mod analysis;
+pub mod args_buffer;
 pub mod builder;
 pub mod interp;
 pub mod types;

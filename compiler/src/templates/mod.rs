@@ -163,6 +163,48 @@ pub fn instantiate(
     }
 }
 
+/// The kernel of `workload` with `schedule` whose push constants are read from a storage
+/// buffer instead ([`crate::ir::args_buffer`], binding `args`, one u32 word per field in the
+/// push block's order): the kernels of a decode step that read the token's position (RoPE,
+/// the KV write, attention), so the step can be recorded once and replayed with the position
+/// rewritten in memory. Other workloads keep their push constants and are refused here.
+pub fn instantiate_with_args(
+    workload: &Workload,
+    schedule: &Schedule,
+    device: &DeviceCaps,
+) -> Result<CompiledKernel, Refusal> {
+    let module = match (workload, schedule) {
+        (Workload::RopeNeox(w), Schedule::RopeNeox(s)) => {
+            rope::validate_workload(w)?;
+            s.validate(w, device)?;
+            rope::kernel_ir(w, s)
+        }
+        (Workload::KvWrite(w), Schedule::KvWrite(s)) => {
+            kv_cache::validate_workload(w)?;
+            s.validate(w, device)?;
+            kv_cache::kernel_ir(w, s)
+        }
+        (Workload::Attention(w), Schedule::Attention(s)) => {
+            w.validate()?;
+            s.validate(w, device)?;
+            attention::kernel_ir(w, s)
+        }
+        (Workload::Attention(_) | Workload::RopeNeox(_) | Workload::KvWrite(_), _) => {
+            return Err(mismatch(workload, schedule))
+        }
+        _ => {
+            return Err(Refusal::Workload(format!(
+                "{} kernels read no position: they keep their push constants",
+                workload.kind()
+            )))
+        }
+    };
+    compile(
+        &crate::ir::args_buffer::push_constants_from_buffer(&module),
+        device,
+    )
+}
+
 /// Every candidate schedule of `workload` that instantiates on `device`.
 pub fn search_space(workload: &Workload, device: &DeviceCaps) -> Vec<Schedule> {
     fn wrap<S>(v: Vec<S>, f: impl Fn(S) -> Schedule) -> Vec<Schedule> {

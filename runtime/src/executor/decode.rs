@@ -1,12 +1,47 @@
 //! What generation needs of the executor beyond the prefill: the cache position, and one
-//! token at a time with kernels built for one row.
+//! token at a time with kernels built for one row, recorded once and replayed.
 //!
-//! Kept apart from the prefill's recording code: the decode step is a prefill of one token
-//! whose pipelines are prepared at m = 1, so the default rule picks the small-M GEMM schedules
-//! (a prefill's ubatch-sized tiles would compute 63 of 64 rows for nothing), and tuned ones
-//! where the database has them for m = 1.
+//! The decode step is a prefill of one token whose pipelines are prepared at m = 1, so the
+//! default rule picks the small-M schedules (a prefill's ubatch-sized tiles would compute 63 of
+//! 64 rows for nothing), and tuned ones where the database has them for m = 1.
+//!
+//! Its dispatches are the same for every token but for three kernels per layer that read the
+//! token's position (RoPE, the KV write, attention). Those run in their args form
+//! (`rocky_compiler::templates::instantiate_with_args`): `m` and the position come from the
+//! small host-visible buffer `step_args`, not from push constants. So the step is recorded once
+//! ([`RecordedStep`]) and per token the host writes the token id and the position, submits the
+//! recorded command buffers, waits and reads the logits back.
+//!
+//! A recording stays valid until the executor prepares again (a prefill, another budget: its
+//! buffers or schedules may change) or the split-KV rule picks another piece count for the
+//! longer cache (split attention's pieces are its grid: a few times per thousand tokens).
+//! `ROCKY_DECODE_REPLAY=0` records every step anew (the path before replay, for A/B runs); a
+//! profiled executor does too (its timestamps are per recorded dispatch).
 
-use super::{ExecError, Executor, ScheduleSource};
+use super::split_kv::step_splits;
+use super::{ExecError, Executor, PrefillStats, ScheduleSource, UbatchCursor};
+use crate::replay::{Replay, ReplayRecorder};
+use crate::stream::StreamStats;
+use crate::{BufferRange, ComputePipeline};
+use rocky_compiler::templates::instantiate_with_args;
+use rocky_compiler::{Schedule, Workload};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// The environment variable that turns decode replay off (`0`) for A/B measurements.
+pub const DECODE_REPLAY_ENV: &str = "ROCKY_DECODE_REPLAY";
+
+/// A decode step recorded for replay, with what it was recorded for.
+pub(crate) struct RecordedStep {
+    replay: Replay,
+    /// The piece count of each split attention dispatch at the recording.
+    pieces: Vec<u32>,
+}
+
+fn replay_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(DECODE_REPLAY_ENV).map_or(true, |v| v != "0"))
+}
 
 impl Executor<'_> {
     /// Positions in the KV cache: the next token goes to this position.
@@ -27,10 +62,77 @@ impl Executor<'_> {
         self.n_past = self.n_past.min(n_past);
     }
 
+    /// Whether decode steps replay a recording (`None`), or why not.
+    pub fn decode_replay_off(&self) -> Option<String> {
+        if !replay_enabled() {
+            return Some(format!("{DECODE_REPLAY_ENV}=0"));
+        }
+        if self.options.profile {
+            return Some("profiling records every dispatch with timestamps".into());
+        }
+        self.replay_off.clone()
+    }
+
     /// Runs `token` at position `n_past()` and returns its logits; the token stays in the
-    /// cache. The pipelines are prepared for one row for the step (the executor's ubatch is
-    /// restored after it, and the next `prefill` prepares its own again).
+    /// cache. The step's command buffers are recorded at the first decode after a prefill
+    /// (and when the split-KV pieces change) and replayed for the tokens after it.
     pub fn decode(
+        &mut self,
+        token: u32,
+        schedules: &dyn ScheduleSource,
+    ) -> Result<Vec<f32>, ExecError> {
+        if self.decode_replay_off().is_some() {
+            return self.decode_recording_each_step(token, schedules);
+        }
+        let start = Instant::now();
+        let n_vocab = self.model.config.n_vocab;
+        self.check_tokens(&[token])?;
+        let pos0 = self.n_past as u32;
+        let valid = self
+            .replay
+            .as_ref()
+            .is_some_and(|r| r.pieces == self.split_pieces(pos0));
+        if !valid {
+            if let Err(e) = self.record_step(schedules, pos0) {
+                // A driver that cannot keep this recording (out of memory closing it, say)
+                // still decodes: every step recorded anew, as before replay existed.
+                self.replay = None;
+                self.replay_off = Some(format!("recording the decode step failed: {e}"));
+                return self.decode_recording_each_step(token, schedules);
+            }
+        }
+        self.ids.upload_u32(0, &[token])?;
+        self.step_args.upload_u32(0, &[1, pos0])?;
+        let setup = start.elapsed();
+        let step = self.replay.as_mut().expect("recorded above");
+        let run = step.replay.run(self.options.timeout)?;
+        let (dispatches, command_buffers) = (
+            step.replay.dispatches(),
+            step.replay.command_buffers() as u64,
+        );
+        self.n_past += 1;
+        let readback = Instant::now();
+        let logits = self.logits.download_f32(0, n_vocab)?;
+        let readback = readback.elapsed();
+        self.last_stats = Some(PrefillStats {
+            wall: start.elapsed(),
+            ubatches: 1,
+            setup,
+            readback,
+            stream: StreamStats {
+                dispatches,
+                command_buffers,
+                host_busy: run.submit,
+                host_wait: run.wait,
+                gpu_busy: None,
+                split_command_buffers: 0,
+            },
+        });
+        Ok(logits)
+    }
+
+    /// The decode step as a one-row prefill: prepared and recorded anew for this token.
+    fn decode_recording_each_step(
         &mut self,
         token: u32,
         schedules: &dyn ScheduleSource,
@@ -41,9 +143,107 @@ impl Executor<'_> {
         self.options.ubatch = ubatch;
         result
     }
-}
 
-impl Executor<'_> {
+    /// Prepares the one-row pipelines (and their args forms) and records the step at `pos0`.
+    fn record_step(
+        &mut self,
+        schedules: &dyn ScheduleSource,
+        pos0: u32,
+    ) -> Result<(), ExecError> {
+        self.prepare_decode(schedules)?;
+        self.build_args_pipelines()?;
+        let pieces = self.split_pieces(pos0);
+        let mut recorder = ReplayRecorder::new(&self.ctx, self.options.budget)?;
+        let mut cursor = UbatchCursor {
+            index: 0,
+            pos0,
+            last: true,
+            set: 0,
+            rows: 1,
+            row_offset_of: HashMap::new(),
+            done: false,
+            replayed: true,
+        };
+        let mut log = Vec::new();
+        for node_index in 0..self.graph.nodes.len() {
+            if cursor.done {
+                break;
+            }
+            self.record_node(&mut recorder, &mut cursor, node_index, &mut log)?;
+        }
+        // SAFETY: the recording binds this executor's pipelines (kept in maps that only
+        // grow), its weights (shared, never replaced), activation slots, KV cache, ids,
+        // logits and step args (allocated once), and split scratch (reallocated only by
+        // `prepare`, which drops the recording first). `self.replay` is dropped before any
+        // of them, and each run waits for its command buffers before returning.
+        let replay = unsafe { recorder.finish() }?;
+        self.replay = Some(RecordedStep { replay, pieces });
+        Ok(())
+    }
+
+    /// Builds the args form of every position-reading kernel the prepared step uses.
+    fn build_args_pipelines(&mut self) -> Result<(), ExecError> {
+        let keys: Vec<(String, Workload, Schedule)> = self
+            .used
+            .iter()
+            .filter(|(_, w, _, _)| reads_position(w))
+            .map(|(label, w, s, _)| (label.clone(), *w, *s))
+            .collect();
+        for (label, w, s) in keys {
+            if self.args_pipelines.contains_key(&(w, s)) {
+                continue;
+            }
+            let kernel =
+                instantiate_with_args(&w, &s, &self.caps).map_err(|r| ExecError::Refused {
+                    label: label.clone(),
+                    reason: r.to_string(),
+                })?;
+            let p = ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
+            self.args_pipelines.insert((w, s), p);
+            self.unsaved_pipelines = true;
+        }
+        Ok(())
+    }
+
+    /// The pieces each split attention of the prepared one-row step takes at `pos0` (empty
+    /// when nothing splits or nothing is prepared).
+    fn split_pieces(&self, pos0: u32) -> Vec<u32> {
+        // Per distinct kernel, not per layer: every layer of a model shares one or two
+        // attention workloads, and this runs before every replayed step.
+        let mut seen: Vec<(&Workload, &Schedule)> = Vec::new();
+        let mut pieces = Vec::new();
+        for (_, w, s, _) in &self.used {
+            if let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) {
+                if aw.m == 1 && !seen.contains(&(w, s)) {
+                    seen.push((w, s));
+                    pieces.push(step_splits(aw, a, 1, pos0, self.compute_units));
+                }
+            }
+        }
+        pieces
+    }
+
+    /// For a recording that will be replayed, the args form of a position-reading kernel
+    /// (`pipeline`'s twin, bound to the step's args, without push constants); otherwise
+    /// `pipeline` with `push` as they are.
+    pub(super) fn position_reader<'s>(
+        &'s self,
+        replayed: bool,
+        key: (&Workload, &Schedule),
+        pipeline: &'s ComputePipeline,
+        push: Vec<u8>,
+        named: &mut Vec<(&'static str, BufferRange<'s>)>,
+    ) -> (&'s ComputePipeline, Vec<u8>) {
+        if !replayed {
+            return (pipeline, push);
+        }
+        named.push((
+            rocky_compiler::ir::args_buffer::ARGS_BINDING_NAME,
+            self.step_args.whole(),
+        ));
+        (&self.args_pipelines[&(*key.0, *key.1)], Vec::new())
+    }
+
     /// Builds the one-row pipelines of [`Executor::decode`] ahead, so the first decode step
     /// is not timed with pipeline compilation in it.
     pub fn prepare_decode(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
@@ -53,4 +253,12 @@ impl Executor<'_> {
         self.options.ubatch = ubatch;
         result
     }
+}
+
+/// Whether a kernel of `w` reads the token's position (and so has an args form).
+fn reads_position(w: &Workload) -> bool {
+    matches!(
+        w,
+        Workload::RopeNeox(_) | Workload::KvWrite(_) | Workload::Attention(_)
+    )
 }

@@ -17,9 +17,11 @@ mod split_kv;
 
 pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
+pub use decode::DECODE_REPLAY_ENV;
 pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
 
 use crate::budget::CommandBudget;
+use crate::replay::DispatchSink;
 use crate::stream::{Stream, StreamRing, StreamStats};
 use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
@@ -644,6 +646,15 @@ pub struct Executor<'m> {
     pub last_stats: Option<PrefillStats>,
     /// Schedules the last `prepare` replaced, and why (for the CLI to show).
     pub notices: Vec<String>,
+    /// The args-buffer forms of the position-reading kernels (RoPE, KV write, attention) of
+    /// the decode step, by pipeline key (`decode.rs`).
+    args_pipelines: HashMap<(Workload, Schedule), ComputePipeline>,
+    /// What those kernels read instead of push constants: `m` = 1 and the token's position.
+    step_args: Buffer,
+    /// The decode step recorded once, while it stays valid (`decode.rs`).
+    replay: Option<decode::RecordedStep>,
+    /// Why decode steps are recorded per token instead (set once a recording failed).
+    replay_off: Option<String>,
 }
 
 impl<'m> Executor<'m> {
@@ -702,6 +713,7 @@ impl<'m> Executor<'m> {
         let regions = n_ctx.max(1).div_ceil(options.ubatch) as u64;
         let ids = Buffer::host_input(ctx, regions * ids_stride, "token ids")?;
         let logits = Buffer::host_output(ctx, (cfg.n_vocab * 4) as u64, "logits")?;
+        let step_args = Buffer::host_input(ctx, 16, "decode step args")?;
         Ok(Executor {
             ctx: ctx.clone(),
             caps,
@@ -733,6 +745,10 @@ impl<'m> Executor<'m> {
             profile: Vec::new(),
             last_stats: None,
             notices: Vec::new(),
+            args_pipelines: HashMap::new(),
+            step_args,
+            replay: None,
+            replay_off: None,
         })
     }
 
@@ -795,6 +811,7 @@ impl<'m> Executor<'m> {
 
     /// Changes how dispatches are split into command buffers from the next prefill on.
     pub fn set_budget(&mut self, budget: CommandBudget) {
+        self.replay = None;
         self.options.budget = budget;
     }
 
@@ -822,22 +839,7 @@ impl<'m> Executor<'m> {
     ) -> Result<Vec<f32>, ExecError> {
         let start = Instant::now();
         let cfg = &self.model.config;
-        if tokens.is_empty() {
-            return Err(ExecError::Unsupported("the prompt is empty".into()));
-        }
-        if self.n_past + tokens.len() > self.n_ctx {
-            return Err(ExecError::Unsupported(format!(
-                "{} tokens do not fit the {}-position KV cache",
-                self.n_past + tokens.len(),
-                self.n_ctx
-            )));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.n_vocab) {
-            return Err(ExecError::Unsupported(format!(
-                "token id {bad} is outside the vocabulary of {} tokens",
-                cfg.n_vocab
-            )));
-        }
+        self.check_tokens(tokens)?;
         self.prepare(schedules)?;
         let ubatch = self.options.ubatch;
         for (i, chunk) in tokens.chunks(ubatch).enumerate() {
@@ -867,6 +869,7 @@ impl<'m> Executor<'m> {
                     rows: chunk.len() as u32,
                     row_offset_of: HashMap::new(),
                     done: false,
+                    replayed: false,
                 })
                 .collect();
             // Ubatches in groups of `n_sets`, recorded node by node in step: the level
@@ -908,6 +911,28 @@ impl<'m> Executor<'m> {
             self.unsaved_pipelines = false;
         }
         Ok(logits)
+    }
+
+    /// Refuses `tokens` that are empty, do not fit the cache after `n_past`, or lie outside
+    /// the vocabulary.
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ExecError> {
+        let n_vocab = self.model.config.n_vocab;
+        if tokens.is_empty() {
+            return Err(ExecError::Unsupported("the prompt is empty".into()));
+        }
+        if self.n_past + tokens.len() > self.n_ctx {
+            return Err(ExecError::Unsupported(format!(
+                "{} tokens do not fit the {}-position KV cache",
+                self.n_past + tokens.len(),
+                self.n_ctx
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ExecError::Unsupported(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab} tokens"
+            )));
+        }
+        Ok(())
     }
 
     /// Workloads of the graph at ubatch size `m` (the last-position ops at m = 1).
@@ -1044,6 +1069,9 @@ impl<'m> Executor<'m> {
 
     /// Compiles (or finds) the pipeline of every workload at the ubatch size.
     pub fn prepare(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
+        // The recorded decode step binds this preparation's buffers and schedules: whatever
+        // this one changes, it is recorded again at the next decode.
+        self.replay = None;
         let workloads = self.node_workloads(self.options.ubatch as u32)?;
         self.used.clear();
         self.kernels_of.clear();
@@ -1215,7 +1243,7 @@ impl<'m> Executor<'m> {
     /// any other ubatch is done.
     fn record_node<'s>(
         &'s self,
-        stream: &mut Stream<'s>,
+        stream: &mut dyn DispatchSink<'s>,
         cursor: &mut UbatchCursor,
         node_index: usize,
         log: &mut Vec<DispatchTime>,
@@ -1224,6 +1252,7 @@ impl<'m> Executor<'m> {
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
         let (index, pos0, last, set) = (cursor.index, cursor.pos0, cursor.last, cursor.set);
+        let replayed = cursor.replayed;
         let mut rows = cursor.rows;
         let row_offset_of = &mut cursor.row_offset_of;
         let n_slots = self.plan.slot_bytes(1).len();
@@ -1525,21 +1554,35 @@ impl<'m> Executor<'m> {
                         if let Some(f) = freq_factors {
                             named.push(("freqs", self.weights.get(f).whole()?));
                         }
-                        push = RopePush { m: rows, pos0 }.to_bytes();
+                        let (pipeline, push) = self.position_reader(
+                            replayed,
+                            (w, s),
+                            pipeline,
+                            RopePush { m: rows, pos0 }.to_bytes(),
+                            &mut named,
+                        );
+                        emit(label, actual, origin, pipeline, named, &push, groups)?;
+                        continue;
                     }
                     (Op::Attention { layer, .. }, Workload::KvWrite(_)) => {
                         // K goes to the K cache, then V to the V cache: two dispatches.
                         for (input, cache) in
                             [(1usize, &self.kv[*layer].0), (2, &self.kv[*layer].1)]
                         {
-                            let named = vec![
+                            let mut named = vec![
                                 (
                                     "src",
                                     slot_range(node.inputs[input], rows, input_offset(input))?,
                                 ),
                                 ("cache", cache.whole()),
                             ];
-                            let push = KvWritePush { m: rows, pos0 }.to_bytes();
+                            let (pipeline, push) = self.position_reader(
+                                replayed,
+                                (w, s),
+                                pipeline,
+                                KvWritePush { m: rows, pos0 }.to_bytes(),
+                                &mut named,
+                            );
                             emit(label, actual, origin, pipeline, named, &push, groups)?;
                         }
                         continue;
@@ -1548,7 +1591,13 @@ impl<'m> Executor<'m> {
                         named.push(("q", slot_range(node.inputs[0], rows, input_offset(0))?));
                         named.push(("k_cache", self.kv[*layer].0.whole()));
                         named.push(("v_cache", self.kv[*layer].1.whole()));
-                        let push = AttentionPush { m: rows, pos0 }.to_bytes();
+                        let (pipeline, push) = self.position_reader(
+                            replayed,
+                            (w, s),
+                            pipeline,
+                            AttentionPush { m: rows, pos0 }.to_bytes(),
+                            &mut named,
+                        );
                         // The profile's FLOPs: the keys this ubatch really attends.
                         let mut seen = actual;
                         if let Workload::Attention(a) = &mut seen {
@@ -1665,6 +1714,9 @@ struct UbatchCursor {
     /// Byte offset of values that are a view into another (the last row, rope in place).
     row_offset_of: HashMap<usize, u64>,
     done: bool,
+    /// Recorded for replay (a decode step): the position-reading kernels take their args
+    /// form, reading the position from `step_args` instead of push constants.
+    replayed: bool,
 }
 
 /// The weight tensor, bias and residual flag of a linear node (the combined gate/up tensor of
