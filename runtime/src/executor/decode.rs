@@ -19,7 +19,7 @@
 //! profiled executor does too (its timestamps are per recorded dispatch).
 
 use super::split_kv::step_splits;
-use super::{ExecError, Executor, PrefillStats, ScheduleSource, UbatchCursor};
+use super::{ExecError, Executor, PrefillStats, ProgramKind, ScheduleSource, UbatchCursor};
 use crate::replay::{Replay, ReplayRecorder};
 use crate::stream::StreamStats;
 use crate::{BufferRange, ComputePipeline};
@@ -131,17 +131,16 @@ impl Executor<'_> {
         Ok(logits)
     }
 
-    /// The decode step as a one-row prefill: prepared and recorded anew for this token.
+    /// The decode step prepared and recorded anew for this token (as a stream, like a
+    /// prefill of one row).
     fn decode_recording_each_step(
         &mut self,
         token: u32,
         schedules: &dyn ScheduleSource,
     ) -> Result<Vec<f32>, ExecError> {
-        let ubatch = self.options.ubatch;
-        self.options.ubatch = 1;
-        let result = self.prefill(&[token], schedules);
-        self.options.ubatch = ubatch;
-        result
+        self.check_tokens(&[token])?;
+        self.prepare_decode(schedules)?;
+        self.run_recording(ProgramKind::Step, &[token], 1)
     }
 
     /// Prepares the one-row pipelines (and their args forms) and records the step at `pos0`.
@@ -165,11 +164,12 @@ impl Executor<'_> {
             replayed: true,
         };
         let mut log = Vec::new();
-        for node_index in 0..self.graph.nodes.len() {
+        let prog = &self.step_program;
+        for node_index in 0..prog.graph.nodes.len() {
             if cursor.done {
                 break;
             }
-            self.record_node(&mut recorder, &mut cursor, node_index, &mut log)?;
+            self.record_node(prog, &mut recorder, &mut cursor, node_index, &mut log)?;
         }
         // SAFETY: the recording binds this executor's pipelines (kept in maps that only
         // grow), its weights (shared, never replaced), activation slots, KV cache, ids,
@@ -184,6 +184,7 @@ impl Executor<'_> {
     /// Builds the args form of every position-reading kernel the prepared step uses.
     fn build_args_pipelines(&mut self) -> Result<(), ExecError> {
         let keys: Vec<(String, Workload, Schedule)> = self
+            .step_program
             .used
             .iter()
             .filter(|(_, w, _, _)| reads_position(w))
@@ -212,7 +213,7 @@ impl Executor<'_> {
         // attention workloads, and this runs before every replayed step.
         let mut seen: Vec<(&Workload, &Schedule)> = Vec::new();
         let mut pieces = Vec::new();
-        for (_, w, s, _) in &self.used {
+        for (_, w, s, _) in &self.step_program.used {
             if let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) {
                 if aw.m == 1 && !seen.contains(&(w, s)) {
                     seen.push((w, s));
@@ -245,13 +246,9 @@ impl Executor<'_> {
     }
 
     /// Builds the one-row pipelines of [`Executor::decode`] ahead, so the first decode step
-    /// is not timed with pipeline compilation in it.
+    /// is not timed with pipeline compilation in it; `used` then lists the step's kernels.
     pub fn prepare_decode(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
-        let ubatch = self.options.ubatch;
-        self.options.ubatch = 1;
-        let result = self.prepare(schedules);
-        self.options.ubatch = ubatch;
-        result
+        self.prepare_program(ProgramKind::Step, 1, schedules)
     }
 }
 

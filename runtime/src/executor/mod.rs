@@ -12,12 +12,15 @@
 mod decode;
 mod kv_snapshot;
 mod math;
+mod program;
 mod slots;
 mod split_kv;
 
 pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
 pub use decode::DECODE_REPLAY_ENV;
+pub use program::{decode_fusions, UsedKernel};
+use program::Program;
 pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
 
 use crate::budget::CommandBudget;
@@ -47,7 +50,6 @@ use rocky_models::fuse::{fuse, FuseOptions};
 use rocky_models::gguf::GgufFile;
 use rocky_models::graph::{Graph, Op};
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -597,14 +599,11 @@ pub struct Executor<'m> {
     model: &'m Model,
     /// Shared: executors with other ubatches or fusions may run from the same upload.
     weights: Arc<GpuWeights>,
-    /// The model's graph with this executor's fusions.
-    graph: Graph,
     options: ExecutorOptions,
-    plan: slots::SlotPlan,
-    /// The activation slots, `n_sets` sets of the plan's slots one after the other.
-    slots: Vec<Buffer>,
-    /// Sets of activation slots and split-K scratch (2 when ubatches overlap, else 1).
-    n_sets: usize,
+    /// The prefill's graph (with this executor's fusions), slots and prepared kernels.
+    prefill_program: Program,
+    /// The decode step's: one row, its own fusions (`program::decode_fusions`).
+    step_program: Program,
     /// The prompt's token ids, one region per ubatch at an offset the device can bind
     /// (host-visible: written in place, no staging copy).
     ids: Buffer,
@@ -625,8 +624,6 @@ pub struct Executor<'m> {
     /// Per scratch region, the tile arrival counters of `last_group_reduces` GEMMs (zero
     /// between dispatches; each N-slice has its own).
     counters: Vec<Buffer>,
-    /// `scratch_region_of[node]`: the scratch region of a split GEMM node.
-    scratch_region_of: Vec<Option<usize>>,
     /// Per set of activation slots, the partials of split-KV attention (`split_kv.rs`).
     attn_scratch: Vec<Buffer>,
     /// The device's compute units where known (split-KV attention sizes its grid by them).
@@ -636,10 +633,9 @@ pub struct Executor<'m> {
     ring: StreamRing,
     /// Pipelines built since the cache was last saved.
     unsaved_pipelines: bool,
-    /// The schedule used per node label, for profiles (in graph order).
-    pub used: Vec<(String, Workload, Schedule, ScheduleOrigin)>,
-    /// `used[kernels_of[node]]` are the kernels of graph node `node`.
-    kernels_of: Vec<Range<usize>>,
+    /// The schedule used per node label of the program prepared last (the prefill's, or the
+    /// decode step's after `prepare_decode`), for profiles and the tuner (in graph order).
+    pub used: Vec<UsedKernel>,
     /// Per-dispatch GPU times of every prefill so far (when `options.profile`).
     pub profile: Vec<DispatchTime>,
     /// Where the time of the last prefill went.
@@ -679,7 +675,6 @@ impl<'m> Executor<'m> {
         let graph = fuse(&model.graph, options.fuse, &|gate, up| {
             weights.combined(gate, up)
         });
-        let plan = slots::plan(&graph);
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
         // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
         let n_sets = if options.overlap {
@@ -687,17 +682,12 @@ impl<'m> Executor<'m> {
         } else {
             1
         };
-        let bytes_per_slot = plan.slot_bytes(options.ubatch);
-        let mut slots = Vec::new();
-        for set in 0..n_sets {
-            for (i, &bytes) in bytes_per_slot.iter().enumerate() {
-                let name = match n_sets {
-                    1 => format!("activations[{i}]"),
-                    _ => format!("activations[{set}][{i}]"),
-                };
-                slots.push(Buffer::new(ctx, bytes.max(4), &name)?);
-            }
-        }
+        let prefill_program = Program::new(ctx, graph, options.ubatch, n_sets, "activations")?;
+        let step_fusions = program::decode_fusions().map_err(ExecError::Unsupported)?;
+        let step_graph = fuse(&model.graph, step_fusions, &|gate, up| {
+            weights.combined(gate, up)
+        });
+        let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
         let kv_width = cfg.n_head_kv * cfg.head_dim;
         let kv_bytes = (n_ctx.max(1) * kv_width * 2) as u64;
         let kv = (0..cfg.n_layer)
@@ -719,11 +709,9 @@ impl<'m> Executor<'m> {
             caps,
             model,
             weights,
-            graph,
             options,
-            plan,
-            slots,
-            n_sets,
+            prefill_program,
+            step_program,
             ids,
             ids_stride,
             logits,
@@ -734,14 +722,12 @@ impl<'m> Executor<'m> {
             reduce_pipelines: HashMap::new(),
             scratch: Vec::new(),
             counters: Vec::new(),
-            scratch_region_of: Vec::new(),
             attn_scratch: Vec::new(),
             compute_units: crate::compute_units(ctx.info()),
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
             unsaved_pipelines: false,
             used: Vec::new(),
-            kernels_of: Vec::new(),
             profile: Vec::new(),
             last_stats: None,
             notices: Vec::new(),
@@ -769,8 +755,10 @@ impl<'m> Executor<'m> {
     /// buffer, ~4 GiB in all).
     pub fn memory_plan(&self) -> Vec<(String, u64)> {
         let mut plan: Vec<(String, u64)> = self
+            .prefill_program
             .slots
             .iter()
+            .chain(&self.step_program.slots)
             .map(|b| (b.label().to_string(), b.size()))
             .collect();
         for buffer in self
@@ -817,7 +805,7 @@ impl<'m> Executor<'m> {
 
     /// The graph this executor runs (the model's, with its fusions).
     pub fn graph(&self) -> &Graph {
-        &self.graph
+        &self.prefill_program.graph
     }
 
     /// The uploaded weights (layouts, upload time, footprint).
@@ -837,11 +825,21 @@ impl<'m> Executor<'m> {
         tokens: &[u32],
         schedules: &dyn ScheduleSource,
     ) -> Result<Vec<f32>, ExecError> {
-        let start = Instant::now();
-        let cfg = &self.model.config;
         self.check_tokens(tokens)?;
         self.prepare(schedules)?;
-        let ubatch = self.options.ubatch;
+        self.run_recording(ProgramKind::Prefill, tokens, self.options.ubatch)
+    }
+
+    /// Records `tokens` in ubatches of `ubatch` rows through `kind`'s prepared program as a
+    /// stream (recorded and run as it goes), and returns the last position's logits.
+    fn run_recording(
+        &mut self,
+        kind: ProgramKind,
+        tokens: &[u32],
+        ubatch: usize,
+    ) -> Result<Vec<f32>, ExecError> {
+        let start = Instant::now();
+        let cfg = &self.model.config;
         for (i, chunk) in tokens.chunks(ubatch).enumerate() {
             self.ids.upload_u32(i as u64 * self.ids_stride, chunk)?;
         }
@@ -857,6 +855,7 @@ impl<'m> Executor<'m> {
             )?;
             let setup = start.elapsed();
             let mut log = Vec::new();
+            let prog = self.program(kind);
             let n_chunks = tokens.len().div_ceil(ubatch);
             let mut cursors: Vec<UbatchCursor> = tokens
                 .chunks(ubatch)
@@ -865,7 +864,7 @@ impl<'m> Executor<'m> {
                     index: i,
                     pos0: (self.n_past + i * ubatch) as u32,
                     last: i + 1 == n_chunks,
-                    set: i % self.n_sets,
+                    set: i % prog.n_sets,
                     rows: chunk.len() as u32,
                     row_offset_of: HashMap::new(),
                     done: false,
@@ -876,10 +875,10 @@ impl<'m> Executor<'m> {
             // scheduler then runs the second's layer l beside the first's later layers (it
             // waits only for the first's KV-cache writes of layer l), so small ubatches fill
             // the GPU together.
-            for group in cursors.chunks_mut(self.n_sets) {
-                for node_index in 0..self.graph.nodes.len() {
+            for group in cursors.chunks_mut(prog.n_sets) {
+                for node_index in 0..prog.graph.nodes.len() {
                     for cursor in group.iter_mut().filter(|c| !c.done) {
-                        self.record_node(&mut stream, cursor, node_index, &mut log)?;
+                        self.record_node(prog, &mut stream, cursor, node_index, &mut log)?;
                     }
                 }
             }
@@ -936,10 +935,14 @@ impl<'m> Executor<'m> {
     }
 
     /// Workloads of the graph at ubatch size `m` (the last-position ops at m = 1).
-    fn node_workloads(&self, m: u32) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
+    fn node_workloads(
+        &self,
+        graph: &Graph,
+        m: u32,
+    ) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
         let mut out = Vec::new();
         let mut rows = m;
-        for node in &self.graph.nodes {
+        for node in &graph.nodes {
             let mut w = Vec::new();
             match &node.op {
                 Op::Embedding { table, width } => {
@@ -1067,21 +1070,55 @@ impl<'m> Executor<'m> {
         Ok(out)
     }
 
-    /// Compiles (or finds) the pipeline of every workload at the ubatch size.
+    /// Compiles (or finds) the pipeline of every workload of the prefill at the ubatch size.
     pub fn prepare(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
+        self.prepare_program(ProgramKind::Prefill, self.options.ubatch as u32, schedules)
+    }
+
+    /// The program of `kind`.
+    fn program(&self, kind: ProgramKind) -> &Program {
+        match kind {
+            ProgramKind::Prefill => &self.prefill_program,
+            ProgramKind::Step => &self.step_program,
+        }
+    }
+
+    fn program_mut(&mut self, kind: ProgramKind) -> &mut Program {
+        match kind {
+            ProgramKind::Prefill => &mut self.prefill_program,
+            ProgramKind::Step => &mut self.step_program,
+        }
+    }
+
+    /// Chooses the schedule of every kernel of `kind`'s program at `m` rows, compiles (or
+    /// finds) its pipeline and sizes the split scratch it needs; `used` then lists them.
+    fn prepare_program(
+        &mut self,
+        kind: ProgramKind,
+        m: u32,
+        schedules: &dyn ScheduleSource,
+    ) -> Result<(), ExecError> {
         // The recorded decode step binds this preparation's buffers and schedules: whatever
         // this one changes, it is recorded again at the next decode.
         self.replay = None;
-        let workloads = self.node_workloads(self.options.ubatch as u32)?;
-        self.used.clear();
-        self.kernels_of.clear();
+        let prog = self.program(kind);
+        let workloads = self.node_workloads(&prog.graph, m)?;
+        let first_inputs: Vec<Option<usize>> = prog
+            .graph
+            .nodes
+            .iter()
+            .map(|n| n.inputs.first().copied())
+            .collect();
+        let n_sets = prog.n_sets;
+        let mut used = Vec::new();
+        let mut kernels_of = Vec::new();
+        let mut scratch_region_of = Vec::new();
         self.notices.clear();
-        self.scratch_region_of.clear();
         // Split GEMMs seen so far per input value: the next one reading it takes the next
         // scratch region.
         let mut split_readers: HashMap<usize, usize> = HashMap::new();
         for (node_index, node) in workloads.into_iter().enumerate() {
-            let first = self.used.len();
+            let first = used.len();
             let mut region = None;
             for (label, w) in node {
                 let (s, mut origin) = schedules.schedule(&w, &self.caps);
@@ -1096,23 +1133,27 @@ impl<'m> Executor<'m> {
                     s = split_kv::apply_override(&w, s, &self.caps)?;
                     self.build_pipeline(&label, &w, &s)?;
                     self.notices.push(format!(
-                        "{label}: the tuned schedule needs more driver memory per dispatch than the command-buffer budget at ubatch {}; using the default",
-                        self.options.ubatch
+                        "{label}: the tuned schedule needs more driver memory per dispatch than the command-buffer budget at ubatch {m}; using the default"
                     ));
                 }
                 if is_split_gemm(&s) {
-                    let input = self.graph.nodes[node_index].inputs[0];
+                    let input = first_inputs[node_index].expect("a GEMM node has an input");
                     let readers = split_readers.entry(input).or_insert(0);
-                    self.prepare_split_k(&label, &w, &s, *readers)?;
+                    self.prepare_split_k(&label, &w, &s, *readers, n_sets)?;
                     region = Some(*readers);
                     *readers += 1;
                 }
-                self.prepare_split_kv(&label, &w, &s)?;
-                self.used.push((label, w, s, origin));
+                self.prepare_split_kv(&label, &w, &s, n_sets)?;
+                used.push((label, w, s, origin));
             }
-            self.kernels_of.push(first..self.used.len());
-            self.scratch_region_of.push(region);
+            kernels_of.push(first..used.len());
+            scratch_region_of.push(region);
         }
+        self.used = used.clone();
+        let prog = self.program_mut(kind);
+        prog.used = used;
+        prog.kernels_of = kernels_of;
+        prog.scratch_region_of = scratch_region_of;
         Ok(())
     }
 
@@ -1124,6 +1165,7 @@ impl<'m> Executor<'m> {
         w: &Workload,
         s: &Schedule,
         region: usize,
+        n_sets: usize,
     ) -> Result<(), ExecError> {
         let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) else {
             return Ok(());
@@ -1140,8 +1182,8 @@ impl<'m> Executor<'m> {
             self.unsaved_pipelines = true;
         }
         // Each set of slots has its own scratch: region r of set s is `r * n_sets + s`.
-        for set in 0..self.n_sets {
-            self.ensure_scratch(gw, gs, label, region * self.n_sets + set)?;
+        for set in 0..n_sets {
+            self.ensure_scratch(gw, gs, label, region * n_sets + set)?;
         }
         Ok(())
     }
@@ -1243,29 +1285,22 @@ impl<'m> Executor<'m> {
     /// any other ubatch is done.
     fn record_node<'s>(
         &'s self,
+        prog: &'s Program,
         stream: &mut dyn DispatchSink<'s>,
         cursor: &mut UbatchCursor,
         node_index: usize,
         log: &mut Vec<DispatchTime>,
     ) -> Result<(), ExecError> {
-        let graph = &self.graph;
+        let graph = &prog.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
         let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
         let (index, pos0, last, set) = (cursor.index, cursor.pos0, cursor.last, cursor.set);
         let replayed = cursor.replayed;
         let mut rows = cursor.rows;
         let row_offset_of = &mut cursor.row_offset_of;
-        let n_slots = self.plan.slot_bytes(1).len();
         let slot_range =
             |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'s>, RuntimeError> {
-                let width = self.plan.width_of[value] as u64;
-                let buffer = if value == graph.logits {
-                    &self.logits
-                } else {
-                    let slot = self.plan.slot_of[value].expect("activation has a slot");
-                    &self.slots[set * n_slots + slot]
-                };
-                buffer.range(offset, u64::from(rows) * width * 4)
+                prog.value_range(&self.logits, value, set, rows, offset)
             };
         let mut emit = |label: &str,
                         workload: Workload,
@@ -1326,7 +1361,7 @@ impl<'m> Executor<'m> {
                 }
                 _ => {}
             }
-            for (label, w, s, origin) in &self.used[self.kernels_of[node_index].clone()] {
+            for (label, w, s, origin) in &prog.used[prog.kernels_of[node_index].clone()] {
                 let (label, origin) = (label.as_str(), *origin);
                 let pipeline = &self.pipelines[&(*w, *s)];
                 // A per-head norm runs the RMSNorm kernel over one row per head.
@@ -1456,11 +1491,11 @@ impl<'m> Executor<'m> {
                         // scratch region; the reduce kernel adds them up into the output, or
                         // with `last_group_reduces` the GEMM's last group per tile does
                         // (binding Y, the partials and its tile counters).
-                        let scratch = match (gs.k_groups > 1, self.scratch_region_of[node_index]) {
+                        let scratch = match (gs.k_groups > 1, prog.scratch_region_of[node_index]) {
                             (false, _) => None,
                             (true, Some(r)) => Some((
-                                r * self.n_sets + set,
-                                self.scratch[r * self.n_sets + set].range(
+                                r * prog.n_sets + set,
+                                self.scratch[r * prog.n_sets + set].range(
                                     0,
                                     4 * rocky_compiler::templates::gemm::split_k::scratch_values(
                                         gw, gs,
@@ -1699,6 +1734,13 @@ impl<'m> Executor<'m> {
         cursor.rows = rows;
         Ok(())
     }
+}
+
+/// Which of the executor's two programs (see `program.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ProgramKind {
+    Prefill,
+    Step,
 }
 
 /// Where the recording of one ubatch stands (see `Executor::record_node`).

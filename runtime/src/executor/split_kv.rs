@@ -91,6 +91,7 @@ impl Executor<'_> {
         label: &str,
         w: &Workload,
         s: &Schedule,
+        n_sets: usize,
     ) -> Result<(), ExecError> {
         let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) else {
             return Ok(());
@@ -115,7 +116,7 @@ impl Executor<'_> {
                 "{label}: the split-KV partials need {bytes} bytes in one binding, the device binds at most {limit}; lower the pieces (ROCKY_KV_SPLITS) or the ubatch"
             )));
         }
-        while self.attn_scratch.len() < self.n_sets {
+        while self.attn_scratch.len() < n_sets {
             let set = self.attn_scratch.len();
             self.attn_scratch.push(Buffer::new(
                 &self.ctx,
@@ -123,7 +124,7 @@ impl Executor<'_> {
                 &format!("split-KV attention partials[{set}]"),
             )?);
         }
-        for set in 0..self.n_sets {
+        for set in 0..n_sets {
             if self.attn_scratch[set].size() < bytes {
                 let name = self.attn_scratch[set].label().to_string();
                 // Free the smaller one first: peak memory is the new size, not both.
