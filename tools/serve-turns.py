@@ -44,20 +44,23 @@ def main():
     else:
         user, model, end = "<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_end|>\n"
     text = ""
-    print("| turn | prompt tokens | cached | evaluated | prefill ms | ms per evaluated token | request ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| turn | prompt tokens | cached | evaluated | prefill ms | ms per evaluated token | reply tokens | reply ms | request ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for turn in range(1, a.turns + 1):
         topic = TOPICS[turn % len(TOPICS)]
         words = " ".join(f"{topic} step {i}," for i in range(a.words // 3))
         text += f"{user}Turn {turn}: tell me about {words}{end}{model}"
         v, wall = post(a.url, {"prompt": text, "max_tokens": a.max_tokens, "temperature": 0,
-                               "cache_prompt": True})
+                               "cache_prompt": True, "ignore_eos": True})
         t = v.get("timings", {})
         usage = v["usage"]
         cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", t.get("cache_n"))
         n = t.get("prompt_n")
         ms = t.get("prompt_ms")
-        print(f"| {turn} | {usage['prompt_tokens']} | {cached} | {n} | {ms:.0f} | {ms / max(n, 1):.1f} | {wall:.0f} |",
+        # The reply (decode) apart from the prefill: both servers report predicted_n/_ms.
+        reply_n = t.get("predicted_n", usage.get("completion_tokens"))
+        reply_ms = t.get("predicted_ms", float("nan"))
+        print(f"| {turn} | {usage['prompt_tokens']} | {cached} | {n} | {ms:.0f} | {ms / max(n, 1):.1f} | {reply_n} | {reply_ms:.0f} | {wall:.0f} |",
               flush=True)
         if a.json_out:
             with open(a.json_out, "a") as f:

@@ -150,7 +150,6 @@ impl Executor<'_> {
         pos0: u32,
     ) -> Result<(), ExecError> {
         self.prepare_decode(schedules)?;
-        self.build_args_pipelines()?;
         let pieces = self.split_pieces(pos0);
         let mut recorder = ReplayRecorder::new(&self.ctx, self.options.budget)?;
         let mut cursor = UbatchCursor {
@@ -248,7 +247,12 @@ impl Executor<'_> {
     /// Builds the one-row pipelines of [`Executor::decode`] ahead, so the first decode step
     /// is not timed with pipeline compilation in it; `used` then lists the step's kernels.
     pub fn prepare_decode(&mut self, schedules: &dyn ScheduleSource) -> Result<(), ExecError> {
-        self.prepare_program(ProgramKind::Step, 1, schedules)
+        self.prepare_program(ProgramKind::Step, 1, schedules)?;
+        // The replayed step's args forms too, so the first step pays only its recording.
+        if self.decode_replay_off().is_none() {
+            self.build_args_pipelines()?;
+        }
+        Ok(())
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::schedule::{GemvSchedule, Reduce};
 use crate::caps::DeviceCaps;
-use crate::templates::gemm::{GemmWorkload, Math, Precision};
+use crate::templates::gemm::{Epilogue, GemmWorkload, Math, Precision};
 
 /// Every candidate schedule, each accepted by `validate` for this workload and device.
 pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
@@ -44,6 +44,9 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     }
     out
 }
+
+/// SwiGLU output columns from which the desktop default takes four columns per workgroup.
+const WIDE_SWIGLU_COLUMNS: u32 = 8192;
 
 /// Output columns up to which panvk's default GEMV sums its lanes through workgroup memory:
 /// a dispatch there allocates its workgroup memory for every workgroup instance (Mesa 25.0.7:
@@ -116,9 +119,20 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             return s;
         }
     }
+    // Four columns for the wide gate/up GEMV of a decode step (each column is a gate row and an
+    // up row, so eight weight rows share each X chunk): on an H100 the 3B's 11008 × 2048 Q4_K
+    // SwiGLU GEMV ran at 4273 GFLOP/s with 4 columns against 3337 with 2, the best of 24
+    // schedules; the narrower shapes measured best at 2 (2026-12-05c-h100-decode-replay.md).
+    let wide_swiglu = w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS;
     let s = GemvSchedule {
         threads: 64,
-        cols: if w.m > 4 { 1 } else { 2 },
+        cols: if w.m > 4 {
+            1
+        } else if wide_swiglu && w.m == 1 {
+            4
+        } else {
+            2
+        },
         chunks_per_thread,
         units_per_thread: 1,
         vector_width: 4,
