@@ -6,14 +6,22 @@
 use rocky_engine::{EngineOptions, GenerateOptions, Model, SamplerParams, Session};
 use std::io::Write;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(path), Some(prompt)) = (args.next(), args.next()) else {
         eprintln!("usage: generate MODEL.gguf PROMPT");
         std::process::exit(2);
     };
-    let model = Model::open(&path)?;
-    let ids = model.tokenize(&prompt)?;
+    // The engine's errors say what went wrong and what to do: print them as they read.
+    if let Err(e) = run(&path, &prompt) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(path: &str, prompt: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let model = Model::open(path)?;
+    let ids = model.tokenize(prompt)?;
     let max_new_tokens = 32;
     let mut session = Session::open(&model, &EngineOptions::default(), ids.len() + max_new_tokens)?;
     let options = GenerateOptions {

@@ -27,11 +27,18 @@ impl ChatFormat {
     /// Parses the chat format of `file` (with `tokenizer`'s BOS/EOS texts).
     pub fn of(file: &GgufFile, tokenizer: &Tokenizer) -> ChatFormat {
         let path = file.path().display().to_string();
-        let found = chat::template_or_builtin(file);
+        Self::parse(
+            path,
+            chat::template_or_builtin(file),
+            Specials::of(tokenizer, file),
+        )
+    }
+
+    /// `found`: the template text and where it came from, if any.
+    fn parse(path: String, found: Option<(&str, String)>, specials: Specials) -> ChatFormat {
         let source = found.as_ref().map(|(_, source)| source.clone());
-        let template = found.map(|(text, _)| {
-            ChatTemplate::new(&path, text, Specials::of(tokenizer, file)).map_err(Arc::new)
-        });
+        let template =
+            found.map(|(text, _)| ChatTemplate::new(&path, text, specials).map_err(Arc::new));
         ChatFormat {
             path,
             source,
@@ -61,6 +68,35 @@ impl ChatFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_or_broken_template_is_an_error_on_every_chat_prompt() {
+        let messages = [Message::new("user", "Hi")];
+        let none = ChatFormat::parse("m.gguf".into(), None, Specials::default());
+        assert_eq!(none.source(), None);
+        assert!(
+            matches!(none.render(&messages), Err(ChatError::NoTemplate { path }) if path == "m.gguf")
+        );
+        let broken = ChatFormat::parse(
+            "m.gguf".into(),
+            Some(("{% for m in messages %}", "a test".into())),
+            Specials::default(),
+        );
+        assert_eq!(broken.source(), Some("a test"));
+        // Parsed once, told each time (a server's every chat request), naming the file.
+        for _ in 0..2 {
+            match broken.render(&messages) {
+                Err(e @ ChatError::Template(_)) => assert!(e.to_string().contains("m.gguf"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let fine = ChatFormat::parse(
+            "m.gguf".into(),
+            Some(("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", "a test".into())),
+            Specials::default(),
+        );
+        assert_eq!(fine.render(&messages).unwrap(), "<user>Hi");
+    }
 
     #[test]
     fn the_gemma3_format_is_googles() {

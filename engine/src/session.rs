@@ -16,7 +16,7 @@ use rocky_runtime::executor::{
     resolve_overlap, Executor, ExecutorOptions, GpuWeights, KvSnapshot, PrefillStats,
     ScheduleOrigin, ScheduleSource,
 };
-use rocky_runtime::{host_timing_reason, CommandBudget, Context};
+use rocky_runtime::{device_caps, host_timing_reason, CommandBudget, Context};
 use rocky_tuner::graph::model_shape_key;
 use rocky_tuner::DbSchedules;
 use std::time::Duration;
@@ -90,6 +90,12 @@ impl<'m> Session<'m> {
             return Err(SessionError::NoDispatchesPerCommandBuffer);
         }
         let ctx = Context::new(&options.device)?;
+        // A forced math family the device lacks fails here, before the upload.
+        if let Some(family) = options.math {
+            family
+                .check_device(&device_caps(ctx.info(), ctx.caps()))
+                .map_err(|reason| SessionError::MathUnsupported { family, reason })?;
+        }
         // A missing database means "not tuned yet"; a damaged one is an error, not a silent
         // fallback to defaults.
         let shape = model_shape_key(model.file(), model.arch());
@@ -179,13 +185,7 @@ impl<'m> Session<'m> {
     /// Builds every pipeline the prefill needs, so that the first prefill's time holds none.
     /// Afterwards [`Session::notices`] says which schedules were replaced, and why.
     pub fn prepare(&mut self) -> Result<(), SessionError> {
-        if let Some(family) = self.schedules.math {
-            family
-                .check_device(self.executor.caps())
-                .map_err(|reason| SessionError::MathUnsupported { family, reason })?;
-        }
-        self.executor.prepare(&self.schedules)?;
-        Ok(())
+        Ok(self.executor.prepare(&self.schedules)?)
     }
 
     /// Builds the decode step's one-row pipelines ahead (not counted in its time).

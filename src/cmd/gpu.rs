@@ -73,8 +73,15 @@ impl MathArg {
 
 /// `--db`, else `$ROCKY_DB` / the XDG default; `None` when no location can be derived.
 pub fn db_path(flag: Option<&Path>) -> Option<PathBuf> {
-    flag.map(Path::to_path_buf)
-        .or_else(rocky_tuning_db::default_db_path)
+    database(flag).path()
+}
+
+/// The engine's database of `--db`: that one, else the default location.
+fn database(flag: Option<&Path>) -> Database {
+    match flag {
+        Some(path) => Database::At(path.to_path_buf()),
+        None => Database::Default,
+    }
 }
 
 /// A database error as a CLI error: unreadable/damaged databases are bad input (3), locked or
@@ -107,12 +114,8 @@ pub fn exec_error(e: ExecError) -> CliError {
 
 impl GpuArgs {
     /// The engine's options of these flags (`profile`: `--profile`).
+    /// (The engine checks the ranges of the numbers; [`session_error`] words its refusals.)
     pub fn options(&self, profile: bool) -> Result<EngineOptions, CliError> {
-        if let Some(u) = self.ubatch.filter(|&u| u == 0 || u > rocky_engine::MAX_UBATCH) {
-            return Err(CliError::usage(format!(
-                "--ubatch {u} is out of range: use 1 to 4096"
-            )));
-        }
         let device: DeviceSelector = self
             .device
             .parse()
@@ -123,10 +126,7 @@ impl GpuArgs {
         };
         Ok(EngineOptions {
             device,
-            database: match &self.db {
-                Some(path) => Database::At(path.clone()),
-                None => Database::Default,
-            },
+            database: database(self.db.as_deref()),
             ubatch: self.ubatch,
             cb_budget_mib: self.cb_budget_mib,
             cb_max_dispatches: self.cb_max_dispatches,
