@@ -23,7 +23,11 @@ fn run(path: &str, prompt: &str) -> Result<(), Box<dyn std::error::Error>> {
     let model = Model::open(path)?;
     let ids = model.tokenize(prompt)?;
     let max_new_tokens = 32;
-    let mut session = Session::open(&model, &EngineOptions::default(), ids.len() + max_new_tokens)?;
+    let mut session = Session::open(
+        &model,
+        &EngineOptions::default(),
+        ids.len() + max_new_tokens,
+    )?;
     let options = GenerateOptions {
         max_new_tokens,
         sampler: SamplerParams::greedy(),

@@ -92,7 +92,10 @@ mod tests {
         }
         let fine = ChatFormat::parse(
             "m.gguf".into(),
-            Some(("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", "a test".into())),
+            Some((
+                "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}",
+                "a test".into(),
+            )),
             Specials::default(),
         );
         assert_eq!(fine.render(&messages).unwrap(), "<user>Hi");

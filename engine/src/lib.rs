@@ -52,5 +52,7 @@ pub use rocky_generate::{
 };
 pub use rocky_models::chat::Message;
 pub use rocky_models::tokenizer::Tokenizer;
-pub use rocky_runtime::executor::{KvSnapshot, LayoutChoice, MathFamily, PrefillStats, ScheduleSource};
+pub use rocky_runtime::executor::{
+    KvSnapshot, LayoutChoice, MathFamily, PrefillStats, ScheduleSource,
+};
 pub use rocky_runtime::DeviceSelector;

@@ -125,7 +125,9 @@ impl Model {
     ) -> Result<Generation, crate::error::GenerateFailed> {
         let tokenizer = self.tokenizer()?;
         let end = self.end_of_generation()?;
-        Ok(generate(evaluator, tokenizer, end, prompt, options, on_text)?)
+        Ok(generate(
+            evaluator, tokenizer, end, prompt, options, on_text,
+        )?)
     }
 }
 
@@ -137,4 +139,3 @@ impl std::fmt::Debug for Model {
             .finish_non_exhaustive()
     }
 }
-

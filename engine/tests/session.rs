@@ -44,7 +44,10 @@ fn prompt(n: usize, seed: u32) -> Vec<u32> {
 #[test]
 fn a_missing_model_is_named() {
     let e = Model::open("/nonexistent/model.gguf").unwrap_err();
-    assert!(matches!(&e, LoadError::Missing { path } if path.ends_with("model.gguf")), "{e:?}");
+    assert!(
+        matches!(&e, LoadError::Missing { path } if path.ends_with("model.gguf")),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("/nonexistent/model.gguf"), "{e}");
 }
 
@@ -88,7 +91,9 @@ fn session_generates_the_cpu_reference_s_greedy_tokens() {
     };
     let n_ctx = ids.len() + options.max_new_tokens;
     let mut cpu = model.cpu_evaluator(n_ctx);
-    let want = model.generate(&mut cpu, &ids, &options, &mut |_| {}).unwrap();
+    let want = model
+        .generate(&mut cpu, &ids, &options, &mut |_| {})
+        .unwrap();
     let mut session = Session::open(&model, &exact(), n_ctx).unwrap();
     session.prepare().unwrap();
     session.prepare_decode().unwrap();
@@ -105,7 +110,9 @@ fn session_generates_the_cpu_reference_s_greedy_tokens() {
     session.reset();
     let bad = model.n_vocab() as u32;
     match session.prefill(&[1, bad]) {
-        Err(SessionError::Exec(ExecError::Unsupported(m))) => assert!(m.contains(&bad.to_string()), "{m}"),
+        Err(SessionError::Exec(ExecError::Unsupported(m))) => {
+            assert!(m.contains(&bad.to_string()), "{m}")
+        }
         other => panic!("{:?}", other.map(|l| l.len())),
     }
 }
@@ -128,7 +135,11 @@ fn a_restored_snapshot_continues_as_a_fresh_prefill() {
     session.reset();
     let fresh = session.prefill(&a2).unwrap();
     let cmp = compare_logits(&restored, &fresh);
-    assert!(cmp.max_abs_diff < 2e-3, "restored vs fresh: {}", cmp.max_abs_diff);
+    assert!(
+        cmp.max_abs_diff < 2e-3,
+        "restored vs fresh: {}",
+        cmp.max_abs_diff
+    );
     // The same through the Evaluator trait that rocky-generate and rocky serve use.
     let ev: &mut dyn Evaluator = &mut session;
     let snap = ev.snapshot().unwrap().expect("39 positions");
@@ -138,5 +149,9 @@ fn a_restored_snapshot_continues_as_a_fresh_prefill() {
     assert_eq!(ev.n_past(), 30);
     let again = ev.eval(&a2[30..]).unwrap();
     let cmp = compare_logits(&again, &fresh);
-    assert!(cmp.max_abs_diff < 2e-3, "trait restore vs fresh: {}", cmp.max_abs_diff);
+    assert!(
+        cmp.max_abs_diff < 2e-3,
+        "trait restore vs fresh: {}",
+        cmp.max_abs_diff
+    );
 }

@@ -15,8 +15,8 @@ pub mod http;
 pub mod prefix;
 pub mod worker;
 
-pub use rocky_engine::ChatFormat;
 pub use conversations::CacheBounds;
+pub use rocky_engine::ChatFormat;
 pub use worker::Model;
 
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 //! that extends a cached conversation evaluates only its new tokens.
 
 use crate::api::{PromptInput, Work};
-use rocky_engine::ChatFormat;
 use crate::conversations::{CacheBounds, Conversations};
 use crate::error::ApiError;
+use rocky_engine::ChatFormat;
 use rocky_generate::{
     generate_reusing, EndOfGeneration, Evaluator, GenerateError, GenerateOptions, Generation,
 };
@@ -166,9 +166,7 @@ fn prompt_ids(model: &Model, input: &PromptInput) -> Result<Vec<u32>, ApiError> 
     let text = match input {
         PromptInput::Ids(ids) => return check(model, ids.clone()),
         PromptInput::Text(t) => t.clone(),
-        PromptInput::Chat(messages) => {
-            crate::chat::render(model.chat, messages)?
-        }
+        PromptInput::Chat(messages) => crate::chat::render(model.chat, messages)?,
     };
     let ids = model
         .tokenizer

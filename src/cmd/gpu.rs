@@ -149,8 +149,8 @@ pub fn open_session<'m>(
     let options = args.options(profile)?;
     let mut bar: Option<Bar> = None;
     Session::open_with_progress(model, &options, n_ctx, &mut |p| {
-        let bar = bar
-            .get_or_insert_with(|| Bar::new(format!("uploading weights to {}", p.device), 0));
+        let bar =
+            bar.get_or_insert_with(|| Bar::new(format!("uploading weights to {}", p.device), 0));
         show_upload(bar, p.done, p.total);
     })
     .map_err(session_error)
@@ -170,9 +170,9 @@ pub fn prepare(session: &mut Session) -> Result<(), CliError> {
 /// [`db_error`], the device's as [`device_error`].
 pub fn session_error(e: SessionError) -> CliError {
     match e {
-        SessionError::UbatchOutOfRange { ubatch } => CliError::usage(format!(
-            "--ubatch {ubatch} is out of range: use 1 to 4096"
-        )),
+        SessionError::UbatchOutOfRange { ubatch } => {
+            CliError::usage(format!("--ubatch {ubatch} is out of range: use 1 to 4096"))
+        }
         SessionError::NoDispatchesPerCommandBuffer => {
             CliError::usage("--cb-max-dispatches must be at least 1")
         }

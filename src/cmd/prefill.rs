@@ -80,9 +80,7 @@ pub fn run(args: Args) -> CmdResult {
             }
             super::gpu::prepare(&mut session)?;
             let start = Instant::now();
-            let logits = session
-                .prefill(&ids)
-                .map_err(super::gpu::session_error)?;
+            let logits = session.prefill(&ids).map_err(super::gpu::session_error)?;
             gpu_seconds = Some(start.elapsed().as_secs_f64());
             ubatch = Some((session.ubatch(), session.ubatch_origin().as_str()));
             stats = session.stats().cloned();

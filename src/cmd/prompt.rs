@@ -89,15 +89,13 @@ fn model_chat_text(
     let format = model
         .chat_format()
         .map_err(|e| CliError::input(e.to_string()))?;
-    format
-        .render(&messages(system, user))
-        .map_err(|e| match e {
-            // The CLI's wording: what to give instead of --chat.
-            rocky_engine::ChatError::NoTemplate { path } => {
-                CliError::input(chat::ChatError::NoTemplate { path }.to_string())
-            }
-            e => CliError::input(e.to_string()),
-        })
+    format.render(&messages(system, user)).map_err(|e| match e {
+        // The CLI's wording: what to give instead of --chat.
+        rocky_engine::ChatError::NoTemplate { path } => {
+            CliError::input(chat::ChatError::NoTemplate { path }.to_string())
+        }
+        e => CliError::input(e.to_string()),
+    })
 }
 
 fn messages(system: Option<&str>, user: &str) -> Vec<Message> {
@@ -116,6 +114,10 @@ pub fn chat_text(
     tokenizer: &Tokenizer,
     file: &GgufFile,
 ) -> Result<String, CliError> {
-    chat::render_for(file, &messages(system, user), &Specials::of(tokenizer, file))
-        .map_err(|e| CliError::input(e.to_string()))
+    chat::render_for(
+        file,
+        &messages(system, user),
+        &Specials::of(tokenizer, file),
+    )
+    .map_err(|e| CliError::input(e.to_string()))
 }
