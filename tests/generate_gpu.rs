@@ -1,5 +1,5 @@
-//! Generation on the Vulkan device (lavapipe in CI) against the CPU reference: the prompt's
-//! prefill in several ubatches, then one-token decode steps with kernels prepared for one row,
+//! Generation on the Vulkan device (lavapipe in CI), in rocky-engine's session as `rocky
+//! generate` runs it, against the CPU reference: the prompt's prefill in several ubatches, then one-token decode steps with kernels prepared for one row,
 //! must give the CPU reference's greedy tokens, and logits within 2e-3 of its logits at every
 //! step. The GEMMs run with f32 math (as tests/gpu_prefill.rs's golden comparisons), so the two
 //! differ by summation order only; the models have random weights, whose flat logits would
@@ -12,26 +12,19 @@ use common::shared;
 use rocky_compiler::{
     default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
 };
+use rocky_engine::{Database, EngineOptions, Model, Session};
 use rocky_generate::{
-    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams,
-    Vocabulary,
+    generate, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams, Vocabulary,
 };
-use rocky_models::arch::{self, Model};
-use rocky_models::fuse::FuseOptions;
-use rocky_models::gguf::GgufFile;
-use rocky_models::reference::{compare_logits, top_k, ReferenceOptions};
+use rocky_models::reference::{compare_logits, top_k};
 use rocky_models::synth::{Quant, Shape};
-use rocky_runtime::executor::{
-    Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
-};
-use rocky_runtime::{CommandBudget, Context, DeviceSelector};
+use rocky_runtime::executor::{ScheduleOrigin, ScheduleSource};
 use std::path::Path;
-use std::sync::OnceLock;
-use std::time::Duration;
 
-fn ctx() -> &'static Context {
-    static CTX: OnceLock<Context> = OnceLock::new();
-    CTX.get_or_init(|| {
+/// The environment of every GPU session here, set once before the first.
+fn environment() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
         }
@@ -40,8 +33,7 @@ fn ctx() -> &'static Context {
         if std::env::var_os("ROCKY_GEMV").is_none() {
             std::env::set_var("ROCKY_GEMV", "1");
         }
-        Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
-    })
+    });
 }
 
 /// Default schedules with f32 FMA math and f32 accumulation (as in tests/gpu_prefill.rs).
@@ -75,49 +67,30 @@ impl ScheduleSource for F32Math {
     }
 }
 
-/// The executor as an evaluator, keeping every logits vector (as `Recording` does for the CPU).
-struct Gpu<'m> {
-    ex: Executor<'m>,
+/// An evaluator that keeps every logits vector it returns (the GPU session's decode steps
+/// stay its own one-row path: `decode` is passed through, not turned into `eval`).
+struct Recording<E> {
+    inner: E,
     logits: Vec<Vec<f32>>,
 }
 
-impl Evaluator for Gpu<'_> {
+impl<E: Evaluator> Recording<E> {
+    fn new(inner: E) -> Self {
+        Recording {
+            inner,
+            logits: Vec::new(),
+        }
+    }
+}
+
+impl<E: Evaluator> Evaluator for Recording<E> {
     fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
-        let l = self
-            .ex
-            .prefill(tokens, &F32Math)
-            .map_err(|e| EvalError(e.to_string()))?;
+        let l = self.inner.eval(tokens)?;
         self.logits.push(l.clone());
         Ok(l)
     }
     fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
-        let l = self
-            .ex
-            .decode(token, &F32Math)
-            .map_err(|e| EvalError(e.to_string()))?;
-        self.logits.push(l.clone());
-        Ok(l)
-    }
-    fn n_past(&self) -> usize {
-        self.ex.n_past()
-    }
-    fn n_ctx(&self) -> usize {
-        self.ex.n_ctx()
-    }
-    fn reset(&mut self) {
-        self.logits.clear();
-        self.ex.reset()
-    }
-}
-
-struct Cpu<'a> {
-    inner: CpuEvaluator<'a>,
-    logits: Vec<Vec<f32>>,
-}
-
-impl Evaluator for Cpu<'_> {
-    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
-        let l = self.inner.eval(tokens)?;
+        let l = self.inner.decode(token)?;
         self.logits.push(l.clone());
         Ok(l)
     }
@@ -155,8 +128,7 @@ fn gpu_decode_matches_cpu(
     n_new: usize,
     ubatch: usize,
 ) -> (Vec<u32>, u32) {
-    let file = GgufFile::open(path).unwrap();
-    let model: Model = arch::load(&file).unwrap();
+    let model = Model::open(path).unwrap();
     let ids = prompt(n_prompt);
     let n_ctx = n_prompt + n_new;
     let options = GenerateOptions {
@@ -166,27 +138,19 @@ fn gpu_decode_matches_cpu(
     };
     // No end-of-generation token: random weights may well pick one.
     let end = EndOfGeneration::default();
-    let mut cpu = Cpu {
-        inner: CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx),
-        logits: Vec::new(),
-    };
+    let mut cpu = Recording::new(model.cpu_evaluator(n_ctx));
     let want = generate(&mut cpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
 
-    let c = ctx();
-    let weights = GpuWeights::upload(c, &file, &model).unwrap();
-    let ex_options = ExecutorOptions {
-        ubatch,
-        budget: CommandBudget::for_device(c.info()),
-        timeout: Duration::from_secs(600),
-        profile: false,
-        fuse: FuseOptions::DEFAULT,
-        overlap: false,
+    environment();
+    // The session `rocky generate` opens, without a tuning database and with f32 math.
+    let engine_options = EngineOptions {
+        database: Database::None,
+        ubatch: Some(ubatch),
+        ..EngineOptions::default()
     };
-    let ex = Executor::new(c, &model, weights, ex_options, n_ctx).unwrap();
-    let mut gpu = Gpu {
-        ex,
-        logits: Vec::new(),
-    };
+    let mut session = Session::open(&model, &engine_options, n_ctx).unwrap();
+    session.set_schedule_source(Box::new(F32Math));
+    let mut gpu = Recording::new(session);
     GEMV_ASKED.with(|c| c.set(0));
     let got = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
     // The decode steps ran the GEMV template (unless ROCKY_GEMV=0 asks for the GEMM).
@@ -198,8 +162,8 @@ fn gpu_decode_matches_cpu(
     }
     // The decode steps' attention schedules (the last `prepare` was a decode step's).
     let kv_splits = gpu
-        .ex
-        .used
+        .inner
+        .schedules_used()
         .iter()
         .filter_map(|(_, _, s, _)| match s {
             Schedule::Attention(a) => Some(a.kv_splits),
@@ -207,9 +171,10 @@ fn gpu_decode_matches_cpu(
         })
         .max()
         .unwrap_or(0);
-    // The executor's ubatch is its own again after the decode steps.
-    assert_eq!(gpu.ex.options().ubatch, ubatch);
-    assert_eq!(gpu.ex.n_past(), n_prompt + n_new - 1);
+    // The session's ubatch (at most the context) is its own again after the decode steps.
+    assert_eq!(gpu.inner.ubatch(), ubatch.min(n_ctx));
+    assert_eq!(gpu.inner.n_past(), n_prompt + n_new - 1);
+    assert_eq!(gpu.inner.decode_time().steps as usize, n_new - 1);
 
     let name = path.file_name().unwrap().to_string_lossy();
     let mut worst = 0f32;

@@ -1,73 +1,23 @@
 //! Prefix reuse at the level of logits: rewinding the cache to a shared prefix and prefilling
 //! only the rest gives what a prefill of the whole prompt from position 0 gives, on the GPU
-//! executor (lavapipe in CI) and on the CPU reference. This is what `rocky serve` relies on
-//! when it reports `cached_tokens`.
+//! session of rocky-engine (lavapipe in CI; the evaluator `rocky serve` runs) and on the CPU
+//! reference. This is what `rocky serve` relies on when it reports `cached_tokens`.
 
 mod common;
 
 use common::shared;
+use rocky_engine::{Database, EngineOptions, Model, Session};
 use rocky_generate::{
-    generate, generate_reusing, CpuEvaluator, EndOfGeneration, EvalError, Evaluator,
-    GenerateOptions, KvSnapshot, SamplerParams, Vocabulary,
+    generate, generate_reusing, EndOfGeneration, Evaluator, GenerateOptions, SamplerParams,
+    Vocabulary,
 };
-use rocky_models::arch;
-use rocky_models::fuse::FuseOptions;
-use rocky_models::gguf::GgufFile;
-use rocky_models::reference::{compare_logits, ReferenceOptions};
-use rocky_runtime::executor::{DefaultSchedules, Executor, ExecutorOptions, GpuWeights};
-use rocky_runtime::{CommandBudget, Context, DeviceSelector};
-use std::time::Duration;
+use rocky_models::reference::compare_logits;
 
 /// A fixed pseudo-random prompt of ordinary ids, `seed` making different ones.
 fn ids(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i * 7919 + 13 * seed) % 1000 + 10)
         .collect()
-}
-
-struct Gpu<'m>(Executor<'m>);
-
-impl Evaluator for Gpu<'_> {
-    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
-        self.0
-            .prefill(tokens, &DefaultSchedules)
-            .map_err(|e| EvalError(e.to_string()))
-    }
-    fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
-        self.0
-            .decode(token, &DefaultSchedules)
-            .map_err(|e| EvalError(e.to_string()))
-    }
-    fn n_past(&self) -> usize {
-        self.0.n_past()
-    }
-    fn n_ctx(&self) -> usize {
-        self.0.n_ctx()
-    }
-    fn reset(&mut self) {
-        self.0.reset()
-    }
-    fn truncate(&mut self, n_past: usize) -> bool {
-        self.0.truncate(n_past);
-        true
-    }
-    fn snapshot(&mut self) -> Result<Option<KvSnapshot>, EvalError> {
-        let s = self.0.snapshot_kv().map_err(|e| EvalError(e.to_string()))?;
-        Ok(s.map(|s| KvSnapshot {
-            n_past: s.n_past(),
-            bytes: s.bytes(),
-            state: Box::new(s),
-        }))
-    }
-    fn restore(&mut self, snapshot: KvSnapshot, n: usize) -> Result<(), EvalError> {
-        let s = snapshot
-            .state
-            .downcast::<rocky_runtime::executor::KvSnapshot>()
-            .unwrap();
-        self.0
-            .restore_kv(&s, n)
-            .map_err(|e| EvalError(e.to_string()))
-    }
 }
 
 struct NoText;
@@ -178,11 +128,10 @@ fn snapshots_equal_fresh(ev: &mut dyn Evaluator, tolerance: f32, what: &str) {
 #[test]
 fn rewinding_or_restoring_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
     let path = shared().join("models/qwen2-tiny-q8_0.gguf");
-    let file = GgufFile::open(&path).unwrap();
-    let model = arch::load(&file).unwrap();
+    let model = Model::open(&path).unwrap();
     let n_ctx = 128;
 
-    let mut cpu = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx);
+    let mut cpu = model.cpu_evaluator(n_ctx);
     // The CPU reference computes each row alone: reuse is exact.
     reuse_equals_fresh(&mut cpu, 0.0, "cpu");
     snapshots_equal_fresh(&mut cpu, 0.0, "cpu");
@@ -190,17 +139,13 @@ fn rewinding_or_restoring_a_shared_prefix_gives_a_fresh_prefill_s_logits() {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
     }
-    let ctx = Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)");
-    let weights = GpuWeights::upload(&ctx, &file, &model).unwrap();
-    let options = ExecutorOptions {
-        ubatch: 16,
-        budget: CommandBudget::for_device(ctx.info()),
-        timeout: Duration::from_secs(600),
-        profile: false,
-        fuse: FuseOptions::DEFAULT,
-        overlap: false,
+    // The session `rocky serve` runs, with the default schedules (no tuning database).
+    let options = EngineOptions {
+        database: Database::None,
+        ubatch: Some(16),
+        ..EngineOptions::default()
     };
-    let mut gpu = Gpu(Executor::new(&ctx, &model, weights, options, n_ctx).unwrap());
+    let mut gpu = Session::open(&model, &options, n_ctx).unwrap();
     // Different ubatch boundaries (rows 30.. start mid-ubatch) may sum in another order.
     reuse_equals_fresh(&mut gpu, 2e-3, "gpu");
     snapshots_equal_fresh(&mut gpu, 2e-3, "gpu");

@@ -1,6 +1,6 @@
 //! What generation runs on: anything that takes tokens at the next positions and returns the
-//! last one's logits. The CPU reference implements it here; the GPU executor in the `rocky`
-//! binary, so this crate needs no device code.
+//! last one's logits. The CPU reference implements it here; the GPU session in rocky-engine,
+//! so this crate needs no device code.
 
 use rocky_models::arch::Model;
 use rocky_models::gguf::GgufFile;

@@ -1,5 +1,5 @@
 //! Text generation for rocky: the loop that turns a prompt into a continuation, over any
-//! [`Evaluator`] (the CPU reference here, the GPU executor in the `rocky` binary).
+//! [`Evaluator`] (the CPU reference here, the GPU session in rocky-engine).
 //!
 //! One job per module: `evaluator` (what runs the model), `sampler` (which token next),
 //! `stop` (when to end), `text` (bytes to whole characters), `generation` (the loop).

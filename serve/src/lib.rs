@@ -3,7 +3,7 @@
 //!
 //! Two threads: tokio serves HTTP (`http`), and the caller's thread runs the model (`worker`),
 //! taking requests one at a time from a bounded queue. One job per module: `api` (request
-//! bodies), `chat` (messages to prompt text), `prefix` (what the cache holds), `conversations` (several
+//! bodies), `chat` (messages to prompt text, with the model's chat format parsed once), `prefix` (what the cache holds), `conversations` (several
 //! conversations' caches, least recently used out first), `error`
 //! (OpenAI's error bodies).
 
@@ -15,8 +15,8 @@ pub mod http;
 pub mod prefix;
 pub mod worker;
 
-pub use chat::ChatFormat;
 pub use conversations::CacheBounds;
+pub use rocky_engine::ChatFormat;
 pub use worker::Model;
 
 use std::sync::Arc;

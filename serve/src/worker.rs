@@ -4,9 +4,9 @@
 //! that extends a cached conversation evaluates only its new tokens.
 
 use crate::api::{PromptInput, Work};
-use crate::chat::ChatFormat;
 use crate::conversations::{CacheBounds, Conversations};
 use crate::error::ApiError;
+use rocky_engine::ChatFormat;
 use rocky_generate::{
     generate_reusing, EndOfGeneration, Evaluator, GenerateError, GenerateOptions, Generation,
 };
@@ -14,12 +14,29 @@ use rocky_models::tokenizer::Tokenizer;
 use std::sync::mpsc::Receiver;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// What the worker runs: the evaluator (GPU or CPU) and what turns text into its tokens.
+/// What the worker runs: the evaluator (GPU session or CPU reference) and what turns text
+/// into its tokens, built once with the model and shared by every request.
 pub struct Model<'a> {
     pub evaluator: &'a mut dyn Evaluator,
     pub tokenizer: &'a Tokenizer,
-    pub end: EndOfGeneration,
-    pub chat: ChatFormat,
+    pub end: &'a EndOfGeneration,
+    pub chat: &'a ChatFormat,
+}
+
+impl<'a> Model<'a> {
+    /// `model`'s tokenizer, end-of-generation tokens and chat format (built on the first call,
+    /// once per model), running on `evaluator`.
+    pub fn of(
+        model: &'a rocky_engine::Model,
+        evaluator: &'a mut dyn Evaluator,
+    ) -> Result<Model<'a>, rocky_engine::LoadError> {
+        Ok(Model {
+            evaluator,
+            tokenizer: model.tokenizer()?,
+            end: model.end_of_generation()?,
+            chat: model.chat_format()?,
+        })
+    }
 }
 
 /// A queued request and where its results go.
@@ -112,7 +129,7 @@ fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
     let result = generate_reusing(
         model.evaluator,
         model.tokenizer,
-        &model.end,
+        model.end,
         &prompt,
         reuse,
         &options,
@@ -149,9 +166,7 @@ fn prompt_ids(model: &Model, input: &PromptInput) -> Result<Vec<u32>, ApiError> 
     let text = match input {
         PromptInput::Ids(ids) => return check(model, ids.clone()),
         PromptInput::Text(t) => t.clone(),
-        PromptInput::Chat(messages) => {
-            model.chat.render(messages).map_err(ApiError::bad_request)?
-        }
+        PromptInput::Chat(messages) => crate::chat::render(model.chat, messages)?,
     };
     let ids = model
         .tokenizer

@@ -2,17 +2,11 @@
 //! Standard output holds the generated text and nothing else (or one JSON object with
 //! `--json`); timings and notes go to standard error.
 
-use super::gpu::{GpuArgs, GpuSession};
+use super::gpu::{self, GpuArgs};
 use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
-use rocky_generate::{
-    generate, CpuEvaluator, EndOfGeneration, EvalError, Evaluator, GenerateError, GenerateOptions,
-    Generation, SamplerParams,
-};
-use rocky_models::arch;
-use rocky_models::reference::ReferenceOptions;
-use rocky_models::tokenizer::Tokenizer;
-use rocky_runtime::executor::KvSnapshot;
+use rocky_engine::Model;
+use rocky_generate::{generate, GenerateError, GenerateOptions, Generation, SamplerParams};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -69,45 +63,6 @@ pub struct Args {
     pub gpu: GpuArgs,
 }
 
-/// The GPU executor as a generation evaluator.
-impl Evaluator for GpuSession<'_> {
-    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EvalError> {
-        self.prefill(tokens).map_err(|e| EvalError(e.message))
-    }
-    fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
-        GpuSession::decode(self, token).map_err(|e| EvalError(e.message))
-    }
-    fn n_past(&self) -> usize {
-        GpuSession::n_past(self)
-    }
-    fn n_ctx(&self) -> usize {
-        GpuSession::n_ctx(self)
-    }
-    fn reset(&mut self) {
-        GpuSession::reset(self)
-    }
-    fn truncate(&mut self, n_past: usize) -> bool {
-        GpuSession::truncate(self, n_past);
-        true
-    }
-    fn snapshot(&mut self) -> Result<Option<rocky_generate::KvSnapshot>, EvalError> {
-        let snapshot = self.snapshot_kv().map_err(|e| EvalError(e.to_string()))?;
-        Ok(snapshot.map(|s| rocky_generate::KvSnapshot {
-            n_past: s.n_past(),
-            bytes: s.bytes(),
-            state: Box::new(s),
-        }))
-    }
-    fn restore(&mut self, snapshot: rocky_generate::KvSnapshot, n: usize) -> Result<(), EvalError> {
-        let saved = snapshot
-            .state
-            .downcast::<KvSnapshot>()
-            .map_err(|_| EvalError("a KV snapshot from another kind of evaluator".into()))?;
-        self.restore_kv(&saved, n)
-            .map_err(|e| EvalError(e.to_string()))
-    }
-}
-
 pub fn run(args: Args) -> CmdResult {
     if args.n_predict == 0 {
         return Err(CliError::usage("-n must be at least 1"));
@@ -131,15 +86,16 @@ pub fn run(args: Args) -> CmdResult {
         seed,
     };
     sampler.validate().map_err(CliError::usage)?;
-    let file = super::open_gguf(&args.model)?;
-    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
-    let tokenizer = Tokenizer::from_gguf(&file)
+    let model = Model::open(&args.model).map_err(gpu::load_error)?;
+    // Built once here; the prompt and the generation below use this one.
+    let tokenizer = model
+        .tokenizer()
         .map_err(|e| CliError::input(format!("generation needs the model's tokenizer: {e}")))?;
-    let ids = prompt::token_ids(&args.prompt, &file)?;
-    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= model.config.n_vocab) {
+    let ids = prompt::token_ids(&args.prompt, &model)?;
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= model.n_vocab()) {
         return Err(CliError::input(format!(
             "token id {bad} is outside the vocabulary of {} tokens",
-            model.config.n_vocab
+            model.n_vocab()
         )));
     }
     let n_ctx = args.ctx.unwrap_or(ids.len() + args.n_predict);
@@ -149,7 +105,7 @@ pub fn run(args: Args) -> CmdResult {
             ids.len()
         )));
     }
-    let end = EndOfGeneration::from_vocabulary(&file, &tokenizer);
+    let end = model.end_of_generation().map_err(gpu::load_error)?;
     let options = GenerateOptions {
         max_new_tokens: args.n_predict,
         sampler,
@@ -168,16 +124,16 @@ pub fn run(args: Args) -> CmdResult {
         }
     };
     let (generation, backend, ubatch, decode_time) = if args.cpu {
-        let mut ev = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), n_ctx);
-        let g = generate(&mut ev, &tokenizer, &end, &ids, &options, &mut on_text);
+        let mut ev = model.cpu_evaluator(n_ctx);
+        let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
         (g, "cpu", None, None)
     } else {
-        let mut session = GpuSession::open(&args.gpu, &file, &model, n_ctx, false)?;
-        session.prepare()?;
-        session.prepare_decode()?;
-        let ubatch = (session.ubatch(), session.ubatch_origin);
-        let g = generate(&mut session, &tokenizer, &end, &ids, &options, &mut on_text);
-        (g, "gpu", Some(ubatch), Some(session.decode_time))
+        let mut session = gpu::open_session(&args.gpu, &model, n_ctx, false)?;
+        gpu::prepare(&mut session)?;
+        session.prepare_decode().map_err(gpu::session_error)?;
+        let ubatch = (session.ubatch(), session.ubatch_origin().as_str());
+        let g = generate(&mut session, tokenizer, end, &ids, &options, &mut on_text);
+        (g, "gpu", Some(ubatch), Some(session.decode_time()))
     };
     let generation = generation.map_err(generate_error)?;
     if args.json {

@@ -1,19 +1,14 @@
-//! Opening a model on a Vulkan device for prefill: the flags every GPU command shares.
+//! The flags every GPU command shares, turned into the engine's options, and the engine's
+//! errors and figures as the CLI shows them. The session itself is rocky-engine's.
 
-use super::staging::ForcedSharedMemory;
 use crate::error::CliError;
 use crate::progress::Bar;
 use crate::units::human_bytes;
-use rocky_models::arch::Model;
-use rocky_models::fuse::FuseOptions;
-use rocky_models::gguf::GgufFile;
-use rocky_runtime::executor::{
-    ExecError, Executor, ExecutorOptions, ForcedMath, GpuWeights, KvSnapshot, LayoutChoice,
-    MathFamily, PrefillStats,
+use rocky_engine::{
+    Database, EngineOptions, LayoutChoice, LoadError, Model, ProfileRow, Session, SessionError,
 };
-use rocky_runtime::{host_timing_reason, CommandBudget, Context, DeviceSelector, RuntimeError};
-use rocky_tuner::graph::model_shape_key;
-use rocky_tuner::DbSchedules;
+use rocky_runtime::executor::{ExecError, MathFamily, PrefillStats};
+use rocky_runtime::{Context, DeviceSelector, RuntimeError};
 use rocky_tuning_db::DbError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -78,8 +73,15 @@ impl MathArg {
 
 /// `--db`, else `$ROCKY_DB` / the XDG default; `None` when no location can be derived.
 pub fn db_path(flag: Option<&Path>) -> Option<PathBuf> {
-    flag.map(Path::to_path_buf)
-        .or_else(rocky_tuning_db::default_db_path)
+    database(flag).path()
+}
+
+/// The engine's database of `--db`: that one, else the default location.
+fn database(flag: Option<&Path>) -> Database {
+    match flag {
+        Some(path) => Database::At(path.to_path_buf()),
+        None => Database::Default,
+    }
 }
 
 /// A database error as a CLI error: unreadable/damaged databases are bad input (3), locked or
@@ -110,366 +112,94 @@ pub fn exec_error(e: ExecError) -> CliError {
     }
 }
 
-pub struct GpuSession<'m> {
-    executor: Executor<'m>,
-    /// Tuned schedules of this device from the database, defaults for the rest.
-    schedules: DbSchedules,
-    /// `--math`: every GEMM in this family.
-    math: Option<MathFamily>,
-    /// `--force-shared-memory`.
-    force_shared_memory: bool,
-    /// Where the ubatch size came from: "flag", "tuned" (graph-level choice) or "default".
-    pub ubatch_origin: &'static str,
-    /// Why `--profile` gets no per-op GPU times on this device (no timestamps, or host timing
-    /// forced): the prefill then runs unprofiled and only host-side figures are shown.
-    pub no_gpu_profile: Option<String>,
-    /// Where the decode steps' time went, summed over the steps since the session opened.
-    pub decode_time: DecodeTime,
-}
-
-/// Host-side accounting of decode steps (each one a one-row prefill): what the executor did
-/// before the first dispatch (schedules, pipelines, descriptor sets), recording and submitting,
-/// waiting for the GPU, and reading the logits back. A decode step is short enough that the
-/// host's share decides its speed, so `rocky generate` reports it.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DecodeTime {
-    pub steps: u32,
-    pub wall: Duration,
-    pub setup: Duration,
-    pub record: Duration,
-    pub wait: Duration,
-    pub readback: Duration,
-    pub dispatches: u64,
-}
-
-impl DecodeTime {
-    fn add(&mut self, s: &PrefillStats) {
-        self.steps += 1;
-        self.wall += s.wall;
-        self.setup += s.setup;
-        self.record += s.stream.host_busy;
-        self.wait += s.stream.host_wait;
-        self.readback += s.readback;
-        self.dispatches += s.stream.dispatches;
-    }
-
-    /// Dispatches per step, `None` before the first step.
-    pub fn dispatches_per_step(&self) -> Option<f64> {
-        (self.steps > 0).then(|| self.dispatches as f64 / self.steps as f64)
-    }
-
-    /// Milliseconds per step of each part, `None` before the first step.
-    pub fn per_step_ms(&self) -> Option<[(&'static str, f64); 5]> {
-        let n = self.steps as f64;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
-        (self.steps > 0).then(|| {
-            [
-                ("wall", ms(self.wall)),
-                ("setup", ms(self.setup)),
-                ("record", ms(self.record)),
-                ("wait", ms(self.wait)),
-                ("readback", ms(self.readback)),
-            ]
-        })
-    }
-}
-
-/// The ubatch when neither a flag nor a tuned graph-level choice gives one.
-pub const DEFAULT_UBATCH: usize = 512;
-
-impl<'m> GpuSession<'m> {
-    pub fn open(
-        args: &GpuArgs,
-        file: &'m GgufFile,
-        model: &'m Model,
-        n_tokens: usize,
-        profile: bool,
-    ) -> Result<GpuSession<'m>, CliError> {
-        if let Some(u) = args.ubatch.filter(|&u| u == 0 || u > 4096) {
-            return Err(CliError::usage(format!(
-                "--ubatch {u} is out of range: use 1 to 4096"
-            )));
-        }
-        let selector: DeviceSelector = args
+impl GpuArgs {
+    /// The engine's options of these flags (`profile`: `--profile`).
+    /// (The engine checks the ranges of the numbers; [`session_error`] words its refusals.)
+    pub fn options(&self, profile: bool) -> Result<EngineOptions, CliError> {
+        let device: DeviceSelector = self
             .device
             .parse()
-            .map_err(|e| CliError::usage(format!("--device {}: {e}", args.device)))?;
-        let ctx = Context::new(&selector).map_err(device_error)?;
-        // A missing database means "not tuned yet"; a damaged one is an error, not a
-        // silent fallback to defaults.
-        let shape = model_shape_key(file, model);
-        let schedules = match db_path(args.db.as_deref()) {
-            Some(path) => {
-                DbSchedules::open_for_model(&path, ctx.info(), &shape).map_err(db_error)?
-            }
-            None => DbSchedules::empty(),
-        };
-        // Flags win over the graph-level choice of `rocky tune`, which wins over defaults.
-        let graph = schedules.graph_choice_for(args.ubatch);
-        let mut budget = CommandBudget::for_device(ctx.info());
-        if let Some(g) = graph {
-            budget.max_dispatches = g.max_dispatches_per_cb;
-        }
-        if let Some(mib) = args.cb_budget_mib {
-            budget.max_driver_bytes = mib << 20;
-        }
-        if let Some(n) = args.cb_max_dispatches {
-            if n == 0 {
-                return Err(CliError::usage("--cb-max-dispatches must be at least 1"));
-            }
-            budget.max_dispatches = n;
-        }
-        let (ubatch, ubatch_origin) = match (args.ubatch, graph) {
-            (Some(u), _) => (u, "flag"),
-            (None, Some(g)) => (g.ubatch as usize, "tuned"),
-            (None, None) => (DEFAULT_UBATCH, "default"),
-        };
-        // Per-op times need timestamps; without them a profile is the host's accounting.
-        let no_gpu_profile = if profile {
-            host_timing_reason(ctx.info())
-        } else {
-            None
-        };
-        let layouts = match args.weight_layout.as_str() {
+            .map_err(|e| CliError::usage(format!("--device {}: {e}", self.device)))?;
+        let weight_layout = match self.weight_layout.as_str() {
             "auto" => LayoutChoice::Auto,
             name => LayoutChoice::Force(name.parse().map_err(CliError::usage)?),
         };
-        let weights =
-            GpuWeights::upload_with_layouts(&ctx, file, model, layouts, &mut upload_bar(&ctx))
-                .map_err(exec_error)?;
-        // ROCKY_FUSE wins over the tuned fusion, which wins over the default.
-        let fuse = FuseOptions::resolve(graph.map(|g| g.fuse_swiglu)).map_err(CliError::usage)?;
-        let run_ubatch = ubatch.min(n_tokens.max(1));
-        let overlap =
-            rocky_runtime::executor::resolve_overlap(run_ubatch, graph.map(|g| g.overlap))
-                .map_err(CliError::usage)?;
-        let options = ExecutorOptions {
-            ubatch: run_ubatch,
-            budget,
-            timeout: Duration::from_secs(600),
-            profile: profile && no_gpu_profile.is_none(),
-            fuse,
-            overlap,
-        };
-        let executor =
-            Executor::new(&ctx, model, weights, options, n_tokens).map_err(exec_error)?;
-        Ok(GpuSession {
-            executor,
-            schedules,
-            math: args.math.family(),
-            force_shared_memory: args.force_shared_memory,
-            ubatch_origin,
-            no_gpu_profile,
-            decode_time: DecodeTime::default(),
+        Ok(EngineOptions {
+            device,
+            database: database(self.db.as_deref()),
+            ubatch: self.ubatch,
+            cb_budget_mib: self.cb_budget_mib,
+            cb_max_dispatches: self.cb_max_dispatches,
+            math: self.math.family(),
+            force_shared_memory: self.force_shared_memory,
+            weight_layout,
+            profile,
         })
     }
+}
 
-    /// Builds every pipeline the prefill needs (not counted in its time).
-    pub fn prepare(&mut self) -> Result<(), CliError> {
-        if let Some(family) = self.math {
-            family
-                .check_device(self.executor.caps())
-                .map_err(CliError::device)?;
+/// Opens `model` on the device of `args` with `n_ctx` KV positions, the upload shown as a
+/// bar on a terminal.
+pub fn open_session<'m>(
+    args: &GpuArgs,
+    model: &'m Model,
+    n_ctx: usize,
+    profile: bool,
+) -> Result<Session<'m>, CliError> {
+    let options = args.options(profile)?;
+    let mut bar: Option<Bar> = None;
+    Session::open_with_progress(model, &options, n_ctx, &mut |p| {
+        let bar =
+            bar.get_or_insert_with(|| Bar::new(format!("uploading weights to {}", p.device), 0));
+        show_upload(bar, p.done, p.total);
+    })
+    .map_err(session_error)
+}
+
+/// Builds the session's prefill pipelines (not counted in its time) and prints the notices of
+/// schedules it replaced.
+pub fn prepare(session: &mut Session) -> Result<(), CliError> {
+    session.prepare().map_err(session_error)?;
+    for notice in session.notices() {
+        eprintln!("note: {notice}");
+    }
+    Ok(())
+}
+
+/// An engine error as the CLI's: flags' mistakes are usage errors (2), the database's as
+/// [`db_error`], the device's as [`device_error`].
+pub fn session_error(e: SessionError) -> CliError {
+    match e {
+        SessionError::UbatchOutOfRange { ubatch } => {
+            CliError::usage(format!("--ubatch {ubatch} is out of range: use 1 to 4096"))
         }
-        let staged = ForcedSharedMemory {
-            inner: &self.schedules,
-            on: self.force_shared_memory,
-        };
-        let source = ForcedMath {
-            inner: &staged,
-            family: self.math,
-        };
-        self.executor.prepare(&source).map_err(exec_error)?;
-        for notice in &self.executor.notices {
-            eprintln!("note: {notice}");
+        SessionError::NoDispatchesPerCommandBuffer => {
+            CliError::usage("--cb-max-dispatches must be at least 1")
         }
-        Ok(())
-    }
-
-    /// Tokens per ubatch actually run.
-    pub fn ubatch(&self) -> usize {
-        self.executor.options().ubatch
-    }
-
-    /// The device buffers of the session (see `Executor::memory_plan`).
-    pub fn memory_plan(&self) -> Vec<(String, u64)> {
-        self.executor.memory_plan()
-    }
-
-    /// One line on the weights: bytes on the device, upload time (with the repack), and how
-    /// many tensors are in the aligned layout.
-    pub fn weights_summary(&self) -> String {
-        let w = self.executor.weights();
-        format!(
-            "weights: {} on the device, uploaded in {:.1} ms ({:.1} ms of it repacking), {} tensor(s) in the aligned layout",
-            human_bytes(w.footprint().0),
-            w.upload_time.as_secs_f64() * 1e3,
-            w.repack_time.as_secs_f64() * 1e3,
-            w.repacked().len()
-        )
-    }
-
-    /// Where the time of the last prefill went.
-    pub fn stats(&self) -> Option<&PrefillStats> {
-        self.executor.last_stats.as_ref()
-    }
-
-    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, CliError> {
-        self.executor
-            .prefill(
-                ids,
-                &ForcedMath {
-                    inner: &ForcedSharedMemory {
-                        inner: &self.schedules,
-                        on: self.force_shared_memory,
-                    },
-                    family: self.math,
-                },
-            )
-            .map_err(exec_error)
+        SessionError::MathUnsupported { reason, .. } => CliError::device(reason),
+        SessionError::Environment { detail } => CliError::usage(detail),
+        SessionError::Database(e) => db_error(e),
+        SessionError::Device(e) => device_error(e),
+        SessionError::Exec(e) => exec_error(e),
     }
 }
 
-/// What `rocky generate` needs beyond the prefill (see `Executor::decode`).
-impl GpuSession<'_> {
-    /// One token at the next position, with kernels prepared for one row.
-    pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, CliError> {
-        let logits = self
-            .executor
-            .decode(
-                token,
-                &ForcedMath {
-                    inner: &ForcedSharedMemory {
-                        inner: &self.schedules,
-                        on: self.force_shared_memory,
-                    },
-                    family: self.math,
-                },
-            )
-            .map_err(exec_error)?;
-        if let Some(stats) = &self.executor.last_stats {
-            self.decode_time.add(stats);
-        }
-        Ok(logits)
-    }
-
-    /// Builds the decode step's one-row pipelines (not counted in its time).
-    pub fn prepare_decode(&mut self) -> Result<(), CliError> {
-        self.executor
-            .prepare_decode(&ForcedMath {
-                inner: &ForcedSharedMemory {
-                    inner: &self.schedules,
-                    on: self.force_shared_memory,
-                },
-                family: self.math,
-            })
-            .map_err(exec_error)
-    }
-
-    /// Positions in the KV cache.
-    pub fn n_past(&self) -> usize {
-        self.executor.n_past()
-    }
-
-    /// Positions the KV cache holds.
-    pub fn n_ctx(&self) -> usize {
-        self.executor.n_ctx()
-    }
-
-    /// Empties the KV cache.
-    pub fn reset(&mut self) {
-        self.executor.reset()
-    }
-
-    /// Keeps the first `n_past` cached positions (prefix reuse in `rocky serve`).
-    pub fn truncate(&mut self, n_past: usize) {
-        self.executor.truncate(n_past)
-    }
-
-    /// A device copy of the cached positions (another conversation of `rocky serve` waits in
-    /// it); `None` when the cache is empty.
-    pub fn snapshot_kv(&self) -> Result<Option<KvSnapshot>, ExecError> {
-        self.executor.snapshot_kv()
-    }
-
-    /// The first `n` positions of `snapshot` become the cache.
-    pub fn restore_kv(&mut self, snapshot: &KvSnapshot, n: usize) -> Result<(), ExecError> {
-        self.executor.restore_kv(snapshot, n)
-    }
+/// A model that cannot be opened (or lacks its tokenizer) is bad input (3).
+pub fn load_error(e: LoadError) -> CliError {
+    CliError::input(e.to_string())
 }
 
-impl GpuSession<'_> {
-    /// The per-op table of `--profile`: GPU time per (op, kernel), summed over layers.
-    pub fn profile_table(&self) -> Vec<ProfileRow> {
-        let ex = &self.executor;
-        let mut rows: Vec<ProfileRow> = Vec::new();
-        let total: f64 = ex.profile.iter().map(|t| t.seconds).sum();
-        for t in &ex.profile {
-            let op = op_name(&t.label);
-            let (workload, origin) = (t.workload, t.origin);
-            match rows.iter_mut().find(|r| r.op == op && r.kernel == t.kernel) {
-                Some(r) => {
-                    r.calls += 1;
-                    r.seconds += t.seconds;
-                    r.flops += workload.flops() as f64;
-                }
-                None => rows.push(ProfileRow {
-                    op,
-                    shape: workload_shape(&workload),
-                    kernel: t.kernel.clone(),
-                    tuned: origin == rocky_runtime::executor::ScheduleOrigin::Tuned,
-                    calls: 1,
-                    seconds: t.seconds,
-                    flops: workload.flops() as f64,
-                    share: 0.0,
-                }),
-            }
-        }
-        for r in &mut rows {
-            r.share = if total > 0.0 { r.seconds / total } else { 0.0 };
-        }
-        rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-        rows
-    }
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ProfileRow {
-    pub op: String,
-    pub shape: String,
-    pub kernel: String,
-    pub tuned: bool,
-    pub calls: usize,
-    pub seconds: f64,
-    /// Useful floating-point operations of all calls (for GFLOP/s).
-    pub flops: f64,
-    pub share: f64,
-}
-
-/// "blk.12.attn_q" → "attn_q": ops are summed over layers.
-fn op_name(label: &str) -> String {
-    match label.strip_prefix("blk.") {
-        Some(rest) => rest.split_once('.').map_or(rest, |(_, op)| op).to_string(),
-        None => label.to_string(),
-    }
-}
-
-fn workload_shape(w: &rocky_compiler::Workload) -> String {
-    serde_json::to_value(w)
-        .ok()
-        .and_then(|v| v.as_object().and_then(|o| o.values().next().cloned()))
-        .map(|v| {
-            v.as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_default()
-        })
-        .unwrap_or_default()
-        .replace('"', "")
+/// One line on the weights: bytes on the device, upload time (with the repack), and how
+/// many tensors are in the aligned layout.
+pub fn weights_summary(session: &Session) -> String {
+    let w = session.weights();
+    format!(
+        "weights: {} on the device, uploaded in {:.1} ms ({:.1} ms of it repacking), {} tensor(s) in the aligned layout",
+        human_bytes(w.footprint().0),
+        w.upload_time.as_secs_f64() * 1e3,
+        w.repack_time.as_secs_f64() * 1e3,
+        w.repacked().len()
+    )
 }
 
 pub fn print_profile(rows: &[ProfileRow]) {
@@ -567,14 +297,16 @@ pub fn stats_json(stats: &PrefillStats) -> serde_json::Value {
 /// A progress callback for a weight upload to `ctx`'s device (a bar on a terminal).
 pub fn upload_bar(ctx: &Context) -> impl FnMut(u64, u64) {
     let mut bar = Bar::new(format!("uploading weights to {}", ctx.info().name), 0);
-    move |done, total| {
-        bar.set_total(total);
-        bar.set(
-            done,
-            &format!("{} of {}", human_bytes(done), human_bytes(total)),
-        );
-        if done >= total {
-            bar.clear();
-        }
+    move |done, total| show_upload(&mut bar, done, total)
+}
+
+fn show_upload(bar: &mut Bar, done: u64, total: u64) {
+    bar.set_total(total);
+    bar.set(
+        done,
+        &format!("{} of {}", human_bytes(done), human_bytes(total)),
+    );
+    if done >= total {
+        bar.clear();
     }
 }

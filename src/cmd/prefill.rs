@@ -3,9 +3,8 @@
 use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
 use crate::units::human_bytes;
-use rocky_models::arch;
+use rocky_engine::Model;
 use rocky_models::reference::{self, ReferenceOptions};
-use rocky_models::tokenizer::Tokenizer;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,9 +55,8 @@ pub fn run(args: Args) -> CmdResult {
             "--ubatch {u} is out of range: use 1 to 4096"
         )));
     }
-    let file = super::open_gguf(&args.model)?;
-    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
-    let ids = prompt::token_ids(&args.prompt, &file)?;
+    let model = Model::open(&args.model).map_err(super::gpu::load_error)?;
+    let ids = prompt::token_ids(&args.prompt, &model)?;
     let start = Instant::now();
     // GPU time excludes weight upload and pipeline builds (as llama-bench's pp figure does).
     let mut gpu_seconds = None;
@@ -67,22 +65,26 @@ pub fn run(args: Args) -> CmdResult {
     let mut stats = None;
     let mut no_gpu_profile = None;
     let logits = match args.backend {
-        Backend::Cpu => reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
-            .map_err(|e| CliError::input(e.to_string()))?,
+        Backend::Cpu => reference::forward(
+            model.file(),
+            model.arch(),
+            &ids,
+            ReferenceOptions::llama_cpp(),
+        )
+        .map_err(|e| CliError::input(e.to_string()))?,
         Backend::Gpu => {
-            let mut session =
-                super::gpu::GpuSession::open(&args.gpu, &file, &model, ids.len(), args.profile)?;
+            let mut session = super::gpu::open_session(&args.gpu, &model, ids.len(), args.profile)?;
             if args.verbose {
                 print_memory_plan(&session.memory_plan(), session.ubatch());
-                eprintln!("{}", session.weights_summary());
+                eprintln!("{}", super::gpu::weights_summary(&session));
             }
-            session.prepare()?;
+            super::gpu::prepare(&mut session)?;
             let start = Instant::now();
-            let logits = session.prefill(&ids)?;
+            let logits = session.prefill(&ids).map_err(super::gpu::session_error)?;
             gpu_seconds = Some(start.elapsed().as_secs_f64());
-            ubatch = Some((session.ubatch(), session.ubatch_origin));
+            ubatch = Some((session.ubatch(), session.ubatch_origin().as_str()));
             stats = session.stats().cloned();
-            no_gpu_profile = session.no_gpu_profile.clone();
+            no_gpu_profile = session.no_gpu_profile().map(str::to_string);
             if args.profile && no_gpu_profile.is_none() {
                 profile = Some(session.profile_table());
             }
@@ -99,7 +101,8 @@ pub fn run(args: Args) -> CmdResult {
             ))
         })?;
     }
-    let tokenizer = Tokenizer::from_gguf(&file).ok();
+    // The tokenizer the prompt was tokenized with (token ids work without one).
+    let tokenizer = model.tokenizer().ok();
     let piece = |id: usize| {
         tokenizer
             .as_ref()

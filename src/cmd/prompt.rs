@@ -36,9 +36,10 @@ pub struct PromptArgs {
     pub system: Option<String>,
 }
 
-/// Token ids of the prompt; text is tokenized with the model's own tokenizer, special tokens
-/// and BOS as the vocabulary asks (llama.cpp's defaults), after the chat template with --chat.
-pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliError> {
+/// Token ids of the prompt; text is tokenized with the model's own tokenizer (built once per
+/// model, shared with the generation that follows), special tokens and BOS as the vocabulary
+/// asks (llama.cpp's defaults), after the model's chat format with --chat.
+pub fn token_ids(args: &PromptArgs, model: &rocky_engine::Model) -> Result<Vec<u32>, CliError> {
     let text = match (&args.prompt, &args.file, &args.token_ids) {
         (_, _, Some(ids)) => {
             if ids.is_empty() {
@@ -62,9 +63,11 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
         }
         _ => unreachable!("clap requires one prompt source"),
     };
-    let tokenizer = Tokenizer::from_gguf(file).map_err(|e| CliError::input(e.to_string()))?;
+    let tokenizer = model
+        .tokenizer()
+        .map_err(|e| CliError::input(e.to_string()))?;
     let text = if args.chat {
-        chat_text(args.system.as_deref(), &text, &tokenizer, file)?
+        model_chat_text(args.system.as_deref(), &text, model)?
     } else {
         text
     };
@@ -77,6 +80,33 @@ pub fn token_ids(args: &PromptArgs, file: &GgufFile) -> Result<Vec<u32>, CliErro
     Ok(ids)
 }
 
+/// [system,] user messages through the model's chat format (parsed once per model).
+fn model_chat_text(
+    system: Option<&str>,
+    user: &str,
+    model: &rocky_engine::Model,
+) -> Result<String, CliError> {
+    let format = model
+        .chat_format()
+        .map_err(|e| CliError::input(e.to_string()))?;
+    format.render(&messages(system, user)).map_err(|e| match e {
+        // The CLI's wording: what to give instead of --chat.
+        rocky_engine::ChatError::NoTemplate { path } => {
+            CliError::input(chat::ChatError::NoTemplate { path }.to_string())
+        }
+        e => CliError::input(e.to_string()),
+    })
+}
+
+fn messages(system: Option<&str>, user: &str) -> Vec<Message> {
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(Message::new("system", system));
+    }
+    messages.push(Message::new("user", user));
+    messages
+}
+
 /// The chat template of `file` applied to [system,] user messages.
 pub fn chat_text(
     system: Option<&str>,
@@ -84,11 +114,10 @@ pub fn chat_text(
     tokenizer: &Tokenizer,
     file: &GgufFile,
 ) -> Result<String, CliError> {
-    let mut messages = Vec::new();
-    if let Some(system) = system {
-        messages.push(Message::new("system", system));
-    }
-    messages.push(Message::new("user", user));
-    chat::render_for(file, &messages, &Specials::of(tokenizer, file))
-        .map_err(|e| CliError::input(e.to_string()))
+    chat::render_for(
+        file,
+        &messages(system, user),
+        &Specials::of(tokenizer, file),
+    )
+    .map_err(|e| CliError::input(e.to_string()))
 }

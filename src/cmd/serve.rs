@@ -1,13 +1,11 @@
 //! `rocky serve`: the model behind an OpenAI-compatible HTTP API (crate rocky-serve), on the
-//! GPU executor or the CPU reference. This file only opens the model; the server is the crate's.
+//! GPU session of rocky-engine or the CPU reference. This file only opens the model; the
+//! server is the crate's.
 
-use super::gpu::{GpuArgs, GpuSession};
+use super::gpu::{self, GpuArgs};
 use crate::error::{CliError, CmdResult};
-use rocky_generate::{CpuEvaluator, EndOfGeneration, Evaluator};
-use rocky_models::arch;
-use rocky_models::reference::ReferenceOptions;
-use rocky_models::tokenizer::Tokenizer;
-use rocky_serve::{CacheBounds, ChatFormat, Model, ServeOptions};
+use rocky_generate::Evaluator;
+use rocky_serve::{CacheBounds, ServeOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -62,11 +60,12 @@ pub fn run(args: Args) -> CmdResult {
             args.cache_mib
         )));
     }
-    let file = super::open_gguf(&args.model)?;
-    let model = arch::load(&file).map_err(|e| CliError::input(e.to_string()))?;
-    let tokenizer = Tokenizer::from_gguf(&file)
+    let model = rocky_engine::Model::open(&args.model).map_err(gpu::load_error)?;
+    // The tokenizer and the chat format are built once here and serve every request.
+    model
+        .tokenizer()
         .map_err(|e| CliError::input(format!("serving needs the model's tokenizer: {e}")))?;
-    let chat = ChatFormat::of(&file, &tokenizer);
+    let chat = model.chat_format().map_err(gpu::load_error)?;
     match chat.source() {
         Some(source) => eprintln!("chat format: {source}"),
         None => eprintln!(
@@ -74,7 +73,6 @@ pub fn run(args: Args) -> CmdResult {
             args.model.display()
         ),
     }
-    let end = EndOfGeneration::from_vocabulary(&file, &tokenizer);
     let options = ServeOptions {
         host: args.host.clone(),
         port: args.port,
@@ -95,21 +93,15 @@ pub fn run(args: Args) -> CmdResult {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let serve = |evaluator: &mut dyn Evaluator| {
-        let mut model = Model {
-            evaluator,
-            tokenizer: &tokenizer,
-            end: end.clone(),
-            chat: chat.clone(),
-        };
-        rocky_serve::run(&options, &mut model).map_err(|e| CliError::output(e.to_string()))
+        let mut served = rocky_serve::Model::of(&model, evaluator).map_err(gpu::load_error)?;
+        rocky_serve::run(&options, &mut served).map_err(|e| CliError::output(e.to_string()))
     };
     if args.cpu {
-        let mut ev = CpuEvaluator::new(&file, &model, ReferenceOptions::llama_cpp(), args.ctx);
-        serve(&mut ev)
+        serve(&mut model.cpu_evaluator(args.ctx))
     } else {
-        let mut session = GpuSession::open(&args.gpu, &file, &model, args.ctx, false)?;
-        session.prepare()?;
-        session.prepare_decode()?;
+        let mut session = gpu::open_session(&args.gpu, &model, args.ctx, false)?;
+        gpu::prepare(&mut session)?;
+        session.prepare_decode().map_err(gpu::session_error)?;
         serve(&mut session)
     }
 }

@@ -96,56 +96,93 @@ pub fn template_or_builtin(file: &GgufFile) -> Option<(&str, String)> {
 }
 
 /// Renders `messages` with `template` and `add_generation_prompt = true` (the prompt ends
-/// where the assistant's answer starts). `path` names the file in errors.
+/// where the assistant's answer starts). `path` names the file in errors. Parses the template
+/// each call: a caller rendering many prompts keeps a [`ChatTemplate`] instead.
 pub fn render(
     path: &str,
     template: &str,
     messages: &[Message],
     specials: &Specials,
 ) -> Result<String, ChatError> {
-    let error = |e: minijinja::Error| ChatError::Template {
-        path: path.to_string(),
-        detail: format!("{e:#}"),
-    };
-    let mut env = minijinja::Environment::new();
-    // Python's string/dict methods, and the helpers transformers gives every template.
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                format!("the template raised: {msg}"),
-            ))
-        },
-    );
-    // Whitespace as transformers (and llama.cpp's minja) render templates: trim_blocks and
-    // lstrip_blocks on, a final newline of the template dropped (Jinja's default).
-    let syntax = minijinja::syntax::SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .build()
-        .map_err(error)?;
-    env.set_syntax(syntax);
-    env.add_template("chat", template).map_err(error)?;
-    let text = env
-        .get_template("chat")
-        .map_err(error)?
-        .render(minijinja::context! {
-            messages => minijinja::value::Serde(messages),
-            add_generation_prompt => true,
-            bos_token => specials.bos_token.as_str(),
-            eos_token => specials.eos_token.as_str(),
+    ChatTemplate::new(path, template, specials.clone())?.render(messages)
+}
+
+/// A chat template parsed once, with the specials it is rendered with: a server renders every
+/// request's messages with it without parsing the Jinja program again.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    /// The file, for error messages.
+    path: String,
+    env: minijinja::Environment<'static>,
+    specials: Specials,
+}
+
+/// The name of the one template in a [`ChatTemplate`]'s environment.
+const TEMPLATE_NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Parses `template`; a syntax error is a [`ChatError::Template`] naming `path`.
+    pub fn new(path: &str, template: &str, specials: Specials) -> Result<ChatTemplate, ChatError> {
+        let error = |e: minijinja::Error| ChatError::Template {
+            path: path.to_string(),
+            detail: format!("{e:#}"),
+        };
+        let mut env = minijinja::Environment::new();
+        // Python's string/dict methods, and the helpers transformers gives every template.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("the template raised: {msg}"),
+                ))
+            },
+        );
+        // Whitespace as transformers (and llama.cpp's minja) render templates: trim_blocks and
+        // lstrip_blocks on, a final newline of the template dropped (Jinja's default).
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(error)?;
+        env.set_syntax(syntax);
+        env.add_template_owned(TEMPLATE_NAME, template.to_string())
+            .map_err(error)?;
+        Ok(ChatTemplate {
+            path: path.to_string(),
+            env,
+            specials,
         })
-        .map_err(error)?;
-    let mut text = text.as_str();
-    if specials.add_bos && !specials.bos_token.is_empty() {
-        text = text.strip_prefix(&specials.bos_token).unwrap_or(text);
     }
-    if specials.add_eos && !specials.eos_token.is_empty() {
-        text = text.strip_suffix(&specials.eos_token).unwrap_or(text);
+
+    /// The prompt text of `messages`, ending where the assistant's answer starts.
+    pub fn render(&self, messages: &[Message]) -> Result<String, ChatError> {
+        let error = |e: minijinja::Error| ChatError::Template {
+            path: self.path.clone(),
+            detail: format!("{e:#}"),
+        };
+        let specials = &self.specials;
+        let text = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(error)?
+            .render(minijinja::context! {
+                messages => minijinja::value::Serde(messages),
+                add_generation_prompt => true,
+                bos_token => specials.bos_token.as_str(),
+                eos_token => specials.eos_token.as_str(),
+            })
+            .map_err(error)?;
+        let mut text = text.as_str();
+        if specials.add_bos && !specials.bos_token.is_empty() {
+            text = text.strip_prefix(&specials.bos_token).unwrap_or(text);
+        }
+        if specials.add_eos && !specials.eos_token.is_empty() {
+            text = text.strip_suffix(&specials.eos_token).unwrap_or(text);
+        }
+        Ok(text.to_string())
     }
-    Ok(text.to_string())
 }
 
 /// `render` with the template of `file` or its built-in format, or the error that it has

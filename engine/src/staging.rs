@@ -1,4 +1,4 @@
-//! `--force-shared-memory`: every GEMM stages its operands in workgroup shared memory.
+//! [`crate::EngineOptions::force_shared_memory`] (`--force-shared-memory`): every GEMM stages its operands in workgroup shared memory.
 //!
 //! Why: the defaults on Mali use no shared memory, so the driver's per-dispatch shared-memory
 //! allocation (panvk's WLS, which the command-buffer budget models) is never exercised by a
