@@ -28,9 +28,15 @@ fi
 LCP_VERSION=0.3.16
 LCP_URL=https://files.pythonhosted.org/packages/e4/b4/c8cd17629ced0b9644a71d399a91145aedef109c0333443bef015e45b704/llama_cpp_python-$LCP_VERSION.tar.gz
 LCP_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
-LCP_VOCABS="ggml-vocab-llama-bpe ggml-vocab-llama-spm"
+# Every test vocabulary the sdist vendors: the 13 with llama.cpp's test-tokenizer-0 texts
+# (.inp) and ids (.out), and the 4 without (aquila, baichuan, gpt-neox, nomic-bert-moe: loaded and
+# described by `rocky info`, not compared).
+LCP_VOCABS_TESTED="bert-bge command-r deepseek-coder deepseek-llm falcon gpt-2 llama-bpe llama-spm mpt phi-3 qwen2 refact starcoder"
+LCP_VOCABS_UNTESTED="aquila baichuan gpt-neox nomic-bert-moe"
 VOCAB_DIR="$ASSETS/llama-cpp-vocab"
-if [ ! -f "$VOCAB_DIR/complete-$LCP_VERSION" ]; then
+# The marker names the list, so a checkout that asks for more vocabularies unpacks again.
+VOCAB_MARKER="$VOCAB_DIR/complete-$LCP_VERSION-$(echo "$LCP_VOCABS_TESTED $LCP_VOCABS_UNTESTED" | sha256sum | cut -c1-12)"
+if [ ! -f "$VOCAB_MARKER" ]; then
   CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/rocky
   SDIST="$CACHE/llama_cpp_python-$LCP_VERSION.tar.gz"
   mkdir -p "$CACHE" "$VOCAB_DIR"
@@ -44,14 +50,18 @@ if [ ! -f "$VOCAB_DIR/complete-$LCP_VERSION" ]; then
     mv "$SDIST.tmp" "$SDIST"
   fi
   members=""
-  for v in $LCP_VOCABS; do
+  prefix="llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/models"
+  for v in $LCP_VOCABS_TESTED; do
     for ext in "" .inp .out; do
-      members="$members llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/models/$v.gguf$ext"
+      members="$members $prefix/ggml-vocab-$v.gguf$ext"
     done
+  done
+  for v in $LCP_VOCABS_UNTESTED; do
+    members="$members $prefix/ggml-vocab-$v.gguf"
   done
   # shellcheck disable=SC2086
   tar -xzf "$SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
-  touch "$VOCAB_DIR/complete-$LCP_VERSION"
+  touch "$VOCAB_MARKER"
 fi
 
 # Reference dequantizations by the gguf package for models/tests/formats_vs_gguf_py.rs (each

@@ -4,6 +4,7 @@
 //! normalizer, no added tokens: those steps are llama.cpp's, done here).
 
 use super::gguf_vocab::GgufVocab;
+use super::pre_tokenizer::PreTokenizer;
 use super::special_split::{partition, Fragment};
 use super::{byte_level, TokenKind, TokenizerError};
 use crate::gguf::GgufFile;
@@ -21,6 +22,8 @@ pub(crate) struct GgufBpe {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    pre: PreTokenizer,
+    warnings: Vec<String>,
 }
 
 impl GgufBpe {
@@ -38,7 +41,7 @@ impl GgufBpe {
             .collect();
         let model = BPE::builder()
             .vocab_and_merges(ids, vocab.merges)
-            .ignore_merges(vocab.pre.ignore_merges())
+            .ignore_merges(vocab.pre.ignore_merges)
             .build()
             .map_err(|e| build_err(e.to_string()))?;
         let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
@@ -59,6 +62,8 @@ impl GgufBpe {
             eos: vocab.eos,
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
+            pre: vocab.pre,
+            warnings: vocab.warnings,
         })
     }
 
@@ -99,7 +104,7 @@ impl GgufBpe {
 
     /// The bytes token `id` stands for, as llama.cpp's `token_to_piece(special = true)`:
     /// ordinary tokens through the byte-level alphabet, control and user-defined tokens as
-    /// their literal text, unused/byte/undefined tokens as nothing.
+    /// their literal text, byte tokens as their byte, unused/undefined tokens as nothing.
     pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) -> bool {
         let Some(text) = self.tokens.get(id as usize) else {
             return false;
@@ -109,7 +114,9 @@ impl GgufBpe {
             TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => {
                 out.extend_from_slice(text.as_bytes())
             }
-            TokenKind::Unused | TokenKind::Byte | TokenKind::Undefined => {}
+            // llama.cpp reads a BPE byte token as <0xXX>; any other spelling shows nothing.
+            TokenKind::Byte => out.extend(super::spm::byte_token_value(text)),
+            TokenKind::Unused | TokenKind::Undefined => {}
         }
         true
     }
@@ -140,6 +147,18 @@ impl GgufBpe {
 
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    pub fn pre(&self) -> &PreTokenizer {
+        &self.pre
+    }
+
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The same tokenizer as a Hugging Face tokenizer.json: control/unknown tokens become

@@ -301,6 +301,14 @@ impl GgufSpm {
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
+
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
 }
 
 /// One symbol of the fragment being merged: a byte range of the escaped text, linked to its
@@ -454,7 +462,7 @@ fn check_byte_tokens(
 }
 
 /// The byte of a `<0xXX>` token text.
-fn byte_token_value(text: &str) -> Option<u8> {
+pub(super) fn byte_token_value(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
     // from_str_radix alone would also take "+A".
     if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
