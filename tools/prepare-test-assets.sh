@@ -63,6 +63,36 @@ if [ ! -f "$VOCAB_MARKER" ]; then
   tar -xzf "$SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
   touch "$VOCAB_MARKER"
 fi
+# llama.cpp 0c1e57098 itself (vendored in llama-cpp-python 0.3.36, the build rocky follows) adds
+# two test vocabularies the older sdist lacks: gemma-4 (BPE over raw UTF-8) and qwen35. Fetched
+# with pip as ../shared/tools/llama.cpp/build.sh fetches that sdist, and pinned by sha256.
+LCP_PIN_VERSION=0.3.36
+LCP_PIN_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LCP_PIN_VOCABS="gemma-4 qwen35"
+if [ ! -f "$VOCAB_DIR/complete-$LCP_PIN_VERSION" ]; then
+  CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/rocky
+  PIN_SDIST="$CACHE/llama_cpp_python-$LCP_PIN_VERSION.tar.gz"
+  mkdir -p "$CACHE" "$VOCAB_DIR"
+  if [ ! -f "$PIN_SDIST" ] || ! echo "$LCP_PIN_SHA256  $PIN_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+    rm -rf "$CACHE/pip-download"
+    pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LCP_PIN_VERSION" -d "$CACHE/pip-download"
+    if ! echo "$LCP_PIN_SHA256  $CACHE/pip-download/llama_cpp_python-$LCP_PIN_VERSION.tar.gz" | sha256sum -c --quiet -; then
+      echo "error: llama-cpp-python $LCP_PIN_VERSION from PyPI does not have the pinned sha256 $LCP_PIN_SHA256; not using it" >&2
+      exit 1
+    fi
+    mv "$CACHE/pip-download/llama_cpp_python-$LCP_PIN_VERSION.tar.gz" "$PIN_SDIST"
+    rm -rf "$CACHE/pip-download"
+  fi
+  members=""
+  for v in $LCP_PIN_VOCABS; do
+    for ext in "" .inp .out; do
+      members="$members llama_cpp_python-$LCP_PIN_VERSION/vendor/llama.cpp/models/ggml-vocab-$v.gguf$ext"
+    done
+  done
+  # shellcheck disable=SC2086
+  tar -xzf "$PIN_SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
+  touch "$VOCAB_DIR/complete-$LCP_PIN_VERSION"
+fi
 
 # Reference dequantizations by the gguf package for models/tests/formats_vs_gguf_py.rs (each
 # directory is complete once it holds index.json). The qwen2-tiny files were made by llama-quantize

@@ -3,8 +3,8 @@
 //! give exactly the ids of its `.out` file (which llama.cpp's test also demands of llama.cpp).
 //! The files come from the llama-cpp-python 0.3.16 sdist on PyPI (its vendored llama.cpp; the
 //! vocabularies and expected ids are byte-identical in 0.3.36, whose llama.cpp 0c1e57098 is the
-//! one rocky follows), unpacked by tools/prepare-test-assets.sh into
-//! `$ROCKY_TEST_ASSETS/llama-cpp-vocab/`.
+//! one rocky follows), plus gemma-4 and qwen35 from the 0.3.36 sdist, which only it has;
+//! tools/prepare-test-assets.sh unpacks them into `$ROCKY_TEST_ASSETS/llama-cpp-vocab/`.
 //!
 //! Four vocabularies ship without texts (aquila, baichuan, gpt-neox, nomic-bert-moe): they are
 //! loaded and checked for what llama.cpp would do with them. Run with `-- --nocapture` for the
@@ -25,12 +25,14 @@ const TESTED: &[(&str, &str)] = &[
     ("deepseek-coder", "BPE"),
     ("deepseek-llm", "BPE"),
     ("falcon", "BPE"),
+    ("gemma-4", "BPE"),
     ("gpt-2", "BPE"),
     ("llama-bpe", "BPE"),
     ("llama-spm", "SPM"),
     ("mpt", "BPE"),
     ("phi-3", "SPM"),
     ("qwen2", "BPE"),
+    ("qwen35", "BPE"),
     ("refact", "BPE"),
     ("starcoder", "BPE"),
 ];
@@ -72,14 +74,15 @@ fn every_llama_cpp_test_vocabulary_gives_llama_cpp_ids() {
             info.family
         );
         // Every tested vocabulary names a pre-tokenizer llama.cpp knows (Falcon's warns only
-        // that it lacks tokens for most control bytes).
+        // that it lacks tokens for most control bytes, Gemma 4's that llama.cpp adds a BOS the
+        // file does not ask for).
         for warning in tokenizer.warnings() {
             println!("{name}: warning: {warning}");
             assert!(!warning.contains("'default'"), "{name}: {warning}");
         }
         let cases = cases(name);
         let mismatches = check(&format!("test-tokenizer-0 {name}"), &tokenizer, &cases);
-        // Byte-level BPE is lossless: every text comes back byte for byte.
+        // BPE is lossless: every text comes back byte for byte.
         if family == "BPE" {
             for case in &cases {
                 let ids = tokenizer.encode(&case.text, false, false).unwrap();
@@ -109,6 +112,20 @@ fn llama3_bpe_vocab_adds_bos_as_llama_cpp_does() {
     let with = tokenizer.encode("Hello world", true, false).unwrap();
     assert_eq!(with[0], bos);
     assert_eq!(&with[1..], &plain[..]);
+}
+
+#[test]
+fn gemma4_vocab_adds_bos_and_shows_spaces() {
+    // The file says add_bos_token = true; llama.cpp's "gemma4" model adds <bos> (id 2) and
+    // spells spaces as U+2581 in its tokens.
+    let tokenizer = open("gemma-4");
+    let ids = tokenizer.encode("Hello world", true, false).unwrap();
+    assert_eq!(ids[0], 2);
+    assert_eq!(tokenizer.token_text(2).as_deref(), Some("<bos>"));
+    assert_eq!(tokenizer.decode(&ids[1..]), "Hello world");
+    let world = *ids.last().unwrap();
+    assert_eq!(tokenizer.token_text(world).as_deref(), Some("\u{2581}world"));
+    assert_eq!(tokenizer.token_piece(world), " world");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! normalizer, no added tokens: those steps are llama.cpp's, done here).
 
 use super::gguf_vocab::GgufVocab;
-use super::pre_tokenizer::PreTokenizer;
+use super::pre_tokenizer::{PreTokenizer, SplitRule};
 use super::special_split::{partition, Fragment};
 use super::{byte_level, TokenKind, TokenizerError};
 use crate::gguf::GgufFile;
@@ -39,14 +39,20 @@ impl GgufBpe {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
+        let byte_level = vocab.pre.rule.byte_level();
         let model = BPE::builder()
             .vocab_and_merges(ids, vocab.merges)
             .ignore_merges(vocab.pre.ignore_merges)
+            // Raw UTF-8 BPE spells a character without a token by its bytes' <0xXX> tokens.
+            .byte_fallback(!byte_level)
             .build()
             .map_err(|e| build_err(e.to_string()))?;
-        let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
         let mut bpe = tokenizers::Tokenizer::new(model);
-        bpe.with_pre_tokenizer(Some(pre_tokenizer));
+        if byte_level {
+            let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
+            bpe.with_pre_tokenizer(Some(pre_tokenizer));
+        }
+        // Raw UTF-8 BPE is cut into newline runs here (`raw_words`): each call is one word.
 
         let mut specials: Vec<u32> = (0..vocab.tokens.len() as u32)
             .filter(|&id| vocab.kinds[id as usize].is_matched_in_text())
@@ -87,12 +93,20 @@ impl GgufBpe {
         for fragment in partition(text, specials) {
             match fragment {
                 Fragment::Token(id) => ids.push(id),
+                Fragment::Text(t) if self.pre.rule.byte_level() => self.bpe_into(t, &mut ids)?,
                 Fragment::Text(t) => {
-                    let encoding = self
-                        .bpe
-                        .encode(t, false)
-                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                    ids.extend_from_slice(encoding.get_ids());
+                    let escaped = t.replace(' ', "\u{2581}");
+                    for word in raw_words(&escaped) {
+                        // llama.cpp's Gemma 4 rule: a run of newlines that is a token is that
+                        // token, whatever the merges would make of it.
+                        let whole = (self.pre.rule == SplitRule::Gemma4 && word.starts_with('\n'))
+                            .then(|| self.bpe.token_to_id(word))
+                            .flatten();
+                        match whole {
+                            Some(id) => ids.push(id),
+                            None => self.bpe_into(word, &mut ids)?,
+                        }
+                    }
                 }
             }
         }
@@ -100,6 +114,15 @@ impl GgufBpe {
             ids.extend(self.eos);
         }
         Ok(ids)
+    }
+
+    fn bpe_into(&self, text: &str, ids: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        let encoding = self
+            .bpe
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(())
     }
 
     /// The bytes token `id` stands for, as llama.cpp's `token_to_piece(special = true)`:
@@ -110,7 +133,8 @@ impl GgufBpe {
             return false;
         };
         match self.kinds[id as usize] {
-            TokenKind::Normal => byte_level::decode_into(text, out),
+            TokenKind::Normal if self.pre.rule.byte_level() => byte_level::decode_into(text, out),
+            TokenKind::Normal => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
             TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => {
                 out.extend_from_slice(text.as_bytes())
             }
@@ -164,6 +188,12 @@ impl GgufBpe {
     /// The same tokenizer as a Hugging Face tokenizer.json: control/unknown tokens become
     /// special added tokens, user-defined ones non-special added tokens.
     pub fn to_tokenizer_json(&self) -> Result<String, TokenizerError> {
+        if !self.pre.rule.byte_level() {
+            return Err(TokenizerError::Export(format!(
+                "exporting a raw UTF-8 BPE vocabulary (pre-tokenizer \"{}\") is not implemented",
+                self.pre.name
+            )));
+        }
         let mut hf = self.bpe.clone();
         let added: Vec<AddedToken> = self
             .specials
@@ -177,5 +207,32 @@ impl GgufBpe {
         hf.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
         hf.to_string(true)
             .map_err(|e| TokenizerError::Export(e.to_string()))
+    }
+}
+
+/// Runs of newlines and runs of other characters (llama.cpp's `[^\n]+|[\n]+` splitter).
+fn raw_words(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let first = rest.chars().next()?;
+        let newline = first == '\n';
+        let end = rest
+            .find(|c: char| (c == '\n') != newline)
+            .unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(end);
+        rest = tail;
+        Some(word)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raw_words;
+
+    #[test]
+    fn raw_words_are_newline_runs_and_the_rest() {
+        let words: Vec<&str> = raw_words("a b\n\nc\n").collect();
+        assert_eq!(words, vec!["a b", "\n\n", "c", "\n"]);
+        assert_eq!(raw_words("").count(), 0);
     }
 }

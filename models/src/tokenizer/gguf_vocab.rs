@@ -4,7 +4,7 @@
 //! keys every vocabulary has (tokens, token types, special ids, flags) are shared with the
 //! SentencePiece vocabulary (`spm`).
 
-use super::pre_tokenizer::PreTokenizer;
+use super::pre_tokenizer::{PreTokenizer, SplitRule};
 use super::{TokenKind, TokenizerError};
 use crate::gguf::{GgufFile, MetaValue};
 use std::collections::{HashMap, HashSet};
@@ -40,13 +40,20 @@ impl GgufVocab {
         let err = metadata_error(file);
 
         let model = tokenizer_model(file)?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel {
-                path: file.path().to_path_buf(),
-                model: model.to_string(),
-            });
-        }
-        let (pre, pre_warning) = resolve_pre_tokenizer(file)?;
+        // llama.cpp's "gemma4" model is its BPE with the pre-tokenizer forced to "gemma4".
+        let (pre, pre_warning) = match model {
+            "gpt2" => resolve_pre_tokenizer(file)?,
+            "gemma4" => (
+                PreTokenizer::from_gguf_name("gemma4").expect("the table has gemma4"),
+                None,
+            ),
+            _ => {
+                return Err(TokenizerError::UnsupportedModel {
+                    path: file.path().to_path_buf(),
+                    model: model.to_string(),
+                })
+            }
+        };
         // Refuse a split rule rocky knows but cannot reproduce before reading the rest.
         if let Err(why) = pre.rule.regexes() {
             return Err(TokenizerError::UnsupportedPreTokenizer {
@@ -61,12 +68,18 @@ impl GgufVocab {
         let mut kinds = read_kinds(file, n, &err)?;
         let token_ids = index_tokens(&tokens, &err)?;
         let merges = read_merges(file, &token_ids, &err)?;
-        let missing = missing_byte_tokens(&token_ids);
+        let missing = if pre.rule.byte_level() {
+            missing_byte_tokens(&token_ids)
+        } else {
+            missing_fallback_tokens(&token_ids)
+        };
         if missing.len() > 128 {
-            return Err(err(
-                KEY_TOKENS,
-                format!("has no byte-level token for {} of the bytes UTF-8 text can hold: not a GPT-2 byte-level BPE vocabulary", missing.len()),
-            ));
+            let detail = if pre.rule.byte_level() {
+                format!("has no byte-level token for {} of the bytes UTF-8 text can hold: not a GPT-2 byte-level BPE vocabulary", missing.len())
+            } else {
+                format!("has no <0xXX> token for {} of the bytes UTF-8 text can hold: pre-tokenizer \"{}\" spells characters without a token by those", missing.len(), pre.name)
+            };
+            return Err(err(KEY_TOKENS, detail));
         }
         let mut warnings: Vec<String> = pre_warning.into_iter().collect();
         if !missing.is_empty() {
@@ -79,10 +92,20 @@ impl GgufVocab {
 
         // llama.cpp's BPE defaults: BOS and EOS are token 11 (GPT-2-era files named neither)
         // unless that is outside the vocabulary; ChatGLM's rows have no default BOS.
+        // The "gemma4" model has no defaults at all.
+        let defaults = model == "gpt2";
         let default_id = |id: u32, allowed: bool| (allowed && (id as usize) < n).then_some(id);
-        let bos = read_token_id(file, KEY_BOS, n, &err)?.or(default_id(11, !pre.no_default_bos));
-        let eos = read_token_id(file, KEY_EOS, n, &err)?.or(default_id(11, true));
-        let add_bos = read_flag(file, KEY_ADD_BOS, pre.default_add_bos, &err)?;
+        let bos = read_token_id(file, KEY_BOS, n, &err)?
+            .or(default_id(11, defaults && !pre.no_default_bos));
+        let eos = read_token_id(file, KEY_EOS, n, &err)?.or(default_id(11, defaults));
+        let mut add_bos = read_flag(file, KEY_ADD_BOS, pre.default_add_bos, &err)?;
+        if pre.rule == SplitRule::Gemma4 && !add_bos {
+            // llama.cpp 0c1e57098 overrides the file here (its PR 21500), with a warning.
+            add_bos = true;
+            warnings.push(format!(
+                "{KEY_ADD_BOS} is false, but llama.cpp adds a BOS for Gemma 4 vocabularies anyway, and so does rocky"
+            ));
+        }
         let add_eos = read_flag(file, KEY_ADD_EOS, false, &err)?;
         if add_bos && bos.is_none() {
             return Err(err(
@@ -320,6 +343,16 @@ fn read_merges(
         }
     }
     Ok(merges)
+}
+
+/// The bytes without a `<0xXX>` token, for the BPE over raw UTF-8 (Gemma 4), whose characters
+/// without a token are spelled by those.
+fn missing_fallback_tokens(ids: &HashMap<&str, u32>) -> Vec<u8> {
+    let in_utf8 = |b: u8| !matches!(b, 0xc0 | 0xc1 | 0xf5..=0xff);
+    (0..=255u8)
+        .filter(|&b| in_utf8(b))
+        .filter(|&b| !ids.contains_key(format!("<0x{b:02X}>").as_str()))
+        .collect()
 }
 
 /// The bytes UTF-8 text can hold that have no single-character token. llama.cpp drops such a

@@ -5,6 +5,8 @@
 //!   llama.cpp has except a few written as hand-made code there (`pre_tokenizer`); a file
 //!   without a pre name, or with one llama.cpp does not know, gets llama.cpp's default rule and
 //!   a warning ([`Tokenizer::warnings`]);
+//! - `tokenizer.ggml.model = "gemma4"` (and the Sarvam-MoE / Granite-embed-multi-311m pre
+//!   names): BPE over raw UTF-8 with spaces escaped as U+2581;
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece-style (Llama 1/2, Gemma, Mistral; `spm`);
 //! - `tokenizer.ggml.model = "bert"`: WordPiece (BERT-style embedders; `wpm`).
 //!
@@ -114,7 +116,6 @@ fn describe_model(model: &str) -> &'static str {
         "t5" => "Unigram (UGM) with a precompiled normalizer, which rocky does not implement",
         "rwkv" => "RWKV's trie tokenizer, which rocky does not implement",
         "plamo2" => "PLaMo-2's tokenizer, which rocky does not implement",
-        "gemma4" => "Gemma 4's BPE over raw UTF-8, which rocky does not implement",
         "no_vocab" | "none" => "no vocabulary in the file",
         _ => "unknown to rocky",
     }
@@ -137,7 +138,7 @@ impl Tokenizer {
     /// vocabulary-only file).
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         let backend = match gguf_vocab::tokenizer_model(file)? {
-            "gpt2" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
+            "gpt2" | "gemma4" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
             "llama" => Backend::Spm(Box::new(GgufSpm::from_gguf(file)?)),
             "bert" => Backend::Wpm(Box::new(GgufWpm::from_gguf(file)?)),
             model => {
@@ -348,7 +349,11 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => {
                 let pre = t.pre();
-                info.family = "BPE (GPT-2 byte-level)";
+                info.family = if pre.rule.byte_level() {
+                    "BPE (GPT-2 byte-level)"
+                } else {
+                    "BPE (raw UTF-8, spaces as U+2581, <0xXX> byte fallback)"
+                };
                 info.pre = Some(pre.name.to_string());
                 info.split_rule = Some(format!("{:?}", pre.rule));
                 info.ignore_merges = Some(pre.ignore_merges);

@@ -65,12 +65,24 @@ pub enum SplitRule {
     Laguna,
     ExaoneMoe,
     MiniCpm5,
+    /// Gemma 4 (and Granite-embed-multi-311m): BPE over raw UTF-8, spaces escaped as U+2581,
+    /// the text cut only into runs of newlines and of other characters, a run of newlines
+    /// that is a vocabulary token taken whole, characters without a token spelled `<0xXX>`.
+    Gemma4,
+    /// Sarvam-MoE: as Gemma 4 without the newline-run rule.
+    SarvamMoe,
     /// Rules llama.cpp implements with hand-written code or outside byte-level BPE, which rocky
     /// does not reproduce (the string says what is missing).
     NotImplemented(&'static str),
 }
 
 impl SplitRule {
+    /// Whether words are spelled in GPT-2's byte-level alphabet (false: raw UTF-8 with spaces
+    /// escaped as U+2581, llama.cpp's `byte_encode = false` and `escape_whitespaces`).
+    pub fn byte_level(self) -> bool {
+        !matches!(self, SplitRule::Gemma4 | SplitRule::SarvamMoe)
+    }
+
     /// The regexes, in the order llama.cpp applies them.
     pub fn regexes(self) -> Result<Vec<&'static str>, &'static str> {
         use SplitRule::*;
@@ -151,6 +163,7 @@ impl SplitRule {
                 r"\p{N}{1,3}",
                 r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
             ],
+            Gemma4 | SarvamMoe => vec![r"[^\n]+|[\n]+"],
             NotImplemented(why) => return Err(why),
         })
     }
@@ -280,16 +293,9 @@ const TABLE: &[(&[&str], SplitRule, u8)] = {
             NotImplemented("llama.cpp groups AFMoE digits with hand-written code, which rocky does not reproduce"),
             KEEP_SPACES,
         ),
-        (
-            &["gemma4", "granite-embed-multi-311m"],
-            NotImplemented("this BPE merges raw UTF-8 with spaces escaped as U+2581, not GPT-2 byte-level text, which rocky does not implement"),
-            0,
-        ),
-        (
-            &["sarvam-moe"],
-            NotImplemented("this BPE merges raw UTF-8 with spaces escaped as U+2581, not GPT-2 byte-level text, which rocky does not implement"),
-            KEEP_SPACES,
-        ),
+        // llama.cpp forces a BOS for Gemma 4 even when the file says not to add one.
+        (&["gemma4", "granite-embed-multi-311m"], Gemma4, ADD_BOS),
+        (&["sarvam-moe"], SarvamMoe, KEEP_SPACES),
         (
             &["whitespace"],
             NotImplemented("the whitespace pre-tokenizer (Jina v2 zh) works on raw UTF-8 with its own session, which rocky does not implement"),
@@ -343,7 +349,9 @@ impl PreTokenizer {
             .map_err(|e| format!("the split regex {regex:?} does not compile: {e}"))?;
             steps.push(split.into());
         }
-        steps.push(ByteLevel::new(false, false, false).into());
+        if self.rule.byte_level() {
+            steps.push(ByteLevel::new(false, false, false).into());
+        }
         Ok(Sequence::new(steps).into())
     }
 }
