@@ -357,3 +357,30 @@ fn missing_tokenizer_json_is_an_error_naming_the_file() {
         "{err}"
     );
 }
+
+/// llama.cpp strips whitespace beside special tokens by name, for every tokenizer family: after
+/// every special token of a Phi-3 model, before `<mask>` of a Jina v2 vocabulary.
+#[test]
+fn special_tokens_strip_whitespace_by_model_name_as_llama_cpp_does() {
+    let t = Vocab::valid().load("strip_none").unwrap();
+    assert_eq!(
+        t.encode("<|ctl|> hehe", false, true).unwrap(),
+        vec![CONTROL, 32, HEHE]
+    );
+
+    let mut v = Vocab::valid();
+    v.extra
+        .push(("general.name", MetaValue::String("Phi3 Mini".into())));
+    let t = v.load("strip_phi3").unwrap();
+    assert_eq!(t.encode("<|ctl|> hehe", false, true).unwrap(), vec![CONTROL, HEHE]);
+
+    const MASK: u32 = 261;
+    let mut v = Vocab::valid();
+    v.pre = Some("jina-v2-es");
+    v.tokens.as_mut().unwrap().push("<mask>".into());
+    v.types.as_mut().unwrap().push(3);
+    let t = v.load("strip_mask").unwrap();
+    assert_eq!(t.encode("he <mask>", false, true).unwrap(), vec![HE, MASK]);
+    // Only before the token, and only for <mask>.
+    assert_eq!(t.encode("<mask> he", false, true).unwrap(), vec![MASK, 32, HE]);
+}

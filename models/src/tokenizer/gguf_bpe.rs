@@ -5,7 +5,8 @@
 
 use super::gguf_vocab::GgufVocab;
 use super::pre_tokenizer::{PreTokenizer, SplitRule};
-use super::special_split::{partition, Fragment};
+use super::special_attrs::special_tokens;
+use super::special_split::{partition_stripping, Fragment, Strip};
 use super::{byte_level, TokenKind, TokenizerError};
 use crate::gguf::GgufFile;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -15,9 +16,9 @@ pub(crate) struct GgufBpe {
     bpe: tokenizers::Tokenizer,
     tokens: Vec<String>,
     kinds: Vec<TokenKind>,
-    /// Control, user-defined and unknown tokens in llama.cpp's matching order: longest text
-    /// first (ties by id, where llama.cpp's unstable sort leaves the order unspecified).
-    specials: Vec<u32>,
+    /// Control, user-defined and unknown tokens in llama.cpp's matching order, with the
+    /// whitespace each strips (`special_attrs`).
+    specials: Vec<(u32, Strip)>,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
@@ -54,10 +55,7 @@ impl GgufBpe {
         }
         // Raw UTF-8 BPE is cut into newline runs here (`raw_words`): each call is one word.
 
-        let mut specials: Vec<u32> = (0..vocab.tokens.len() as u32)
-            .filter(|&id| vocab.kinds[id as usize].is_matched_in_text())
-            .collect();
-        specials.sort_by_key(|&id| (std::cmp::Reverse(vocab.tokens[id as usize].len()), id));
+        let specials = special_tokens(file, &vocab.tokens, &vocab.kinds);
 
         Ok(GgufBpe {
             bpe,
@@ -88,9 +86,9 @@ impl GgufBpe {
         let specials = self
             .specials
             .iter()
-            .filter(|&&id| parse_special || self.kinds[id as usize] == TokenKind::UserDefined)
-            .map(|&id| (id, self.tokens[id as usize].as_str()));
-        for fragment in partition(text, specials) {
+            .filter(|(id, _)| parse_special || self.kinds[*id as usize] == TokenKind::UserDefined)
+            .map(|&(id, strip)| (id, self.tokens[id as usize].as_str(), strip));
+        for fragment in partition_stripping(text, specials) {
             match fragment {
                 Fragment::Token(id) => ids.push(id),
                 Fragment::Text(t) if self.pre.rule.byte_level() => self.bpe_into(t, &mut ids)?,
@@ -198,9 +196,12 @@ impl GgufBpe {
         let added: Vec<AddedToken> = self
             .specials
             .iter()
-            .map(|&id| {
+            .map(|&(id, strip)| {
                 let special = self.kinds[id as usize] != TokenKind::UserDefined;
-                AddedToken::from(self.tokens[id as usize].clone(), special).normalized(false)
+                AddedToken::from(self.tokens[id as usize].clone(), special)
+                    .normalized(false)
+                    .lstrip(strip.left)
+                    .rstrip(strip.right)
             })
             .collect();
         hf.add_tokens(&added);

@@ -19,6 +19,7 @@ mod gguf_bpe;
 mod gguf_vocab;
 mod hf_json;
 mod pre_tokenizer;
+mod special_attrs;
 mod special_split;
 mod spm;
 mod unicode_class;

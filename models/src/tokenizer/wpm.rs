@@ -16,7 +16,8 @@ use super::gguf_vocab::{
     force_control_looking_tokens, index_tokens, metadata_error, read_flag, read_kinds,
     read_token_id, read_tokens, KEY_BOS, KEY_EOS,
 };
-use super::special_split::{partition, Fragment};
+use super::special_attrs::special_tokens;
+use super::special_split::{partition_stripping, Fragment, Strip};
 use super::unicode_class::{is_whitespace, nfd_base, to_lower, CharClass};
 use super::{TokenKind, TokenizerError};
 use crate::gguf::GgufFile;
@@ -36,7 +37,8 @@ pub(crate) struct GgufWpm {
     ids: HashMap<String, u32>,
     /// Longest token text in bytes: no match can be longer.
     max_token_len: usize,
-    specials: Vec<u32>,
+    /// Special tokens in llama.cpp's matching order, with the whitespace each strips.
+    specials: Vec<(u32, Strip)>,
     bos: Option<u32>,
     eos: Option<u32>,
     unk: Option<u32>,
@@ -76,10 +78,7 @@ impl GgufWpm {
         let lowercase = read_flag(file, KEY_LOWERCASE, true, &err)?;
         let strip_accents = read_flag(file, KEY_STRIP_ACCENTS, lowercase, &err)?;
 
-        let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&id| kinds[id as usize].is_matched_in_text())
-            .collect();
-        specials.sort_by_key(|&id| (std::cmp::Reverse(tokens[id as usize].len()), id));
+        let specials = special_tokens(file, &tokens, &kinds);
         let max_token_len = tokens.iter().map(String::len).max().unwrap_or(0);
         Ok(GgufWpm {
             tokens,
@@ -109,9 +108,9 @@ impl GgufWpm {
         let specials = self
             .specials
             .iter()
-            .filter(|&&id| parse_special || self.kinds[id as usize] == TokenKind::UserDefined)
-            .map(|&id| (id, self.tokens[id as usize].as_str()));
-        for fragment in partition(text, specials) {
+            .filter(|(id, _)| parse_special || self.kinds[*id as usize] == TokenKind::UserDefined)
+            .map(|&(id, strip)| (id, self.tokens[id as usize].as_str(), strip));
+        for fragment in partition_stripping(text, specials) {
             match fragment {
                 Fragment::Token(id) => ids.push(id),
                 Fragment::Text(t) => {
