@@ -48,7 +48,8 @@ const TOKENIZE: &str = "tokenize";
 const MODEL_ONLY: &[&str] = &["prefill --token-ids", "bench", "tune"];
 const BOTH: &[&str] = &["prefill --prompt/--file", "generate", "serve"];
 
-/// (vocabulary, tokenizer family prefix or None when refused, pre-tokenizer in effect,
+/// (vocabulary, tokenizer family prefix (None: refused, which no test vocabulary is now),
+/// pre-tokenizer in effect,
 /// warnings (a missing pre-tokenizer name; bytes without a token, checked independently below),
 /// BOS text where the file names a well-known one)
 const VOCABS: &[(&str, Option<&str>, Option<&str>, usize, Option<&str>)] = &[
@@ -65,7 +66,7 @@ const VOCABS: &[(&str, Option<&str>, Option<&str>, usize, Option<&str>)] = &[
     ("llama-bpe", Some("BPE"), Some("llama-bpe"), 0, Some("<|begin_of_text|>")),
     ("llama-spm", Some("SPM"), None, 0, Some("<s>")),
     ("mpt", Some("BPE"), Some("mpt"), 0, None),
-    ("nomic-bert-moe", None, None, 0, None),
+    ("nomic-bert-moe", Some("UGM"), None, 0, Some("<s>")),
     ("phi-3", Some("SPM"), None, 0, Some("<s>")),
     ("qwen2", Some("BPE"), Some("qwen2"), 0, Some("<|endoftext|>")),
     ("qwen35", Some("BPE"), Some("qwen35"), 0, Some("<|endoftext|>")),

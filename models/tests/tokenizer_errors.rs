@@ -197,10 +197,10 @@ fn add_bos_and_add_eos_flags_are_honoured() {
 #[test]
 fn unsupported_model_is_named() {
     let v = Vocab {
-        model: Some("t5"),
+        model: Some("rwkv"),
         ..Vocab::valid()
     };
-    let e = expect_error(v, "model_t5", &["\"t5\"", "Unigram", "\"gpt2\"", "\"bert\""]);
+    let e = expect_error(v, "model_rwkv", &["\"rwkv\"", "RWKV", "\"gpt2\"", "\"t5\""]);
     assert!(matches!(e, TokenizerError::UnsupportedModel { .. }));
     let v = Vocab {
         model: Some("some-new-thing"),

@@ -3,7 +3,7 @@
 //! test-tokenizer-0 texts plus texts that exercise digit grouping, letter case, scripts and
 //! special tokens, with and without special tokens (BOS/EOS added and control texts parsed),
 //! - on the four test vocabularies llama.cpp ships without expected ids (aquila, baichuan,
-//!   gpt-neox; nomic-bert-moe's Unigram is refused by rocky, which the test checks), and
+//!   gpt-neox, and nomic-bert-moe's Unigram), and
 //! - on the Qwen2 test vocabulary under every split rule rocky implements: the file's
 //!   `tokenizer.ggml.pre` rewritten to one name per rule, so each rule's regexes are checked
 //!   against what llama.cpp does with them (its hand-written splitters and its std::regex on
@@ -81,23 +81,14 @@ fn every_split_rule_and_untested_vocabulary_gives_llama_cpp_ids() {
         let pre = fixture["pre"].as_str();
         let cases = cases(fixture, name);
         assert!(cases.len() > 100, "{name}: {} cases", cases.len());
-        match load(vocab, pre) {
-            Ok(tokenizer) => {
-                let mismatches = check(name, &tokenizer, &cases);
-                rows.push((name.clone(), cases.len(), Some(mismatches)));
-            }
-            Err(e @ TokenizerError::UnsupportedModel { .. }) if vocab.ends_with("nomic-bert-moe") => {
-                println!("{name}: refused as expected: {e}");
-                rows.push((name.clone(), cases.len(), None));
-            }
-            Err(e) => panic!("{name}: {e}"),
-        }
+        let tokenizer = load(vocab, pre).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mismatches = check(name, &tokenizer, &cases);
+        rows.push((name.clone(), cases.len(), mismatches));
     }
     println!("| fixture | cases | mismatches |\n|---|---|---|");
     for (name, n, mismatches) in &rows {
-        let m = mismatches.map_or("refused (Unigram)".to_string(), |m| m.to_string());
-        println!("| {name} | {n} | {m} |");
+        println!("| {name} | {n} | {mismatches} |");
     }
-    let failing: Vec<_> = rows.iter().filter(|r| r.2.is_some_and(|m| m > 0)).collect();
+    let failing: Vec<_> = rows.iter().filter(|r| r.2 > 0).collect();
     assert!(failing.is_empty(), "fixtures with mismatches: {failing:?}");
 }

@@ -7,7 +7,8 @@
 //! tools/prepare-test-assets.sh unpacks them into `$ROCKY_TEST_ASSETS/llama-cpp-vocab/`.
 //!
 //! Four vocabularies ship without texts (aquila, baichuan, gpt-neox, nomic-bert-moe): they are
-//! loaded and checked for what llama.cpp would do with them. Run with `-- --nocapture` for the
+//! loaded and checked for what llama.cpp would do with them here, and tokenized against
+//! llama.cpp's own ids in tokenizer_llama_cpp_rules.rs. Run with `-- --nocapture` for the
 //! per-vocabulary table.
 
 mod common;
@@ -142,8 +143,7 @@ fn bert_vocab_wraps_text_in_cls_and_sep() {
 
 /// The vocabularies shipped without texts: gpt-2-style BPE files without a pre-tokenizer name
 /// (aquila, gpt-neox) get llama.cpp's default split with its warning, Baichuan's
-/// SentencePiece loads as such, and the Unigram (t5) vocabulary of nomic-bert-moe is refused
-/// by name.
+/// SentencePiece and nomic-bert-moe's Unigram load as such.
 #[test]
 fn vocabularies_without_texts_load_as_llama_cpp_would() {
     for name in ["aquila", "gpt-neox"] {
@@ -162,10 +162,11 @@ fn vocabularies_without_texts_load_as_llama_cpp_would() {
     assert_eq!(ids[0], 1, "Baichuan adds <s>");
     assert_eq!(baichuan.decode(&ids[1..]), "Hello world");
 
-    match load("nomic-bert-moe") {
-        Err(e @ TokenizerError::UnsupportedModel { .. }) => {
-            assert!(e.to_string().contains("\"t5\""), "{e}")
-        }
-        other => panic!("nomic-bert-moe: expected the t5 model refused, got {other:?}"),
-    }
+    // Unigram with its precompiled charsmap: XLM-RoBERTa's <s> ... </s> around the text (the
+    // ids themselves are checked against llama.cpp in tokenizer_llama_cpp_rules.rs).
+    let nomic = open("nomic-bert-moe");
+    assert!(nomic.info().family.starts_with("UGM"));
+    let ids = nomic.encode("Hello world", true, false).unwrap();
+    assert_eq!((ids[0], *ids.last().unwrap()), (0, 2));
+    assert_eq!(nomic.decode(&ids[1..ids.len() - 1]), "Hello world");
 }

@@ -8,7 +8,8 @@
 //! - `tokenizer.ggml.model = "gemma4"` (and the Sarvam-MoE / Granite-embed-multi-311m pre
 //!   names): BPE over raw UTF-8 with spaces escaped as U+2581;
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece-style (Llama 1/2, Gemma, Mistral; `spm`);
-//! - `tokenizer.ggml.model = "bert"`: WordPiece (BERT-style embedders; `wpm`).
+//! - `tokenizer.ggml.model = "bert"`: WordPiece (BERT-style embedders; `wpm`);
+//! - `tokenizer.ggml.model = "t5"`: Unigram (T5, XLM-RoBERTa embedders; `ugm`).
 //!
 //! Anything else is refused with an error naming the value, never tokenized by a guess. A
 //! Hugging Face tokenizer.json can be loaded instead ([`Tokenizer::from_tokenizer_json`]);
@@ -22,6 +23,7 @@ mod pre_tokenizer;
 mod special_attrs;
 mod special_split;
 mod spm;
+mod ugm;
 mod unicode_class;
 mod wpm;
 
@@ -32,6 +34,7 @@ use crate::gguf::GgufFile;
 use gguf_bpe::GgufBpe;
 use hf_json::HfJson;
 use spm::GgufSpm;
+use ugm::GgufUgm;
 use std::path::{Path, PathBuf};
 use wpm::GgufWpm;
 
@@ -81,7 +84,7 @@ impl TokenKind {
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error(
-        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece) and \"bert\" (WordPiece) vocabularies",
+        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece), \"bert\" (WordPiece) and \"t5\" (Unigram) vocabularies",
         path.display(), describe_model(model)
     )]
     UnsupportedModel { path: PathBuf, model: String },
@@ -114,7 +117,6 @@ fn describe_model(model: &str) -> &'static str {
     match model {
         "llama" => "SentencePiece, as in Llama 1/2, Gemma and Mistral",
         "bert" => "WordPiece",
-        "t5" => "Unigram (UGM) with a precompiled normalizer, which rocky does not implement",
         "rwkv" => "RWKV's trie tokenizer, which rocky does not implement",
         "plamo2" => "PLaMo-2's tokenizer, which rocky does not implement",
         "no_vocab" | "none" => "no vocabulary in the file",
@@ -131,6 +133,7 @@ enum Backend {
     Gguf(Box<GgufBpe>),
     Spm(Box<GgufSpm>),
     Wpm(Box<GgufWpm>),
+    Ugm(Box<GgufUgm>),
     HfJson(Box<HfJson>),
 }
 
@@ -142,6 +145,7 @@ impl Tokenizer {
             "gpt2" | "gemma4" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
             "llama" => Backend::Spm(Box::new(GgufSpm::from_gguf(file)?)),
             "bert" => Backend::Wpm(Box::new(GgufWpm::from_gguf(file)?)),
+            "t5" => Backend::Ugm(Box::new(GgufUgm::from_gguf(file)?)),
             model => {
                 return Err(TokenizerError::UnsupportedModel {
                     path: file.path().to_path_buf(),
@@ -173,6 +177,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.encode(text, add_special, parse_special),
             Backend::Spm(t) => t.encode(text, add_special, parse_special),
             Backend::Wpm(t) => t.encode(text, add_special, parse_special),
+            Backend::Ugm(t) => t.encode(text, add_special, parse_special),
             Backend::HfJson(t) => t.encode(text, add_special, parse_special),
         }
     }
@@ -194,6 +199,7 @@ impl Tokenizer {
             }
             Backend::Spm(t) => t.decode(ids),
             Backend::Wpm(t) => t.decode(ids),
+            Backend::Ugm(t) => t.decode(ids),
             Backend::HfJson(t) => t.decode(ids).unwrap_or_else(|| {
                 // Decode the valid ids; mark the invalid ones.
                 ids.iter()
@@ -222,6 +228,10 @@ impl Tokenizer {
                 let mut bytes = Vec::new();
                 t.token_bytes(id, &mut bytes).then_some(bytes)
             }
+            Backend::Ugm(t) => {
+                let mut bytes = Vec::new();
+                t.token_bytes(id, &mut bytes).then_some(bytes)
+            }
             Backend::HfJson(t) => {
                 t.token_text(id)?;
                 t.decode(&[id]).map(String::into_bytes)
@@ -246,6 +256,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.token_text(id).map(str::to_string),
             Backend::Spm(t) => t.token_text(id).map(str::to_string),
             Backend::Wpm(t) => t.token_text(id).map(str::to_string),
+            Backend::Ugm(t) => t.token_text(id).map(str::to_string),
             Backend::HfJson(t) => t.token_text(id),
         }
     }
@@ -258,6 +269,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.token_id(text),
             Backend::Spm(t) => t.token_id(text),
             Backend::Wpm(t) => t.token_id(text),
+            Backend::Ugm(t) => t.token_id(text),
             Backend::HfJson(t) => t.token_id(text),
         }
     }
@@ -267,6 +279,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.token_kind(id),
             Backend::Spm(t) => t.token_kind(id),
             Backend::Wpm(t) => t.token_kind(id),
+            Backend::Ugm(t) => t.token_kind(id),
             Backend::HfJson(t) => t.token_kind(id),
         }
     }
@@ -277,6 +290,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.vocab_size(),
             Backend::Spm(t) => t.vocab_size(),
             Backend::Wpm(t) => t.vocab_size(),
+            Backend::Ugm(t) => t.vocab_size(),
             Backend::HfJson(t) => t.vocab_size(),
         }
     }
@@ -287,6 +301,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.bos(),
             Backend::Spm(t) => t.bos(),
             Backend::Wpm(t) => t.bos(),
+            Backend::Ugm(t) => t.bos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -297,6 +312,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.eos(),
             Backend::Spm(t) => t.eos(),
             Backend::Wpm(t) => t.eos(),
+            Backend::Ugm(t) => t.eos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -307,6 +323,7 @@ impl Tokenizer {
             Backend::Gguf(t) => t.add_bos(),
             Backend::Spm(t) => t.add_bos(),
             Backend::Wpm(t) => t.add_bos(),
+            Backend::Ugm(t) => t.add_bos(),
             Backend::HfJson(_) => false,
         }
     }
@@ -316,6 +333,7 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.add_eos(),
             Backend::Spm(t) => t.add_eos(),
+            Backend::Ugm(t) => t.add_eos(),
             Backend::Wpm(_) | Backend::HfJson(_) => false,
         }
     }
@@ -371,6 +389,15 @@ impl Tokenizer {
                     "lowercase {lowercase}, strip accents {strip_accents}"
                 ));
             }
+            Backend::Ugm(t) => {
+                info.family = "UGM (Unigram, Viterbi over token scores)";
+                info.add_space_prefix = Some(t.add_space_prefix());
+                info.normalizer = Some(if t.has_charsmap() {
+                    "SentencePiece precompiled charsmap".into()
+                } else {
+                    "none".into()
+                });
+            }
             Backend::HfJson(_) => info.family = "Hugging Face tokenizer.json",
         }
         info
@@ -388,6 +415,9 @@ impl Tokenizer {
             )),
             Backend::Wpm(_) => Err(TokenizerError::Export(
                 "exporting a WordPiece (bert) GGUF vocabulary is not implemented".into(),
+            )),
+            Backend::Ugm(_) => Err(TokenizerError::Export(
+                "exporting a Unigram (t5) GGUF vocabulary is not implemented".into(),
             )),
             Backend::HfJson(t) => t.to_json(),
         }
@@ -447,6 +477,7 @@ impl std::fmt::Debug for Tokenizer {
             Backend::Gguf(_) => "gguf byte-level BPE",
             Backend::Spm(_) => "gguf SentencePiece",
             Backend::Wpm(_) => "gguf WordPiece",
+            Backend::Ugm(_) => "gguf Unigram",
             Backend::HfJson(_) => "tokenizer.json",
         };
         f.debug_struct("Tokenizer")
