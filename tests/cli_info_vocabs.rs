@@ -56,20 +56,68 @@ const VOCABS: &[(&str, Option<&str>, Option<&str>, usize, Option<&str>)] = &[
     ("aquila", Some("BPE"), Some("default"), 1, None),
     ("baichuan", Some("SPM"), None, 0, Some("<s>")),
     ("bert-bge", Some("WPM"), None, 0, Some("[CLS]")),
-    ("command-r", Some("BPE"), Some("command-r"), 0, Some("<BOS_TOKEN>")),
-    ("deepseek-coder", Some("BPE"), Some("deepseek-coder"), 0, Some("<｜begin▁of▁sentence｜>")),
-    ("deepseek-llm", Some("BPE"), Some("deepseek-llm"), 0, Some("<｜begin▁of▁sentence｜>")),
+    (
+        "command-r",
+        Some("BPE"),
+        Some("command-r"),
+        0,
+        Some("<BOS_TOKEN>"),
+    ),
+    (
+        "deepseek-coder",
+        Some("BPE"),
+        Some("deepseek-coder"),
+        0,
+        Some("<｜begin▁of▁sentence｜>"),
+    ),
+    (
+        "deepseek-llm",
+        Some("BPE"),
+        Some("deepseek-llm"),
+        0,
+        Some("<｜begin▁of▁sentence｜>"),
+    ),
     ("falcon", Some("BPE"), Some("falcon"), 1, None),
-    ("gemma-4", Some("BPE (raw UTF-8"), Some("gemma4"), 0, Some("<bos>")),
-    ("gpt-2", Some("BPE"), Some("gpt-2"), 0, Some("<|endoftext|>")),
+    (
+        "gemma-4",
+        Some("BPE (raw UTF-8"),
+        Some("gemma4"),
+        0,
+        Some("<bos>"),
+    ),
+    (
+        "gpt-2",
+        Some("BPE"),
+        Some("gpt-2"),
+        0,
+        Some("<|endoftext|>"),
+    ),
     ("gpt-neox", Some("BPE"), Some("default"), 1, None),
-    ("llama-bpe", Some("BPE"), Some("llama-bpe"), 0, Some("<|begin_of_text|>")),
+    (
+        "llama-bpe",
+        Some("BPE"),
+        Some("llama-bpe"),
+        0,
+        Some("<|begin_of_text|>"),
+    ),
     ("llama-spm", Some("SPM"), None, 0, Some("<s>")),
     ("mpt", Some("BPE"), Some("mpt"), 0, None),
     ("nomic-bert-moe", Some("UGM"), None, 0, Some("<s>")),
     ("phi-3", Some("SPM"), None, 0, Some("<s>")),
-    ("qwen2", Some("BPE"), Some("qwen2"), 0, Some("<|endoftext|>")),
-    ("qwen35", Some("BPE"), Some("qwen35"), 0, Some("<|endoftext|>")),
+    (
+        "qwen2",
+        Some("BPE"),
+        Some("qwen2"),
+        0,
+        Some("<|endoftext|>"),
+    ),
+    (
+        "qwen35",
+        Some("BPE"),
+        Some("qwen35"),
+        0,
+        Some("<|endoftext|>"),
+    ),
     ("refact", Some("BPE"), Some("refact"), 1, None),
     ("starcoder", Some("BPE"), Some("starcoder"), 1, None),
 ];
@@ -86,7 +134,10 @@ fn info_tells_the_truth_about_every_llama_cpp_test_vocabulary() {
         for command in MODEL_ONLY.iter().chain(BOTH) {
             assert_eq!(commands[command]["supported"], false, "{name} {command}");
             let reason = commands[command]["reason"].as_str().unwrap_or_default();
-            assert!(reason.contains("the model cannot run"), "{name} {command}: {reason}");
+            assert!(
+                reason.contains("the model cannot run"),
+                "{name} {command}: {reason}"
+            );
         }
         let tokenizer = &v["tokenizer"];
         match family {
@@ -126,7 +177,10 @@ fn info_text_lists_each_command_with_its_reason() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("tokenize                 yes"), "{out}");
-    assert!(out.contains("generate                 no: the model cannot run"), "{out}");
+    assert!(
+        out.contains("generate                 no: the model cannot run"),
+        "{out}"
+    );
     assert!(out.contains("pre command-r"), "{out}");
     assert!(out.contains("BOS 5 \"<BOS_TOKEN>\""), "{out}");
 }

@@ -75,7 +75,7 @@ if [ ! -f "$VOCAB_DIR/complete-$LCP_PIN_VERSION" ]; then
   mkdir -p "$CACHE" "$VOCAB_DIR"
   if [ ! -f "$PIN_SDIST" ] || ! echo "$LCP_PIN_SHA256  $PIN_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
     rm -rf "$CACHE/pip-download"
-    pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LCP_PIN_VERSION" -d "$CACHE/pip-download"
+    python3 -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LCP_PIN_VERSION" -d "$CACHE/pip-download"
     if ! echo "$LCP_PIN_SHA256  $CACHE/pip-download/llama_cpp_python-$LCP_PIN_VERSION.tar.gz" | sha256sum -c --quiet -; then
       echo "error: llama-cpp-python $LCP_PIN_VERSION from PyPI does not have the pinned sha256 $LCP_PIN_SHA256; not using it" >&2
       exit 1

@@ -227,7 +227,11 @@ fn missing_or_unknown_pre_tokenizer_falls_back_to_the_default_rule_with_a_warnin
     for (name, pre, needle) in [
         ("pre_missing", None, "is missing"),
         ("pre_empty", Some(""), "is empty"),
-        ("pre_unknown", Some("some-new-pre"), "\"some-new-pre\" is unknown"),
+        (
+            "pre_unknown",
+            Some("some-new-pre"),
+            "\"some-new-pre\" is unknown",
+        ),
     ] {
         let v = Vocab {
             pre,
@@ -244,7 +248,11 @@ fn missing_or_unknown_pre_tokenizer_falls_back_to_the_default_rule_with_a_warnin
         assert_eq!(t.encode("he!!", false, false).unwrap(), vec![HE, 33, 33]);
     }
     // A known name has no warning.
-    assert!(Vocab::valid().load("pre_known").unwrap().warnings().is_empty());
+    assert!(Vocab::valid()
+        .load("pre_known")
+        .unwrap()
+        .warnings()
+        .is_empty());
 }
 
 #[test]
@@ -302,7 +310,11 @@ fn inconsistent_metadata_is_named() {
     for b in (0..100usize).chain(128..256) {
         v.tokens.as_mut().unwrap()[b] = format!("t{b}");
     }
-    expect_error(v, "no_byte_alphabet", &["tokenizer.ggml.tokens", "byte-level"]);
+    expect_error(
+        v,
+        "no_byte_alphabet",
+        &["tokenizer.ggml.tokens", "byte-level"],
+    );
 
     let mut v = Vocab::valid();
     v.extra
@@ -372,7 +384,10 @@ fn special_tokens_strip_whitespace_by_model_name_as_llama_cpp_does() {
     v.extra
         .push(("general.name", MetaValue::String("Phi3 Mini".into())));
     let t = v.load("strip_phi3").unwrap();
-    assert_eq!(t.encode("<|ctl|> hehe", false, true).unwrap(), vec![CONTROL, HEHE]);
+    assert_eq!(
+        t.encode("<|ctl|> hehe", false, true).unwrap(),
+        vec![CONTROL, HEHE]
+    );
 
     const MASK: u32 = 261;
     let mut v = Vocab::valid();
@@ -382,5 +397,8 @@ fn special_tokens_strip_whitespace_by_model_name_as_llama_cpp_does() {
     let t = v.load("strip_mask").unwrap();
     assert_eq!(t.encode("he <mask>", false, true).unwrap(), vec![HE, MASK]);
     // Only before the token, and only for <mask>.
-    assert_eq!(t.encode("<mask> he", false, true).unwrap(), vec![MASK, 32, HE]);
+    assert_eq!(
+        t.encode("<mask> he", false, true).unwrap(),
+        vec![MASK, 32, HE]
+    );
 }

@@ -32,7 +32,10 @@ fn load(vocab: &str, pre: Option<&str>) -> Result<Tokenizer, TokenizerError> {
     let Some(pre) = pre else {
         return Tokenizer::from_gguf(&file);
     };
-    assert!(file.tensors.is_empty(), "{vocab}: expected a vocabulary-only file");
+    assert!(
+        file.tensors.is_empty(),
+        "{vocab}: expected a vocabulary-only file"
+    );
     let mut w = GgufWriter::new();
     for (key, value) in &file.metadata {
         w.set(key, value.clone());

@@ -97,7 +97,10 @@ fn every_llama_cpp_test_vocabulary_gives_llama_cpp_ids() {
         println!("| {name} | {texts} | {mismatches} |");
     }
     let failing: Vec<_> = rows.iter().filter(|r| r.2 > 0).collect();
-    assert!(failing.is_empty(), "vocabularies with mismatches: {failing:?}");
+    assert!(
+        failing.is_empty(),
+        "vocabularies with mismatches: {failing:?}"
+    );
 }
 
 #[test]
@@ -125,7 +128,10 @@ fn gemma4_vocab_adds_bos_and_shows_spaces() {
     assert_eq!(tokenizer.token_text(2).as_deref(), Some("<bos>"));
     assert_eq!(tokenizer.decode(&ids[1..]), "Hello world");
     let world = *ids.last().unwrap();
-    assert_eq!(tokenizer.token_text(world).as_deref(), Some("\u{2581}world"));
+    assert_eq!(
+        tokenizer.token_text(world).as_deref(),
+        Some("\u{2581}world")
+    );
     assert_eq!(tokenizer.token_piece(world), " world");
 }
 
@@ -152,7 +158,9 @@ fn vocabularies_without_texts_load_as_llama_cpp_would() {
         assert_eq!(info.pre.as_deref(), Some("default"), "{name}");
         assert_eq!(tokenizer.warnings().len(), 1, "{name}");
         assert!(tokenizer.warnings()[0].contains("is missing"), "{name}");
-        let ids = tokenizer.encode("Hello world! 12345", false, false).unwrap();
+        let ids = tokenizer
+            .encode("Hello world! 12345", false, false)
+            .unwrap();
         assert!(!ids.is_empty());
         assert_eq!(tokenizer.decode(&ids), "Hello world! 12345", "{name}");
     }

@@ -139,7 +139,10 @@ struct CommandSupport {
 /// What each command needs: `tokenize` the vocabulary only; `prefill --token-ids`, `bench` and
 /// `tune` the model only; text prompts, `generate` (which decodes what it generates, even from
 /// token ids) and `serve` both.
-fn command_support(model_err: Option<String>, tokenizer_err: Option<String>) -> Vec<CommandSupport> {
+fn command_support(
+    model_err: Option<String>,
+    tokenizer_err: Option<String>,
+) -> Vec<CommandSupport> {
     let model = model_err.map(|e| format!("the model cannot run: {e}"));
     let tokenizer = tokenizer_err.map(|e| format!("the text cannot be tokenized: {e}"));
     let both = model.clone().or_else(|| tokenizer.clone());
@@ -177,7 +180,10 @@ fn token_json(tokenizer: &Tokenizer, id: Option<u32>) -> serde_json::Value {
     }
 }
 
-fn tokenizer_json(file: &GgufFile, tokenizer: &Result<Tokenizer, impl std::fmt::Display>) -> serde_json::Value {
+fn tokenizer_json(
+    file: &GgufFile,
+    tokenizer: &Result<Tokenizer, impl std::fmt::Display>,
+) -> serde_json::Value {
     let s = |k: &str| file.get(k).and_then(|v| v.as_str()).map(str::to_string);
     let mut out = json!({
         "model": s("tokenizer.ggml.model"),
@@ -206,7 +212,12 @@ fn tokenizer_json(file: &GgufFile, tokenizer: &Result<Tokenizer, impl std::fmt::
 }
 
 fn print_tokenizer(file: &GgufFile, tokenizer: &Result<Tokenizer, impl std::fmt::Display>) {
-    let s = |k: &str| file.get(k).and_then(|v| v.as_str()).unwrap_or("(none)").to_string();
+    let s = |k: &str| {
+        file.get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or("(none)")
+            .to_string()
+    };
     let t = match tokenizer {
         Ok(t) => t,
         Err(e) => {

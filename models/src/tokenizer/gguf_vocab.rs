@@ -159,7 +159,9 @@ fn resolve_pre_tokenizer(
         // llama.cpp treats an empty name as a missing one.
         return Ok((
             PreTokenizer::default_rule(),
-            Some(format!("{KEY_PRE} is empty: using llama.cpp's 'default' pre-tokenizer, as llama.cpp does")),
+            Some(format!(
+                "{KEY_PRE} is empty: using llama.cpp's 'default' pre-tokenizer, as llama.cpp does"
+            )),
         ));
     }
     Ok(match PreTokenizer::from_gguf_name(name) {

@@ -34,8 +34,8 @@ use crate::gguf::GgufFile;
 use gguf_bpe::GgufBpe;
 use hf_json::HfJson;
 use spm::GgufSpm;
-use ugm::GgufUgm;
 use std::path::{Path, PathBuf};
+use ugm::GgufUgm;
 use wpm::GgufWpm;
 
 /// A token's kind, from GGUF `tokenizer.ggml.token_type` (after llama.cpp's fix-ups).

@@ -20,8 +20,7 @@ use tokenizers::SplitDelimiterBehavior;
 // points: pasted as text, some (U+1F7D, U+212A, ...) get NFC-normalized into others on the way.
 
 /// GPT-2's split (llama.cpp's `unicode_regex_split_custom_gpt2`).
-const GPT2: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 /// Llama 3's split with the case-insensitive contractions spelled out, digits in runs of up to 3.
 const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's split: as Llama 3's but one digit per word.
@@ -112,7 +111,11 @@ impl SplitRule {
                 r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+",
                 r"\p{N}",
             ],
-            Deepseek3 => vec![r"\p{N}{1,3}", r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+", DEEPSEEK3_WORDS],
+            Deepseek3 => vec![
+                r"\p{N}{1,3}",
+                r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+",
+                DEEPSEEK3_WORDS,
+            ],
             Spark25 => vec![
                 r"\p{N}{1,3}",
                 r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+",
@@ -339,9 +342,10 @@ impl PreTokenizer {
     /// between them (as llama.cpp's `unicode_regex_split`), then the byte-level mapping without
     /// its own GPT-2 regex.
     pub fn hf_pre_tokenizer(&self) -> Result<PreTokenizerWrapper, String> {
-        let regexes = self.rule.regexes().map_err(|why| {
-            format!("pre-tokenizer \"{}\" is not supported: {why}", self.name)
-        })?;
+        let regexes = self
+            .rule
+            .regexes()
+            .map_err(|why| format!("pre-tokenizer \"{}\" is not supported: {why}", self.name))?;
         let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(regexes.len() + 1);
         for regex in regexes {
             let split = Split::new(
@@ -392,7 +396,11 @@ mod tests {
         assert!(!dbrx.ignore_merges && !dbrx.default_add_bos);
         let qwen2 = PreTokenizer::from_gguf_name("qwen2").unwrap();
         assert!(!qwen2.clean_spaces && !qwen2.ignore_merges);
-        assert!(PreTokenizer::from_gguf_name("stablelm2").unwrap().clean_spaces);
+        assert!(
+            PreTokenizer::from_gguf_name("stablelm2")
+                .unwrap()
+                .clean_spaces
+        );
         assert!(PreTokenizer::from_gguf_name("glm4").unwrap().no_default_bos);
     }
 }

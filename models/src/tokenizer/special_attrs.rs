@@ -41,7 +41,11 @@ enum NameRule {
 
 impl NameRule {
     fn of(file: &GgufFile) -> NameRule {
-        let text = |key: &str| file.get(key).and_then(MetaValue::as_str).unwrap_or_default();
+        let text = |key: &str| {
+            file.get(key)
+                .and_then(MetaValue::as_str)
+                .unwrap_or_default()
+        };
         let any = |s: &str, parts: &[&str]| parts.iter().any(|p| s.contains(p));
         let pre = text("tokenizer.ggml.pre");
         let arch = text("general.architecture");

@@ -346,7 +346,11 @@ impl Eq for Pair {}
 /// `tokenizer.ggml.scores`: one f32 per token (or i32, which llama.cpp converts to float). The
 /// scores are the merge priorities, so a vocabulary without them (llama.cpp would silently use
 /// 0 for all) is refused.
-pub(super) fn read_scores(file: &GgufFile, n: usize, err: &ErrFn) -> Result<Vec<f32>, TokenizerError> {
+pub(super) fn read_scores(
+    file: &GgufFile,
+    n: usize,
+    err: &ErrFn,
+) -> Result<Vec<f32>, TokenizerError> {
     let values = file.get(KEY_SCORES).ok_or_else(|| {
         err(
             KEY_SCORES,

@@ -75,10 +75,16 @@ impl GgufUgm {
         let add_bos = read_flag(file, KEY_ADD_BOS, false, &err)?;
         let add_eos = read_flag(file, KEY_ADD_EOS, true, &err)?;
         if add_bos && bos.is_none() {
-            return Err(err(KEY_BOS, format!("is missing but {KEY_ADD_BOS} asks for a BOS token")));
+            return Err(err(
+                KEY_BOS,
+                format!("is missing but {KEY_ADD_BOS} asks for a BOS token"),
+            ));
         }
         if add_eos && eos.is_none() {
-            return Err(err(KEY_EOS, format!("is missing but {KEY_ADD_EOS} asks for an EOS token")));
+            return Err(err(
+                KEY_EOS,
+                format!("is missing but {KEY_ADD_EOS} asks for an EOS token"),
+            ));
         }
         let add_space_prefix = read_flag(file, KEY_ADD_SPACE_PREFIX, false, &err)?;
         let remove_extra_whitespaces = read_flag(file, KEY_REMOVE_EXTRA_WS, false, &err)?;
@@ -92,7 +98,10 @@ impl GgufUgm {
             if *kind == TokenKind::Normal {
                 min_score = min_score.min(scores[id as usize]);
             }
-            if matches!(kind, TokenKind::Normal | TokenKind::UserDefined | TokenKind::Unused) {
+            if matches!(
+                kind,
+                TokenKind::Normal | TokenKind::UserDefined | TokenKind::Unused
+            ) {
                 pieces.insert(text.as_bytes().to_vec(), id);
             }
             if *kind == TokenKind::UserDefined {

@@ -258,7 +258,6 @@ impl GgufWpm {
         true
     }
 
-
     pub fn normalizer(&self) -> (bool, bool) {
         (self.lowercase, self.strip_accents)
     }
