@@ -46,7 +46,12 @@ fn info(path: &std::path::Path) -> Value {
 
 const TOKENIZE: &str = "tokenize";
 const MODEL_ONLY: &[&str] = &["prefill --token-ids", "bench", "tune"];
-const BOTH: &[&str] = &["prefill --prompt/--file", "generate", "serve"];
+const BOTH: &[&str] = &[
+    "prefill --prompt/--file",
+    "generate",
+    "serve",
+    "--chat, /v1/chat/completions",
+];
 
 /// (vocabulary, tokenizer family prefix (None: refused, which no test vocabulary is now),
 /// pre-tokenizer in effect,
@@ -176,9 +181,17 @@ fn info_text_lists_each_command_with_its_reason() {
     let o = rocky(&["info", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("tokenize                 yes"), "{out}");
+    // One line per command: its name, padding, then the answer.
+    let answer = |command: &str| {
+        out.lines()
+            .skip_while(|l| *l != "commands")
+            .find_map(|l| l.strip_prefix(&format!("  {command} ")))
+            .map(|rest| rest.trim_start().to_string())
+            .unwrap_or_else(|| panic!("no line for {command}: {out}"))
+    };
+    assert_eq!(answer("tokenize"), "yes", "{out}");
     assert!(
-        out.contains("generate                 no: the model cannot run"),
+        answer("generate").starts_with("no: the model cannot run"),
         "{out}"
     );
     assert!(out.contains("pre command-r"), "{out}");
@@ -194,4 +207,38 @@ fn info_says_a_runnable_model_supports_every_command() {
         assert_eq!(state["supported"], true, "{command}: {state}");
     }
     assert_eq!(v["tokenizer"]["pre_in_effect"], "qwen2");
+}
+
+/// A runnable Llama-shaped model carrying Falcon's BPE vocabulary (no chat template, and no
+/// Llama 3 header tokens for rocky's built-in llama3 format): everything but chatting works.
+#[test]
+fn info_says_chat_needs_a_template() {
+    let vocab = asset("llama-cpp-vocab").join("ggml-vocab-falcon.gguf");
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("info-llama-falcon.gguf");
+    let o = rocky(&[
+        "synth",
+        "--shape",
+        "llama-tiny",
+        "--quant",
+        "q8_0",
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--seed",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = info(&out);
+    for (command, state) in v["commands"].as_object().unwrap() {
+        let chat = command.contains("chat");
+        assert_eq!(state["supported"], !chat, "{command}: {state}");
+        if chat {
+            let reason = state["reason"].as_str().unwrap();
+            assert!(reason.contains("no chat template"), "{reason}");
+        }
+    }
+    assert_eq!(v["supported"], false);
+    assert_eq!(v["tokenizer"]["pre_in_effect"], "falcon");
 }

@@ -32,9 +32,13 @@ pub fn run(args: Args) -> CmdResult {
     let arch_name = file.architecture().unwrap_or("(none)").to_string();
     let model = arch::load(&file);
     let tokenizer = Tokenizer::from_gguf(&file);
+    let template_err = rocky_models::chat::template_or_builtin(&file).is_none().then(|| {
+        "the file has no chat template (tokenizer.chat_template) and rocky has no built-in format for its architecture".to_string()
+    });
     let commands = command_support(
         model.as_ref().err().map(|e| e.to_string()),
         tokenizer.as_ref().err().map(|e| e.to_string()),
+        template_err,
     );
     let all_supported = commands.iter().all(|c| c.reason.is_none());
     if args.json {
@@ -121,8 +125,12 @@ pub fn run(args: Args) -> CmdResult {
     println!("commands");
     for c in &commands {
         match (&c.reason, c.short_reason) {
-            (None, _) => println!("  {:<24} yes", c.command),
-            (Some(_), short) => println!("  {:<24} no: {short} (above)", c.command),
+            (None, _) => println!("  {:<30} yes", c.command),
+            (Some(_), "no chat template") => println!(
+                "  {:<30} no: no chat template in the file and none built in for its architecture",
+                c.command
+            ),
+            (Some(_), short) => println!("  {:<30} no: {short} (above)", c.command),
         }
     }
     Ok(())
@@ -138,20 +146,24 @@ struct CommandSupport {
 
 /// What each command needs: `tokenize` the vocabulary only; `prefill --token-ids`, `bench` and
 /// `tune` the model only; text prompts, `generate` (which decodes what it generates, even from
-/// token ids) and `serve` both.
+/// token ids) and `serve` both; chatting (`--chat`, `/v1/chat/completions`) both and a chat
+/// template, the file's own or rocky's built-in one for the architecture.
 fn command_support(
     model_err: Option<String>,
     tokenizer_err: Option<String>,
+    template_err: Option<String>,
 ) -> Vec<CommandSupport> {
     let model = model_err.map(|e| format!("the model cannot run: {e}"));
     let tokenizer = tokenizer_err.map(|e| format!("the text cannot be tokenized: {e}"));
     let both = model.clone().or_else(|| tokenizer.clone());
+    let chat = both.clone().or(template_err);
     [
         ("tokenize", tokenizer.clone()),
         ("prefill --token-ids", model.clone()),
         ("prefill --prompt/--file", both.clone()),
         ("generate", both.clone()),
         ("serve", both),
+        ("--chat, /v1/chat/completions", chat),
         ("bench", model.clone()),
         ("tune", model),
     ]
@@ -159,7 +171,8 @@ fn command_support(
     .map(|(command, reason)| {
         let short_reason = match &reason {
             Some(r) if r.starts_with("the model") => "the model cannot run",
-            Some(_) => "the text cannot be tokenized",
+            Some(r) if r.starts_with("the text") => "the text cannot be tokenized",
+            Some(_) => "no chat template",
             None => "",
         };
         CommandSupport {
