@@ -33,7 +33,7 @@ pub fn run(args: Args) -> CmdResult {
     let model = arch::load(&file);
     let tokenizer = Tokenizer::from_gguf(&file);
     let template_err = rocky_models::chat::template_or_builtin(&file).is_none().then(|| {
-        "the file has no chat template (tokenizer.chat_template) and rocky has no built-in format for its architecture".to_string()
+        "the file has no chat template (tokenizer.chat_template), and rocky's built-in formats (chatml, llama3, gemma) need an architecture they belong to and its marker token in the vocabulary".to_string()
     });
     let commands = command_support(
         model.as_ref().err().map(|e| e.to_string()),
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> CmdResult {
         match (&c.reason, c.short_reason) {
             (None, _) => println!("  {:<30} yes", c.command),
             (Some(_), "no chat template") => println!(
-                "  {:<30} no: no chat template in the file and none built in for its architecture",
+                "  {:<30} no: no chat template in the file, and no built-in format fits",
                 c.command
             ),
             (Some(_), short) => println!("  {:<30} no: {short} (above)", c.command),
