@@ -28,9 +28,15 @@ fi
 LCP_VERSION=0.3.16
 LCP_URL=https://files.pythonhosted.org/packages/e4/b4/c8cd17629ced0b9644a71d399a91145aedef109c0333443bef015e45b704/llama_cpp_python-$LCP_VERSION.tar.gz
 LCP_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
-LCP_VOCABS="ggml-vocab-llama-bpe ggml-vocab-llama-spm"
+# Every test vocabulary the sdist vendors: the 13 with llama.cpp's test-tokenizer-0 texts
+# (.inp) and ids (.out), and the 4 without (aquila, baichuan, gpt-neox, nomic-bert-moe: loaded and
+# described by `rocky info`, not compared).
+LCP_VOCABS_TESTED="bert-bge command-r deepseek-coder deepseek-llm falcon gpt-2 llama-bpe llama-spm mpt phi-3 qwen2 refact starcoder"
+LCP_VOCABS_UNTESTED="aquila baichuan gpt-neox nomic-bert-moe"
 VOCAB_DIR="$ASSETS/llama-cpp-vocab"
-if [ ! -f "$VOCAB_DIR/complete-$LCP_VERSION" ]; then
+# The marker names the list, so a checkout that asks for more vocabularies unpacks again.
+VOCAB_MARKER="$VOCAB_DIR/complete-$LCP_VERSION-$(echo "$LCP_VOCABS_TESTED $LCP_VOCABS_UNTESTED" | sha256sum | cut -c1-12)"
+if [ ! -f "$VOCAB_MARKER" ]; then
   CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/rocky
   SDIST="$CACHE/llama_cpp_python-$LCP_VERSION.tar.gz"
   mkdir -p "$CACHE" "$VOCAB_DIR"
@@ -44,14 +50,48 @@ if [ ! -f "$VOCAB_DIR/complete-$LCP_VERSION" ]; then
     mv "$SDIST.tmp" "$SDIST"
   fi
   members=""
-  for v in $LCP_VOCABS; do
+  prefix="llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/models"
+  for v in $LCP_VOCABS_TESTED; do
     for ext in "" .inp .out; do
-      members="$members llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/models/$v.gguf$ext"
+      members="$members $prefix/ggml-vocab-$v.gguf$ext"
     done
+  done
+  for v in $LCP_VOCABS_UNTESTED; do
+    members="$members $prefix/ggml-vocab-$v.gguf"
   done
   # shellcheck disable=SC2086
   tar -xzf "$SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
-  touch "$VOCAB_DIR/complete-$LCP_VERSION"
+  touch "$VOCAB_MARKER"
+fi
+# llama.cpp 0c1e57098 itself (vendored in llama-cpp-python 0.3.36, the build rocky follows) adds
+# two test vocabularies the older sdist lacks: gemma-4 (BPE over raw UTF-8) and qwen35. Fetched
+# with pip as ../shared/tools/llama.cpp/build.sh fetches that sdist, and pinned by sha256.
+LCP_PIN_VERSION=0.3.36
+LCP_PIN_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LCP_PIN_VOCABS="gemma-4 qwen35"
+if [ ! -f "$VOCAB_DIR/complete-$LCP_PIN_VERSION" ]; then
+  CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/rocky
+  PIN_SDIST="$CACHE/llama_cpp_python-$LCP_PIN_VERSION.tar.gz"
+  mkdir -p "$CACHE" "$VOCAB_DIR"
+  if [ ! -f "$PIN_SDIST" ] || ! echo "$LCP_PIN_SHA256  $PIN_SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+    rm -rf "$CACHE/pip-download"
+    python3 -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LCP_PIN_VERSION" -d "$CACHE/pip-download"
+    if ! echo "$LCP_PIN_SHA256  $CACHE/pip-download/llama_cpp_python-$LCP_PIN_VERSION.tar.gz" | sha256sum -c --quiet -; then
+      echo "error: llama-cpp-python $LCP_PIN_VERSION from PyPI does not have the pinned sha256 $LCP_PIN_SHA256; not using it" >&2
+      exit 1
+    fi
+    mv "$CACHE/pip-download/llama_cpp_python-$LCP_PIN_VERSION.tar.gz" "$PIN_SDIST"
+    rm -rf "$CACHE/pip-download"
+  fi
+  members=""
+  for v in $LCP_PIN_VOCABS; do
+    for ext in "" .inp .out; do
+      members="$members llama_cpp_python-$LCP_PIN_VERSION/vendor/llama.cpp/models/ggml-vocab-$v.gguf$ext"
+    done
+  done
+  # shellcheck disable=SC2086
+  tar -xzf "$PIN_SDIST" -C "$VOCAB_DIR" --strip-components=4 $members
+  touch "$VOCAB_DIR/complete-$LCP_PIN_VERSION"
 fi
 
 # Reference dequantizations by the gguf package for models/tests/formats_vs_gguf_py.rs (each

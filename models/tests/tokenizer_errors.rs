@@ -197,10 +197,10 @@ fn add_bos_and_add_eos_flags_are_honoured() {
 #[test]
 fn unsupported_model_is_named() {
     let v = Vocab {
-        model: Some("bert"),
+        model: Some("rwkv"),
         ..Vocab::valid()
     };
-    let e = expect_error(v, "model_bert", &["\"bert\"", "WordPiece", "\"gpt2\""]);
+    let e = expect_error(v, "model_rwkv", &["\"rwkv\"", "RWKV", "\"gpt2\"", "\"t5\""]);
     assert!(matches!(e, TokenizerError::UnsupportedModel { .. }));
     let v = Vocab {
         model: Some("some-new-thing"),
@@ -210,26 +210,49 @@ fn unsupported_model_is_named() {
 }
 
 #[test]
-fn unsupported_or_missing_pre_tokenizer_is_named() {
+fn a_split_rule_rocky_cannot_reproduce_is_refused_with_the_reason() {
     let v = Vocab {
-        pre: Some("deepseek-coder"),
+        pre: Some("kimi-k2"),
         ..Vocab::valid()
     };
-    let e = expect_error(
-        v,
-        "pre_deepseek_coder",
-        &["\"deepseek-coder\"", "\"qwen2\"", "\"llama-bpe\""],
-    );
+    let e = expect_error(v, "pre_kimi_k2", &["\"kimi-k2\"", "hand-written"]);
     assert!(matches!(e, TokenizerError::UnsupportedPreTokenizer { .. }));
-    let v = Vocab {
-        pre: None,
-        ..Vocab::valid()
-    };
-    expect_error(
-        v,
-        "pre_missing",
-        &["tokenizer.ggml.pre missing", "\"qwen2\""],
-    );
+}
+
+/// llama.cpp tokenizes a BPE vocabulary without tokenizer.ggml.pre with its default rule and a
+/// warning; rocky does the same, and also for a name llama.cpp does not know (which llama.cpp
+/// refuses), saying so. The default rule keeps "hehe" one word, so the merges still apply.
+#[test]
+fn missing_or_unknown_pre_tokenizer_falls_back_to_the_default_rule_with_a_warning() {
+    for (name, pre, needle) in [
+        ("pre_missing", None, "is missing"),
+        ("pre_empty", Some(""), "is empty"),
+        (
+            "pre_unknown",
+            Some("some-new-pre"),
+            "\"some-new-pre\" is unknown",
+        ),
+    ] {
+        let v = Vocab {
+            pre,
+            ..Vocab::valid()
+        };
+        let t = v.load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let warnings = t.warnings();
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+        assert!(warnings[0].contains(needle), "{name}: {warnings:?}");
+        assert!(warnings[0].contains("'default'"), "{name}: {warnings:?}");
+        assert_eq!(t.info().pre.as_deref(), Some("default"));
+        assert_eq!(t.encode("hehe", false, false).unwrap(), vec![HEHE]);
+        // The default rule cuts punctuation runs off words: "he!!" is "he" then "!!".
+        assert_eq!(t.encode("he!!", false, false).unwrap(), vec![HE, 33, 33]);
+    }
+    // A known name has no warning.
+    assert!(Vocab::valid()
+        .load("pre_known")
+        .unwrap()
+        .warnings()
+        .is_empty());
 }
 
 #[test]
@@ -282,9 +305,16 @@ fn inconsistent_metadata_is_named() {
     v.tokens.as_mut().unwrap()[HEHE as usize] = "he".into();
     expect_error(v, "duplicate_token", &["tokenizer.ggml.tokens", "twice"]);
 
+    // Most of the byte alphabet missing: not a byte-level vocabulary at all.
     let mut v = Vocab::valid();
-    v.tokens.as_mut().unwrap()[0] = "zero".into();
-    expect_error(v, "missing_byte", &["tokenizer.ggml.tokens", "0x00"]);
+    for b in (0..100usize).chain(128..256) {
+        v.tokens.as_mut().unwrap()[b] = format!("t{b}");
+    }
+    expect_error(
+        v,
+        "no_byte_alphabet",
+        &["tokenizer.ggml.tokens", "byte-level"],
+    );
 
     let mut v = Vocab::valid();
     v.extra
@@ -295,7 +325,9 @@ fn inconsistent_metadata_is_named() {
         &["tokenizer.ggml.bos_token_id", "261"],
     );
 
+    // ChatGLM's rows have no default BOS, so asking for one without naming it is an error.
     let mut v = Vocab::valid();
+    v.pre = Some("chatglm-bpe");
     v.extra
         .push(("tokenizer.ggml.add_bos_token", MetaValue::Bool(true)));
     expect_error(
@@ -305,11 +337,68 @@ fn inconsistent_metadata_is_named() {
     );
 }
 
+/// llama.cpp drops a byte that has no byte-level token (Falcon's vocabulary lacks most control
+/// bytes); rocky does too and says so when loading.
+#[test]
+fn a_missing_byte_token_is_a_warning_and_the_byte_is_dropped() {
+    let mut v = Vocab::valid();
+    v.tokens.as_mut().unwrap()[0] = "zero".into();
+    let t = v.load("missing_byte").unwrap();
+    let warnings = t.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("0x00"), "{warnings:?}");
+    assert_eq!(t.encode("\0hehe\0", false, false).unwrap(), vec![HEHE]);
+}
+
+/// A BPE vocabulary that names no BOS gets llama.cpp's default, token 11.
+#[test]
+fn bpe_bos_defaults_to_token_11_as_in_llama_cpp() {
+    let mut v = Vocab::valid();
+    v.extra
+        .push(("tokenizer.ggml.add_bos_token", MetaValue::Bool(true)));
+    let t = v.load("bos_default").unwrap();
+    assert_eq!(t.bos_id(), Some(11));
+    assert_eq!(t.encode("hehe", true, false).unwrap(), vec![11, HEHE]);
+}
+
 #[test]
 fn missing_tokenizer_json_is_an_error_naming_the_file() {
     let err = Tokenizer::from_tokenizer_json("/nonexistent/tokenizer.json").unwrap_err();
     assert!(
         err.to_string().contains("/nonexistent/tokenizer.json"),
         "{err}"
+    );
+}
+
+/// llama.cpp strips whitespace beside special tokens by name, for every tokenizer family: after
+/// every special token of a Phi-3 model, before `<mask>` of a Jina v2 vocabulary.
+#[test]
+fn special_tokens_strip_whitespace_by_model_name_as_llama_cpp_does() {
+    let t = Vocab::valid().load("strip_none").unwrap();
+    assert_eq!(
+        t.encode("<|ctl|> hehe", false, true).unwrap(),
+        vec![CONTROL, 32, HEHE]
+    );
+
+    let mut v = Vocab::valid();
+    v.extra
+        .push(("general.name", MetaValue::String("Phi3 Mini".into())));
+    let t = v.load("strip_phi3").unwrap();
+    assert_eq!(
+        t.encode("<|ctl|> hehe", false, true).unwrap(),
+        vec![CONTROL, HEHE]
+    );
+
+    const MASK: u32 = 261;
+    let mut v = Vocab::valid();
+    v.pre = Some("jina-v2-es");
+    v.tokens.as_mut().unwrap().push("<mask>".into());
+    v.types.as_mut().unwrap().push(3);
+    let t = v.load("strip_mask").unwrap();
+    assert_eq!(t.encode("he <mask>", false, true).unwrap(), vec![HE, MASK]);
+    // Only before the token, and only for <mask>.
+    assert_eq!(
+        t.encode("<mask> he", false, true).unwrap(),
+        vec![MASK, 32, HE]
     );
 }

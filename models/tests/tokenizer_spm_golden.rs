@@ -589,7 +589,7 @@ fn hostile_vocabularies_are_refused_by_key() {
 
 #[test]
 fn other_tokenizer_models_stay_refused_by_name() {
-    for model in ["t5", "bert", "some-new-thing"] {
+    for model in ["plamo2", "rwkv", "some-new-thing"] {
         let mut v = Spm::valid();
         v.extra = vec![("tokenizer.ggml.model", MetaValue::String(model.into()))];
         let err = expect_error(

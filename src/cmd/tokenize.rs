@@ -125,13 +125,18 @@ fn load_tokenizer(model: &Path) -> Result<Tokenizer, CliError> {
         let file = super::open_gguf(model)?;
         Tokenizer::from_gguf(&file)
     };
-    loaded.map_err(|e| {
+    let tokenizer = loaded.map_err(|e| {
         CliError::input(format!(
-            "{e}\nUse a GGUF whose vocabulary is BPE (tokenizer.ggml.model = gpt2: Qwen2/Qwen3) \
-             or SentencePiece-style (llama: Gemma 3, Llama 2), or give the model's Hugging \
-             Face tokenizer.json as MODEL."
+            "{e}\nUse a GGUF whose vocabulary is byte-level BPE (tokenizer.ggml.model = gpt2: \
+             Qwen, Llama 3, DeepSeek, Falcon, StarCoder, ...), SentencePiece-style (llama: Gemma 3, \
+             Llama 2, Phi-3) or WordPiece (bert), or give the model's Hugging Face tokenizer.json \
+             as MODEL (`rocky info MODEL` says what the file supports)."
         ))
-    })
+    })?;
+    for warning in tokenizer.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    Ok(tokenizer)
 }
 
 /// A piece made readable on one line: line breaks, tabs and other control characters are

@@ -4,7 +4,9 @@
 //! normalizer, no added tokens: those steps are llama.cpp's, done here).
 
 use super::gguf_vocab::GgufVocab;
-use super::special_split::{partition, Fragment};
+use super::pre_tokenizer::{PreTokenizer, SplitRule};
+use super::special_attrs::special_tokens;
+use super::special_split::{partition_stripping, Fragment, Strip};
 use super::{byte_level, TokenKind, TokenizerError};
 use crate::gguf::GgufFile;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -14,13 +16,15 @@ pub(crate) struct GgufBpe {
     bpe: tokenizers::Tokenizer,
     tokens: Vec<String>,
     kinds: Vec<TokenKind>,
-    /// Control, user-defined and unknown tokens in llama.cpp's matching order: longest text
-    /// first (ties by id, where llama.cpp's unstable sort leaves the order unspecified).
-    specials: Vec<u32>,
+    /// Control, user-defined and unknown tokens in llama.cpp's matching order, with the
+    /// whitespace each strips (`special_attrs`).
+    specials: Vec<(u32, Strip)>,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    pre: PreTokenizer,
+    warnings: Vec<String>,
 }
 
 impl GgufBpe {
@@ -36,19 +40,22 @@ impl GgufBpe {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
+        let byte_level = vocab.pre.rule.byte_level();
         let model = BPE::builder()
             .vocab_and_merges(ids, vocab.merges)
-            .ignore_merges(vocab.pre.ignore_merges())
+            .ignore_merges(vocab.pre.ignore_merges)
+            // Raw UTF-8 BPE spells a character without a token by its bytes' <0xXX> tokens.
+            .byte_fallback(!byte_level)
             .build()
             .map_err(|e| build_err(e.to_string()))?;
-        let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
         let mut bpe = tokenizers::Tokenizer::new(model);
-        bpe.with_pre_tokenizer(Some(pre_tokenizer));
+        if byte_level {
+            let pre_tokenizer = vocab.pre.hf_pre_tokenizer().map_err(build_err)?;
+            bpe.with_pre_tokenizer(Some(pre_tokenizer));
+        }
+        // Raw UTF-8 BPE is cut into newline runs here (`raw_words`): each call is one word.
 
-        let mut specials: Vec<u32> = (0..vocab.tokens.len() as u32)
-            .filter(|&id| vocab.kinds[id as usize].is_matched_in_text())
-            .collect();
-        specials.sort_by_key(|&id| (std::cmp::Reverse(vocab.tokens[id as usize].len()), id));
+        let specials = special_tokens(file, &vocab.tokens, &vocab.kinds);
 
         Ok(GgufBpe {
             bpe,
@@ -59,6 +66,8 @@ impl GgufBpe {
             eos: vocab.eos,
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
+            pre: vocab.pre,
+            warnings: vocab.warnings,
         })
     }
 
@@ -77,17 +86,25 @@ impl GgufBpe {
         let specials = self
             .specials
             .iter()
-            .filter(|&&id| parse_special || self.kinds[id as usize] == TokenKind::UserDefined)
-            .map(|&id| (id, self.tokens[id as usize].as_str()));
-        for fragment in partition(text, specials) {
+            .filter(|(id, _)| parse_special || self.kinds[*id as usize] == TokenKind::UserDefined)
+            .map(|&(id, strip)| (id, self.tokens[id as usize].as_str(), strip));
+        for fragment in partition_stripping(text, specials) {
             match fragment {
                 Fragment::Token(id) => ids.push(id),
+                Fragment::Text(t) if self.pre.rule.byte_level() => self.bpe_into(t, &mut ids)?,
                 Fragment::Text(t) => {
-                    let encoding = self
-                        .bpe
-                        .encode(t, false)
-                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                    ids.extend_from_slice(encoding.get_ids());
+                    let escaped = t.replace(' ', "\u{2581}");
+                    for word in raw_words(&escaped) {
+                        // llama.cpp's Gemma 4 rule: a run of newlines that is a token is that
+                        // token, whatever the merges would make of it.
+                        let whole = (self.pre.rule == SplitRule::Gemma4 && word.starts_with('\n'))
+                            .then(|| self.bpe.token_to_id(word))
+                            .flatten();
+                        match whole {
+                            Some(id) => ids.push(id),
+                            None => self.bpe_into(word, &mut ids)?,
+                        }
+                    }
                 }
             }
         }
@@ -97,19 +114,31 @@ impl GgufBpe {
         Ok(ids)
     }
 
+    fn bpe_into(&self, text: &str, ids: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        let encoding = self
+            .bpe
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(())
+    }
+
     /// The bytes token `id` stands for, as llama.cpp's `token_to_piece(special = true)`:
     /// ordinary tokens through the byte-level alphabet, control and user-defined tokens as
-    /// their literal text, unused/byte/undefined tokens as nothing.
+    /// their literal text, byte tokens as their byte, unused/undefined tokens as nothing.
     pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) -> bool {
         let Some(text) = self.tokens.get(id as usize) else {
             return false;
         };
         match self.kinds[id as usize] {
-            TokenKind::Normal => byte_level::decode_into(text, out),
+            TokenKind::Normal if self.pre.rule.byte_level() => byte_level::decode_into(text, out),
+            TokenKind::Normal => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
             TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => {
                 out.extend_from_slice(text.as_bytes())
             }
-            TokenKind::Unused | TokenKind::Byte | TokenKind::Undefined => {}
+            // llama.cpp reads a BPE byte token as <0xXX>; any other spelling shows nothing.
+            TokenKind::Byte => out.extend(super::spm::byte_token_value(text)),
+            TokenKind::Unused | TokenKind::Undefined => {}
         }
         true
     }
@@ -142,21 +171,69 @@ impl GgufBpe {
         self.add_bos
     }
 
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    pub fn pre(&self) -> &PreTokenizer {
+        &self.pre
+    }
+
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// The same tokenizer as a Hugging Face tokenizer.json: control/unknown tokens become
     /// special added tokens, user-defined ones non-special added tokens.
     pub fn to_tokenizer_json(&self) -> Result<String, TokenizerError> {
+        if !self.pre.rule.byte_level() {
+            return Err(TokenizerError::Export(format!(
+                "exporting a raw UTF-8 BPE vocabulary (pre-tokenizer \"{}\") is not implemented",
+                self.pre.name
+            )));
+        }
         let mut hf = self.bpe.clone();
         let added: Vec<AddedToken> = self
             .specials
             .iter()
-            .map(|&id| {
+            .map(|&(id, strip)| {
                 let special = self.kinds[id as usize] != TokenKind::UserDefined;
-                AddedToken::from(self.tokens[id as usize].clone(), special).normalized(false)
+                AddedToken::from(self.tokens[id as usize].clone(), special)
+                    .normalized(false)
+                    .lstrip(strip.left)
+                    .rstrip(strip.right)
             })
             .collect();
         hf.add_tokens(&added);
         hf.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
         hf.to_string(true)
             .map_err(|e| TokenizerError::Export(e.to_string()))
+    }
+}
+
+/// Runs of newlines and runs of other characters (llama.cpp's `[^\n]+|[\n]+` splitter).
+fn raw_words(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let first = rest.chars().next()?;
+        let newline = first == '\n';
+        let end = rest
+            .find(|c: char| (c == '\n') != newline)
+            .unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(end);
+        rest = tail;
+        Some(word)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raw_words;
+
+    #[test]
+    fn raw_words_are_newline_runs_and_the_rest() {
+        let words: Vec<&str> = raw_words("a b\n\nc\n").collect();
+        assert_eq!(words, vec!["a b", "\n\n", "c", "\n"]);
+        assert_eq!(raw_words("").count(), 0);
     }
 }

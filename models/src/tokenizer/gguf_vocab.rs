@@ -4,7 +4,7 @@
 //! keys every vocabulary has (tokens, token types, special ids, flags) are shared with the
 //! SentencePiece vocabulary (`spm`).
 
-use super::pre_tokenizer::PreTokenizer;
+use super::pre_tokenizer::{PreTokenizer, SplitRule};
 use super::{TokenKind, TokenizerError};
 use crate::gguf::{GgufFile, MetaValue};
 use std::collections::{HashMap, HashSet};
@@ -26,6 +26,9 @@ pub(crate) struct GgufVocab {
     /// In rank order, duplicates removed (the first occurrence keeps its rank, as in llama.cpp).
     pub merges: Vec<(String, String)>,
     pub pre: PreTokenizer,
+    /// What was tolerated: llama.cpp's default pre-tokenizer instead of the file's own, bytes
+    /// without a token.
+    pub warnings: Vec<String>,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub add_bos: bool,
@@ -37,36 +40,72 @@ impl GgufVocab {
         let err = metadata_error(file);
 
         let model = tokenizer_model(file)?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel {
+        // llama.cpp's "gemma4" model is its BPE with the pre-tokenizer forced to "gemma4".
+        let (pre, pre_warning) = match model {
+            "gpt2" => resolve_pre_tokenizer(file)?,
+            "gemma4" => (
+                PreTokenizer::from_gguf_name("gemma4").expect("the table has gemma4"),
+                None,
+            ),
+            _ => {
+                return Err(TokenizerError::UnsupportedModel {
+                    path: file.path().to_path_buf(),
+                    model: model.to_string(),
+                })
+            }
+        };
+        // Refuse a split rule rocky knows but cannot reproduce before reading the rest.
+        if let Err(why) = pre.rule.regexes() {
+            return Err(TokenizerError::UnsupportedPreTokenizer {
                 path: file.path().to_path_buf(),
-                model: model.to_string(),
+                pre: pre.name.to_string(),
+                why: why.to_string(),
             });
         }
-        let pre_name = match file.get(KEY_PRE) {
-            None => None,
-            Some(v) => Some(
-                v.as_str()
-                    .ok_or_else(|| err(KEY_PRE, format!("is {v}, expected a string")))?,
-            ),
-        };
-        let pre = pre_name
-            .and_then(PreTokenizer::from_gguf_name)
-            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer {
-                path: file.path().to_path_buf(),
-                pre: pre_name.map(str::to_string),
-            })?;
 
         let tokens = read_tokens(file, &err)?;
         let n = tokens.len();
         let mut kinds = read_kinds(file, n, &err)?;
         let token_ids = index_tokens(&tokens, &err)?;
         let merges = read_merges(file, &token_ids, &err)?;
-        check_byte_alphabet(&token_ids, &err)?;
+        let missing = if pre.rule.byte_level() {
+            missing_byte_tokens(&token_ids)
+        } else {
+            missing_fallback_tokens(&token_ids)
+        };
+        if missing.len() > 128 {
+            let detail = if pre.rule.byte_level() {
+                format!("has no byte-level token for {} of the bytes UTF-8 text can hold: not a GPT-2 byte-level BPE vocabulary", missing.len())
+            } else {
+                format!("has no <0xXX> token for {} of the bytes UTF-8 text can hold: pre-tokenizer \"{}\" spells characters without a token by those", missing.len(), pre.name)
+            };
+            return Err(err(KEY_TOKENS, detail));
+        }
+        let mut warnings: Vec<String> = pre_warning.into_iter().collect();
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(|b| format!("0x{b:02x}")).collect();
+            warnings.push(format!(
+                "{KEY_TOKENS} has no token for the byte(s) {}: text containing them loses them, as in llama.cpp",
+                list.join(" ")
+            ));
+        }
 
-        let bos = read_token_id(file, KEY_BOS, n, &err)?;
-        let eos = read_token_id(file, KEY_EOS, n, &err)?;
-        let add_bos = read_flag(file, KEY_ADD_BOS, pre.default_add_bos(), &err)?;
+        // llama.cpp's BPE defaults: BOS and EOS are token 11 (GPT-2-era files named neither)
+        // unless that is outside the vocabulary; ChatGLM's rows have no default BOS.
+        // The "gemma4" model has no defaults at all.
+        let defaults = model == "gpt2";
+        let default_id = |id: u32, allowed: bool| (allowed && (id as usize) < n).then_some(id);
+        let bos = read_token_id(file, KEY_BOS, n, &err)?
+            .or(default_id(11, defaults && !pre.no_default_bos));
+        let eos = read_token_id(file, KEY_EOS, n, &err)?.or(default_id(11, defaults));
+        let mut add_bos = read_flag(file, KEY_ADD_BOS, pre.default_add_bos, &err)?;
+        if pre.rule == SplitRule::Gemma4 && !add_bos {
+            // llama.cpp 0c1e57098 overrides the file here (its PR 21500), with a warning.
+            add_bos = true;
+            warnings.push(format!(
+                "{KEY_ADD_BOS} is false, but llama.cpp adds a BOS for Gemma 4 vocabularies anyway, and so does rocky"
+            ));
+        }
         let add_eos = read_flag(file, KEY_ADD_EOS, false, &err)?;
         if add_bos && bos.is_none() {
             return Err(err(
@@ -88,12 +127,52 @@ impl GgufVocab {
             kinds,
             merges,
             pre,
+            warnings,
             bos,
             eos,
             add_bos,
             add_eos,
         })
     }
+}
+
+/// `tokenizer.ggml.pre` to llama.cpp's settings. A missing name gets llama.cpp's default rule
+/// with its warning. A name llama.cpp does not know (it refuses such a file) also gets the
+/// default rule, so that the file still tokenizes, with a warning that the ids may not be the
+/// ones the model was trained on.
+fn resolve_pre_tokenizer(
+    file: &GgufFile,
+) -> Result<(PreTokenizer, Option<String>), TokenizerError> {
+    let err = metadata_error(file);
+    let Some(value) = file.get(KEY_PRE) else {
+        return Ok((
+            PreTokenizer::default_rule(),
+            Some(format!(
+                "{KEY_PRE} is missing: using llama.cpp's 'default' pre-tokenizer, as llama.cpp does (it warns that generation quality will be degraded; convert the model again to record its pre-tokenizer)"
+            )),
+        ));
+    };
+    let name = value
+        .as_str()
+        .ok_or_else(|| err(KEY_PRE, format!("is {value}, expected a string")))?;
+    if name.is_empty() {
+        // llama.cpp treats an empty name as a missing one.
+        return Ok((
+            PreTokenizer::default_rule(),
+            Some(format!(
+                "{KEY_PRE} is empty: using llama.cpp's 'default' pre-tokenizer, as llama.cpp does"
+            )),
+        ));
+    }
+    Ok(match PreTokenizer::from_gguf_name(name) {
+        Some(pre) => (pre, None),
+        None => (
+            PreTokenizer::default_rule(),
+            Some(format!(
+                "{KEY_PRE} \"{name}\" is unknown to llama.cpp 0c1e57098 (which refuses the file): using its 'default' pre-tokenizer, so token ids may differ from the ones the model was trained on"
+            )),
+        ),
+    })
 }
 
 pub(super) type ErrFn<'a> = dyn Fn(&str, String) -> TokenizerError + 'a;
@@ -268,18 +347,25 @@ fn read_merges(
     Ok(merges)
 }
 
-/// Every byte must have its single-character token, or some text could not be encoded.
-fn check_byte_alphabet(ids: &HashMap<&str, u32>, err: &ErrFn) -> Result<(), TokenizerError> {
-    for b in 0..=255u8 {
-        let c = super::byte_level::byte_to_char(b).to_string();
-        if !ids.contains_key(c.as_str()) {
-            return Err(err(
-                KEY_TOKENS,
-                format!("lacks the byte-level token {c:?} for byte 0x{b:02x}: not a byte-level BPE vocabulary"),
-            ));
-        }
-    }
-    Ok(())
+/// The bytes without a `<0xXX>` token, for the BPE over raw UTF-8 (Gemma 4), whose characters
+/// without a token are spelled by those.
+fn missing_fallback_tokens(ids: &HashMap<&str, u32>) -> Vec<u8> {
+    let in_utf8 = |b: u8| !matches!(b, 0xc0 | 0xc1 | 0xf5..=0xff);
+    (0..=255u8)
+        .filter(|&b| in_utf8(b))
+        .filter(|&b| !ids.contains_key(format!("<0x{b:02X}>").as_str()))
+        .collect()
+}
+
+/// The bytes UTF-8 text can hold that have no single-character token. llama.cpp drops such a
+/// byte from the text it tokenizes (Falcon's vocabulary lacks most control characters), and so
+/// does the BPE here; the caller reports them. 0xC0, 0xC1 and 0xF5..0xFF never occur in UTF-8.
+fn missing_byte_tokens(ids: &HashMap<&str, u32>) -> Vec<u8> {
+    let in_utf8 = |b: u8| !matches!(b, 0xc0 | 0xc1 | 0xf5..=0xff);
+    (0..=255u8)
+        .filter(|&b| in_utf8(b))
+        .filter(|&b| !ids.contains_key(super::byte_level::byte_to_char(b).to_string().as_str()))
+        .collect()
 }
 
 pub(super) fn read_token_id(

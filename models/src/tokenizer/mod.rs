@@ -1,9 +1,16 @@
 //! Text ↔ token ids, producing exactly the ids llama.cpp produces for the same GGUF.
 //!
-//! Supported: GGUF `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with the Qwen2 or the
-//! Llama 3 pre-tokenizer (`tokenizer.ggml.pre` = qwen2, llama-bpe and the names llama.cpp treats
-//! identically), and
-//! `tokenizer.ggml.model = "llama"` (SentencePiece-style: Llama 1/2, Gemma, Mistral; `spm`).
+//! Supported, as llama.cpp 0c1e57098 tokenizes them:
+//! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE, with every `tokenizer.ggml.pre` split rule
+//!   llama.cpp has except a few written as hand-made code there (`pre_tokenizer`); a file
+//!   without a pre name, or with one llama.cpp does not know, gets llama.cpp's default rule and
+//!   a warning ([`Tokenizer::warnings`]);
+//! - `tokenizer.ggml.model = "gemma4"` (and the Sarvam-MoE / Granite-embed-multi-311m pre
+//!   names): BPE over raw UTF-8 with spaces escaped as U+2581;
+//! - `tokenizer.ggml.model = "llama"`: SentencePiece-style (Llama 1/2, Gemma, Mistral; `spm`);
+//! - `tokenizer.ggml.model = "bert"`: WordPiece (BERT-style embedders; `wpm`);
+//! - `tokenizer.ggml.model = "t5"`: Unigram (T5, XLM-RoBERTa embedders; `ugm`).
+//!
 //! Anything else is refused with an error naming the value, never tokenized by a guess. A
 //! Hugging Face tokenizer.json can be loaded instead ([`Tokenizer::from_tokenizer_json`]);
 //! it then tokenizes with Hugging Face's semantics.
@@ -13,17 +20,23 @@ mod gguf_bpe;
 mod gguf_vocab;
 mod hf_json;
 mod pre_tokenizer;
+mod special_attrs;
 mod special_split;
 mod spm;
+mod ugm;
+mod unicode_class;
+mod wpm;
 
 pub use gguf_vocab::END_OF_GENERATION;
-pub use pre_tokenizer::PreTokenizer;
+pub use pre_tokenizer::{PreTokenizer, SplitRule};
 
 use crate::gguf::GgufFile;
 use gguf_bpe::GgufBpe;
 use hf_json::HfJson;
 use spm::GgufSpm;
 use std::path::{Path, PathBuf};
+use ugm::GgufUgm;
+use wpm::GgufWpm;
 
 /// A token's kind, from GGUF `tokenizer.ggml.token_type` (after llama.cpp's fix-ups).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,15 +84,19 @@ impl TokenKind {
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error(
-        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes \"gpt2\" (byte-level BPE, with pre-tokenizer {}) and \"llama\" (SentencePiece) vocabularies",
-        path.display(), describe_model(model), supported_pre()
+        "{}: tokenizer model \"{model}\" ({}) is not supported: rocky tokenizes \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece), \"bert\" (WordPiece) and \"t5\" (Unigram) vocabularies",
+        path.display(), describe_model(model)
     )]
     UnsupportedModel { path: PathBuf, model: String },
     #[error(
-        "{}: gpt2 pre-tokenizer {} is not supported (supported: {}); another pre-tokenizer splits text differently and would give wrong token ids",
-        path.display(), pre.as_deref().map(|p| format!("\"{p}\"")).unwrap_or_else(|| "(tokenizer.ggml.pre missing)".into()), supported_pre()
+        "{}: gpt2 pre-tokenizer \"{pre}\" is not supported: {why}; another split would give wrong token ids",
+        path.display()
     )]
-    UnsupportedPreTokenizer { path: PathBuf, pre: Option<String> },
+    UnsupportedPreTokenizer {
+        path: PathBuf,
+        pre: String,
+        why: String,
+    },
     #[error("{}: tokenizer metadata {key} {detail}", path.display())]
     Metadata {
         path: PathBuf,
@@ -100,19 +117,11 @@ fn describe_model(model: &str) -> &'static str {
     match model {
         "llama" => "SentencePiece, as in Llama 1/2, Gemma and Mistral",
         "bert" => "WordPiece",
-        "t5" => "Unigram",
-        "rwkv" => "RWKV's trie tokenizer",
-        "plamo2" => "PLaMo-2's tokenizer",
+        "rwkv" => "RWKV's trie tokenizer, which rocky does not implement",
+        "plamo2" => "PLaMo-2's tokenizer, which rocky does not implement",
         "no_vocab" | "none" => "no vocabulary in the file",
         _ => "unknown to rocky",
     }
-}
-
-fn supported_pre() -> String {
-    PreTokenizer::supported()
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A loaded tokenizer.
@@ -123,6 +132,8 @@ pub struct Tokenizer {
 enum Backend {
     Gguf(Box<GgufBpe>),
     Spm(Box<GgufSpm>),
+    Wpm(Box<GgufWpm>),
+    Ugm(Box<GgufUgm>),
     HfJson(Box<HfJson>),
 }
 
@@ -131,8 +142,10 @@ impl Tokenizer {
     /// vocabulary-only file).
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         let backend = match gguf_vocab::tokenizer_model(file)? {
-            "gpt2" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
+            "gpt2" | "gemma4" => Backend::Gguf(Box::new(GgufBpe::from_gguf(file)?)),
             "llama" => Backend::Spm(Box::new(GgufSpm::from_gguf(file)?)),
+            "bert" => Backend::Wpm(Box::new(GgufWpm::from_gguf(file)?)),
+            "t5" => Backend::Ugm(Box::new(GgufUgm::from_gguf(file)?)),
             model => {
                 return Err(TokenizerError::UnsupportedModel {
                     path: file.path().to_path_buf(),
@@ -163,6 +176,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.encode(text, add_special, parse_special),
             Backend::Spm(t) => t.encode(text, add_special, parse_special),
+            Backend::Wpm(t) => t.encode(text, add_special, parse_special),
+            Backend::Ugm(t) => t.encode(text, add_special, parse_special),
             Backend::HfJson(t) => t.encode(text, add_special, parse_special),
         }
     }
@@ -183,6 +198,8 @@ impl Tokenizer {
                 String::from_utf8_lossy(&bytes).into_owned()
             }
             Backend::Spm(t) => t.decode(ids),
+            Backend::Wpm(t) => t.decode(ids),
+            Backend::Ugm(t) => t.decode(ids),
             Backend::HfJson(t) => t.decode(ids).unwrap_or_else(|| {
                 // Decode the valid ids; mark the invalid ones.
                 ids.iter()
@@ -204,6 +221,14 @@ impl Tokenizer {
                 t.token_bytes(id, &mut bytes).then_some(bytes)
             }
             Backend::Spm(t) => {
+                let mut bytes = Vec::new();
+                t.token_bytes(id, &mut bytes).then_some(bytes)
+            }
+            Backend::Wpm(t) => {
+                let mut bytes = Vec::new();
+                t.token_bytes(id, &mut bytes).then_some(bytes)
+            }
+            Backend::Ugm(t) => {
                 let mut bytes = Vec::new();
                 t.token_bytes(id, &mut bytes).then_some(bytes)
             }
@@ -230,6 +255,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.token_text(id).map(str::to_string),
             Backend::Spm(t) => t.token_text(id).map(str::to_string),
+            Backend::Wpm(t) => t.token_text(id).map(str::to_string),
+            Backend::Ugm(t) => t.token_text(id).map(str::to_string),
             Backend::HfJson(t) => t.token_text(id),
         }
     }
@@ -241,6 +268,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.token_id(text),
             Backend::Spm(t) => t.token_id(text),
+            Backend::Wpm(t) => t.token_id(text),
+            Backend::Ugm(t) => t.token_id(text),
             Backend::HfJson(t) => t.token_id(text),
         }
     }
@@ -249,6 +278,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.token_kind(id),
             Backend::Spm(t) => t.token_kind(id),
+            Backend::Wpm(t) => t.token_kind(id),
+            Backend::Ugm(t) => t.token_kind(id),
             Backend::HfJson(t) => t.token_kind(id),
         }
     }
@@ -258,6 +289,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.vocab_size(),
             Backend::Spm(t) => t.vocab_size(),
+            Backend::Wpm(t) => t.vocab_size(),
+            Backend::Ugm(t) => t.vocab_size(),
             Backend::HfJson(t) => t.vocab_size(),
         }
     }
@@ -267,6 +300,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.bos(),
             Backend::Spm(t) => t.bos(),
+            Backend::Wpm(t) => t.bos(),
+            Backend::Ugm(t) => t.bos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -276,6 +311,8 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.eos(),
             Backend::Spm(t) => t.eos(),
+            Backend::Wpm(t) => t.eos(),
+            Backend::Ugm(t) => t.eos(),
             Backend::HfJson(_) => None,
         }
     }
@@ -285,8 +322,85 @@ impl Tokenizer {
         match &self.backend {
             Backend::Gguf(t) => t.add_bos(),
             Backend::Spm(t) => t.add_bos(),
+            Backend::Wpm(t) => t.add_bos(),
+            Backend::Ugm(t) => t.add_bos(),
             Backend::HfJson(_) => false,
         }
+    }
+
+    /// Whether `encode(.., add_special = true, ..)` ends with EOS (GGUF tokenizers).
+    pub fn adds_eos(&self) -> bool {
+        match &self.backend {
+            Backend::Gguf(t) => t.add_eos(),
+            Backend::Spm(t) => t.add_eos(),
+            Backend::Ugm(t) => t.add_eos(),
+            Backend::Wpm(_) | Backend::HfJson(_) => false,
+        }
+    }
+
+    /// What the tokenizer was told to tolerate when it was loaded (e.g. a BPE vocabulary
+    /// without a pre-tokenizer name, tokenized with llama.cpp's default split): one sentence
+    /// each, for the commands to print.
+    pub fn warnings(&self) -> Vec<String> {
+        match &self.backend {
+            Backend::Gguf(t) => t.warnings().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// How this tokenizer tokenizes, for `rocky info`.
+    pub fn info(&self) -> TokenizerInfo {
+        let mut info = TokenizerInfo {
+            family: "",
+            pre: None,
+            split_rule: None,
+            ignore_merges: None,
+            clean_spaces: None,
+            add_space_prefix: None,
+            normalizer: None,
+            vocab_size: self.vocab_size(),
+            bos: self.bos_id(),
+            eos: self.eos_id(),
+            adds_bos: self.adds_bos(),
+            adds_eos: self.adds_eos(),
+            warnings: self.warnings(),
+        };
+        match &self.backend {
+            Backend::Gguf(t) => {
+                let pre = t.pre();
+                info.family = if pre.rule.byte_level() {
+                    "BPE (GPT-2 byte-level)"
+                } else {
+                    "BPE (raw UTF-8, spaces as U+2581, <0xXX> byte fallback)"
+                };
+                info.pre = Some(pre.name.to_string());
+                info.split_rule = Some(format!("{:?}", pre.rule));
+                info.ignore_merges = Some(pre.ignore_merges);
+                info.clean_spaces = Some(pre.clean_spaces);
+            }
+            Backend::Spm(t) => {
+                info.family = "SPM (SentencePiece-style, merges by score, byte fallback)";
+                info.add_space_prefix = Some(t.add_space_prefix());
+            }
+            Backend::Wpm(t) => {
+                let (lowercase, strip_accents) = t.normalizer();
+                info.family = "WPM (WordPiece, longest match)";
+                info.normalizer = Some(format!(
+                    "lowercase {lowercase}, strip accents {strip_accents}"
+                ));
+            }
+            Backend::Ugm(t) => {
+                info.family = "UGM (Unigram, Viterbi over token scores)";
+                info.add_space_prefix = Some(t.add_space_prefix());
+                info.normalizer = Some(if t.has_charsmap() {
+                    "SentencePiece precompiled charsmap".into()
+                } else {
+                    "none".into()
+                });
+            }
+            Backend::HfJson(_) => info.family = "Hugging Face tokenizer.json",
+        }
+        info
     }
 
     /// The tokenizer as a Hugging Face tokenizer.json document (pretty-printed). For a GGUF
@@ -299,9 +413,40 @@ impl Tokenizer {
             Backend::Spm(_) => Err(TokenizerError::Export(
                 "a SentencePiece (llama) GGUF vocabulary merges by token score, which tokenizer.json's BPE cannot express".into(),
             )),
+            Backend::Wpm(_) => Err(TokenizerError::Export(
+                "exporting a WordPiece (bert) GGUF vocabulary is not implemented".into(),
+            )),
+            Backend::Ugm(_) => Err(TokenizerError::Export(
+                "exporting a Unigram (t5) GGUF vocabulary is not implemented".into(),
+            )),
             Backend::HfJson(t) => t.to_json(),
         }
     }
+}
+
+/// How a loaded tokenizer tokenizes (`rocky info`); fields that do not apply to its family are
+/// None.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TokenizerInfo {
+    /// BPE, SPM, WPM or a tokenizer.json, in words.
+    pub family: &'static str,
+    /// The `tokenizer.ggml.pre` name in effect ("default" when the file has none or an unknown
+    /// one; see `warnings`).
+    pub pre: Option<String>,
+    /// llama.cpp's split rule that name selects.
+    pub split_rule: Option<String>,
+    pub ignore_merges: Option<bool>,
+    /// Whether llama.cpp's detokenizer cleans up spaces before punctuation for this vocabulary
+    /// (rocky's decoding stays lossless).
+    pub clean_spaces: Option<bool>,
+    pub add_space_prefix: Option<bool>,
+    pub normalizer: Option<String>,
+    pub vocab_size: usize,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub adds_bos: bool,
+    pub adds_eos: bool,
+    pub warnings: Vec<String>,
 }
 
 /// `bytes` as text, each byte that is not part of a valid UTF-8 character written as `\xNN`.
@@ -331,6 +476,8 @@ impl std::fmt::Debug for Tokenizer {
         let kind = match &self.backend {
             Backend::Gguf(_) => "gguf byte-level BPE",
             Backend::Spm(_) => "gguf SentencePiece",
+            Backend::Wpm(_) => "gguf WordPiece",
+            Backend::Ugm(_) => "gguf Unigram",
             Backend::HfJson(_) => "tokenizer.json",
         };
         f.debug_struct("Tokenizer")

@@ -18,6 +18,7 @@ use super::gguf_vocab::{
     read_token_id, read_tokens, ErrFn, KEY_ADD_BOS, KEY_ADD_EOS, KEY_BOS, KEY_EOS, KEY_TOKENS,
     KEY_TOKEN_TYPE,
 };
+use super::special_attrs::special_tokens;
 use super::special_split::{partition_stripping, Fragment, Strip};
 use super::{TokenKind, TokenizerError};
 use crate::gguf::{GgufFile, MetaValue, ValueType};
@@ -37,8 +38,8 @@ pub(crate) struct GgufSpm {
     ids: HashMap<String, u32>,
     /// The token that spells each byte in byte fallback.
     byte_tokens: [u32; 256],
-    /// Control, user-defined and unknown tokens in llama.cpp's matching order (see `gguf_bpe`),
-    /// with the whitespace each strips beside it.
+    /// Control, user-defined and unknown tokens in llama.cpp's matching order, with the
+    /// whitespace each strips beside it (`special_attrs`).
     specials: Vec<(u32, Strip)>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -84,19 +85,7 @@ impl GgufSpm {
             ));
         }
 
-        let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&id| kinds[id as usize].is_matched_in_text())
-            .collect();
-        specials.sort_by_key(|&id| (std::cmp::Reverse(tokens[id as usize].len()), id));
-        let phi3 = is_phi3(file);
-        let specials = specials
-            .into_iter()
-            .map(|id| {
-                let text = tokens[id as usize].as_str();
-                let right = phi3 && !matches!(text, "<unk>" | "<s>" | "<|endoftext|>");
-                (id, Strip { left: false, right })
-            })
-            .collect();
+        let specials = special_tokens(file, &tokens, &kinds);
 
         Ok(GgufSpm {
             tokens,
@@ -301,6 +290,14 @@ impl GgufSpm {
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
+
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
 }
 
 /// One symbol of the fragment being merged: a byte range of the escaped text, linked to its
@@ -346,23 +343,14 @@ impl PartialEq for Pair {
 
 impl Eq for Pair {}
 
-/// Whether llama.cpp makes the special tokens drop the whitespace after them (all but `<unk>`,
-/// `<s>` and `<|endoftext|>`): it decides by the model's `general.name`, and among
-/// SentencePiece vocabularies only for Phi-3. Its other name rules (`<mask>`/`[MASK]` stripping
-/// on the left for Jina, Nomic and ModernBERT models) concern BPE/WordPiece vocabularies.
-fn is_phi3(file: &GgufFile) -> bool {
-    let name = file
-        .get("general.name")
-        .and_then(MetaValue::as_str)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    name.contains("phi-3") || name.contains("phi3")
-}
-
 /// `tokenizer.ggml.scores`: one f32 per token (or i32, which llama.cpp converts to float). The
 /// scores are the merge priorities, so a vocabulary without them (llama.cpp would silently use
 /// 0 for all) is refused.
-fn read_scores(file: &GgufFile, n: usize, err: &ErrFn) -> Result<Vec<f32>, TokenizerError> {
+pub(super) fn read_scores(
+    file: &GgufFile,
+    n: usize,
+    err: &ErrFn,
+) -> Result<Vec<f32>, TokenizerError> {
     let values = file.get(KEY_SCORES).ok_or_else(|| {
         err(
             KEY_SCORES,
@@ -454,7 +442,7 @@ fn check_byte_tokens(
 }
 
 /// The byte of a `<0xXX>` token text.
-fn byte_token_value(text: &str) -> Option<u8> {
+pub(super) fn byte_token_value(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
     // from_str_radix alone would also take "+A".
     if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
