@@ -229,6 +229,27 @@ fn qwen2_tiny_q4_k_m_decode_matches_cpu() {
 }
 
 /// Gemma 3's sliding window (32 keys in the tiny shape) is passed during the decode steps.
+/// Qwen3's per-head Q/K norms and no QKV bias, in the recorded-once decode step.
+#[test]
+fn synth_qwen3_tiny_decode_matches_cpu() {
+    gpu_decode_matches_cpu(&common::synth(Shape::Qwen3Tiny, Quant::Q4KM), 20, 16, 8);
+}
+
+/// Llama 3's normal-pairing RoPE with frequency factors, read by the replayed step's RoPE in
+/// its args form.
+#[test]
+fn synth_llama_tiny_decode_matches_cpu() {
+    gpu_decode_matches_cpu(&common::synth(Shape::LlamaTiny, Quant::Q4KM), 20, 16, 8);
+}
+
+/// A reply long enough that the split-KV rule picks more pieces as the cache grows (a piece
+/// per 4 key blocks): the replayed step is recorded again at each change and must still give
+/// the CPU reference's tokens and logits at every step.
+#[test]
+fn a_long_decode_across_split_kv_piece_changes_matches_cpu() {
+    gpu_decode_matches_cpu(&common::synth(Shape::Tiny, Quant::Q8_0), 6, 90, 8);
+}
+
 #[test]
 fn synth_gemma3_tiny_decode_past_the_sliding_window_matches_cpu() {
     gpu_decode_matches_cpu(&common::synth(Shape::Gemma3Tiny, Quant::Q4KM), 24, 20, 16);
