@@ -239,8 +239,13 @@ fn snapshot_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots")
 }
 
-/// The lines that differ, as `-` (snapshot) and `+` (now), with the common start and end of
-/// the two texts left out and at most `DIFF_LINES` lines printed.
+/// Largest (snapshot lines × current lines) of a differing region aligned line by line (an
+/// LCS table of u16 entries: 8 MiB); larger regions are printed whole.
+const MAX_ALIGNED_CELLS: usize = 4 << 20;
+
+/// The lines that differ, as `-` (snapshot) and `+` (now) in file order, with the common start
+/// and end of the two texts left out, the rest aligned by a longest common subsequence where
+/// it is small enough, and at most `DIFF_LINES` lines printed.
 fn diff(old: &str, new: &str) -> String {
     let (a, b): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
     let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
@@ -250,16 +255,62 @@ fn diff(old: &str, new: &str) -> String {
         .zip(b[head..].iter().rev())
         .take_while(|(x, y)| x == y)
         .count();
-    let mut out = format!("  (lines {}.. differ)\n", head + 1);
-    let removed = a[head..a.len() - tail].iter().map(|l| format!("- {l}"));
-    let added = b[head..b.len() - tail].iter().map(|l| format!("+ {l}"));
-    let lines: Vec<String> = removed.chain(added).collect();
+    let (a, b) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
+    let lines = if a.len() * b.len() <= MAX_ALIGNED_CELLS && a.len().max(b.len()) < 65536 {
+        aligned_changes(a, b, head)
+    } else {
+        let header = format!("@ line {} (too large to align)", head + 1);
+        let removed = a.iter().map(|l| format!("- {l}"));
+        let added = b.iter().map(|l| format!("+ {l}"));
+        std::iter::once(header)
+            .chain(removed)
+            .chain(added)
+            .collect()
+    };
+    let mut out = String::new();
     for l in lines.iter().take(DIFF_LINES) {
         out.push_str(l);
         out.push('\n');
     }
     if lines.len() > DIFF_LINES {
         writeln!(out, "  ... {} more lines", lines.len() - DIFF_LINES).unwrap();
+    }
+    out
+}
+
+/// The changes between `a` and `b` (the differing middles of two files, starting at line
+/// `first` + 1): lines outside their longest common subsequence, each group headed by its line
+/// number in the current file.
+fn aligned_changes(a: &[&str], b: &[&str], first: usize) -> Vec<String> {
+    // lcs[i][j]: length of the LCS of a[i..] and b[j..].
+    let w = b.len() + 1;
+    let mut lcs = vec![0u16; (a.len() + 1) * w];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i * w + j] = if a[i] == b[j] {
+                lcs[(i + 1) * w + j + 1] + 1
+            } else {
+                lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
+            };
+        }
+    }
+    let (mut i, mut j, mut out, mut in_hunk) = (0, 0, Vec::new(), false);
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            (i, j, in_hunk) = (i + 1, j + 1, false);
+            continue;
+        }
+        if !in_hunk {
+            out.push(format!("@ line {}", first + j + 1));
+            in_hunk = true;
+        }
+        if i < a.len() && (j == b.len() || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) {
+            out.push(format!("- {}", a[i]));
+            i += 1;
+        } else {
+            out.push(format!("+ {}", b[j]));
+            j += 1;
+        }
     }
     out
 }
@@ -348,6 +399,6 @@ fn a_changed_module_changes_its_snapshot_line() {
     let last = changed.len() - 1;
     changed[last] ^= 1;
     assert_ne!(fnv1a64(&k.spirv), fnv1a64(&changed));
-    let d = diff("a\nb\nc\n", "a\nB\nc\n");
-    assert!(d.contains("- b") && d.contains("+ B"), "{d}");
+    let d = diff("a\nb\nc\nd\ne\n", "a\nB\nc\nd\ne\nf\n");
+    assert_eq!(d, "@ line 2\n- b\n+ B\n@ line 6\n+ f\n", "{d}");
 }
