@@ -115,11 +115,9 @@ pub fn synth(shape: rocky_models::synth::Shape, quant: rocky_models::synth::Quan
 /// `tools/test.sh --mali` sets).
 pub fn mali_shim_missing(tier: &str, why: &str) {
     shared_folder::skip(
-        &format!(
-            "skipped, as the Mali {tier} shim is not installed (tools/setup.sh, with --mali for 26.1.6, \
-             installs it from the shared folder beside the clone)"
-        ),
-        why,
+        "skipped, as a Mali driver shim is not installed (tools/setup.sh installs Mesa 25.0.7's \
+         and tools/setup.sh --mali Mesa 26.1.6's, from the shared folder beside the clone)",
+        &format!("the Mali {tier} tier: {why}"),
         "ROCKY_MALI_REQUIRED",
     );
 }
