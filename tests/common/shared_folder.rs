@@ -44,8 +44,8 @@ pub fn shared_references(workspace_root: PathBuf, what: &str) -> Option<PathBuf>
     let root = shared_root(workspace_root);
     skip(
         &format!(
-            "skipped, as their references (llama.cpp's logits) are in the shared folder, which \
-             is not at {}: clone rocky beside it or set ROCKY_SHARED",
+            "skipped, as their references (llama.cpp's logits, the shared goldens) are in the \
+             shared folder, which is not at {}: clone rocky beside it or set ROCKY_SHARED",
             root.display()
         ),
         what,
