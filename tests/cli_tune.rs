@@ -563,7 +563,7 @@ fn replay_scores_a_search_against_an_exhaustive_run() {
     let dir = temp_dir("replay");
     let db = dir.join("tuning.sled");
     // The output projection's GEMV (one workload).
-    let file = GgufFile::open(&model()).unwrap();
+    let file = GgufFile::open(model()).unwrap();
     let head = file
         .tensor("output.weight")
         .or_else(|| file.tensor("token_embd.weight"))

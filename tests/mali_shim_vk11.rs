@@ -15,23 +15,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The installed shim prefix, or `None` (with the reason printed) when there is none.
+/// The installed shim prefix, or `None` after recording the skip (a failure where the Mali
+/// tier is required).
 fn shim_prefix() -> Option<PathBuf> {
-    let prefix = std::env::var_os("ROCKY_MALI_SHIM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rocky/mali-shim-25.0.7"))
-        })?;
-    if prefix.join(".mali-shim-stamp").is_file() && prefix.join("run.sh").is_file() {
-        Some(prefix)
-    } else {
-        eprintln!(
-            "SKIPPED: no Mesa 25.0.7 mali-shim at {} (install it with `bash \
-             shared/tools/mali-shim/build.sh`, or set ROCKY_MALI_SHIM)",
-            prefix.display()
-        );
-        None
-    }
+    common::mali_shim_25("25.0.7 Vulkan 1.1")
 }
 
 /// Runs `program args` on the shim's panvk with fresh runtime and cache directories (so every
@@ -126,10 +113,11 @@ fn panvk_25_0_7_is_usable_and_prefill_records_and_submits() {
     );
 
     let model = shared().join("models/qwen2-tiny-q8_0.gguf");
-    if !model.exists() {
-        eprintln!("SKIPPED prefill: {} missing", model.display());
-        return;
-    }
+    assert!(
+        model.exists(),
+        "{} missing: run tools/prepare-test-assets.sh",
+        model.display()
+    );
     let long_prompt = "The quick brown fox jumps over the lazy dog while five boxing wizards \
                        jump quickly";
     for prompt in ["hello world", long_prompt] {
@@ -155,10 +143,11 @@ fn panvk_25_0_7_is_usable_and_prefill_records_and_submits() {
 fn panvk_25_0_7_tune_stores_nothing_it_cannot_check() {
     let Some(prefix) = shim_prefix() else { return };
     let model = shared().join("models/qwen2-tiny-q8_0.gguf");
-    if !model.exists() {
-        eprintln!("SKIPPED: {} missing", model.display());
-        return;
-    }
+    assert!(
+        model.exists(),
+        "{} missing: run tools/prepare-test-assets.sh",
+        model.display()
+    );
     let scratch = std::env::temp_dir().join(format!("rocky-mali-shim-tune-{}", std::process::id()));
     let db = scratch.join("t.sled");
     let rocky = env!("CARGO_BIN_EXE_rocky");

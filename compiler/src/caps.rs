@@ -92,7 +92,7 @@ impl DeviceCaps {
         }
     }
 
-    /// Mali-G610 under panvk (limits from Mesa's panvk sources; see DESIGN.md §1).
+    /// Mali-G610 under panvk (limits from Mesa's panvk sources; see docs/design.md §1).
     pub fn mali_g610() -> DeviceCaps {
         DeviceCaps {
             max_workgroup_size: [512, 512, 512],

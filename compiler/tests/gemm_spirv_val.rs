@@ -12,6 +12,10 @@ use rocky_compiler::templates::gemm::{self, ActType, GemmSchedule, GemmWorkload,
 use rocky_compiler::templates::peak::{self, PeakConfig, PeakPrecision};
 use rocky_compiler::{DeviceCaps, WeightFormat, WeightLayout};
 
+/// What a GEMM module depends on besides the SPIR-V version: (act, weight, layout, bias,
+/// schedule).
+type ModuleKey = (ActType, WeightFormat, WeightLayout, bool, GemmSchedule);
+
 fn workloads() -> Vec<GemmWorkload> {
     let w = |weight, m, act, bias| GemmWorkload {
         m,
@@ -60,10 +64,7 @@ fn whole_gemm_space_passes_spirv_val_for_vulkan_1_2() {
     let profiles = [("desktop", desktop_vk12()), ("mali", mali_vk12())];
     // The module depends on (act, weight, bias, schedule) and the SPIR-V version only (m, n, k
     // are push constants), and both profiles emit SPIR-V 1.5: validate each distinct one once.
-    let mut distinct: HashMap<
-        (ActType, WeightFormat, WeightLayout, bool, GemmSchedule),
-        (GemmWorkload, DeviceCaps),
-    > = HashMap::new();
+    let mut distinct: HashMap<ModuleKey, (GemmWorkload, DeviceCaps)> = HashMap::new();
     let mut maths = BTreeSet::new();
     let mut formats = BTreeSet::new();
     let mut acts = BTreeSet::new();

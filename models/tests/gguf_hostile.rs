@@ -7,18 +7,18 @@ use rand::{Rng, SeedableRng};
 use rocky_models::formats::GgmlType;
 use rocky_models::gguf::{GgufError, GgufFile, GgufWriter, MetaValue, TensorSpec, ValueType};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-fn shared() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-}
+mod common;
 
 fn real_model() -> Vec<u8> {
-    let p = shared().join("models/qwen2-tiny-q8_0.gguf");
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (set ROCKY_SHARED)", p.display()))
+    let p = common::shared().join("models/qwen2-tiny-q8_0.gguf");
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run tools/prepare-test-assets.sh, or set ROCKY_SHARED)",
+            p.display()
+        )
+    })
 }
 
 /// A small file exercising every value type, nested arrays and several tensor types.

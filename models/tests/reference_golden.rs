@@ -89,6 +89,9 @@ fn run_with(
 
 #[test]
 fn tiny_f32_matches_llama_cpp_within_1e3() {
+    if common::shared_references("llama.cpp's logits (golden/qwen2-tiny-*)").is_none() {
+        return;
+    }
     let rows = run(&common::asset("qwen2-tiny-f32.gguf"), "qwen2-tiny-f32");
     let worst = rows.iter().map(|r| r.1).fold(0f32, f32::max);
     println!(
@@ -129,11 +132,17 @@ fn quantized(model: &str, folder: &str) {
 
 #[test]
 fn tiny_q8_0_matches_llama_cpp() {
+    if common::shared_references("llama.cpp's logits (golden/qwen2-tiny-*)").is_none() {
+        return;
+    }
     quantized("qwen2-tiny-q8_0.gguf", "qwen2-tiny-q8_0");
 }
 
 #[test]
 fn tiny_q4_k_m_matches_llama_cpp() {
+    if common::shared_references("llama.cpp's logits (golden/qwen2-tiny-*)").is_none() {
+        return;
+    }
     quantized("qwen2-tiny-q4_k_m.gguf", "qwen2-tiny-q4_k_m");
 }
 
@@ -146,6 +155,9 @@ fn tiny_q4_k_m_matches_llama_cpp() {
 /// `tiny_f32_matches_llama_cpp_within_1e3` are llama.cpp's rounding, not rocky's.
 #[test]
 fn tiny_f32_goldens_carry_llama_cpps_f16_flash_attention_rounding() {
+    if common::shared_references("llama.cpp's logits (golden/qwen2-tiny-*)").is_none() {
+        return;
+    }
     let path = common::asset("qwen2-tiny-f32.gguf");
     let plain = run(&path, "qwen2-tiny-f32");
     let flash = run_with(&path, "qwen2-tiny-f32", ReferenceOptions::llama_cpp_flash());

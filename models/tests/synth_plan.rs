@@ -221,9 +221,9 @@ fn iq4_mixes_follow_llama_quantize_rules() {
                     k256(Q6K, Q8_0)
                 } else if t.dims.len() == 1 {
                     F32
-                } else if t.name.ends_with("attn_v.weight") && gqa >= 4 {
-                    k256(Q5K, Q5_1)
-                } else if t.name.ends_with("ffn_down.weight") && layer.unwrap() < p.n_layer / 8 {
+                } else if (t.name.ends_with("attn_v.weight") && gqa >= 4)
+                    || (t.name.ends_with("ffn_down.weight") && layer.unwrap() < p.n_layer / 8)
+                {
                     k256(Q5K, Q5_1)
                 } else if ty == IQ4XS {
                     k256(IQ4XS, IQ4NL)
@@ -352,16 +352,7 @@ fn llama_tiny_has_llama3_rope_factors_first() {
     assert_eq!(t.name, "rope_freqs.weight");
     assert_eq!((t.dims.clone(), t.ggml_type), (vec![32], GgmlType::F32));
     let f = t.fixed.as_ref().unwrap();
-    let want = [
-        1.0,
-        1.0,
-        1.0,
-        1.425_495_1,
-        2.442_259_1,
-        4.637_150_3,
-        8.0,
-        8.0,
-    ];
+    let want = [1.0, 1.0, 1.0, 1.425_495_1, 2.442_259, 4.637_150_3, 8.0, 8.0];
     for (i, (&got, want)) in f.iter().zip(want).enumerate() {
         assert!((got - want).abs() < 1e-5, "factor {i}: {got} vs {want}");
     }

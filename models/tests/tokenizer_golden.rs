@@ -221,3 +221,46 @@ fn exported_tokenizer_json_gives_the_same_ids() {
         0
     );
 }
+
+/// The repository's copy of the goldens without their logits (tests/fixtures/llama-cpp-golden,
+/// what a clone without the shared folder tests against) is the shared folder's, file for file.
+#[test]
+fn golden_fixtures_match_the_shared_folder() {
+    let Some(shared) = common::shared_references("the shared golden/ to compare the copy with")
+    else {
+        return;
+    };
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/llama-cpp-golden");
+    let mut compared = 0;
+    let mut stack = vec![shared.join("golden")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.to_string_lossy().ends_with(".logits.f32") {
+                continue;
+            }
+            let relative = path.strip_prefix(shared.join("golden")).unwrap();
+            let copy = fixtures.join(relative);
+            let theirs = std::fs::read(&path).unwrap();
+            let ours = std::fs::read(&copy).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (see tests/fixtures/llama-cpp-golden/SOURCE.md)",
+                    copy.display()
+                )
+            });
+            assert!(
+                ours == theirs,
+                "{} differs from {} (see tests/fixtures/llama-cpp-golden/SOURCE.md)",
+                copy.display(),
+                path.display()
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 60, "only {compared} golden files compared");
+}

@@ -35,7 +35,7 @@ fn token_piece_matches_llama_cpp_for_every_golden_top20_token() {
         }
         for f in std::fs::read_dir(&dir).unwrap() {
             let f = f.unwrap().path();
-            if f.extension().is_none_or(|e| e != "json") {
+            if f.extension().map_or(true, |e| e != "json") {
                 continue;
             }
             let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();

@@ -5,7 +5,7 @@
 //! region for *every* dispatch that declares shared memory, from the command buffer's pool,
 //! and frees it only when the command buffer is reset. A long command buffer of shared-memory
 //! GEMMs therefore runs the pool dry, and the failure surfaces at `vkEndCommandBuffer` as
-//! `VK_ERROR_OUT_OF_DEVICE_MEMORY` (llama.cpp's ubatch > 64 blocker, DESIGN.md §1). The
+//! `VK_ERROR_OUT_OF_DEVICE_MEMORY` (llama.cpp's ubatch > 64 blocker, docs/design.md §1). The
 //! executor keeps the estimated sum under a budget by submitting early.
 //!
 //! The estimate follows panvk's sizing: `next_pow2(max(shared_bytes, 128)) × instances ×

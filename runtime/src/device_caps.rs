@@ -41,6 +41,7 @@ pub const OTHER_REGISTER_BUDGET: u32 = 64;
 ///   for CPU implementations, [`OTHER_REGISTER_BUDGET`] otherwise.
 /// - `slow_subgroup_shuffle`: true for panvk, whose Valhall compiler turns each subgroup
 ///   shuffle into a loop (its own statistics: one hardware loop per shuffle, and spills).
+///
 /// CPU implementations also get `emulated_f16` and `lane_serial_memory` (what llvmpipe's code
 /// generation does, which no Vulkan property says).
 pub fn device_caps(info: &DeviceInfo, caps: &RuntimeCaps) -> DeviceCaps {

@@ -3,16 +3,30 @@
 
 pub mod mali25;
 pub mod shaderdb;
+#[path = "shared_folder.rs"]
+mod shared_folder;
 pub mod valhall_listing;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// ../shared beside the checkout (override: ROCKY_SHARED).
+/// ../shared beside the checkout (override: ROCKY_SHARED) when it is there, else the stand-in
+/// that tools/prepare-test-assets.sh makes (the vocabulary, the tiny Q8_0 and Q4_K_M models,
+/// and `golden/` without the logits: tests that read those call [`shared_references`]).
 pub fn shared() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+    shared_folder::shared_or_standin(PathBuf::from(env!("CARGO_MANIFEST_DIR")), assets_dir())
+}
+
+/// The real shared folder for a test whose references only it holds (`what`: which), or
+/// `None` after recording a skip (a failure under `CI` or `ROCKY_SHARED_REQUIRED`).
+pub fn shared_references(what: &str) -> Option<PathBuf> {
+    shared_folder::shared_references(PathBuf::from(env!("CARGO_MANIFEST_DIR")), what)
+}
+
+/// The real shared folder for one part of a test (`what`), or `None` after recording that the
+/// test ran without it.
+pub fn shared_references_for_part(what: &str) -> Option<PathBuf> {
+    shared_folder::shared_references_for_part(PathBuf::from(env!("CARGO_MANIFEST_DIR")), what)
 }
 
 /// Where tools/prepare-test-assets.sh puts generated models (override: ROCKY_TEST_ASSETS).
@@ -100,10 +114,12 @@ pub fn synth(shape: rocky_models::synth::Shape, quant: rocky_models::synth::Quan
 /// notice, or a panic where the Mali tier is required (`CI` set, or `ROCKY_MALI_REQUIRED`, which
 /// `tools/test.sh --mali` sets).
 pub fn mali_shim_missing(tier: &str, why: &str) {
-    if std::env::var_os("CI").is_some() || std::env::var_os("ROCKY_MALI_REQUIRED").is_some() {
-        panic!("the Mali {tier} tier: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
+    shared_folder::skip(
+        "skipped, as a Mali driver shim is not installed (tools/setup.sh installs Mesa 25.0.7's \
+         and tools/setup.sh --mali Mesa 26.1.6's, from the shared folder beside the clone)",
+        &format!("the Mali {tier} tier: {why}"),
+        "ROCKY_MALI_REQUIRED",
+    );
 }
 
 /// The Mesa 25.0.7 mali-shim prefix (`ROCKY_MALI_SHIM`, else `~/.cache/rocky/mali-shim-25.0.7`),

@@ -127,6 +127,16 @@ fn act_buffer(
     .map_err(device_error)
 }
 
+/// What a split GEMM reducing in its last group binds besides its own buffers.
+struct InPlaceSplit {
+    /// Every group's partial sums.
+    partials: Buffer,
+    /// One u32 per tile and N-slice, zero between dispatches.
+    counters: Buffer,
+    /// Each N-slice's (offset, size) in `counters`.
+    regions: Vec<(u64, u64)>,
+}
+
 /// The GEMM's pipeline and buffers on a device, ready to dispatch.
 pub struct GemmOnGpu {
     w: GemmWorkload,
@@ -144,7 +154,7 @@ pub struct GemmOnGpu {
     split: Option<(ComputePipeline, Buffer)>,
     /// Split-K whose last group per tile reduces (`last_group_reduces`): the partial sums,
     /// the tile counters (zero) and each slice's region of them (`counter_layout`).
-    in_place: Option<(Buffer, Buffer, Vec<(u64, u64)>)>,
+    in_place: Option<InPlaceSplit>,
     /// One dispatch each; one slice unless the weights exceed `maxStorageBufferRange`.
     pub slices: Vec<NSlice>,
     /// How long one submission may run before it counts as hung.
@@ -246,7 +256,11 @@ impl GemmOnGpu {
                 "split-K tile counters",
             )
             .map_err(device_error)?;
-            Some((partials, counters, regions))
+            Some(InPlaceSplit {
+                partials,
+                counters,
+                regions,
+            })
         } else {
             None
         };
@@ -337,12 +351,13 @@ impl GemmOnGpu {
                     })?,
                     BINDING_RESIDUAL => self.residual_binding()?,
                     BINDING_IN_PLACE_PARTIALS => match &self.in_place {
-                        Some((partials, _, _)) => partials.whole(),
+                        Some(split) => split.partials.whole(),
                         None => return Err(in_place("partials")),
                     },
                     BINDING_TILE_COUNTERS => match &self.in_place {
-                        Some((_, counters, regions)) => counters
-                            .range(regions[index].0, regions[index].1)
+                        Some(split) => split
+                            .counters
+                            .range(split.regions[index].0, split.regions[index].1)
                             .map_err(device_error)?,
                         None => return Err(in_place("tile counters")),
                     },

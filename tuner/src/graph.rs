@@ -1,5 +1,5 @@
 //! Graph-level tuning: after the kernels, time whole prefills to choose the ubatch size and
-//! the dispatches per command buffer (DESIGN.md §6), stored per device and model shape.
+//! the dispatches per command buffer (docs/design.md §6), stored per device and model shape.
 //!
 //! Kernel schedules are tuned per exact GEMM shape, so a ubatch other than the one the
 //! kernels were tuned at runs default schedules; timing whole prefills is what tells whether

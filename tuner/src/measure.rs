@@ -1,4 +1,4 @@
-//! One trial: the measurement protocol of DESIGN.md §6 for a GEMM (schedule) on the device.
+//! One trial: the measurement protocol of docs/design.md §6 for a GEMM (schedule) on the device.
 //!
 //! compile (done by the caller, in parallel) → spirv-val (when `validate`) → pipeline and
 //! buffers → one run on seeded inputs checked against the CPU reference (all columns, or a

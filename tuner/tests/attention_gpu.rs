@@ -142,7 +142,7 @@ fn tuning_attention_stores_checked_winners_and_other_kv_lengths_use_the_nearest(
     let ctx = context();
     let caps = device_caps(ctx.info(), ctx.caps());
     let dir = temp_dir("tune");
-    let db = TuningDb::open(&dir.join("tuning.sled")).unwrap();
+    let db = TuningDb::open(dir.join("tuning.sled")).unwrap();
     let shape = |max_kv| AttentionWorkload {
         m: 8,
         n_heads: 4,
@@ -221,7 +221,8 @@ fn split_kv_attention_matches_the_cpu_reference_on_the_device() {
     let ctx = context();
     let caps = device_caps(ctx.info(), ctx.caps());
     // (m, kv, n_heads, n_kv_heads, head_dim, window, forced piece counts)
-    let cases: [(u32, u32, u32, u32, u32, u32, &[u32]); 5] = [
+    type Case = (u32, u32, u32, u32, u32, u32, &'static [u32]);
+    let cases: [Case; 5] = [
         (1, 1, 14, 2, 64, 0, &[2, 5]),
         (1, 37, 14, 2, 64, 0, &[1, 3, 32]),
         (1, 1000, 14, 2, 64, 0, &[7, 32]),

@@ -7,7 +7,11 @@
 //!   on a device that has them) pass their check, get a positive time and say `host`.
 //!
 //! Needs a Vulkan device (lavapipe is enough); FAILS without one. `ROCKY_TEST_DEVICE` picks the
-//! device, `ROCKY_SHARED` the shared folder with the models.
+//! device, `ROCKY_SHARED` the shared folder with the models (without it, the stand-in that
+//! tools/prepare-test-assets.sh makes).
+
+#[path = "../../tests/common/shared_folder.rs"]
+mod shared_folder;
 
 use rocky_compiler::{ActType, GemmWorkload, WeightFormat, Workload};
 use rocky_models::arch;
@@ -52,10 +56,11 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn model_path() -> PathBuf {
-    std::env::var_os("ROCKY_SHARED")
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let assets = std::env::var_os("ROCKY_TEST_ASSETS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-        .join("models/qwen2-tiny-q8_0.gguf")
+        .unwrap_or_else(|| workspace.join("target/test-assets"));
+    shared_folder::shared_or_standin(workspace, assets).join("models/qwen2-tiny-q8_0.gguf")
 }
 
 #[test]

@@ -275,7 +275,7 @@ fn parse_record(value: serde_json::Value) -> Result<ExportRecord, String> {
     for (i, t) in record.trials.iter().flatten().enumerate() {
         validate_trial(workload, &t.trial).map_err(|e| format!("trials[{i}]: {e}"))?;
     }
-    if record.best.is_none() && record.trials.as_ref().is_none_or(|t| t.is_empty()) {
+    if record.best.is_none() && record.trials.as_ref().map_or(true, |t| t.is_empty()) {
         return Err("record has neither `best` nor `trials`".into());
     }
     Ok(record)

@@ -162,7 +162,7 @@ impl TuningDb {
             if key.device.same_gpu(device)
                 && key.compiler_version == compiler_version
                 && key.workload == *workload
-                && found.as_ref().is_none_or(|f| ranking.date > f.date)
+                && found.as_ref().map_or(true, |f| ranking.date > f.date)
             {
                 found = Some(ranking);
             }

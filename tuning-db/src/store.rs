@@ -238,7 +238,7 @@ impl TuningDb {
             if other_driver && key.compiler_version == compiler_version && key.workload == *workload
             {
                 if let Some(best) = self.best(&key)? {
-                    if seed.as_ref().is_none_or(|s| best.median_s < s.median_s) {
+                    if seed.as_ref().map_or(true, |s| best.median_s < s.median_s) {
                         seed = Some(best);
                     }
                 }
@@ -428,7 +428,7 @@ pub(crate) fn fastest(trials: Vec<StoredTrial>) -> Option<StoredTrial> {
     for s in trials.into_iter().filter(|s| s.trial.is_ok()) {
         if best
             .as_ref()
-            .is_none_or(|b| s.trial.median_s < b.trial.median_s)
+            .map_or(true, |b| s.trial.median_s < b.trial.median_s)
         {
             best = Some(s);
         }

@@ -173,7 +173,8 @@ pub(crate) fn read_decoder_config(
         .and_then(|v| v.as_f64())
         .unwrap_or(default_rope_theta) as f32;
     let rms_eps = file.get_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32;
-    if !(rms_eps > 0.0 && rms_eps < 1.0) || !(rope_theta > 0.0 && rope_theta.is_finite()) {
+    let in_range = rms_eps > 0.0 && rms_eps < 1.0 && rope_theta > 0.0 && rope_theta.is_finite();
+    if !in_range {
         return Err(invalid(format!(
             "rms epsilon {rms_eps} or rope theta {rope_theta} out of range"
         )));

@@ -72,20 +72,18 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit and
         // 8 columns per workgroup (8x fewer workgroups, each X chunk feeding 8 rows). Two
         // units per thread with wide loads measured 3-10x slower on llvmpipe (Q4_K/Q6_K/Q8_0).
-        for units_per_thread in [1] {
-            let s = GemvSchedule {
-                threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
-                cols: if w.m > 4 { 4 } else { 8 },
-                chunks_per_thread: 8,
-                units_per_thread,
-                vector_width: 4,
-                reduce: Reduce::Subgroup,
-                accumulate: Precision::F32,
-                math: Math::FmaF32,
-            };
-            if s.validate(w, caps).is_ok() {
-                return s;
-            }
+        let s = GemvSchedule {
+            threads: caps.subgroup_size.clamp(8, 64).next_power_of_two(),
+            cols: if w.m > 4 { 4 } else { 8 },
+            chunks_per_thread: 8,
+            units_per_thread: 1,
+            vector_width: 4,
+            reduce: Reduce::Subgroup,
+            accumulate: Precision::F32,
+            math: Math::FmaF32,
+        };
+        if s.validate(w, caps).is_ok() {
+            return s;
         }
     }
     if caps.shared_memory_is_slow && caps.subgroup_arithmetic {
