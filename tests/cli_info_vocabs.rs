@@ -57,7 +57,15 @@ const BOTH: &[&str] = &[
 /// pre-tokenizer in effect,
 /// warnings (a missing pre-tokenizer name; bytes without a token, checked independently below),
 /// BOS text where the file names a well-known one)
-const VOCABS: &[(&str, Option<&str>, Option<&str>, usize, Option<&str>)] = &[
+type VocabExpectation = (
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    usize,
+    Option<&'static str>,
+);
+
+const VOCABS: &[VocabExpectation] = &[
     ("aquila", Some("BPE"), Some("default"), 1, None),
     ("baichuan", Some("SPM"), None, 0, Some("<s>")),
     ("bert-bge", Some("WPM"), None, 0, Some("[CLS]")),

@@ -114,7 +114,7 @@ fn run_form(
     .to_bytes();
     // The args form reads the same words from binding 4 and has no push block.
     let mut args = push.clone();
-    let (push, mut args) = if args_buffer {
+    let (push, args) = if args_buffer {
         (Vec::new(), Some(&mut args))
     } else {
         (push, None)
@@ -129,7 +129,7 @@ fn run_form(
         run_ir(
             &module,
             [&mut q, &mut kc, &mut vc, &mut partials],
-            args.as_deref_mut(),
+            args,
             &push,
             grid,
             sg,
@@ -158,7 +158,7 @@ fn run_form(
         run_ir(
             &module,
             [&mut q, &mut kc, &mut vc, &mut out],
-            args.as_deref_mut(),
+            args,
             &push,
             grid,
             sg,

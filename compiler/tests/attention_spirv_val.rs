@@ -428,3 +428,64 @@ fn split_kv_combine_kernels_pass_spirv_val() {
     }
     assert!(checked >= 16);
 }
+
+/// The args forms a replayed decode step runs (`instantiate_with_args`: push constants read
+/// from a storage buffer) pass spirv-val like their push forms: decode attention split and
+/// unsplit, one-row RoPE and the KV write, on the desktop and Mali profiles.
+#[test]
+fn the_decode_steps_args_forms_pass_spirv_val() {
+    use rocky_compiler::templates::instantiate_with_args;
+    use rocky_compiler::{default_schedule, KvWriteWorkload, RopeWorkload};
+    require_spirv_val();
+    let mut checked = 0;
+    for caps in [desktop_vk12(), mali_vk12()] {
+        let attention = Workload::Attention(AttentionWorkload {
+            m: 1,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: 128,
+            max_kv: 4096,
+            window: 0,
+        });
+        let split = default_schedule(&attention, &caps);
+        let Schedule::Attention(a) = split else {
+            panic!("attention has an attention schedule")
+        };
+        let unsplit = Schedule::Attention(AttentionSchedule { kv_splits: 0, ..a });
+        let cases = [
+            (attention, split),
+            (attention, unsplit),
+            (
+                Workload::RopeNeox(RopeWorkload::new(1, 16, 128, 1e6)),
+                default_schedule(
+                    &Workload::RopeNeox(RopeWorkload::new(1, 16, 128, 1e6)),
+                    &caps,
+                ),
+            ),
+            (
+                Workload::KvWrite(KvWriteWorkload {
+                    m: 1,
+                    kv_width: 256,
+                }),
+                default_schedule(
+                    &Workload::KvWrite(KvWriteWorkload {
+                        m: 1,
+                        kv_width: 256,
+                    }),
+                    &caps,
+                ),
+            ),
+        ];
+        for (w, s) in cases {
+            let k = instantiate_with_args(&w, &s, &caps)
+                .unwrap_or_else(|e| panic!("{w:?}: the args form is refused: {e}"));
+            assert_eq!(k.meta.push_constant_bytes, 0);
+            assert_eq!(k.meta.bindings.last().unwrap().name, "args");
+            if let Err(e) = spirv_val(&k.spirv, "vulkan1.2") {
+                panic!("{}: {e}\n{}", k.meta.name, spirv_dis(&k.spirv));
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 8);
+}

@@ -652,8 +652,19 @@ fn rope_and_kv_write_reading_the_position_from_a_buffer_match_their_references()
             let x = random_activations(width, 40 + u64::from(pos0));
             let mut xb = bytes_f32(&x);
             let mut args = bytes_u32(&[1, pos0]);
-            run(&module, &mut [&mut xb, &mut args], &[], rope::dispatch_grid(&w, &s), sg);
-            check(&rope::reference(&w, 1, pos0, &x), &f32s(&xb), width, &module.name);
+            run(
+                &module,
+                &mut [&mut xb, &mut args],
+                &[],
+                rope::dispatch_grid(&w, &s),
+                sg,
+            );
+            check(
+                &rope::reference(&w, 1, pos0, &x),
+                &f32s(&xb),
+                width,
+                &module.name,
+            );
             checked += 1;
         }
 

@@ -117,6 +117,17 @@ fn workloads() -> Vec<Workload> {
             max_kv: 4096,
             window: 0,
         }),
+        // A decode step's: the 3B's gate/up GEMV with the SwiGLU epilogue, and the one-row
+        // RoPE and KV write (whose args forms the replayed step runs).
+        Workload::Gemv(GemmWorkload {
+            epilogue: rocky_compiler::templates::gemm::Epilogue::SwiGlu,
+            ..gemm(1, 11008, 2048, Q4K)
+        }),
+        Workload::RopeNeox(RopeWorkload::new(1, 14, 64, 1e6)),
+        Workload::KvWrite(KvWriteWorkload {
+            m: 1,
+            kv_width: 128,
+        }),
     ]
 }
 
@@ -187,11 +198,17 @@ fn sampled_line(w: &Workload, s: &Schedule, caps: &DeviceCaps) -> String {
     }
 }
 
-/// The default schedule's module as a readable file: what it is, then the disassembly.
-fn default_snapshot(w: &Workload, caps: &DeviceCaps) -> String {
+/// The default schedule's module as a readable file: what it is, then the disassembly; with
+/// `args_form`, the form that reads its push constants from a buffer (`instantiate_with_args`,
+/// what a replayed decode step runs).
+fn default_snapshot(w: &Workload, caps: &DeviceCaps, args_form: bool) -> String {
     let s = default_schedule(w, caps);
-    let k = instantiate(w, &s, caps)
-        .unwrap_or_else(|e| panic!("the default {} of {} is refused: {e}", json(&s), json(w)));
+    let k = if args_form {
+        rocky_compiler::templates::instantiate_with_args(w, &s, caps)
+    } else {
+        instantiate(w, &s, caps)
+    }
+    .unwrap_or_else(|e| panic!("the default {} of {} is refused: {e}", json(&s), json(w)));
     let module = load(&k.spirv);
     let d = declared(&module);
     let mut out = String::new();
@@ -224,7 +241,15 @@ fn current_snapshots() -> BTreeMap<PathBuf, String> {
         let mut sampled = String::new();
         for (i, w) in workloads().iter().enumerate() {
             let name = format!("{i:02}-{}.spvasm", w.kind());
-            files.insert(dir.join(name), default_snapshot(w, &caps));
+            files.insert(dir.join(name), default_snapshot(w, &caps, false));
+            // The position-reading kernels also run in their args form (decode replay).
+            if matches!(
+                w,
+                Workload::RopeNeox(_) | Workload::KvWrite(_) | Workload::Attention(_)
+            ) {
+                let name = format!("{i:02}-{}.args.spvasm", w.kind());
+                files.insert(dir.join(name), default_snapshot(w, &caps, true));
+            }
             for s in sample(search_space(w, &caps)) {
                 sampled.push_str(&sampled_line(w, &s, &caps));
                 sampled.push('\n');

@@ -581,7 +581,10 @@ impl Recording {
 
     /// Waits for the last submission; `Timeout` and `DeviceLost` are distinct errors.
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
-        let what = format!("a recorded command buffer of {} dispatches", self.dispatches);
+        let what = format!(
+            "a recorded command buffer of {} dispatches",
+            self.dispatches
+        );
         self.parts.cb.wait(timeout, &what)
     }
 

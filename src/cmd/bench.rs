@@ -248,9 +248,19 @@ fn bench_gpu(
         .collect();
     let first_ubatch = args.ubatches.first().copied().unwrap_or(1);
     let settings = settings_at(first_ubatch.min(max_prompt))?;
-    check_results(
-        args, &mut rig, file, model, backends, &sources, &settings, budget,
-    )?;
+    // Each GPU backend with the schedules and graph settings it runs with.
+    let runs: Vec<GpuRun> = backends
+        .iter()
+        .zip(&sources)
+        .zip(&settings)
+        .map(|((&backend, &source), &(fuse, overlap))| GpuRun {
+            backend,
+            source,
+            fuse,
+            overlap,
+        })
+        .collect();
+    check_results(args, &mut rig, file, model, &runs, budget)?;
     let timestamps = ctx.info().has_timestamps();
     if !timestamps {
         eprintln!(
@@ -319,6 +329,14 @@ fn bench_gpu(
     Ok(rows)
 }
 
+/// One GPU backend of a bench as `check_results` runs it.
+struct GpuRun<'a> {
+    backend: BenchBackend,
+    source: &'a dyn ScheduleSource,
+    fuse: FuseOptions,
+    overlap: bool,
+}
+
 /// Checks every GPU backend's prefill of a short prompt against the CPU reference before
 /// anything is timed: figures of a device that computes garbage (or nothing) are not results.
 fn check_results(
@@ -326,9 +344,7 @@ fn check_results(
     rig: &mut PrefillRig,
     file: &GgufFile,
     model: &Model,
-    backends: &[BenchBackend],
-    sources: &[&dyn ScheduleSource],
-    settings: &[(FuseOptions, bool)],
+    runs: &[GpuRun],
     budget: CommandBudget,
 ) -> Result<(), CliError> {
     let ids = check_prompt(model, CHECK_TOKENS.min(rig.n_ctx()), args.seed);
@@ -339,11 +355,14 @@ fn check_results(
     let cpu = cpu_logits(file, model, &ids);
     let ubatch = args.ubatches.first().copied().unwrap_or(1).min(ids.len());
     let mut checks = Vec::new();
-    for ((b, source), &(fuse, overlap)) in backends.iter().zip(sources).zip(settings) {
+    for run in runs {
         let mut executor = rig
-            .executor(ubatch, budget, fuse, overlap)
+            .executor(ubatch, budget, run.fuse, run.overlap)
             .map_err(exec_error)?;
-        checks.push((*b, verify_device(&mut executor, *source, &ids, &cpu)));
+        checks.push((
+            run.backend,
+            verify_device(&mut executor, run.source, &ids, &cpu),
+        ));
     }
     for (b, check) in checks {
         let check = check.map_err(exec_error)?;

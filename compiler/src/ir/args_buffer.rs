@@ -27,7 +27,12 @@ pub fn push_constants_from_buffer(module: &Module) -> Module {
         return module.clone();
     }
     let mut out = module.clone();
-    let binding = module.buffers.iter().map(|b| b.binding + 1).max().unwrap_or(0);
+    let binding = module
+        .buffers
+        .iter()
+        .map(|b| b.binding + 1)
+        .max()
+        .unwrap_or(0);
     let args = out.buffers.len() as u32;
     out.buffers.push(BufferDecl {
         binding,

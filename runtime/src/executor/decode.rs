@@ -144,11 +144,7 @@ impl Executor<'_> {
     }
 
     /// Prepares the one-row pipelines (and their args forms) and records the step at `pos0`.
-    fn record_step(
-        &mut self,
-        schedules: &dyn ScheduleSource,
-        pos0: u32,
-    ) -> Result<(), ExecError> {
+    fn record_step(&mut self, schedules: &dyn ScheduleSource, pos0: u32) -> Result<(), ExecError> {
         self.prepare_decode(schedules)?;
         let pieces = self.split_pieces(pos0);
         let mut recorder = ReplayRecorder::new(&self.ctx, self.options.budget)?;

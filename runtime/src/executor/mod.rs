@@ -16,11 +16,11 @@ mod program;
 mod slots;
 mod split_kv;
 
+pub use decode::DECODE_REPLAY_ENV;
 pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
-pub use decode::DECODE_REPLAY_ENV;
-pub use program::{decode_fusions, UsedKernel};
 use program::Program;
+pub use program::{decode_fusions, UsedKernel};
 pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
 
 use crate::budget::CommandBudget;

@@ -144,10 +144,29 @@ mod tests {
     use rocky_models::arch;
     use rocky_models::gguf::GgufFile;
 
+    /// The tiny Q8_0 model: the shared folder's (`ROCKY_SHARED`, else `../shared` beside the
+    /// clone), else the byte-identical copy tools/prepare-test-assets.sh makes in the test
+    /// assets' stand-in of it (tests/common/shared_folder.rs has the same rule).
     fn tiny_graph() -> Graph {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/models/qwen2-tiny-q8_0.gguf");
-        let file = GgufFile::open(&path).expect("the shared tiny model");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let shared = std::env::var_os("ROCKY_SHARED")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| root.join("../shared"));
+        let assets = std::env::var_os("ROCKY_TEST_ASSETS")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| root.join("target/test-assets"));
+        let folder = if shared.join("golden").is_dir() {
+            shared
+        } else {
+            assets.join("shared-standin")
+        };
+        let path = folder.join("models/qwen2-tiny-q8_0.gguf");
+        let file = GgufFile::open(&path).unwrap_or_else(|e| {
+            panic!(
+                "the tiny model {}: {e} (run tools/setup.sh first)",
+                path.display()
+            )
+        });
         arch::load(&file).expect("a qwen2 graph").graph
     }
 

@@ -262,7 +262,7 @@ fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
 
-    /// A Mali-G610 on panvk as DESIGN.md §1 describes it (written from those facts, not read
+    /// A Mali-G610 on panvk as docs/design.md §1 describes it (written from those facts, not read
     /// from a board): integrated, fp16, accelerated int8 dot, subgroup 16, 32 KiB shared
     /// memory, 4 GiB storage range, UMA.
     fn mali() -> DeviceInfo {

@@ -394,7 +394,9 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             }
             p.push(row_p);
         }
-        // The weights to shared memory: per key, the thread's rows as vec4s.
+        // The weights to shared memory: per key, the thread's rows as vec4s. `jj` picks a
+        // column across four rows of `p` at once, which an iterator over `p` would not say.
+        #[allow(clippy::needless_range_loop)]
         for jj in 0..tn as usize {
             let key_base = b.muli(key_col(jj as u32), lay.p_stride);
             for u in 0..tm / 4 {
@@ -439,8 +441,8 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 for (i, &pi) in weights.iter().enumerate() {
                     let p2 = b.splat(b.convert(pi, Type::F16), 2);
                     for (t, &words) in vw.iter().enumerate() {
-                        for e in 0..4 {
-                            let x = &mut pv16[i][t][e];
+                        // The four f16 pairs of the vec4 of words, lane by lane.
+                        for (e, x) in pv16[i][t].iter_mut().enumerate() {
                             *x = b.fma(p2, b.bitcast(b.extract(words, e as u32), h2), *x);
                         }
                     }
