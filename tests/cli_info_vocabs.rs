@@ -250,3 +250,54 @@ fn info_says_chat_needs_a_template() {
     assert_eq!(v["supported"], false);
     assert_eq!(v["tokenizer"]["pre_in_effect"], "falcon");
 }
+
+/// A runnable model whose vocabulary names no pre-tokenizer (aquila's): `rocky prefill` and
+/// `rocky generate` with a text prompt run, on the default split rule, and say so on standard
+/// error as `rocky tokenize` and llama.cpp do.
+#[test]
+fn text_commands_print_the_tokenizers_warnings() {
+    let vocab = asset("llama-cpp-vocab").join("ggml-vocab-aquila.gguf");
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("warn-llama-aquila.gguf");
+    let o = rocky(&[
+        "synth",
+        "--shape",
+        "llama-tiny",
+        "--quant",
+        "q8_0",
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--seed",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let model = out.to_str().unwrap();
+    for args in [
+        vec![
+            "prefill",
+            model,
+            "--prompt",
+            "Hello world",
+            "--backend",
+            "cpu",
+        ],
+        vec![
+            "generate",
+            model,
+            "--prompt",
+            "Hello world",
+            "-n",
+            "2",
+            "--cpu",
+        ],
+    ] {
+        let o = rocky(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{args:?}: {err}");
+        assert!(warnings[0].contains("pre-tokenizer"), "{args:?}: {err}");
+    }
+}

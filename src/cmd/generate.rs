@@ -91,6 +91,7 @@ pub fn run(args: Args) -> CmdResult {
     let tokenizer = model
         .tokenizer()
         .map_err(|e| CliError::input(format!("generation needs the model's tokenizer: {e}")))?;
+    prompt::warn_about(tokenizer);
     let ids = prompt::token_ids(&args.prompt, &model)?;
     if let Some(&bad) = ids.iter().find(|&&t| t as usize >= model.n_vocab()) {
         return Err(CliError::input(format!(

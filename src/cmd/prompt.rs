@@ -66,6 +66,7 @@ pub fn token_ids(args: &PromptArgs, model: &rocky_engine::Model) -> Result<Vec<u
     let tokenizer = model
         .tokenizer()
         .map_err(|e| CliError::input(e.to_string()))?;
+    warn_about(tokenizer);
     let text = if args.chat {
         model_chat_text(args.system.as_deref(), &text, model)?
     } else {
@@ -120,4 +121,17 @@ pub fn chat_text(
         &Specials::of(tokenizer, file),
     )
     .map_err(|e| CliError::input(e.to_string()))
+}
+
+/// Prints the tokenizer's warnings (a pre-tokenizer name llama.cpp would not know, bytes the
+/// vocabulary has no token for: text that tokenizes differently than the user may think) to
+/// standard error, once per run whichever command builds the tokenizer first, as `rocky
+/// tokenize` does.
+pub fn warn_about(tokenizer: &rocky_models::tokenizer::Tokenizer) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for warning in tokenizer.warnings() {
+            eprintln!("warning: {warning}");
+        }
+    });
 }

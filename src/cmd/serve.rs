@@ -62,9 +62,10 @@ pub fn run(args: Args) -> CmdResult {
     }
     let model = rocky_engine::Model::open(&args.model).map_err(gpu::load_error)?;
     // The tokenizer and the chat format are built once here and serve every request.
-    model
+    let tokenizer = model
         .tokenizer()
         .map_err(|e| CliError::input(format!("serving needs the model's tokenizer: {e}")))?;
+    super::prompt::warn_about(tokenizer);
     let chat = model.chat_format().map_err(gpu::load_error)?;
     match chat.source() {
         Some(source) => eprintln!("chat format: {source}"),
