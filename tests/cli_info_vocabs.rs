@@ -221,23 +221,7 @@ fn info_says_a_runnable_model_supports_every_command() {
 /// Llama 3 header tokens for rocky's built-in llama3 format): everything but chatting works.
 #[test]
 fn info_says_chat_needs_a_template() {
-    let vocab = asset("llama-cpp-vocab").join("ggml-vocab-falcon.gguf");
-    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("info-llama-falcon.gguf");
-    let o = rocky(&[
-        "synth",
-        "--shape",
-        "llama-tiny",
-        "--quant",
-        "q8_0",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--seed",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-        "--force",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let out = llama_tiny_with("falcon");
     let v = info(&out);
     for (command, state) in v["commands"].as_object().unwrap() {
         let chat = command.contains("chat");
@@ -256,23 +240,7 @@ fn info_says_chat_needs_a_template() {
 /// error as `rocky tokenize` and llama.cpp do.
 #[test]
 fn text_commands_print_the_tokenizers_warnings() {
-    let vocab = asset("llama-cpp-vocab").join("ggml-vocab-aquila.gguf");
-    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("warn-llama-aquila.gguf");
-    let o = rocky(&[
-        "synth",
-        "--shape",
-        "llama-tiny",
-        "--quant",
-        "q8_0",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--seed",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-        "--force",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let out = llama_tiny_with("aquila");
     let model = out.to_str().unwrap();
     for args in [
         vec![
@@ -300,4 +268,28 @@ fn text_commands_print_the_tokenizers_warnings() {
         assert_eq!(warnings.len(), 1, "{args:?}: {err}");
         assert!(warnings[0].contains("pre-tokenizer"), "{args:?}: {err}");
     }
+}
+
+/// A runnable Llama-shaped Q8_0 file (`rocky synth --shape llama-tiny`) carrying llama.cpp's test
+/// vocabulary `vocab` (e.g. "falcon": `ggml-vocab-falcon.gguf`).
+fn llama_tiny_with(vocab: &str) -> std::path::PathBuf {
+    let vocab_file = asset("llama-cpp-vocab").join(format!("ggml-vocab-{vocab}.gguf"));
+    let out =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("llama-{vocab}.gguf"));
+    let o = rocky(&[
+        "synth",
+        "--shape",
+        "llama-tiny",
+        "--quant",
+        "q8_0",
+        "--vocab",
+        vocab_file.to_str().unwrap(),
+        "--seed",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    out
 }
