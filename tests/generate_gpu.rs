@@ -242,9 +242,11 @@ fn synth_llama_tiny_decode_matches_cpu() {
     gpu_decode_matches_cpu(&common::synth(Shape::LlamaTiny, Quant::Q4KM), 20, 16, 8);
 }
 
-/// A reply long enough that the split-KV rule picks more pieces as the cache grows (a piece
-/// per 4 key blocks): the replayed step is recorded again at each change and must still give
-/// the CPU reference's tokens and logits at every step.
+/// A 90-token reply from a 6-token prompt: long enough that, where decode attention splits
+/// by the run-time rule (a piece per 4 key blocks; lavapipe reports no compute units, so only
+/// the length bounds it), the pieces change as the cache grows and the replayed step is
+/// recorded again. (While `split_kv_decode_on_and_off_give_the_same_tokens` forces a fixed
+/// count, it does not change.) Tokens and logits must match the CPU reference at every step.
 #[test]
 fn a_long_decode_across_split_kv_piece_changes_matches_cpu() {
     gpu_decode_matches_cpu(&common::synth(Shape::Tiny, Quant::Q8_0), 6, 90, 8);

@@ -335,7 +335,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
     let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
     ex.prepare(&StagedGemms).unwrap();
     let gemms = ex
-        .used
+        .used()
         .iter()
         .filter(|(_, w, _, _)| matches!(w, Workload::Gemm(g) if g.m > 1))
         .count();
@@ -345,7 +345,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
         "every staged GEMM replaced: {} notices for {gemms} GEMMs",
         ex.notices.len()
     );
-    for (label, w, s, origin) in &ex.used {
+    for (label, w, s, origin) in ex.used() {
         if matches!(w, Workload::Gemm(g) if g.m > 1) {
             assert_eq!(*origin, ScheduleOrigin::Default, "{label}: {s:?}");
         }
@@ -412,7 +412,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
     ex.prepare(&SplitKGemms(in_place)).unwrap();
     let split = ex
-        .used
+        .used()
         .iter()
         .filter(|(_, _, s, _)| {
             matches!(s, Schedule::Gemm(g) if g.k_groups == 4 && g.last_group_reduces == in_place)
@@ -476,7 +476,7 @@ fn gpu_logits_uploaded(
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     let logits = ex.prefill(ids, schedules).unwrap();
     let gemms = ex
-        .used
+        .used()
         .iter()
         .filter_map(|(_, w, _, _)| match w {
             Workload::Gemm(g) => Some(*g),

@@ -243,10 +243,7 @@ fn current_snapshots() -> BTreeMap<PathBuf, String> {
             let name = format!("{i:02}-{}.spvasm", w.kind());
             files.insert(dir.join(name), default_snapshot(w, &caps, false));
             // The position-reading kernels also run in their args form (decode replay).
-            if matches!(
-                w,
-                Workload::RopeNeox(_) | Workload::KvWrite(_) | Workload::Attention(_)
-            ) {
+            if rocky_compiler::templates::reads_position(w) {
                 let name = format!("{i:02}-{}.args.spvasm", w.kind());
                 files.insert(dir.join(name), default_snapshot(w, &caps, true));
             }

@@ -294,7 +294,7 @@ impl<'m> Session<'m> {
     /// The schedule of every kernel the last preparation chose: (node label, workload at the
     /// rows run, schedule, where it came from), in graph order.
     pub fn schedules_used(&self) -> &[(String, Workload, Schedule, ScheduleOrigin)] {
-        &self.executor.used
+        self.executor.used()
     }
 
     /// The per-op table of a profiled session: GPU time per (op, kernel), summed over layers

@@ -469,6 +469,7 @@ impl<'a> Recorder<'a> {
             .map_err(|r| self.submission_error(SubmitStage::End, r))?;
         Ok(Recording {
             dispatches: self.dispatches,
+            declared_shared_bytes: self.declared_shared_bytes,
             parts: self.parts,
         })
     }
@@ -531,21 +532,33 @@ impl<'a> Recorder<'a> {
     }
 
     fn submission_error(&self, stage: SubmitStage, r: vk::Result) -> RuntimeError {
-        match OomKind::of(r) {
-            Some(kind) => RuntimeError::CommandBufferOutOfMemory {
-                stage,
-                kind,
-                dispatches: self.dispatches,
-                declared_shared_bytes: self.declared_shared_bytes,
+        submission_error(stage, r, self.dispatches, self.declared_shared_bytes)
+    }
+}
+
+/// A failed `vkEndCommandBuffer` / `vkQueueSubmit` of a command buffer of `dispatches`
+/// dispatches: out-of-memory as the distinct `CommandBufferOutOfMemory`, anything else as the
+/// Vulkan error.
+fn submission_error(
+    stage: SubmitStage,
+    r: vk::Result,
+    dispatches: u32,
+    declared_shared_bytes: u64,
+) -> RuntimeError {
+    match OomKind::of(r) {
+        Some(kind) => RuntimeError::CommandBufferOutOfMemory {
+            stage,
+            kind,
+            dispatches,
+            declared_shared_bytes,
+        },
+        None => RuntimeError::vk(
+            match stage {
+                SubmitStage::End => "vkEndCommandBuffer",
+                SubmitStage::Submit => "vkQueueSubmit",
             },
-            None => RuntimeError::vk(
-                match stage {
-                    SubmitStage::End => "vkEndCommandBuffer",
-                    SubmitStage::Submit => "vkQueueSubmit",
-                },
-                r,
-            ),
-        }
+            r,
+        ),
     }
 }
 
@@ -555,6 +568,7 @@ impl<'a> Recorder<'a> {
 pub struct Recording {
     parts: RecorderParts,
     dispatches: u32,
+    declared_shared_bytes: u64,
 }
 
 impl Recording {
@@ -567,16 +581,11 @@ impl Recording {
                 reason: "submitted again before its previous run finished".to_string(),
             });
         }
-        let dispatches = self.dispatches;
-        self.parts.cb.submit().map_err(|r| match OomKind::of(r) {
-            Some(kind) => RuntimeError::CommandBufferOutOfMemory {
-                stage: SubmitStage::Submit,
-                kind,
-                dispatches,
-                declared_shared_bytes: 0,
-            },
-            None => RuntimeError::vk("vkQueueSubmit", r),
-        })
+        let (dispatches, declared) = (self.dispatches, self.declared_shared_bytes);
+        self.parts
+            .cb
+            .submit()
+            .map_err(|r| submission_error(SubmitStage::Submit, r, dispatches, declared))
     }
 
     /// Waits for the last submission; `Timeout` and `DeviceLost` are distinct errors.

@@ -51,7 +51,6 @@ pub struct ReplayRecorder<'a> {
     closed: Vec<Recorder<'a>>,
     current: Recorder<'a>,
     tracker: BudgetTracker,
-    budget: CommandBudget,
 }
 
 impl<'a> ReplayRecorder<'a> {
@@ -62,7 +61,6 @@ impl<'a> ReplayRecorder<'a> {
             closed: Vec::new(),
             current: Self::open(ctx)?,
             tracker: BudgetTracker::new(budget),
-            budget,
         })
     }
 
@@ -102,6 +100,7 @@ impl<'a> DispatchSink<'a> for ReplayRecorder<'a> {
         groups: [u32; 3],
     ) -> Result<()> {
         let cost = self
+            .tracker
             .budget
             .dispatch_bytes(pipeline.meta().shared_bytes, groups);
         // The tracker counts dispatches and driver bytes as a stream's does; where a stream

@@ -379,7 +379,7 @@ fn check_results(
 /// (GEMM nodes with a tuned schedule, all GEMM nodes) of the executor's last prepare.
 fn tuned_gemms(executor: &Executor) -> (usize, usize) {
     let gemms = executor
-        .used
+        .used()
         .iter()
         .filter(|(_, w, _, _)| matches!(w, Workload::Gemm(_)));
     gemms.fold((0, 0), |(t, n), (_, _, _, origin)| {

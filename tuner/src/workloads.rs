@@ -69,7 +69,7 @@ pub fn model_workloads_with_progress(
             };
             let mut executor = Executor::new(ctx, model, weights.clone(), options, rows)?;
             executor.prepare(&DefaultSchedules)?;
-            used.extend(executor.used.iter().map(|(l, w, _, _)| (l.clone(), *w)));
+            used.extend(executor.used().iter().map(|(l, w, _, _)| (l.clone(), *w)));
         }
     }
     Ok(distinct_gemms(used.iter().map(|(l, w)| (l.as_str(), *w))))

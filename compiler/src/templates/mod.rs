@@ -163,6 +163,15 @@ pub fn instantiate(
     }
 }
 
+/// Whether kernels of `workload` read the token's position (RoPE, the KV write, attention):
+/// those have an args form ([`instantiate_with_args`]) that a replayed decode step runs.
+pub fn reads_position(workload: &Workload) -> bool {
+    matches!(
+        workload,
+        Workload::RopeNeox(_) | Workload::KvWrite(_) | Workload::Attention(_)
+    )
+}
+
 /// The kernel of `workload` with `schedule` whose push constants are read from a storage
 /// buffer instead ([`crate::ir::args_buffer`], binding `args`, one u32 word per field in the
 /// push block's order): the kernels of a decode step that read the token's position (RoPE,
@@ -189,9 +198,7 @@ pub fn instantiate_with_args(
             s.validate(w, device)?;
             attention::kernel_ir(w, s)
         }
-        (Workload::Attention(_) | Workload::RopeNeox(_) | Workload::KvWrite(_), _) => {
-            return Err(mismatch(workload, schedule))
-        }
+        _ if reads_position(workload) => return Err(mismatch(workload, schedule)),
         _ => {
             return Err(Refusal::Workload(format!(
                 "{} kernels read no position: they keep their push constants",

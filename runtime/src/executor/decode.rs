@@ -23,8 +23,8 @@ use super::{ExecError, Executor, PrefillStats, ProgramKind, ScheduleSource, Ubat
 use crate::replay::{Replay, ReplayRecorder};
 use crate::stream::StreamStats;
 use crate::{BufferRange, ComputePipeline};
-use rocky_compiler::templates::instantiate_with_args;
-use rocky_compiler::{Schedule, Workload};
+use rocky_compiler::templates::{instantiate_with_args, reads_position};
+use rocky_compiler::{AttentionSchedule, AttentionWorkload, Schedule, Workload};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -34,8 +34,18 @@ pub const DECODE_REPLAY_ENV: &str = "ROCKY_DECODE_REPLAY";
 /// A decode step recorded for replay, with what it was recorded for.
 pub(crate) struct RecordedStep {
     replay: Replay,
-    /// The piece count of each split attention dispatch at the recording.
-    pieces: Vec<u32>,
+    /// Each distinct attention kernel of the step with the pieces it was recorded with (every
+    /// layer shares one or two attention workloads).
+    pieces: Vec<(AttentionWorkload, AttentionSchedule, u32)>,
+}
+
+impl RecordedStep {
+    /// Whether the split-KV rule picks the recorded piece counts at `pos0` too.
+    fn serves(&self, pos0: u32, compute_units: Option<u32>) -> bool {
+        self.pieces
+            .iter()
+            .all(|(w, s, pieces)| step_splits(w, s, 1, pos0, compute_units) == *pieces)
+    }
 }
 
 fn replay_enabled() -> bool {
@@ -91,7 +101,7 @@ impl Executor<'_> {
         let valid = self
             .replay
             .as_ref()
-            .is_some_and(|r| r.pieces == self.split_pieces(pos0));
+            .is_some_and(|r| r.serves(pos0, self.compute_units));
         if !valid {
             if let Err(e) = self.record_step(schedules, pos0) {
                 // A driver that cannot keep this recording (out of memory closing it, say)
@@ -173,6 +183,7 @@ impl Executor<'_> {
         // of them, and each run waits for its command buffers before returning.
         let replay = unsafe { recorder.finish() }?;
         self.replay = Some(RecordedStep { replay, pieces });
+        self.save_pipeline_cache();
         Ok(())
     }
 
@@ -201,18 +212,14 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// The pieces each split attention of the prepared one-row step takes at `pos0` (empty
-    /// when nothing splits or nothing is prepared).
-    fn split_pieces(&self, pos0: u32) -> Vec<u32> {
-        // Per distinct kernel, not per layer: every layer of a model shares one or two
-        // attention workloads, and this runs before every replayed step.
-        let mut seen: Vec<(&Workload, &Schedule)> = Vec::new();
-        let mut pieces = Vec::new();
+    /// Each distinct attention kernel of the prepared one-row step with the pieces it takes
+    /// at `pos0` (what a recording at `pos0` is valid for).
+    fn split_pieces(&self, pos0: u32) -> Vec<(AttentionWorkload, AttentionSchedule, u32)> {
+        let mut pieces: Vec<(AttentionWorkload, AttentionSchedule, u32)> = Vec::new();
         for (_, w, s, _) in &self.step_program.used {
             if let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) {
-                if aw.m == 1 && !seen.contains(&(w, s)) {
-                    seen.push((w, s));
-                    pieces.push(step_splits(aw, a, 1, pos0, self.compute_units));
+                if !pieces.iter().any(|(pw, ps, _)| pw == aw && ps == a) {
+                    pieces.push((*aw, *a, step_splits(aw, a, 1, pos0, self.compute_units)));
                 }
             }
         }
@@ -250,12 +257,4 @@ impl Executor<'_> {
         }
         Ok(())
     }
-}
-
-/// Whether a kernel of `w` reads the token's position (and so has an args form).
-fn reads_position(w: &Workload) -> bool {
-    matches!(
-        w,
-        Workload::RopeNeox(_) | Workload::KvWrite(_) | Workload::Attention(_)
-    )
 }

@@ -633,9 +633,8 @@ pub struct Executor<'m> {
     ring: StreamRing,
     /// Pipelines built since the cache was last saved.
     unsaved_pipelines: bool,
-    /// The schedule used per node label of the program prepared last (the prefill's, or the
-    /// decode step's after `prepare_decode`), for profiles and the tuner (in graph order).
-    pub used: Vec<UsedKernel>,
+    /// Which program was prepared last (whose kernels `used` lists).
+    last_prepared: ProgramKind,
     /// Per-dispatch GPU times of every prefill so far (when `options.profile`).
     pub profile: Vec<DispatchTime>,
     /// Where the time of the last prefill went.
@@ -727,7 +726,7 @@ impl<'m> Executor<'m> {
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
             unsaved_pipelines: false,
-            used: Vec::new(),
+            last_prepared: ProgramKind::Prefill,
             profile: Vec::new(),
             last_stats: None,
             notices: Vec::new(),
@@ -903,13 +902,19 @@ impl<'m> Executor<'m> {
             readback,
             stream: stream_stats,
         });
+        self.save_pipeline_cache();
+        Ok(logits)
+    }
+
+    /// Writes the pipeline cache to disk if pipelines were built since it was last saved (a
+    /// failure costs only recompilation next time, so it is not an error).
+    fn save_pipeline_cache(&mut self) {
         if self.unsaved_pipelines {
             if let Some(c) = &self.cache {
                 let _ = c.save();
             }
             self.unsaved_pipelines = false;
         }
-        Ok(logits)
     }
 
     /// Refuses `tokens` that are empty, do not fit the cache after `n_past`, or lie outside
@@ -1075,6 +1080,13 @@ impl<'m> Executor<'m> {
         self.prepare_program(ProgramKind::Prefill, self.options.ubatch as u32, schedules)
     }
 
+    /// The kernel and schedule of every node of the program prepared last (the prefill's,
+    /// or the decode step's after `prepare_decode`), in graph order: for profiles and the
+    /// tuner.
+    pub fn used(&self) -> &[UsedKernel] {
+        &self.program(self.last_prepared).used
+    }
+
     /// The program of `kind`.
     fn program(&self, kind: ProgramKind) -> &Program {
         match kind {
@@ -1149,7 +1161,7 @@ impl<'m> Executor<'m> {
             kernels_of.push(first..used.len());
             scratch_region_of.push(region);
         }
-        self.used = used.clone();
+        self.last_prepared = kind;
         let prog = self.program_mut(kind);
         prog.used = used;
         prog.kernels_of = kernels_of;
