@@ -250,17 +250,9 @@ impl GgufSpm {
     /// llama.cpp's detokenizer drops the leading space of the first piece when the vocabulary
     /// adds a space prefix, so that decoding gives back the text that was encoded.
     pub fn decode(&self, ids: &[u32]) -> String {
-        let mut bytes = Vec::with_capacity(ids.len() * 4);
-        for (i, &id) in ids.iter().enumerate() {
-            let start = bytes.len();
-            if !self.token_bytes(id, &mut bytes) {
-                bytes.extend_from_slice(char::REPLACEMENT_CHARACTER.to_string().as_bytes());
-            }
-            if i == 0 && self.add_space_prefix && bytes.get(start) == Some(&b' ') {
-                bytes.remove(start);
-            }
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
+        decode_pieces(ids, self.add_space_prefix, |id, out| {
+            self.token_bytes(id, out)
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -442,6 +434,28 @@ fn check_byte_tokens(
 }
 
 /// The byte of a `<0xXX>` token text.
+/// The text of `ids` from each token's bytes (`token_bytes` appends them, false for an id it
+/// does not know, which decodes as U+FFFD), as llama.cpp's detokenizer gives it for a
+/// vocabulary that adds a space prefix: the first piece's leading space dropped, so decoding
+/// gives back the text that was encoded. Shared by the SentencePiece and Unigram tokenizers.
+pub(super) fn decode_pieces(
+    ids: &[u32],
+    add_space_prefix: bool,
+    mut token_bytes: impl FnMut(u32, &mut Vec<u8>) -> bool,
+) -> String {
+    let mut bytes = Vec::with_capacity(ids.len() * 4);
+    for (i, &id) in ids.iter().enumerate() {
+        let start = bytes.len();
+        if !token_bytes(id, &mut bytes) {
+            bytes.extend_from_slice(char::REPLACEMENT_CHARACTER.to_string().as_bytes());
+        }
+        if i == 0 && add_space_prefix && bytes.get(start) == Some(&b' ') {
+            bytes.remove(start);
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 pub(super) fn byte_token_value(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
     // from_str_radix alone would also take "+A".

@@ -16,7 +16,7 @@ use super::gguf_vocab::{
 };
 use super::special_attrs::special_tokens;
 use super::special_split::{partition_stripping, Fragment, Strip};
-use super::spm::{byte_token_value, read_scores};
+use super::spm::{byte_token_value, decode_pieces, read_scores};
 use super::{TokenKind, TokenizerError};
 use crate::gguf::{GgufFile, MetaValue};
 use std::collections::HashMap;
@@ -308,17 +308,9 @@ impl GgufUgm {
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {
-        let mut bytes = Vec::with_capacity(ids.len() * 4);
-        for (i, &id) in ids.iter().enumerate() {
-            let start = bytes.len();
-            if !self.token_bytes(id, &mut bytes) {
-                bytes.extend_from_slice(char::REPLACEMENT_CHARACTER.to_string().as_bytes());
-            }
-            if i == 0 && self.add_space_prefix && bytes.get(start) == Some(&b' ') {
-                bytes.remove(start);
-            }
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
+        decode_pieces(ids, self.add_space_prefix, |id, out| {
+            self.token_bytes(id, out)
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
