@@ -142,6 +142,7 @@ fn check(w: &GemmWorkload, s: &GemvSchedule, caps: &DeviceCaps, inp: &Inputs, ro
     let wr = GemmWorkload { m: rows, ..*w };
     let r = reference::reference(
         &wr,
+        s,
         &inp.x[..(rows * w.k) as usize],
         &inp.weights,
         inp.bias.as_deref(),
@@ -249,6 +250,16 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             "no {reduce:?} in the sample"
         );
     }
+    for math in [
+        gemm::Math::FmaF32,
+        gemm::Math::FmaF16Packed,
+        gemm::Math::Int8Dot,
+    ] {
+        assert!(
+            seen.iter().any(|v| v.0 == math),
+            "no {math:?} in the sample"
+        );
+    }
     for single in [false, true] {
         assert!(
             seen.iter()
@@ -277,7 +288,7 @@ fn n_slices_and_a_wide_grid_cover_every_column() {
     };
     let inp = inputs(&w, 7);
     let s = gemv::default_schedule(&w, &caps);
-    let r = reference::reference(&w, &inp.x, &inp.weights, inp.bias.as_deref(), None).unwrap();
+    let r = reference::reference(&w, &s, &inp.x, &inp.weights, inp.bias.as_deref(), None).unwrap();
     // Slices of 16 rows (a 144-byte row: offsets stay 16-aligned at 16 rows... and 9 for n).
     let slices = gemm::n_slices(&w, 16 * 144, 16).unwrap();
     assert!(slices.len() > 2);
@@ -311,6 +322,8 @@ fn invalid_pairs_are_refused_with_a_reason() {
         },
         GemvSchedule {
             math: gemm::Math::Int8Dot,
+            chunks_per_thread: 4,
+            vector_width: 1,
             ..s
         },
     ] {

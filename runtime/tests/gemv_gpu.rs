@@ -150,6 +150,7 @@ fn check(
     let inputs = make_inputs(w, seed);
     let r = reference::reference(
         w,
+        s,
         &inputs.x,
         &inputs.weight,
         inputs.bias.as_deref(),

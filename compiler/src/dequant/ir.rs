@@ -12,7 +12,7 @@ use super::words::{
     WordRun,
 };
 use super::{WeightFormat, WeightLayout, IQ4NL_VALUES, UNIT};
-use crate::ir::{Buffer, KernelBuilder, Scalar, Type, Value};
+use crate::ir::{Buffer, DotSign, KernelBuilder, Scalar, Type, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -1092,5 +1092,89 @@ impl Unit {
             Some(hi) => b.select(b.lt(c, b.c_u32(4)), lo, hi),
             None => lo,
         }
+    }
+}
+
+// ---- the activations' side of the int8 dot-product path ----------------------------------
+
+/// Quantizes 32 activations (8 vec4<f32>) like ggml's Q8_0 (Q8_1 with `with_sum`): returns
+/// the 8 packed signed words, the scale d and, if `with_sum`, d * Σq (for formats with a min
+/// term). The CPU reference quantizes the same way (`gemm::reference`'s int8 math).
+pub fn quantize_unit_q8(
+    b: &KernelBuilder,
+    chunks: &[Value],
+    with_sum: bool,
+) -> (Vec<Value>, Value, Value) {
+    let amax4 = chunks[1..]
+        .iter()
+        .fold(b.abs(chunks[0]), |a, &c| b.max(a, b.abs(c)));
+    let amax = b.max(
+        b.max(b.extract(amax4, 0), b.extract(amax4, 1)),
+        b.max(b.extract(amax4, 2), b.extract(amax4, 3)),
+    );
+    let d = b.div(amax, b.c_f32(127.0));
+    let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
+    let idv = b.splat(id, 4);
+    let uv4 = Type::vec(Scalar::U32, 4);
+    let shifts = b.construct(&[b.c_u32(0), b.c_u32(8), b.c_u32(16), b.c_u32(24)]);
+    let words: Vec<Value> = chunks
+        .iter()
+        .map(|&c| {
+            let q = b.convert(b.round_even(b.mul(c, idv)), Type::vec(Scalar::I32, 4));
+            let u = b.shl(b.and(b.bitcast(q, uv4), b.const_bits(uv4, 0xFF)), shifts);
+            let (l0, l1, l2, l3) = (
+                b.extract(u, 0),
+                b.extract(u, 1),
+                b.extract(u, 2),
+                b.extract(u, 3),
+            );
+            b.or(b.or(l0, l1), b.or(l2, l3))
+        })
+        .collect();
+    let sum = if with_sum {
+        let ones = b.c_u32(0x0101_0101);
+        let s = words[1..]
+            .iter()
+            .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
+                b.add(s, b.dot4x8(w, ones, DotSign::Signed))
+            });
+        b.mul(d, b.convert(s, Type::F32))
+    } else {
+        b.c_f32(0.0)
+    };
+    (words, d, sum)
+}
+
+/// `acc` plus one unit's contribution to a dot product of int8 activations (`xw`, scale `dx`,
+/// `sx` = dx·Σq from [`quantize_unit_q8`]) with a weight unit's packed words `ww` and scales:
+/// `dx·(lo·dot(x[0..16], q[0..16]) + hi·dot(x[16..32], q[16..32])) - min·sx` (see
+/// [`Int8Scales`]).
+pub fn int8_unit_fma(
+    b: &KernelBuilder,
+    acc: Value,
+    xw: &[Value],
+    dx: Value,
+    sx: Value,
+    ww: &[Value],
+    scales: Int8Scales,
+) -> Value {
+    let dot = |range: std::ops::Range<usize>| {
+        range
+            .map(|c| b.dot4x8(xw[c], ww[c], DotSign::Signed))
+            .reduce(|a, d| b.add(a, d))
+            .expect("a non-empty range of chunks")
+    };
+    let (d_lo, d_hi) = (dot(0..4), dot(4..8));
+    let t = match scales.hi {
+        Some(hi) => {
+            let lo_part = b.mul(scales.lo, b.convert(d_lo, Type::F32));
+            b.fma(hi, b.convert(d_hi, Type::F32), lo_part)
+        }
+        None => b.mul(scales.lo, b.convert(b.add(d_lo, d_hi), Type::F32)),
+    };
+    let a = b.fma(dx, t, acc);
+    match scales.min {
+        Some(min) => b.fma(b.neg(min), sx, a),
+        None => a,
     }
 }

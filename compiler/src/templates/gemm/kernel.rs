@@ -31,8 +31,7 @@ use crate::dequant::ir::{
 use crate::dequant::layout::{AlignedGeometry, GROUP};
 use crate::dequant::{WeightLayout, UNIT};
 use crate::ir::{
-    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
-    Value, Var,
+    Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
 };
 
 /// Chunks of 4 elements per 32-element unit.
@@ -651,48 +650,8 @@ impl<'a> Gemm<'a> {
 
     // ---- int8 dot-product path ------------------------------------------------------------
 
-    /// Quantizes 32 activations (8 vec4<f32>) like ggml's Q8_0: returns the 8 packed words,
-    /// the scale d and, if `with_sum`, d * Σq (for formats with a min term).
     fn quantize_unit(&self, chunks: &[Value], with_sum: bool) -> (Vec<Value>, Value, Value) {
-        let b = self.b;
-        let amax4 = chunks[1..]
-            .iter()
-            .fold(b.abs(chunks[0]), |a, &c| b.max(a, b.abs(c)));
-        let amax = b.max(
-            b.max(b.extract(amax4, 0), b.extract(amax4, 1)),
-            b.max(b.extract(amax4, 2), b.extract(amax4, 3)),
-        );
-        let d = b.div(amax, b.c_f32(127.0));
-        let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
-        let idv = b.splat(id, 4);
-        let uv4 = Type::vec(Scalar::U32, 4);
-        let shifts = b.construct(&[b.c_u32(0), b.c_u32(8), b.c_u32(16), b.c_u32(24)]);
-        let words: Vec<Value> = chunks
-            .iter()
-            .map(|&c| {
-                let q = b.convert(b.round_even(b.mul(c, idv)), Type::vec(Scalar::I32, 4));
-                let u = b.shl(b.and(b.bitcast(q, uv4), b.const_bits(uv4, 0xFF)), shifts);
-                let (l0, l1, l2, l3) = (
-                    b.extract(u, 0),
-                    b.extract(u, 1),
-                    b.extract(u, 2),
-                    b.extract(u, 3),
-                );
-                b.or(b.or(l0, l1), b.or(l2, l3))
-            })
-            .collect();
-        let sum = if with_sum {
-            let ones = b.c_u32(0x0101_0101);
-            let s = words[1..]
-                .iter()
-                .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
-                    b.add(s, b.dot4x8(w, ones, DotSign::Signed))
-                });
-            b.mul(d, b.convert(s, Type::F32))
-        } else {
-            b.c_f32(0.0)
-        };
-        (words, d, sum)
+        crate::dequant::ir::quantize_unit_q8(self.b, chunks, with_sum)
     }
 
     fn int8_main_loop(&self) -> Vec<Vec<Value>> {
@@ -848,30 +807,17 @@ impl<'a> Gemm<'a> {
                             (words, sc.lo, sc.hi, sc.min)
                         }
                     };
+                let scales = crate::dequant::ir::Int8Scales { lo, hi, min };
                 for (i, (xw, dx, sx)) in xs.iter().enumerate() {
-                    let dot = |range: std::ops::Range<usize>| {
-                        let mut acc_i: Option<Value> = None;
-                        for c in range {
-                            let d = b.dot4x8(xw[c], words[c], DotSign::Signed);
-                            acc_i = Some(match acc_i {
-                                Some(a) => b.add(a, d),
-                                None => d,
-                            });
-                        }
-                        acc_i.unwrap()
-                    };
-                    let (d_lo, d_hi) = (dot(0..4), dot(4..8));
-                    let t = match hi {
-                        Some(hi) => {
-                            let lo_part = b.mul(lo, b.convert(d_lo, Type::F32));
-                            b.fma(hi, b.convert(d_hi, Type::F32), lo_part)
-                        }
-                        None => b.mul(lo, b.convert(b.add(d_lo, d_hi), Type::F32)),
-                    };
-                    let mut a = b.fma(*dx, t, b.load_var(acc[i][j]));
-                    if let Some(min) = min {
-                        a = b.fma(b.neg(min), *sx, a);
-                    }
+                    let a = crate::dequant::ir::int8_unit_fma(
+                        b,
+                        b.load_var(acc[i][j]),
+                        xw,
+                        *dx,
+                        *sx,
+                        &words,
+                        scales,
+                    );
                     b.store_var(acc[i][j], a);
                 }
             }

@@ -13,7 +13,9 @@
 //! Rows past `m` and columns past `n` read the last valid row/column (clamped), so every
 //! load stays in bounds; their results are never stored.
 
-use crate::dequant::ir::{open_unit, open_units, Unit, WeightRows};
+use crate::dequant::ir::{
+    int8_unit_fma, open_unit, open_units, quantize_unit_q8, Unit, WeightRows,
+};
 use crate::dequant::WeightLayout;
 use crate::dequant::UNIT;
 use crate::ir::{
@@ -118,6 +120,9 @@ fn main_loop(
     rows: WeightRows,
     io: &Io,
 ) -> Vec<Vec<Value>> {
+    if s.math == Math::Int8Dot {
+        return int8_main_loop(b, w, s, x, rows, io);
+    }
     let f16 = s.math == Math::FmaF16Packed;
     let ms = if f16 { Scalar::F16 } else { Scalar::F32 };
     let vw = s.vector_width;
@@ -151,27 +156,8 @@ fn main_loop(
     let lane = b.rem(tid, b.c_u32(lanes));
     let slot = b.div(tid, b.c_u32(lanes));
     let c0 = b.muli(lane, s.chunks_per_thread);
-    let m_last = b.sub(io.m, b.c_u32(1));
-    let n_last = b.sub(io.n, b.c_u32(1));
-    let k4 = w.k / 4;
-    let x_bases: Vec<Value> = (0..w.m)
-        .map(|i| b.muli(b.min(b.c_u32(i), m_last), k4))
-        .collect();
-    // `row_off` of the dequant fragments: bytes (GGUF) or 16-byte units (aligned).
-    let row_unit = match w.layout {
-        WeightLayout::Aligned => 16,
-        WeightLayout::Gguf => 1,
-    };
-    let row_off_step = (w.weight_row_bytes() / row_unit) as u32;
-    let col0 = first_column(b, s);
-    let row_offs: Vec<Value> = (0..wrows as u32)
-        .map(|r| {
-            let (j, up) = (r % s.cols, r >= s.cols);
-            let col = b.min(b.addi(col0, j), n_last);
-            let row = if up { b.add(col, io.n) } else { col };
-            b.muli(row, row_off_step)
-        })
-        .collect();
+    let x_bases = x_row_bases(b, w, io);
+    let row_offs = weight_row_offsets(b, w, s, io);
     let v4m = Type::vec(ms, 4);
     let pieces = |v: Value| -> Vec<Value> {
         if vw == 4 {
@@ -275,6 +261,111 @@ fn main_loop(
                 })
                 .collect()
         })
+        .collect()
+}
+
+/// The first vec4 of each X row (rows past `m` clamped to the last).
+fn x_row_bases(b: &KernelBuilder, w: &GemmWorkload, io: &Io) -> Vec<Value> {
+    let m_last = b.sub(io.m, b.c_u32(1));
+    (0..w.m)
+        .map(|i| b.muli(b.min(b.c_u32(i), m_last), w.k / 4))
+        .collect()
+}
+
+/// `row_off` of the dequant fragments for the group's weight rows: byte (GGUF) or 16-byte
+/// (aligned) offsets of the group's `cols` columns
+/// (and with SwiGLU their up rows), clamped to the last column.
+fn weight_row_offsets(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    io: &Io,
+) -> Vec<Value> {
+    let wrows = s.cols * w.epilogue.rows_per_column();
+    let n_last = b.sub(io.n, b.c_u32(1));
+    let row_unit = match w.layout {
+        WeightLayout::Aligned => 16,
+        WeightLayout::Gguf => 1,
+    };
+    let row_off_step = (w.weight_row_bytes() / row_unit) as u32;
+    let col0 = first_column(b, s);
+    (0..wrows)
+        .map(|r| {
+            let (j, up) = (r % s.cols, r >= s.cols);
+            let col = b.min(b.addi(col0, j), n_last);
+            let row = if up { b.add(col, io.n) } else { col };
+            b.muli(row, row_off_step)
+        })
+        .collect()
+}
+
+/// The int8 main loop (`validate` made it a thread per unit, scalar sums): per group of
+/// `units_per_thread` units, each X row's units are quantized once (`quantize_unit_q8`) and
+/// dotted with every weight row's packed quants (`int8_unit_fma`).
+fn int8_main_loop(
+    b: &KernelBuilder,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    x: Buffer,
+    rows: WeightRows,
+    io: &Io,
+) -> Vec<Vec<Value>> {
+    let mrows = w.m as usize;
+    let row_offs = weight_row_offsets(b, w, s, io);
+    let acc: Vec<Vec<Var>> = (0..mrows)
+        .map(|i| {
+            (0..row_offs.len())
+                .map(|r| b.var_init(&format!("acc{i}_{r}"), b.c_f32(0.0)))
+                .collect()
+        })
+        .collect();
+    let slot = b.builtin(Builtin::LocalInvocationIndex);
+    let x_bases = x_row_bases(b, w, io);
+    let has_min = w.weight.has_min();
+    let g = s.units_per_thread;
+    let groups = w.k / UNIT / g;
+    let step = s.units_per_step();
+    let group_body = |gi: Value| {
+        let first = if g == 1 { gi } else { b.muli(gi, g) };
+        let opened: Vec<Vec<Unit>> = row_offs
+            .iter()
+            .map(|&off| open_units(b, rows, off, first, g, false))
+            .collect();
+        for ul in 0..g {
+            let u = if ul == 0 { first } else { b.addi(first, ul) };
+            let xs: Vec<(Vec<Value>, Value, Value)> = x_bases
+                .iter()
+                .map(|&base| {
+                    let at = b.add(base, b.muli(u, CHUNKS));
+                    let chunks: Vec<Value> = (0..CHUNKS)
+                        .map(|c| b.convert(b.load(x, b.addi(at, c)), Type::vec(Scalar::F32, 4)))
+                        .collect();
+                    quantize_unit_q8(b, &chunks, has_min)
+                })
+                .collect();
+            for (r, units_of_row) in opened.iter().enumerate() {
+                let unit = &units_of_row[ul as usize];
+                let ww: Vec<Value> = (0..CHUNKS).map(|c| unit.word_i8_at(b, c)).collect();
+                let scales = unit.int8_scales();
+                for (i, (xw, dx, sx)) in xs.iter().enumerate() {
+                    let a = int8_unit_fma(b, b.load_var(acc[i][r]), xw, *dx, *sx, &ww, scales);
+                    b.store_var(acc[i][r], a);
+                }
+            }
+        }
+    };
+    let full = groups / step * step;
+    if full > 0 {
+        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
+            group_body(b.add(g0, slot))
+        });
+    }
+    if full < groups {
+        let gi = b.addi(slot, full);
+        b.if_(b.lt(gi, b.c_u32(groups)), || group_body(gi));
+    }
+    acc.iter()
+        .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
         .collect()
 }
 

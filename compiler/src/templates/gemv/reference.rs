@@ -1,29 +1,30 @@
 //! CPU reference of the GEMV template. It computes what the GEMM computes, so it is the
 //! GEMM's f64 reference ([`crate::templates::gemm::reference`]) for the small-M workload; the
 //! comparison uses the tolerance of the schedule's arithmetic (f32, or f16 products summed in
-//! f16 per unit and accumulated in f32: the GEMM's mixed-precision bound).
+//! f16 per unit and accumulated in f32: the GEMM's mixed-precision bound; int8 math: the
+//! activations quantized as the kernel quantizes them, then f32's bound plus rounding flips).
 
 use super::schedule::GemvSchedule;
 use crate::templates::gemm::reference::{Mismatch, Reference, ReferenceError};
 use crate::templates::gemm::{GemmSchedule, GemmWorkload, Math};
 
-/// Computes the workload on the CPU (see `gemm::reference::reference_with_epilogue`).
+/// Computes the workload on the CPU for `s`'s arithmetic (see
+/// `gemm::reference::reference_with_epilogue`): the activations as they are, or with int8
+/// math quantized per 32-element unit as the kernel quantizes them.
 pub fn reference(
     w: &GemmWorkload,
+    s: &GemvSchedule,
     x: &[f32],
     weight: &[u8],
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
 ) -> Result<Reference, ReferenceError> {
-    // The GEMV has no int8 path: the activations are used as they are.
-    crate::templates::gemm::reference::reference_with_epilogue(
-        w,
-        Math::FmaF32,
-        x,
-        weight,
-        bias,
-        residual,
-    )
+    let math = match s.math {
+        Math::Int8Dot => Math::Int8Dot,
+        // Float math is checked against the exact sums at its own tolerance.
+        Math::FmaF32 | Math::FmaF16Packed => Math::FmaF32,
+    };
+    crate::templates::gemm::reference::reference_with_epilogue(w, math, x, weight, bias, residual)
 }
 
 /// The GEMM schedule whose arithmetic (and so tolerance) matches `s` (no split-K, no

@@ -69,7 +69,12 @@ pub struct GemvSchedule {
     pub reduce: Reduce,
     /// f32 only (with f16 math each unit's f16 partial sums are added to f32 accumulators).
     pub accumulate: Precision,
-    /// `FmaF32` or `FmaF16Packed` (no int8 path in this template yet).
+    /// `FmaF32`, `FmaF16Packed`, or `Int8Dot`: each thread quantizes its 32-element units
+    /// of X to int8 (ggml's Q8_1: a scale and the sum per unit) and takes 4-element packed dot
+    /// products with the weights' quants, the format's scales applied once per unit. At one row
+    /// of X that is ~0.5 integer instructions per weight instead of a shift, a conversion and
+    /// two multiply-adds; the quantization of X is paid once per unit and thread and shared by
+    /// the workgroup's `cols` weight rows (so int8 wants several).
     pub math: Math,
 }
 
@@ -110,6 +115,10 @@ impl GemvSchedule {
             Math::FmaF16Packed => outputs + (outputs * self.vector_width).div_ceil(2),
             _ => outputs * self.vector_width,
         };
+        if self.math == Math::Int8Dot {
+            // Each X row's 8 packed words, its scale and sum; a weight row's words and scales.
+            return acc + 10 * w.m + 8 + 3 * wrows + 12;
+        }
         acc + 4 * w.m + 4 * wrows + 3 * wrows + 12
     }
 
@@ -193,12 +202,26 @@ impl GemvSchedule {
                 self.vector_width
             ));
         }
-        match self.math {
-            Math::FmaF32 | Math::FmaF16Packed => {}
-            Math::Int8Dot => {
+        if self.math == Math::Int8Dot {
+            if !w.weight.is_quantized() {
+                return bad(format!(
+                    "int8_dot needs quantized weights, not {}",
+                    w.weight
+                ));
+            }
+            if self.chunks_per_thread != 8 {
                 return bad(
-                    "the GEMV template has no int8_dot path (use fma_f32 or fma_f16_packed)".into(),
-                )
+                    "int8_dot quantizes whole 32-element units of X: chunks_per_thread must be 8"
+                        .into(),
+                );
+            }
+            if self.vector_width != 1 {
+                return bad("int8_dot keeps scalar sums: vector_width must be 1".into());
+            }
+            if !caps.integer_dot_product {
+                return Err(Refusal::MissingFeature(
+                    "shaderIntegerDotProduct (int8_dot math)".into(),
+                ));
             }
         }
         if self.accumulate != Precision::F32 {

@@ -10,6 +10,9 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     if caps.float16 {
         maths.push(Math::FmaF16Packed);
     }
+    if caps.integer_dot_product {
+        maths.push(Math::Int8Dot);
+    }
     let mut reduces = vec![Reduce::Shared];
     if caps.subgroup_arithmetic {
         reduces.extend([Reduce::Subgroup, Reduce::OneSubgroup]);
