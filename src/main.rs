@@ -45,6 +45,9 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Time the Qwen2.5-3B prefill GEMMs (Q4_K, Q6_K) against the device's FMA ceiling.
     BenchGemm(cmd::bench_gemm::Args),
+    /// Time the decode-step GEMVs (Qwen2.5-0.5B and 3B shapes) with caches flushed, against the
+    /// device's copy bandwidth.
+    BenchGemv(cmd::bench_gemv::Args),
     /// Time one attention workload (default: Qwen2.5-3B, m 512, KV 512 and 4096) with its
     /// default, f16 and tuned schedules, each checked against the CPU reference.
     BenchAttention(cmd::bench_attention::Args),
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Kernel(a) => cmd::kernel::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::BenchGemm(a) => cmd::bench_gemm::run(a),
+        Command::BenchGemv(a) => cmd::bench_gemv::run(a),
         Command::BenchAttention(a) => cmd::bench_attention::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Tune(a) => cmd::tune::run(a),

@@ -570,7 +570,11 @@ fn render(b: &Bench, markdown: bool) -> String {
 }
 
 /// An aligned text table, or a Markdown one.
-fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]], markdown: bool) -> String {
+pub(crate) fn table<const N: usize>(
+    header: &[&str; N],
+    rows: &[[String; N]],
+    markdown: bool,
+) -> String {
     let mut widths: [usize; N] = header.map(|h| h.chars().count());
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

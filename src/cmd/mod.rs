@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_attention;
 pub mod bench_gemm;
+pub mod bench_gemv;
 pub mod db;
 pub mod devices;
 pub mod doctor;

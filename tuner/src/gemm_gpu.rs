@@ -476,6 +476,116 @@ impl GemmOnGpu {
     }
 }
 
+/// A pair of buffers larger than the device's caches and the copy kernel that moves one into
+/// the other: recorded before a timed run it evicts what earlier runs left in the caches, so
+/// the run reads its weights from memory as a decode step does (a decode step streams every
+/// weight once; repeated runs of one GEMV would otherwise time a cache). Timed on its own it
+/// is the device's copy bandwidth, the ceiling a GEMV's weight stream is measured against.
+pub struct CacheFlush {
+    pipeline: ComputePipeline,
+    src: Buffer,
+    dst: Buffer,
+    quads: u32,
+    groups: u32,
+}
+
+impl CacheFlush {
+    /// Buffers of `bytes` each (clamped to the device's storage-buffer range).
+    pub fn new(
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+        caps: &DeviceCaps,
+        bytes: u64,
+    ) -> Result<CacheFlush, GpuError> {
+        let kernel = rocky_compiler::templates::copy::instantiate(caps).map_err(|e| {
+            GpuError::Internal(format!("the copy kernel is refused on this device: {e}"))
+        })?;
+        let pipeline = ComputePipeline::from_kernel(ctx, cache, &kernel).map_err(device_error)?;
+        let bytes = bytes
+            .min(caps.max_storage_buffer_range)
+            .min(u64::from(u32::MAX) * 16)
+            / 16
+            * 16;
+        let quads = (bytes / 16).max(1) as u32;
+        let src =
+            Buffer::new(ctx, u64::from(quads) * 16, "cache flush src").map_err(device_error)?;
+        let dst =
+            Buffer::new(ctx, u64::from(quads) * 16, "cache flush dst").map_err(device_error)?;
+        // Enough workgroups to fill any device; each invocation then loops over the rest.
+        let groups = quads
+            .div_ceil(rocky_compiler::templates::copy::COPY_WORKGROUP)
+            .min(65_535);
+        Ok(CacheFlush {
+            pipeline,
+            src,
+            dst,
+            quads,
+            groups,
+        })
+    }
+
+    /// Bytes one copy reads and writes.
+    pub fn bytes_moved(&self) -> u64 {
+        32 * u64::from(self.quads)
+    }
+
+    fn record<'a>(&'a self, rec: &mut Recorder<'a>) -> Result<(), GpuError> {
+        rec.dispatch(
+            &self.pipeline,
+            &[self.src.whole(), self.dst.whole()],
+            &rocky_compiler::templates::copy::push_constants(self.quads, self.groups),
+            [self.groups, 1, 1],
+        )
+        .map_err(device_error)
+    }
+
+    /// `runs` timed copies (GPU timestamps): the copy bandwidth is `bytes_moved` over each.
+    pub fn time(&self, ctx: &Context, runs: u32) -> Result<Vec<Duration>, GpuError> {
+        rocky_runtime::time_dispatches(
+            ctx,
+            &self.pipeline,
+            &[self.src.whole(), self.dst.whole()],
+            &rocky_compiler::templates::copy::push_constants(self.quads, self.groups),
+            [self.groups, 1, 1],
+            runs,
+            Duration::from_secs(120),
+        )
+        .map_err(device_error)
+    }
+}
+
+impl GemmOnGpu {
+    /// [`GemmOnGpu::time`] with `flush` run before each timed run (outside its timestamps),
+    /// so every run starts with caches that hold none of its inputs. GPU timestamps only.
+    pub fn time_cold<'a>(
+        &'a self,
+        ctx: &'a Context,
+        runs: u32,
+        flush: &'a CacheFlush,
+    ) -> Result<Vec<Duration>, GpuError> {
+        let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
+        let mut rec = Recorder::new(ctx).map_err(device_error)?;
+        rec.reset_timestamps(&queries, 0, 2 * runs)
+            .map_err(device_error)?;
+        for run in 0..runs {
+            if run > 0 {
+                rec.barrier().map_err(device_error)?;
+            }
+            flush.record(&mut rec)?;
+            rec.barrier().map_err(device_error)?;
+            rec.write_timestamp(&queries, 2 * run)
+                .map_err(device_error)?;
+            self.record(&mut rec)?;
+            rec.write_timestamp(&queries, 2 * run + 1)
+                .map_err(device_error)?;
+        }
+        rec.submit_and_wait(self.timeout).map_err(device_error)?;
+        let ticks = queries.read(0, 2 * runs).map_err(device_error)?;
+        let scale = queries.scale();
+        Ok(ticks.chunks(2).map(|p| scale.elapsed(p[0], p[1])).collect())
+    }
+}
+
 /// Median, min and max of timed runs, and the median's throughput.
 #[derive(Clone, Debug, Serialize)]
 pub struct Timing {

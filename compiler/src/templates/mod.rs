@@ -9,6 +9,7 @@
 //! next to it; [`expected`] holds the shared "reference values with allowed error" check.
 
 pub mod attention;
+pub mod copy;
 pub mod eltwise;
 pub mod embedding;
 pub mod expected;

@@ -1,0 +1,288 @@
+//! `rocky bench-gemv`: the GEMVs of a decode step (one row of X) at the Qwen2.5-0.5B and 3B
+//! shapes, Q4_K, Q6_K, Q8_0 and Q5_0 weights, each with its default schedule (and with
+//! `--int8` the same schedule on int8 dot products where the device has them), next to the
+//! device's copy bandwidth measured by the copy kernel: the ceiling of a GEMV, which reads
+//! each weight once.
+//!
+//! Each GEMV is checked against the CPU reference on a seeded sample of columns before it is
+//! timed, then timed twice: `warm` (runs back to back: a weight smaller than the device's
+//! last-level cache is read from that cache from the second run on) and `cold` (the cache
+//! flushed by a copy larger than it before every run, as in a decode step, which streams every
+//! weight of the model once per token). Only the cold figure is a decode figure; the gap
+//! between the two says how much a benchmark in cache would flatter a GEMV.
+
+use super::kernel::gemm_gpu::{self, CacheFlush, GemmInputs, GemmOnGpu, Timing};
+use super::kernel::write_stdout;
+use crate::error::{CliError, CmdResult};
+use rocky_compiler::templates::gemm::{Epilogue, GemmWorkload, Math};
+use rocky_compiler::templates::gemv::{self, reference::arithmetic_twin, GemvSchedule};
+use rocky_compiler::{ActType, DeviceCaps, WeightFormat};
+use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache};
+use serde::Serialize;
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  rocky bench-gemv
+  rocky bench-gemv --int8 --runs 20 --md
+  rocky bench-gemv --quick        (lavapipe and other slow devices)")]
+pub struct Args {
+    /// Vulkan device: index or part of its name (see `rocky devices`); default: the best GPU.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Timed runs per GEMV and timing (after one checked run); default 10, or 2 with --quick.
+    #[arg(long)]
+    pub runs: Option<u32>,
+    /// For slow devices (CPU implementations): the 0.5B shapes only, a 64 MiB flush.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also time each default schedule with int8 dot-product math (rows `int8*`).
+    #[arg(long)]
+    pub int8: bool,
+    /// Size of each of the flush copy's two buffers in MiB: larger than the device's last-level
+    /// cache (an H100's is 50 MB); default 256, or 64 with --quick.
+    #[arg(long)]
+    pub flush_mib: Option<u64>,
+    /// Output columns compared with the CPU reference per GEMV.
+    #[arg(long, default_value_t = 32)]
+    pub check_columns: u32,
+    /// Print JSON.
+    #[arg(long, conflicts_with = "md")]
+    pub json: bool,
+    /// Print a Markdown table.
+    #[arg(long)]
+    pub md: bool,
+}
+
+/// One GEMV of a decode step: (model, role, N, K, epilogue, uses per step).
+type Shape = (&'static str, &'static str, u32, u32, Epilogue, u32);
+
+/// The decode step's GEMVs of Qwen2.5-0.5B (24 layers) and 3B (36 layers), as the executor
+/// runs them with every fusion: o and down with the residual add, gate/up as one SwiGLU GEMV.
+const SHAPES: [Shape; 10] = [
+    ("0.5B", "q", 896, 896, Epilogue::None, 24),
+    ("0.5B", "k, v", 128, 896, Epilogue::None, 48),
+    ("0.5B", "o", 896, 896, Epilogue::Residual, 24),
+    ("0.5B", "gate/up", 4864, 896, Epilogue::SwiGlu, 24),
+    ("0.5B", "down", 896, 4864, Epilogue::Residual, 24),
+    ("3B", "q", 2048, 2048, Epilogue::None, 36),
+    ("3B", "k, v", 256, 2048, Epilogue::None, 72),
+    ("3B", "o", 2048, 2048, Epilogue::Residual, 36),
+    ("3B", "gate/up", 11008, 2048, Epilogue::SwiGlu, 36),
+    ("3B", "down", 2048, 11008, Epilogue::Residual, 36),
+];
+const FORMATS: [WeightFormat; 4] = [
+    WeightFormat::Q4K,
+    WeightFormat::Q6K,
+    WeightFormat::Q8_0,
+    WeightFormat::Q5_0,
+];
+
+#[derive(Serialize)]
+struct Row {
+    model: &'static str,
+    role: &'static str,
+    n: u32,
+    k: u32,
+    weight: String,
+    variant: &'static str,
+    schedule: GemvSchedule,
+    weight_bytes: u64,
+    warm: Timing,
+    cold: Timing,
+    /// Weight bytes over the cold median, GB/s.
+    cold_gbps: f64,
+    /// `cold_gbps` as a percentage of the copy bandwidth.
+    percent_of_copy: f64,
+    max_error_ratio: f64,
+}
+
+#[derive(Serialize)]
+struct Bench {
+    device: String,
+    runs: u32,
+    copy_gbps: f64,
+    /// Bytes of each of the flush copy's two buffers.
+    flush_bytes: u64,
+    notes: Vec<String>,
+    rows: Vec<Row>,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let runs = args.runs.unwrap_or(if args.quick { 2 } else { 10 });
+    if runs == 0 {
+        return Err(CliError::usage("--runs must be at least 1"));
+    }
+    let flush_mib = args.flush_mib.unwrap_or(if args.quick { 64 } else { 256 });
+    if flush_mib == 0 {
+        return Err(CliError::usage("--flush-mib must be at least 1"));
+    }
+    let selector: DeviceSelector = args.device.parse().unwrap_or_default();
+    let ctx = Context::new(&selector).map_err(|e| CliError::device(e.to_string()))?;
+    let caps = device_caps(ctx.info(), ctx.caps());
+    let info = ctx.info();
+    let cache = PipelineCache::open_default(&ctx).ok();
+    let flush = CacheFlush::new(&ctx, cache.as_ref(), &caps, flush_mib << 20)?;
+    let copy = Timing::of(&flush.time(&ctx, runs.max(3))?, 0);
+    let copy_gbps = flush.bytes_moved() as f64 / (copy.median_ms * 1e-3) / 1e9;
+    let mut bench = Bench {
+        device: format!(
+            "{} [{}, {}]",
+            info.name,
+            info.device_type.as_str(),
+            info.driver.name
+        ),
+        runs,
+        copy_gbps,
+        flush_bytes: flush.bytes_moved() / 2,
+        notes: Vec::new(),
+        rows: Vec::new(),
+    };
+    if info.is_cpu {
+        bench
+            .notes
+            .push("a CPU implementation: these are not GPU timings".into());
+    }
+    for &(model, role, n, k, epilogue, _uses) in &SHAPES {
+        if args.quick && model != "0.5B" {
+            continue;
+        }
+        for weight in FORMATS {
+            let w = GemmWorkload {
+                m: 1,
+                n,
+                k,
+                act: ActType::F32,
+                weight,
+                layout: rocky_compiler::templates::gemm::default::default_layout(weight, &caps),
+                bias: false,
+                epilogue,
+            };
+            if gemv::validate_workload(&w).is_err() {
+                continue; // K-quants need K a multiple of 256 (the 0.5B's 896 is not)
+            }
+            let default = gemv::default_schedule(&w, &caps);
+            let mut variants = vec![("default", default)];
+            if args.int8 {
+                let int8 = GemvSchedule {
+                    math: Math::Int8Dot,
+                    vector_width: 1,
+                    chunks_per_thread: 8,
+                    ..default
+                };
+                if int8 != default && int8.validate(&w, &caps).is_ok() {
+                    variants.push(("int8*", int8));
+                }
+            }
+            for (variant, s) in variants {
+                let row = bench_one(&ctx, cache.as_ref(), &caps, &w, &s, runs, &flush, &args)?;
+                bench.rows.push(Row {
+                    model,
+                    role,
+                    variant,
+                    percent_of_copy: 100.0 * row.cold_gbps / copy_gbps,
+                    ..row
+                });
+            }
+        }
+    }
+    let text = if args.json {
+        serde_json::to_string_pretty(&bench).map_err(|e| CliError::internal(e.to_string()))?
+    } else {
+        render(&bench, args.md)
+    };
+    write_stdout(&format!("{text}\n"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_one(
+    ctx: &Context,
+    cache: Option<&PipelineCache>,
+    caps: &DeviceCaps,
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    runs: u32,
+    flush: &CacheFlush,
+    args: &Args,
+) -> Result<Row, CliError> {
+    let kernel = gemv::instantiate(w, s, caps)
+        .map_err(|e| CliError::internal(format!("{} is refused on this device: {e}", s.name(w))))?;
+    let inputs = GemmInputs::random(w, 11);
+    let gpu = GemmOnGpu::for_gemv(ctx, cache, &kernel, w, s, caps, &inputs, None)?;
+    let got = gpu.run_once(ctx)?;
+    let cols = gemm_gpu::sampled_columns(w, &gpu.slices, args.check_columns, 7);
+    let check = gemm_gpu::check(w, &arithmetic_twin(s), &inputs, &got, &cols).map_err(|e| {
+        CliError::internal(format!(
+            "{} gives wrong results on this device: {e}\nThis is a compiler bug: please report \
+             it with `rocky kernel --workload '{}' --schedule '{}'`.",
+            kernel.meta.name,
+            serde_json::to_string(&rocky_compiler::Workload::Gemv(*w)).unwrap_or_default(),
+            serde_json::to_string(&rocky_compiler::Schedule::Gemv(*s)).unwrap_or_default()
+        ))
+    })?;
+    let warm = Timing::of(&gpu.time(ctx, runs)?, w.flops());
+    let cold = Timing::of(&gpu.time_cold(ctx, runs, flush)?, w.flops());
+    let weight_bytes = w.layout.row_bytes(w.weight, u64::from(w.k)) * u64::from(w.weight_rows());
+    Ok(Row {
+        model: "",
+        role: "",
+        n: w.n,
+        k: w.k,
+        weight: w.weight.to_string(),
+        variant: "",
+        schedule: *s,
+        weight_bytes,
+        cold_gbps: weight_bytes as f64 / (cold.median_ms * 1e-3) / 1e9,
+        warm,
+        cold,
+        percent_of_copy: 0.0,
+        max_error_ratio: check.max_error_ratio,
+    })
+}
+
+fn render(b: &Bench, markdown: bool) -> String {
+    let mut out = format!(
+        "device {}\ncopy bandwidth {:.0} GB/s (the copy kernel over two {} MiB buffers; the \
+         ceiling below)\n",
+        b.device,
+        b.copy_gbps,
+        b.flush_bytes >> 20
+    );
+    for n in &b.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    let rows: Vec<[String; 10]> = b
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.model.to_string(),
+                r.role.to_string(),
+                format!("{}x{}", r.n, r.k),
+                r.weight.clone(),
+                r.variant.to_string(),
+                format!("{:.1}", r.weight_bytes as f64 / 1e6),
+                format!("{:.1}", r.warm.median_ms * 1e3),
+                format!("{:.1}", r.cold.median_ms * 1e3),
+                format!("{:.0}", r.cold_gbps),
+                format!("{:.0} %", r.percent_of_copy),
+            ]
+        })
+        .collect();
+    out.push_str(&super::bench_gemm::table(
+        &[
+            "model",
+            "gemv",
+            "n x k",
+            "weight",
+            "schedule",
+            "MB",
+            "warm us",
+            "cold us",
+            "cold GB/s",
+            "of copy",
+        ],
+        &rows,
+        markdown,
+    ));
+    out
+}
