@@ -42,6 +42,10 @@ pub struct Args {
     /// cache (an H100's is 50 MB); default 256, or 64 with --quick.
     #[arg(long)]
     pub flush_mib: Option<u64>,
+    /// Also time this schedule (`{"gemv":{...}}`, as `rocky kernel --schedule` takes it) on
+    /// every shape where it is valid (rows `custom*`): to try a schedule on all the shapes cold.
+    #[arg(long)]
+    pub schedule: Option<String>,
     /// Output columns compared with the CPU reference per GEMV.
     #[arg(long, default_value_t = 32)]
     pub check_columns: u32,
@@ -116,6 +120,18 @@ pub fn run(args: Args) -> CmdResult {
     if flush_mib == 0 {
         return Err(CliError::usage("--flush-mib must be at least 1"));
     }
+    let custom = match &args.schedule {
+        None => None,
+        Some(text) => match serde_json::from_str::<rocky_compiler::Schedule>(text) {
+            Ok(rocky_compiler::Schedule::Gemv(s)) => Some(s),
+            Ok(_) => {
+                return Err(CliError::usage(
+                    "--schedule: a gemv schedule, {\"gemv\":{...}}",
+                ))
+            }
+            Err(e) => return Err(CliError::usage(format!("--schedule: {e}"))),
+        },
+    };
     let selector: DeviceSelector = args.device.parse().unwrap_or_default();
     let ctx = Context::new(&selector).map_err(|e| CliError::device(e.to_string()))?;
     let caps = device_caps(ctx.info(), ctx.caps());
@@ -173,6 +189,9 @@ pub fn run(args: Args) -> CmdResult {
                     variants.push(("int8*", int8));
                 }
             }
+            if let Some(c) = custom.filter(|c| *c != default && c.validate(&w, &caps).is_ok()) {
+                variants.push(("custom*", c));
+            }
             for (variant, s) in variants {
                 let row = bench_one(&ctx, cache.as_ref(), &caps, &w, &s, runs, &flush, &args)?;
                 bench.rows.push(Row {
@@ -208,7 +227,9 @@ fn bench_one(
         .map_err(|e| CliError::internal(format!("{} is refused on this device: {e}", s.name(w))))?;
     let inputs = GemmInputs::random(w, 11);
     let gpu = GemmOnGpu::for_gemv(ctx, cache, &kernel, w, s, caps, &inputs, None)?;
+    let started = std::time::Instant::now();
     let got = gpu.run_once(ctx)?;
+    let one_run = started.elapsed();
     let cols = gemm_gpu::sampled_columns(w, &gpu.slices, args.check_columns, 7);
     let check = gemm_gpu::check(w, &arithmetic_twin(s), &inputs, &got, &cols).map_err(|e| {
         CliError::internal(format!(
@@ -219,6 +240,13 @@ fn bench_one(
             serde_json::to_string(&rocky_compiler::Schedule::Gemv(*s)).unwrap_or_default()
         ))
     })?;
+    // The pipeline build and the CPU check left the GPU idle: bring its clocks back up as the
+    // tuner does before each trial (an H100 ran the first table's last rows 3-5x slow without
+    // this). Not with --quick: a CPU implementation has no such clocks.
+    if !args.quick {
+        rocky_tuner::settle_clocks(ctx, &gpu, one_run, rocky_tuner::tune::GPU_MIN_WARMUP)
+            .map_err(CliError::device)?;
+    }
     let warm = Timing::of(&gpu.time(ctx, runs)?, w.flops());
     let cold = Timing::of(&gpu.time_cold(ctx, runs, flush)?, w.flops());
     let weight_bytes = w.layout.row_bytes(w.weight, u64::from(w.k)) * u64::from(w.weight_rows());
