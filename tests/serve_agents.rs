@@ -308,6 +308,53 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
         assert_eq!(c["token"], c["top_logprobs"][0]["token"], "greedy");
         assert!(c["bytes"].is_array());
     }
+    // Streamed, each chunk carries its tokens' entries: together the same list.
+    let (status, data) = server.stream(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": true,
+                "temperature": 0, "logprobs": true, "top_logprobs": 2}),
+    );
+    assert_eq!(status, 200);
+    let streamed: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .flat_map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(&streamed, content);
+}
+
+/// The agent loop through OpenAI's own Python client (tools/serve-agents.py): its parsing of
+/// the tool calls, the streamed deltas it reassembles, the tool result sent back.
+#[test]
+fn the_official_openai_client_runs_an_agent_loop() {
+    let server = Server::start(
+        &tools_model(),
+        &["--cpu", "--ctx", "1024", "--api-key", "k"],
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/serve-agents.py");
+    for seed in ["1", "2"] {
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(server.url(""))
+            .args(["--seed", seed, "--api-key", "k"])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "seed {seed} (python3 needs the openai package: tools/setup.sh installs it):\n{text}"
+        );
+        assert!(text.contains("\"finish_reason\": \"tool_calls\""), "{text}");
+    }
 }
 
 #[test]

@@ -56,6 +56,10 @@ const SHARED: &[(&str, Rule)] = &[
         Ignored("an end-user id for abuse monitoring: rocky keeps no accounts"),
     ),
     (
+        "cache_prompt",
+        Ignored("llama-server's switch: rocky always reuses a cached prefix"),
+    ),
+    (
         "frequency_penalty",
         DefaultOnly {
             ok: zero,
