@@ -9,11 +9,16 @@ transcripts can be compared.
      assistant's tool_calls in the history;
   3. the model answers in text (tool_choice "none").
 
-usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME]
+usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME] [--sweep N]
 
 Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
 OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
 streamed and plain calls that differ).
+
+--sweep N instead sends seeds 1..N (temperature 1) four ways: tool_choice "required" with the
+two tools, a named function, response_format json_schema (strict), json_object; every reply
+must be a call of a listed tool whose arguments validate against its schema, a JSON value
+valid against the schema, or a JSON object (needs the jsonschema package). Prints the counts.
 """
 import argparse
 import json
@@ -43,15 +48,62 @@ def run_tool(name, args):
     return json.dumps({"city": args.get("city"), "temperature": 21, "unit": args.get("unit", "c")})
 
 
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 16},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}},
+    "required": ["name", "age", "tags"], "additionalProperties": False}
+
+
+def sweep(client, model, n):
+    import jsonschema
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
+    kinds = {
+        "required": dict(tools=TOOLS, tool_choice="required"),
+        "named": dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}),
+        "json_schema": dict(response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": PERSON}}),
+        "json_object": dict(response_format={"type": "json_object"}),
+    }
+    failures = 0
+    for kind, extra in kinds.items():
+        good = 0
+        for seed in range(1, n + 1):
+            r = client.chat.completions.create(model=model, messages=ask, seed=seed, temperature=1,
+                                               max_tokens=256, **extra)
+            m = r.choices[0].message
+            try:
+                if kind in ("required", "named"):
+                    (call,) = m.tool_calls
+                    assert kind == "required" or call.function.name == "add"
+                    jsonschema.validate(json.loads(call.function.arguments),
+                                        schemas[call.function.name])
+                elif kind == "json_schema":
+                    jsonschema.validate(json.loads(m.content), PERSON)
+                else:
+                    assert isinstance(json.loads(m.content), dict)
+                good += 1
+            except Exception as e:  # noqa: BLE001 - every way a reply can fail counts
+                failures += 1
+                print(json.dumps({"kind": kind, "seed": seed, "error": repr(e),
+                                  "reply": m.model_dump(exclude_none=True)}))
+        print(json.dumps({"kind": kind, "valid": good, "of": n}))
+    sys.exit(1 if failures else 0)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("url")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--api-key", default="none")
     p.add_argument("--model", help="default: the first one /v1/models lists")
+    p.add_argument("--sweep", type=int, help="validate N seeds of each constrained kind")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
     a.model = a.model or client.models.list().data[0].id
+    if a.sweep:
+        return sweep(client, a.model, a.sweep)
     messages = [{"role": "developer", "content": "Use the tools."},
                 {"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
     common = dict(model=a.model, tools=TOOLS, seed=a.seed, temperature=1, max_tokens=128)
