@@ -102,12 +102,26 @@ impl ChatFormat {
         messages: &Value,
         tools: Option<&Value>,
     ) -> Result<String, ChatError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.render_json_at(messages, tools, now)
+    }
+
+    /// [`ChatFormat::render_json`] at the time `now` (Unix seconds, UTC): templates that write
+    /// today's date (Llama 3.x's `date_string`, `strftime_now`) get this one.
+    pub fn render_json_at(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        now: u64,
+    ) -> Result<String, ChatError> {
         match &self.template {
             None => Err(ChatError::NoTemplate {
                 path: self.path.clone(),
             }),
             Some(Err(e)) => Err(ChatError::Template(e.clone())),
-            Some(Ok(template)) => template.render(messages, tools).map_err(|detail| {
+            Some(Ok(template)) => template.render(messages, tools, now).map_err(|detail| {
                 ChatError::Template(Arc::new(chat::ChatError::Template {
                     path: self.path.clone(),
                     detail,
@@ -161,20 +175,29 @@ impl Template {
         Ok(Template { env, specials })
     }
 
-    fn render(&self, messages: &Value, tools: Option<&Value>) -> Result<String, String> {
+    fn render(&self, messages: &Value, tools: Option<&Value>, now: u64) -> Result<String, String> {
         let specials = &self.specials;
+        let date = crate::pyjson::Date::of_unix(now);
+        // What llama.cpp's chat code gives every template beside the messages: today's date
+        // as `date_string` ("05 Dec 2026") and `strftime_now(format)`.
+        let strftime_now =
+            minijinja::Value::from_function(move |format: String| date.format(&format));
+        let mut context = minijinja::context! {
+            messages => minijinja::value::Serde(messages),
+            add_generation_prompt => true,
+            bos_token => specials.bos_token.as_str(),
+            eos_token => specials.eos_token.as_str(),
+            date_string => date.format("%d %b %Y"),
+            strftime_now => strftime_now,
+        };
+        // Tools only where given: templates test `tools is defined` as well as `tools is none`.
+        if let Some(tools) = tools {
+            context = minijinja::context! { tools => minijinja::value::Serde(tools), ..context };
+        }
         let text = self
             .env
             .get_template(NAME)
-            .and_then(|t| {
-                t.render(minijinja::context! {
-                    messages => minijinja::value::Serde(messages),
-                    tools => minijinja::value::Serde(tools),
-                    add_generation_prompt => true,
-                    bos_token => specials.bos_token.as_str(),
-                    eos_token => specials.eos_token.as_str(),
-                })
-            })
+            .and_then(|t| t.render(context))
             .map_err(|e| format!("{e:#}"))?;
         // As rocky-models: a BOS (EOS) the tokenizer adds itself is not written twice.
         let mut text = text.as_str();

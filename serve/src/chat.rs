@@ -46,23 +46,35 @@ mod tests {
     use crate::api::{self, PromptInput};
     use rocky_models::chat::Specials;
 
-    /// Tool conversations through Qwen2.5's template, rendered by rocky as a request reaches
-    /// the template (parsed by `api::chat`), against llama-server --jinja's renderings of the
-    /// same requests (tools/tool-template-fixture.sh).
+    /// Tool conversations through Qwen2.5's and Llama 3.1's templates, rendered by rocky as a
+    /// request reaches the template (parsed by `api::chat`), against llama-server --jinja's
+    /// renderings of the same requests (tools/tool-template-fixture.sh), at the fixture's date.
     #[test]
     fn tool_prompts_are_llama_servers_bytes() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/");
-        let template =
-            std::fs::read_to_string(format!("{root}qwen2.5-chat-template.jinja")).unwrap();
         let fixture: Value = serde_json::from_str(
             &std::fs::read_to_string(format!("{root}tool-templates-llama-cpp.json")).unwrap(),
         )
         .unwrap();
-        let format = ChatFormat::from_template("qwen2.5", &template, "a test", Specials::default());
-        assert_eq!(tool_format(&format).unwrap(), ToolFormat::Hermes);
-        let cases = fixture["cases"].as_array().unwrap();
-        assert!(cases.len() >= 5);
-        for case in cases {
+        let now = fixture["now"].as_u64().unwrap();
+        // The vocabulary of the file llama-server rendered with: BOS <|endoftext|>, not added.
+        let specials = Specials {
+            bos_token: "<|endoftext|>".into(),
+            eos_token: "<|im_end|>".into(),
+            add_bos: false,
+            add_eos: false,
+        };
+        let mut seen = std::collections::BTreeMap::new();
+        for case in fixture["cases"].as_array().unwrap() {
+            let name = case["template"].as_str().unwrap();
+            let template =
+                std::fs::read_to_string(format!("{root}{name}-chat-template.jinja")).unwrap();
+            let format = ChatFormat::from_template(name, &template, "a test", specials.clone());
+            let want_format = match name {
+                "qwen2.5" => ToolFormat::Hermes,
+                _ => ToolFormat::LlamaJson,
+            };
+            assert_eq!(tool_format(&format).unwrap(), want_format);
             let mut body = serde_json::json!({"messages": case["messages"]});
             if let Some(tools) = case.get("tools") {
                 body["tools"] = tools.clone();
@@ -72,14 +84,19 @@ mod tests {
                 panic!("a chat input")
             };
             let tools = tools.map(Value::Array);
-            let got = render(&format, &Value::Array(messages), tools.as_ref()).unwrap();
+            let got = format
+                .render_json_at(&Value::Array(messages), tools.as_ref(), now)
+                .unwrap();
             assert_eq!(
                 got,
                 case["prompt"].as_str().unwrap(),
-                "{}",
+                "{name}: {}",
                 case["messages"]
             );
+            *seen.entry(name.to_string()).or_insert(0) += 1;
         }
+        assert!(seen.values().all(|&n| n >= 5), "{seen:?}");
+        assert_eq!(seen.len(), 2);
     }
 
     #[test]
