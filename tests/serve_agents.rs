@@ -14,15 +14,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The tiny test model with Qwen2.5-Instruct's chat template (its tool format) in place of
-/// the Qwen2 vocabulary's, made once per test binary run into the temp folder.
+/// the Qwen2 vocabulary's, made once into the temp folder.
 fn tools_model() -> PathBuf {
+    model_with_template("qwen2.5")
+}
+
+/// The tiny test model with tests/fixtures/NAME-chat-template.jinja as its chat template.
+fn model_with_template(name: &str) -> PathBuf {
     use rocky_models::gguf::{GgufFile, MetaValue};
     use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let template =
-        std::fs::read_to_string(root.join("tests/fixtures/qwen2.5-chat-template.jinja")).unwrap();
+        std::fs::read_to_string(root.join(format!("tests/fixtures/{name}-chat-template.jinja")))
+            .unwrap();
     // Named by the template's hash: made once, remade when the fixture changes.
     let hash = template.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -142,6 +148,32 @@ fn required_and_named_tool_calls_from_random_weights_validate() {
         assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
         assert_eq!(calls[0]["type"], "function");
         pairs.push((schema, args));
+    }
+    assert_eq!(invalid(&pairs), Vec::<String>::new());
+}
+
+#[test]
+fn llama_3_1_json_calls_are_constrained_and_parsed_too() {
+    let server = Server::start(
+        &model_with_template("llama3.1"),
+        &["--cpu", "--ctx", "1024"],
+    );
+    let mut pairs = Vec::new();
+    for seed in 1..=5 {
+        let body = json!({"messages": [{"role": "user", "content": "2+3?"}], "tools": [weather(), add()],
+                          "tool_choice": "required", "seed": seed, "temperature": 1, "max_tokens": 200});
+        let v = chat(&server, &body);
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+        let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        let schema = [weather(), add()]
+            .into_iter()
+            .find(|t| t["function"]["name"] == call["name"])
+            .unwrap_or_else(|| panic!("{call} names no tool"))["function"]["parameters"]
+            .clone();
+        pairs.push((
+            schema,
+            serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap(),
+        ));
     }
     assert_eq!(invalid(&pairs), Vec::<String>::new());
 }
