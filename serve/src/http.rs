@@ -1,5 +1,7 @@
-//! The HTTP side: routes, the queue's front door, and the OpenAI response shapes (plain JSON
-//! or server-sent events). Runs on tokio; the model never does.
+//! The HTTP side: routes (the OpenAI endpoints, llama-server's /tokenize, /detokenize and
+//! /metrics, /health), the API key check, the body limit, the queue's front door, and the
+//! OpenAI response shapes (plain JSON or server-sent events, tool calls, logprobs). Runs on
+//! tokio; the model never does.
 
 use crate::api::{self, Parsed};
 use crate::error::ApiError;
@@ -168,8 +170,11 @@ async fn tokenize(State(s): State<Arc<AppState>>, body: axum::body::Body) -> Res
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::bad_request("`content` (a string) is required"))?;
         let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let ids = tokenizer
-            .encode(content, flag("add_special"), true)
+        // A long text takes a while: off the async threads, which serve every connection.
+        let (text, add_special, t) = (content.to_string(), flag("add_special"), tokenizer.clone());
+        let ids = tokio::task::spawn_blocking(move || t.encode(&text, add_special, true))
+            .await
+            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?
             .map_err(|e| ApiError::bad_request(format!("cannot tokenize `content`: {e}")))?;
         let tokens: Vec<Value> = if flag("with_pieces") {
             ids.iter()

@@ -1,5 +1,7 @@
 //! `rocky serve`: an OpenAI-compatible HTTP server (`/v1/completions`,
-//! `/v1/chat/completions`, `/v1/models`, `/health`) over rocky-generate's generation loop.
+//! `/v1/chat/completions` with tools, `response_format` and logprobs, `/v1/models`, and
+//! llama-server's `/tokenize`, `/detokenize`, `/metrics`, `/health`) over rocky-generate's
+//! generation loop.
 //!
 //! Two threads: tokio serves HTTP (`http`), and the caller's thread runs the model (`worker`),
 //! taking requests one at a time from a bounded queue. One job per module: `api` (request
