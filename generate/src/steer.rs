@@ -20,7 +20,7 @@ pub struct TokenLogprob {
     /// ln p of the token under the softmax of the logits the sampler saw.
     pub logprob: f32,
     /// The `top` most likely tokens of the same distribution, most likely first (ties: the
-    /// lower id first).
+    /// lower id first); fewer where fewer tokens are allowed.
     pub top: Vec<(u32, f32)>,
 }
 
@@ -35,7 +35,10 @@ pub fn log_probs(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
         // A partial selection: the vocabulary is 152k wide, the list a handful.
         for id in 0..logits.len() as u32 {
             let l = logits[id as usize];
-            if best.len() == top && l <= logits[*best.last().unwrap() as usize] {
+            // A token the constraint forbids is no alternative (and −∞ is not JSON).
+            if l == f32::NEG_INFINITY
+                || best.len() == top && l <= logits[*best.last().unwrap() as usize]
+            {
                 continue;
             }
             let at = best.partition_point(|&b| logits[b as usize] >= l);
@@ -69,8 +72,7 @@ mod tests {
         // A forbidden token has −∞; ties keep the lower id first.
         let t = log_probs(&[0.0, f32::NEG_INFINITY, 0.0], 1, 5);
         assert_eq!(t.logprob, f32::NEG_INFINITY);
-        assert_eq!(t.top[0], (0, 0.5f32.ln()));
-        assert_eq!(t.top[1], (2, 0.5f32.ln()));
+        assert_eq!(t.top, vec![(0, 0.5f32.ln()), (2, 0.5f32.ln())]);
         assert_eq!(log_probs(&[1.0, 2.0], 0, 0).top, vec![]);
     }
 }
