@@ -9,7 +9,7 @@ transcripts can be compared.
      assistant's tool_calls in the history;
   3. the model answers in text (tool_choice "none").
 
-usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME] [--sweep N]
+usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME] [--sweep N [--kinds K,..]]
 
 Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
 OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
@@ -55,7 +55,7 @@ PERSON = {"type": "object", "properties": {
     "required": ["name", "age", "tags"], "additionalProperties": False}
 
 
-def sweep(client, model, n):
+def sweep(client, model, n, only):
     import jsonschema
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
@@ -68,6 +68,8 @@ def sweep(client, model, n):
     }
     failures = 0
     for kind, extra in kinds.items():
+        if kind not in only:
+            continue
         good = 0
         for seed in range(1, n + 1):
             r = client.chat.completions.create(model=model, messages=ask, seed=seed, temperature=1,
@@ -99,11 +101,13 @@ def main():
     p.add_argument("--api-key", default="none")
     p.add_argument("--model", help="default: the first one /v1/models lists")
     p.add_argument("--sweep", type=int, help="validate N seeds of each constrained kind")
+    p.add_argument("--kinds", default="required,named,json_schema,json_object",
+                   help="which kinds --sweep sends (comma-separated)")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
     a.model = a.model or client.models.list().data[0].id
     if a.sweep:
-        return sweep(client, a.model, a.sweep)
+        return sweep(client, a.model, a.sweep, a.kinds.split(","))
     messages = [{"role": "developer", "content": "Use the tools."},
                 {"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
     common = dict(model=a.model, tools=TOOLS, seed=a.seed, temperature=1, max_tokens=128)
