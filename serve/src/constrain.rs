@@ -2,11 +2,12 @@
 //! Lark grammar from `tools`) compiled by llguidance over the model's vocabulary, so a
 //! sampled token can only continue text the grammar accepts, whatever the weights say.
 //!
-//! Why llguidance rather than a grammar engine of our own: it is the engine llama.cpp,
-//! vLLM, SGLang and OpenAI's own structured outputs use; it covers JSON Schema (refs,
-//! anyOf, numeric ranges, string lengths, patterns) and Lark; and its token trie computes a
-//! 152k-vocabulary mask in tens of microseconds, where a hand-written engine would have to
-//! walk every token's bytes each step.
+//! Why llguidance rather than a grammar engine of our own: it is maintained for exactly this
+//! and already serves llama.cpp (its LLAMA_LLGUIDANCE backend), vLLM and SGLang; it covers
+//! JSON Schema (refs, anyOf, numeric ranges, string lengths, patterns) and Lark; and its
+//! token trie computes a 152k-vocabulary mask in a fraction of a millisecond (0.2-0.3 ms
+//! measured, docs/measurements/2026-12-05-serve-agents.md), where a hand-written engine
+//! would walk every token's bytes each step.
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
