@@ -582,4 +582,55 @@ mod tests {
         assert!(err(chat(br#"{"messages":[]}"#)).contains("empty"));
         assert!(err(chat(br#"{"messages":[{"content":"x"}]}"#)).contains("wrong type"));
     }
+
+    #[test]
+    fn tool_history_reaches_the_template_as_llama_server_passes_it() {
+        let p = chat(
+            br#"{"messages":[{"role":"developer","content":"Be brief."},
+                {"role":"user","content":"Hi"},
+                {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+                  "function":{"name":"f","arguments":"{\"x\": [1, 2]}"}}]},
+                {"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"ok"}]}],
+              "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+              "tool_choice":{"type":"function","function":{"name":"f"}}}"#,
+        )
+        .unwrap();
+        let PromptInput::Chat { messages, tools } = p.work.input else {
+            panic!("chat")
+        };
+        assert_eq!(
+            messages,
+            vec![
+                json!({"role": "system", "content": "Be brief."}),
+                json!({"role": "user", "content": "Hi"}),
+                json!({"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                    "function": {"name": "f", "arguments": {"x": [1, 2]}}, "id": "c1"}]}),
+                json!({"role": "tool", "content": "ok", "tool_call_id": "c1"}),
+            ]
+        );
+        assert_eq!(tools.unwrap().len(), 1);
+        assert_eq!(p.work.tool_choice, ToolChoice::Named("f".into()));
+        // "none" keeps the tools out of the prompt.
+        let p = chat(
+            br#"{"messages":[{"role":"user","content":"Hi"}],"tool_choice":"none",
+            "tools":[{"type":"function","function":{"name":"f"}}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            p.work.input,
+            PromptInput::Chat { tools: None, .. }
+        ));
+        // Arguments that are not JSON are the client's mistake, named.
+        let e = err(chat(
+            br#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{oops"}}]}]}"#,
+        ));
+        assert!(
+            e.contains("`messages[0].tool_calls`") && e.contains("`f`"),
+            "{e}"
+        );
+        let e = err(chat(
+            br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]}"#,
+        ));
+        assert!(e.contains("`tools[0].type`"), "{e}");
+    }
 }
