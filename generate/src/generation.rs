@@ -3,6 +3,7 @@
 
 use crate::evaluator::{EvalError, Evaluator};
 use crate::sampler::{Sampler, SamplerParams};
+use crate::steer::{log_probs, Constraint, TokenLogprob};
 use crate::stop::{EndOfGeneration, StopStrings};
 use crate::text::{Utf8Stream, Vocabulary};
 use std::time::{Duration, Instant};
@@ -62,6 +63,26 @@ pub struct Generation {
     pub decode: Duration,
     /// Single-token evaluations run (one fewer than the tokens when the last one needs none).
     pub decode_steps: usize,
+    /// Per generated token, where [`Steering::logprobs`] asked for them.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// What [`generate_steered`] adds to each step beside the sampler.
+#[derive(Default)]
+pub struct Steering<'a> {
+    /// Forbids tokens before each draw (a grammar).
+    pub constraint: Option<&'a mut dyn Constraint>,
+    /// Some(n): each token's log-probability and its step's n most likely tokens.
+    pub logprobs: Option<usize>,
+}
+
+/// One generated token, as the step callback sees it.
+pub struct Step<'a> {
+    /// The text that became complete (often empty; after the last token, what was held back).
+    pub text: &'a str,
+    /// None for the text released after the last token.
+    pub token: Option<u32>,
+    pub logprob: Option<&'a TokenLogprob>,
 }
 
 impl Generation {
@@ -85,6 +106,8 @@ pub enum GenerateError {
     PromptTooLong { prompt: usize, n_ctx: usize },
     #[error("bad sampling settings: {0}")]
     Sampler(String),
+    #[error("the output constraint failed: {0}")]
+    Constraint(String),
     #[error(transparent)]
     Eval(#[from] EvalError),
 }
@@ -122,6 +145,32 @@ pub fn generate_reusing(
     options: &GenerateOptions,
     on_step: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation, GenerateError> {
+    let mut each = |step: &Step| on_step(step.text);
+    generate_steered(
+        evaluator,
+        vocabulary,
+        end,
+        prompt,
+        reuse,
+        options,
+        Steering::default(),
+        &mut each,
+    )
+}
+
+/// [`generate_reusing`] with a constraint on the tokens and/or their log-probabilities: the
+/// callback sees each token with its [`TokenLogprob`].
+#[allow(clippy::too_many_arguments)]
+pub fn generate_steered(
+    evaluator: &mut dyn Evaluator,
+    vocabulary: &dyn Vocabulary,
+    end: &EndOfGeneration,
+    prompt: &[u32],
+    reuse: usize,
+    options: &GenerateOptions,
+    mut steering: Steering,
+    on_step: &mut dyn FnMut(&Step) -> bool,
+) -> Result<Generation, GenerateError> {
     if prompt.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -150,16 +199,44 @@ pub fn generate_reusing(
         prefill: Duration::ZERO,
         decode: Duration::ZERO,
         decode_steps: 0,
+        logprobs: Vec::new(),
     };
     // Returns whether the caller wants more.
-    let mut emit = |text: &str, out: &mut Generation| -> bool {
+    let mut emit = |text: &str, token: Option<u32>, out: &mut Generation| -> bool {
         out.text.push_str(text);
-        on_step(text)
+        let logprob = token.and(out.logprobs.last());
+        on_step(&Step {
+            text,
+            token,
+            logprob,
+        })
+    };
+    let end_ids: Vec<u32> = end.ids().collect();
+    // The constraint's mask, the draw, and the log-probabilities of what the draw saw.
+    let mut choose = |mut logits: Vec<f32>,
+                      history: &[u32],
+                      out: &mut Generation|
+     -> Result<u32, GenerateError> {
+        if let Some(c) = steering.constraint.as_deref_mut() {
+            c.mask(&mut logits, &end_ids)
+                .map_err(GenerateError::Constraint)?;
+        }
+        let next = sampler.sample(&logits, history);
+        if let Some(top) = steering.logprobs {
+            let seen = sampler.penalized(&logits, history);
+            out.logprobs.push(log_probs(&seen, next, top));
+        }
+        if !end.contains(next) {
+            if let Some(c) = steering.constraint.as_deref_mut() {
+                c.accept(next).map_err(GenerateError::Constraint)?;
+            }
+        }
+        Ok(next)
     };
 
     let start = Instant::now();
-    let mut logits = evaluator.eval(&prompt[reuse..])?;
-    let mut next = sampler.sample(&logits, &history);
+    let logits = evaluator.eval(&prompt[reuse..])?;
+    let mut next = choose(logits, &history, &mut out)?;
     out.prefill = start.elapsed();
 
     let decode_start = Instant::now();
@@ -174,7 +251,7 @@ pub fn generate_reusing(
         let bytes = vocabulary.piece_bytes(next);
         out.bytes.extend_from_slice(&bytes);
         let check = stops.push(&utf8.push(&bytes));
-        let go_on = emit(&check.emit, &mut out);
+        let go_on = emit(&check.emit, Some(next), &mut out);
         if let Some(s) = check.stopped {
             stopped = Some(StopReason::StopString(s));
             break;
@@ -191,21 +268,23 @@ pub fn generate_reusing(
             stopped = Some(StopReason::ContextFull);
             break;
         }
-        logits = evaluator.decode(next)?;
+        let logits = evaluator.decode(next)?;
         out.decode_steps += 1;
-        next = sampler.sample(&logits, &history);
+        next = choose(logits, &history, &mut out)?;
     }
     out.decode = decode_start.elapsed();
+    // An end-of-generation token drawn last has a log-probability but is not output.
+    out.logprobs.truncate(out.tokens.len());
     match stopped {
         Some(StopReason::StopString(s)) => out.stop = StopReason::StopString(s),
         other => {
             // The held-back text was not a stop string after all; an unfinished character
             // ends as U+FFFD.
             let tail = stops.push(&utf8.finish());
-            emit(&tail.emit, &mut out);
+            emit(&tail.emit, None, &mut out);
             let rest = stops.finish();
             if !rest.is_empty() {
-                emit(&rest, &mut out);
+                emit(&rest, None, &mut out);
             }
             out.stop = other.unwrap_or(StopReason::MaxTokens);
         }
@@ -448,5 +527,88 @@ mod tests {
         .unwrap();
         assert_eq!(g.stop, StopReason::Cancelled);
         assert_eq!(g.tokens, vec![1, 2]);
+    }
+
+    /// Allows only tokens that are multiples of `k` (and the end tokens); records what it saw.
+    struct Multiples {
+        k: u32,
+        accepted: Vec<u32>,
+    }
+
+    impl Constraint for Multiples {
+        fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+            for (id, l) in logits.iter_mut().enumerate() {
+                if id as u32 % self.k != 0 && !end.contains(&(id as u32)) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            Ok(())
+        }
+        fn accept(&mut self, token: u32) -> Result<(), String> {
+            self.accepted.push(token);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_constraint_masks_each_draw_and_logprobs_see_the_masked_logits() {
+        let mut ev = Counter::new(10, 64);
+        let mut c = Multiples {
+            k: 3,
+            accepted: Vec::new(),
+        };
+        let mut seen = Vec::new();
+        let mut each = |s: &Step| {
+            seen.push((s.token, s.logprob.cloned()));
+            true
+        };
+        let g = generate_steered(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::from_ids([8]),
+            &[0],
+            0,
+            &greedy(4),
+            Steering {
+                constraint: Some(&mut c),
+                logprobs: Some(2),
+            },
+            &mut each,
+        )
+        .unwrap();
+        // After 0 the model wants 1, forbidden: all allowed logits tie at 0, the lowest id
+        // (0) wins; and so on each step.
+        assert_eq!(g.tokens, vec![0, 0, 0, 0]);
+        assert_eq!(c.accepted, g.tokens);
+        // Allowed: 0, 3, 6, 9 and the end token 8, all logit 0: ln(1/5) each.
+        assert_eq!(g.logprobs.len(), 4);
+        for t in &g.logprobs {
+            assert!((t.logprob - (0.2f32).ln()).abs() < 1e-6, "{t:?}");
+            assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 3]);
+        }
+        // One step per token, then the held-back text (none here) without a token.
+        assert_eq!(seen.len(), 5);
+        assert_eq!(seen[1], (Some(0), Some(g.logprobs[1].clone())));
+        assert_eq!(seen[4], (None, None));
+        // Unmasked, the model's own distribution: logit 1 for the next token, 0 for 9 others.
+        let mut ev = Counter::new(10, 64);
+        let mut each = |_: &Step| true;
+        let g = generate_steered(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0],
+            0,
+            &greedy(2),
+            Steering {
+                constraint: None,
+                logprobs: Some(1),
+            },
+            &mut each,
+        )
+        .unwrap();
+        let want = 1.0 - (1f32.exp() + 9.0).ln();
+        assert!((g.logprobs[0].logprob - want).abs() < 1e-6);
+        assert_eq!(g.logprobs[1].top[0].0, 2);
     }
 }

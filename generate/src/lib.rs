@@ -2,18 +2,21 @@
 //! [`Evaluator`] (the CPU reference here, the GPU session in rocky-engine).
 //!
 //! One job per module: `evaluator` (what runs the model), `sampler` (which token next),
-//! `stop` (when to end), `text` (bytes to whole characters), `generation` (the loop).
+//! `stop` (when to end), `steer` (constraints and log-probabilities), `text` (bytes to whole characters), `generation` (the loop).
 
 pub mod evaluator;
 pub mod generation;
 pub mod sampler;
+pub mod steer;
 pub mod stop;
 pub mod text;
 
 pub use evaluator::{CpuEvaluator, EvalError, Evaluator, KvSnapshot};
 pub use generation::{
-    generate, generate_reusing, GenerateError, GenerateOptions, Generation, StopReason,
+    generate, generate_reusing, generate_steered, GenerateError, GenerateOptions, Generation,
+    Steering, Step, StopReason,
 };
 pub use sampler::{Sampler, SamplerParams};
+pub use steer::{log_probs, Constraint, TokenLogprob};
 pub use stop::{EndOfGeneration, StopStrings};
 pub use text::{Utf8Stream, Vocabulary};

@@ -53,6 +53,31 @@ impl ApiError {
         }
     }
 
+    /// No or the wrong API key (401).
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message:
+                "invalid API key: send `Authorization: Bearer KEY` with the server's --api-key"
+                    .into(),
+            kind: "authentication_error",
+            code: Some("invalid_api_key"),
+        }
+    }
+
+    /// A body over the server's limit (413), refused before it is parsed.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "the request body is larger than the server's limit of {limit} bytes \
+                 (--max-body-mib)"
+            ),
+            kind: "invalid_request_error",
+            code: None,
+        }
+    }
+
     /// The model failed while running (a device error): not the client's fault.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {
@@ -70,6 +95,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // One request's time is the wait a client should try: a second is a fair guess
+            // for the short answers agents ask for.
+            r.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
     }
 }

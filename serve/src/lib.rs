@@ -1,18 +1,26 @@
 //! `rocky serve`: an OpenAI-compatible HTTP server (`/v1/completions`,
-//! `/v1/chat/completions`, `/v1/models`, `/health`) over rocky-generate's generation loop.
+//! `/v1/chat/completions` with tools, `response_format` and logprobs, `/v1/models`, and
+//! llama-server's `/tokenize`, `/detokenize`, `/metrics`, `/health`) over rocky-generate's
+//! generation loop.
 //!
 //! Two threads: tokio serves HTTP (`http`), and the caller's thread runs the model (`worker`),
 //! taking requests one at a time from a bounded queue. One job per module: `api` (request
-//! bodies), `chat` (messages to prompt text, with the model's chat format parsed once), `prefix` (what the cache holds), `conversations` (several
-//! conversations' caches, least recently used out first), `error`
-//! (OpenAI's error bodies).
+//! bodies), `fields` (what each request field does), `chat` (messages to prompt text, with the
+//! model's chat format parsed once), `tools` (tool-call formats: reading calls, their
+//! grammar), `constrain` (grammars as a token mask, by llguidance), `prefix` (what the cache
+//! holds), `conversations` (several conversations' caches, least recently used out first),
+//! `error` (OpenAI's error bodies).
 
 pub mod api;
 pub mod chat;
+pub mod constrain;
 pub mod conversations;
 pub mod error;
+pub mod fields;
 pub mod http;
+pub mod metrics;
 pub mod prefix;
+pub mod tools;
 pub mod worker;
 
 pub use conversations::CacheBounds;
@@ -21,7 +29,7 @@ pub use worker::Model;
 
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub host: String,
     /// 0: any free port (the line on standard error says which).
@@ -32,6 +40,15 @@ pub struct ServeOptions {
     pub model_id: String,
     /// Conversations kept besides the live one, and their memory.
     pub cache: CacheBounds,
+    /// Further names requests may give for the model (the first is what /v1/models reports);
+    /// "*": any name.
+    pub aliases: Vec<String>,
+    /// Where set, requests must carry `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Request bodies larger than this are refused (413).
+    pub max_body: usize,
+    /// A copy of the tokenizer for /tokenize and /detokenize.
+    pub tokenizer: Option<Arc<rocky_models::tokenizer::Tokenizer>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,10 +77,25 @@ pub fn run(options: &ServeOptions, model: &mut Model) -> Result<(), ServeError> 
         .local_addr()
         .map_err(|e| ServeError::Server(e.to_string()))?;
     let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel(options.queue);
+    let metrics = Arc::new(metrics::Metrics::default());
+    let mut names = options.aliases.clone();
+    names.push(options.model_id.clone());
     let state = Arc::new(http::AppState::new(
-        options.model_id.clone(),
+        http::HttpOptions {
+            model_id: options
+                .aliases
+                .iter()
+                .find(|a| *a != "*")
+                .unwrap_or(&options.model_id)
+                .clone(),
+            names,
+            api_key: options.api_key.clone(),
+            max_body: options.max_body,
+            tokenizer: options.tokenizer.clone(),
+        },
         jobs_tx,
         options.queue,
+        metrics.clone(),
     ));
     let server = std::thread::Builder::new()
         .name("rocky-http".into())
@@ -84,7 +116,7 @@ pub fn run(options: &ServeOptions, model: &mut Model) -> Result<(), ServeError> 
         })
         .map_err(|e| ServeError::Server(e.to_string()))?;
     // Returns once the HTTP side is gone (its state holds the only sender).
-    worker::run(model, options.cache, jobs_rx);
+    worker::run(model, options.cache, jobs_rx, metrics);
     server
         .join()
         .map_err(|_| ServeError::Server("the HTTP thread panicked".into()))?

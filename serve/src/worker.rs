@@ -3,15 +3,23 @@
 //! holds (the live conversation and several saved ones, see `conversations`), so a request
 //! that extends a cached conversation evaluates only its new tokens.
 
-use crate::api::{PromptInput, Work};
+use crate::api::{PromptInput, ResponseFormat, ToolChoice, Work};
+use crate::constrain::{Grammars, Guide};
 use crate::conversations::{CacheBounds, Conversations};
 use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::tools::ToolFormat;
+use llguidance::api::TopLevelGrammar;
 use rocky_engine::ChatFormat;
 use rocky_generate::{
-    generate_reusing, EndOfGeneration, Evaluator, GenerateError, GenerateOptions, Generation,
+    generate_steered, EndOfGeneration, Evaluator, GenerateError, GenerateOptions, Generation,
+    Steering, TokenLogprob,
 };
 use rocky_models::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What the worker runs: the evaluator (GPU session or CPU reference) and what turns text
@@ -45,15 +53,53 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
 }
 
-/// What a request hears back, in this order: `Started` or `Failed`; then text pieces; then
-/// `Done` (or `Failed` when the model fails midway).
+/// What a request hears back, in this order: `Started` or `Failed`; then one `Token` per
+/// generated token (and the held-back text at the end); then `Done` (or `Failed` when the
+/// model fails midway).
 #[derive(Debug)]
 pub enum Event {
-    /// The prompt was accepted (tokenized, fits the context); generation begins.
-    Started,
-    Text(String),
+    /// The prompt was accepted (tokenized, fits the context); generation begins. With the
+    /// format the answer's tool calls are written in, where the request has tools.
+    Started(Option<ToolFormat>),
+    Token {
+        /// The text that became complete (may be empty).
+        text: String,
+        logprob: Option<Logprob>,
+    },
     Done(Summary),
     Failed(ApiError),
+}
+
+/// A generated token's log-probability, with the tokens' texts for OpenAI's shapes.
+#[derive(Clone, Debug)]
+pub struct Logprob {
+    pub token: Alternative,
+    pub top: Vec<Alternative>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Alternative {
+    /// The token's text (its bytes read as UTF-8, U+FFFD where they are part of a character).
+    pub text: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+impl Logprob {
+    fn of(t: &TokenLogprob, tokenizer: &Tokenizer) -> Logprob {
+        let alt = |id: u32, logprob: f32| {
+            let bytes = tokenizer.token_bytes(id).unwrap_or_default();
+            Alternative {
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+                bytes,
+                logprob,
+            }
+        };
+        Logprob {
+            token: alt(t.token, t.logprob),
+            top: t.top.iter().map(|&(id, lp)| alt(id, lp)).collect(),
+        }
+    }
 }
 
 /// The end of a generation, for `usage`, `finish_reason` and `timings`.
@@ -85,27 +131,47 @@ impl Summary {
     }
 }
 
+/// The worker's state between requests.
+struct State {
+    cached: Conversations,
+    /// Built on the first constrained request (the trie of a 152k vocabulary takes a moment).
+    grammars: Option<Result<Grammars, String>>,
+    metrics: Arc<Metrics>,
+}
+
 /// Runs jobs until every sender of `jobs` is gone.
-pub fn run(model: &mut Model, bounds: CacheBounds, jobs: Receiver<Job>) {
-    let mut cached = Conversations::new(bounds);
+pub fn run(model: &mut Model, bounds: CacheBounds, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
+    let mut state = State {
+        cached: Conversations::new(bounds),
+        grammars: None,
+        metrics,
+    };
     for job in jobs {
+        state.metrics.waiting.fetch_sub(1, Relaxed);
         // A client that left while its request waited costs nothing.
         if job.events.is_closed() {
             continue;
         }
-        serve_one(model, &mut cached, job);
+        state.metrics.running.store(1, Relaxed);
+        serve_one(model, &mut state, job);
+        state.metrics.running.store(0, Relaxed);
     }
 }
 
-fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
+fn serve_one(model: &mut Model, state: &mut State, job: Job) {
     let events = job.events;
-    let prompt = match prompt_ids(model, &job.work.input) {
-        Ok(ids) => ids,
+    let prepared = prompt_ids(model, &job.work.input).and_then(|(prompt, tools)| {
+        let guide = guide(model, state, &job.work, tools)?;
+        Ok((prompt, tools, guide))
+    });
+    let (prompt, tools, mut guide) = match prepared {
+        Ok(p) => p,
         Err(e) => {
             let _ = events.send(Event::Failed(e));
             return;
         }
     };
+    let cached = &mut state.cached;
     let n_ctx = model.evaluator.n_ctx();
     let max_new_tokens = job
         .work
@@ -116,23 +182,35 @@ fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
         sampler: job.work.sampler,
         stop_strings: job.work.stop,
     };
-    let _ = events.send(Event::Started);
+    let _ = events.send(Event::Started(tools));
     // Until it ends well, nothing is known about what the cache holds.
     let reuse = cached.prepare(model.evaluator, &prompt);
-    let mut on_step = |text: &str| {
-        if !text.is_empty() {
-            let _ = events.send(Event::Text(text.to_string()));
+    let tokenizer = model.tokenizer;
+    let mut on_step = |step: &rocky_generate::Step| {
+        let logprob = step.logprob.map(|t| Logprob::of(t, tokenizer));
+        if !step.text.is_empty() || logprob.is_some() {
+            let _ = events.send(Event::Token {
+                text: step.text.to_string(),
+                logprob,
+            });
         }
         // A closed channel: the client went away; stop spending the device on it.
         !events.is_closed()
     };
-    let result = generate_reusing(
+    let steering = Steering {
+        constraint: guide
+            .as_mut()
+            .map(|g| g as &mut dyn rocky_generate::Constraint),
+        logprobs: job.work.logprobs,
+    };
+    let result = generate_steered(
         model.evaluator,
         model.tokenizer,
         model.end,
         &prompt,
         reuse,
         &options,
+        steering,
         &mut on_step,
     );
     match result {
@@ -148,12 +226,24 @@ fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
                 g.decode.as_secs_f64() * 1e3,
                 g.stop.name()
             );
+            let m = &state.metrics;
+            m.completed.fetch_add(1, Relaxed);
+            m.prompt_tokens.fetch_add(g.prompt_tokens as u64, Relaxed);
+            m.cached_tokens.fetch_add(g.reused_tokens as u64, Relaxed);
+            m.cache_hits
+                .fetch_add((g.reused_tokens > 0) as u64, Relaxed);
+            m.generated_tokens.fetch_add(g.tokens.len() as u64, Relaxed);
+            m.prompt_us.fetch_add(g.prefill.as_micros() as u64, Relaxed);
+            m.decode_us.fetch_add(g.decode.as_micros() as u64, Relaxed);
             let _ = events.send(Event::Done(Summary::of(&g)));
         }
         Err(e) => {
             model.evaluator.reset();
             let error = match e {
                 GenerateError::Eval(e) => ApiError::internal(format!("generation failed: {e}")),
+                GenerateError::Constraint(e) => {
+                    ApiError::internal(format!("the output grammar failed: {e}"))
+                }
                 e => ApiError::bad_request(e.to_string()),
             };
             let _ = events.send(Event::Failed(error));
@@ -161,18 +251,104 @@ fn serve_one(model: &mut Model, cached: &mut Conversations, job: Job) {
     }
 }
 
-/// The request's token ids, checked against the vocabulary and the context.
-fn prompt_ids(model: &Model, input: &PromptInput) -> Result<Vec<u32>, ApiError> {
-    let text = match input {
-        PromptInput::Ids(ids) => return check(model, ids.clone()),
-        PromptInput::Text(t) => t.clone(),
-        PromptInput::Chat(messages) => crate::chat::render(model.chat, messages)?,
+/// The request's token ids, checked against the vocabulary and the context, and the format
+/// the answer's tool calls come in where the request has tools.
+fn prompt_ids(
+    model: &Model,
+    input: &PromptInput,
+) -> Result<(Vec<u32>, Option<ToolFormat>), ApiError> {
+    let (text, tools) = match input {
+        PromptInput::Ids(ids) => return Ok((check(model, ids.clone())?, None)),
+        PromptInput::Text(t) => (t.clone(), None),
+        PromptInput::Chat { messages, tools } => {
+            let format = match tools {
+                None => None,
+                Some(_) => Some(crate::chat::tool_format(model.chat)?),
+            };
+            let tools = tools.as_ref().map(|t| Value::Array(t.clone()));
+            let messages = Value::Array(messages.clone());
+            (
+                crate::chat::render(model.chat, &messages, tools.as_ref())?,
+                format,
+            )
+        }
     };
     let ids = model
         .tokenizer
         .encode(&text, true, true)
         .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?;
-    check(model, ids)
+    Ok((check(model, ids)?, tools))
+}
+
+/// The grammar the answer must follow, if the request asks for one: `response_format`, or a
+/// required tool call.
+fn guide(
+    model: &Model,
+    state: &mut State,
+    work: &Work,
+    format: Option<ToolFormat>,
+) -> Result<Option<Guide>, ApiError> {
+    let grammar = match (
+        &work.response_format,
+        &work.tool_choice,
+        format,
+        &work.input,
+    ) {
+        (Some(ResponseFormat::JsonObject), ..) => {
+            TopLevelGrammar::from_json_schema(compact(json!({"type": "object"})))
+        }
+        (Some(ResponseFormat::JsonSchema(schema)), ..) => {
+            TopLevelGrammar::from_json_schema(compact(schema.clone()))
+        }
+        (
+            None,
+            choice @ (ToolChoice::Required | ToolChoice::Named(_)),
+            Some(format),
+            PromptInput::Chat {
+                tools: Some(tools), ..
+            },
+        ) => {
+            let chosen: Vec<&Value> = tools
+                .iter()
+                .filter(|t| match choice {
+                    ToolChoice::Named(name) => {
+                        t.pointer("/function/name").and_then(Value::as_str) == Some(name)
+                    }
+                    _ => true,
+                })
+                .collect();
+            TopLevelGrammar::from_lark(format.call_grammar(&chosen))
+        }
+        _ => return Ok(None),
+    };
+    let grammars = state
+        .grammars
+        .get_or_insert_with(|| Grammars::new(model.tokenizer))
+        .as_ref()
+        .map_err(|e| {
+            ApiError::internal(format!("cannot build the vocabulary's token trie: {e}"))
+        })?;
+    let what = if work.response_format.is_some() {
+        "`response_format`"
+    } else {
+        "a tool's `parameters`"
+    };
+    grammars
+        .guide(grammar)
+        .map(Some)
+        .map_err(|e| ApiError::bad_request(format!("{what} cannot be used as a grammar: {e}")))
+}
+
+/// The schema with llguidance's layout options where the client gave none: ", " and ": "
+/// between items and no other whitespace. llguidance's default lets whitespace run freely
+/// between tokens, and a model (a random-weight one certainly) can fill `max_tokens` with it.
+fn compact(mut schema: Value) -> Value {
+    if let Some(map) = schema.as_object_mut() {
+        map.entry("x-guidance").or_insert_with(
+            || json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
 }
 
 fn check(model: &Model, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {

@@ -215,6 +215,8 @@ fn generate_error(e: GenerateError) -> CliError {
             CliError::usage(e.to_string())
         }
         GenerateError::Sampler(m) => CliError::usage(m),
+        // The CLI sets no output constraint; the server's grammars report through this.
+        GenerateError::Constraint(m) => CliError::usage(m),
         // The evaluator's own message (a device failure, a token outside the vocabulary).
         GenerateError::Eval(e) => CliError::device(format!("generation failed: {e}")),
     }

@@ -13,8 +13,9 @@ use std::path::PathBuf;
     after_help = "Examples:\n  rocky serve model.gguf --port 8080 --ctx 4096\n  \
 curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    \
 -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n\n\
-Endpoints: /v1/completions, /v1/chat/completions (\"stream\": true for server-sent events), \
-/v1/models, /health. One request runs at a time; up to --queue more wait, the rest get 503. \
+Endpoints: /v1/completions, /v1/chat/completions (\"stream\": true for server-sent events; \
+tools, response_format and logprobs as OpenAI's), /v1/models, /tokenize, /detokenize, /metrics \
+(Prometheus), /health. One request runs at a time; up to --queue more wait, the rest get 503. \
 A request whose prompt starts as the cached tokens do (the next turn of a conversation) \
 evaluates only the rest: usage.prompt_tokens_details.cached_tokens says how many were reused. \
 Up to --cache-slots other conversations are kept (within --cache-mib), so clients alternating \
@@ -43,6 +44,17 @@ pub struct Args {
     /// Memory the kept conversations may take together, MiB (fractions allowed).
     #[arg(long, default_value_t = 1024.0)]
     pub cache_mib: f64,
+    /// Another name requests may give for the model (repeatable; the first is what
+    /// /v1/models reports). "*" accepts any name, for clients configured with a fixed one.
+    #[arg(long)]
+    pub alias: Vec<String>,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health (401 otherwise).
+    /// Also read from ROCKY_API_KEY, which keeps it out of the process list.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Largest request body, MiB: larger ones are refused (413) before they are tokenized.
+    #[arg(long, default_value_t = 8.0)]
+    pub max_body_mib: f64,
     /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
     #[arg(long)]
     pub cpu: bool,
@@ -59,6 +71,21 @@ pub fn run(args: Args) -> CmdResult {
             "--cache-mib {} is not a size: give MiB as a number of 0 or more",
             args.cache_mib
         )));
+    }
+    if !(args.max_body_mib > 0.0 && args.max_body_mib.is_finite()) {
+        return Err(CliError::usage(format!(
+            "--max-body-mib {} is not a size: give MiB as a number above 0",
+            args.max_body_mib
+        )));
+    }
+    let api_key = args
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("ROCKY_API_KEY").ok());
+    if api_key.as_deref() == Some("") {
+        return Err(CliError::usage(
+            "--api-key is empty: give a key, or leave it out",
+        ));
     }
     let model = rocky_engine::Model::open(&args.model).map_err(gpu::load_error)?;
     // The tokenizer and the chat format are built once here and serve every request.
@@ -86,6 +113,13 @@ pub fn run(args: Args) -> CmdResult {
             .model
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned()),
+        aliases: args.alias.clone(),
+        api_key,
+        max_body: (args.max_body_mib * (1u64 << 20) as f64) as usize,
+        // The HTTP side's own copy: the worker's is busy generating when /tokenize comes.
+        tokenizer: rocky_models::tokenizer::Tokenizer::from_gguf(model.file())
+            .ok()
+            .map(std::sync::Arc::new),
     };
     // A client that closes its connection must not end the server: writes to its socket then
     // fail with EPIPE instead of raising SIGPIPE (main restores the default action for pipes).

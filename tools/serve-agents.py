@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""An agent's tool loop through the official `openai` client (pip install openai), against any
+OpenAI-compatible server: rocky serve, or llama-server --jinja on the same file, so the two
+transcripts can be compared.
+
+  1. a user question with two tools and tool_choice "required": the server must answer with a
+     tool call (streamed too: the client's reassembled deltas must equal the plain call);
+  2. the call is "executed" here and its result sent back as a role "tool" message, with the
+     assistant's tool_calls in the history;
+  3. the model answers in text (tool_choice "none").
+
+usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME] [--sweep N [--kinds K,..]]
+
+Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
+OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
+streamed and plain calls that differ).
+
+--sweep N instead sends seeds 1..N (temperature 1) four ways: tool_choice "required" with the
+two tools, a named function, response_format json_schema (strict), json_object; every reply
+must be a call of a listed tool whose arguments validate against its schema, a JSON value
+valid against the schema, or a JSON object (needs the jsonschema package). Prints the counts.
+"""
+import argparse
+import json
+import sys
+
+import openai
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather now in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two integers",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "minimum": 0, "maximum": 99},
+            "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+            "required": ["a", "b"], "additionalProperties": False}}},
+]
+
+
+def run_tool(name, args):
+    if name == "add":
+        return json.dumps({"sum": args.get("a", 0) + args.get("b", 0)})
+    return json.dumps({"city": args.get("city"), "temperature": 21, "unit": args.get("unit", "c")})
+
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 16},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 4}},
+    "required": ["name", "age", "tags"], "additionalProperties": False}
+
+
+def sweep(client, model, n, only):
+    import jsonschema
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
+    kinds = {
+        "required": dict(tools=TOOLS, tool_choice="required"),
+        "named": dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}),
+        "json_schema": dict(response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": PERSON}}),
+        "json_object": dict(response_format={"type": "json_object"}),
+    }
+    failures = 0
+    for kind, extra in kinds.items():
+        if kind not in only:
+            continue
+        good = 0
+        for seed in range(1, n + 1):
+            r = client.chat.completions.create(model=model, messages=ask, seed=seed, temperature=1,
+                                               max_tokens=256, **extra)
+            m = r.choices[0].message
+            try:
+                if kind in ("required", "named"):
+                    (call,) = m.tool_calls
+                    assert kind == "required" or call.function.name == "add"
+                    jsonschema.validate(json.loads(call.function.arguments),
+                                        schemas[call.function.name])
+                elif kind == "json_schema":
+                    jsonschema.validate(json.loads(m.content), PERSON)
+                else:
+                    assert isinstance(json.loads(m.content), dict)
+                good += 1
+            except Exception as e:  # noqa: BLE001 - every way a reply can fail counts
+                failures += 1
+                print(json.dumps({"kind": kind, "seed": seed, "error": repr(e),
+                                  "reply": m.model_dump(exclude_none=True)}))
+        print(json.dumps({"kind": kind, "valid": good, "of": n}))
+    sys.exit(1 if failures else 0)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("url")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--api-key", default="none")
+    p.add_argument("--model", help="default: the first one /v1/models lists")
+    p.add_argument("--sweep", type=int, help="validate N seeds of each constrained kind")
+    p.add_argument("--kinds", default="required,named,json_schema,json_object",
+                   help="which kinds --sweep sends (comma-separated)")
+    a = p.parse_args()
+    client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
+    a.model = a.model or client.models.list().data[0].id
+    if a.sweep:
+        return sweep(client, a.model, a.sweep, a.kinds.split(","))
+    messages = [{"role": "developer", "content": "Use the tools."},
+                {"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
+    common = dict(model=a.model, tools=TOOLS, seed=a.seed, temperature=1, max_tokens=128)
+
+    first = client.chat.completions.create(messages=messages, tool_choice="required", **common)
+    choice = first.choices[0]
+    print(json.dumps({"turn": 1, "finish_reason": choice.finish_reason,
+                      "message": choice.message.model_dump(exclude_none=True),
+                      "usage": first.usage.model_dump(exclude_none=True)}))
+    calls = choice.message.tool_calls or []
+    if choice.finish_reason != "tool_calls" or not calls:
+        sys.exit("turn 1: no tool call")
+    names = {t["function"]["name"] for t in TOOLS}
+    for c in calls:
+        if c.function.name not in names:
+            sys.exit(f"turn 1: unknown tool {c.function.name}")
+        json.loads(c.function.arguments)
+
+    # The same request streamed: the client's deltas, joined by index.
+    joined = {}
+    for chunk in client.chat.completions.create(messages=messages, tool_choice="required",
+                                                stream=True, **common):
+        for d in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            e = joined.setdefault(d.index, {"name": "", "arguments": ""})
+            e["name"] += d.function.name or ""
+            e["arguments"] += d.function.arguments or ""
+    plain = [{"name": c.function.name, "arguments": c.function.arguments} for c in calls]
+    streamed = [joined[i] for i in sorted(joined)]
+    print(json.dumps({"turn": "1-streamed", "tool_calls": streamed}))
+    if [(c["name"], json.loads(c["arguments"])) for c in streamed] != \
+            [(c["name"], json.loads(c["arguments"])) for c in plain]:
+        sys.exit("turn 1: the streamed calls differ from the plain ones")
+
+    messages.append(choice.message.model_dump(exclude_none=True))
+    for c in calls:
+        messages.append({"role": "tool", "tool_call_id": c.id,
+                         "content": run_tool(c.function.name, json.loads(c.function.arguments))})
+    second = client.chat.completions.create(messages=messages, tool_choice="none", **common)
+    print(json.dumps({"turn": 2, "finish_reason": second.choices[0].finish_reason,
+                      "content": second.choices[0].message.content,
+                      "usage": second.usage.model_dump(exclude_none=True)}))
+
+
+if __name__ == "__main__":
+    main()
