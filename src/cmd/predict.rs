@@ -67,6 +67,10 @@ pub struct Args {
     /// DRAM bandwidth in GB/s [default: 27, clpeak on a G610].
     #[arg(long)]
     pub bandwidth_gbs: Option<f64>,
+    /// Also write the dispatch lists (PREFIX.prefill.json, PREFIX.decode.json) for re-costing
+    /// with other constants by --dispatches, without compiling again.
+    #[arg(long)]
+    pub save_dispatches: Option<PathBuf>,
     /// Print the full prediction as JSON.
     #[arg(long)]
     pub json: bool,
@@ -129,6 +133,19 @@ pub fn run(args: Args) -> CmdResult {
             ))
         }
     };
+    if let Some(prefix) = &args.save_dispatches {
+        let mut lists = vec![("prefill", &prefill)];
+        if let Some(d) = &decode {
+            lists.push(("decode", d));
+        }
+        for (what, list) in lists {
+            let path = PathBuf::from(format!("{}.{what}.json", prefix.display()));
+            let text = serde_json::to_string_pretty(list).unwrap_or_default();
+            std::fs::write(&path, text).map_err(|e| {
+                CliError::output(format!("--save-dispatches {}: {e}", path.display()))
+            })?;
+        }
+    }
     if let Some(measured) = args.fit_pp {
         let param = if args.fit_efficiency {
             FitParam::Efficiency
@@ -633,7 +650,9 @@ fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows:
     // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
     let dynamic = match (w, s) {
         (Workload::Attention(_), Schedule::Attention(a)) => {
-            let keys = pos0 as f64 + (rows as f64 + f64::from(a.rows)) / 2.0;
+            // Split-KV schedules share the keys among their splits.
+            let keys = (pos0 as f64 + (rows as f64 + f64::from(a.rows)) / 2.0)
+                / f64::from(a.kv_splits.max(1));
             (keys / f64::from(a.kv_block.max(1))).ceil().max(1.0)
         }
         _ => 1.0,
