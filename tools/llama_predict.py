@@ -166,6 +166,8 @@ def dispatch(op, kernel, st, invocations, loop_factor, nbytes, flops=0.0, count=
         "invocations": float(invocations), "cycles": cycles, "loop_factor": float(loop_factor),
         "bytes": float(nbytes), "occupancy": (min(threads / 2.0, 1.0) if threads else None),
         "spills": st.get("Spills", 0.0) if st else 0.0, "flops": float(flops),
+        "pipes": ([st.get("FMA", 0.0), st.get("CVT", 0.0), st.get("SFU", 0.0),
+                   st.get("Load/store", 0.0)] if st else None),
     }
 
 

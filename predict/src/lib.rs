@@ -99,6 +99,12 @@ pub struct Constants {
     /// Multiplies `efficiency` for kernels at half occupancy (more than 32 work registers:
     /// half the threads in flight hide less latency).
     pub half_occupancy_efficiency: f64,
+    /// Load/store thread-operations one core completes per cycle. Mesa's statistics assume 1
+    /// (`va_print_stats`: "1 load/store operation per cycle"); a kernel's load/store cycles are
+    /// divided by this before the busiest pipe is taken. Only dispatches that carry their
+    /// per-pipe cycles see it. `serde(default)`: lists written before it existed read as 1.
+    #[serde(default = "one")]
+    pub ls_rate: f64,
     /// What was fitted, to which figure; empty for the priors.
     pub fitted: String,
 }
@@ -113,18 +119,21 @@ impl Constants {
             dispatch_s: 0.0,
             submit_s: 0.0,
             half_occupancy_efficiency: 1.0,
+            ls_rate: 1.0,
             fitted: String::new(),
         }
     }
 }
 
 impl Constants {
-    /// The default of `rocky predict`: the priors with the per-dispatch cost fitted to the one
-    /// real Mali figure (see [`SEED_FIGURE`]) with llama.cpp's own shaders and dispatches.
+    /// The default of `rocky predict`: the priors with ONE constant fitted to the one real Mali
+    /// figure ([`SEED_FIGURE`]) through llama.cpp's own shaders and dispatches: the load/store
+    /// unit's rate ([`SEED_LS_RATE`]). docs/measurements/2026-12-05d-mali-predict.md has the
+    /// fit, the alternatives that fit the same figure, and how each predicts the others.
     pub fn seed_calibrated() -> Constants {
         Constants {
-            dispatch_s: SEED_DISPATCH_S,
-            fitted: format!("dispatch_s fitted to {SEED_FIGURE}"),
+            ls_rate: SEED_LS_RATE,
+            fitted: format!("ls_rate fitted to {SEED_FIGURE}"),
             ..Constants::priors()
         }
     }
@@ -135,8 +144,10 @@ pub const SEED_FIGURE: &str = "the seed's llama.cpp Vulkan on panvk (Mesa 26.1.3
                                Q4_K_M pp512 at -ub 64: 21.0 tok/s \
                                (shared/seeds/rocky-vulkan-llama-README.md)";
 
-/// The per-dispatch cost fitted to [`SEED_FIGURE`] (docs/measurements/2026-12-05-mali-predict.md).
-pub const SEED_DISPATCH_S: f64 = 0.0;
+/// Load/store thread-operations per core-cycle fitted to [`SEED_FIGURE`] with llama.cpp's
+/// shaders compiled by Mesa 26.1.6 (`rocky predict --dispatches llama.json --fit-pp 21.0 --fit
+/// ls-rate`); Mesa's statistics assume 1.
+pub const SEED_LS_RATE: f64 = 5.846;
 
 /// One dispatch (or `count` identical ones) as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -161,6 +172,24 @@ pub struct Dispatch {
     pub spills: f64,
     /// Useful floating-point operations of one dispatch (for GFLOP/s).
     pub flops: f64,
+    /// The driver's per-pipe cycles per invocation (FMA, CVT, SFU, load/store), where known:
+    /// then the busiest of them, load/store at the constants' `ls_rate`, replaces `cycles`.
+    #[serde(default)]
+    pub pipes: Option<[f64; 4]>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Dispatch {
+    /// Core-cycles per invocation at `ls_rate` (the driver's `cycles` without per-pipe figures).
+    pub fn busiest(&self, ls_rate: f64) -> f64 {
+        match self.pipes {
+            Some([fma, cvt, sfu, ls]) => fma.max(cvt).max(sfu).max(ls / ls_rate.max(1e-9)),
+            None => self.cycles,
+        }
+    }
 }
 
 /// What bounds a dispatch in the model.
@@ -188,7 +217,8 @@ pub fn dispatch_cost(t: &Target, c: &Constants, d: &Dispatch) -> Cost {
         _ => 1.0,
     };
     let efficiency = (c.efficiency * occupancy_eff).max(1e-9);
-    let core_cycles = d.invocations * d.cycles * d.loop_factor / f64::from(t.cores.max(1));
+    let core_cycles =
+        d.invocations * d.busiest(c.ls_rate) * d.loop_factor / f64::from(t.cores.max(1));
     let compute_s = core_cycles / t.clock_hz / efficiency;
     let memory_s = d.bytes / t.bandwidth;
     let (work, bound) = if compute_s >= memory_s {
@@ -326,6 +356,8 @@ pub enum FitParam {
     DispatchCost,
     /// The achieved fraction of the issue rate (bisection).
     Efficiency,
+    /// The load/store unit's thread-operations per core-cycle (bisection).
+    LoadStoreRate,
 }
 
 /// Why a fit has no solution.
@@ -434,12 +466,43 @@ pub fn fit(
             }
             c.efficiency = hi;
         }
+        FitParam::LoadStoreRate => {}
+    }
+    if param == FitParam::LoadStoreRate {
+        let at = |r: f64| {
+            let mut k = c.clone();
+            k.ls_rate = r;
+            predict(t, &k, dispatches, submits, tokens).total_s
+        };
+        let (mut lo, mut hi) = (1.0 / 64.0, 256.0);
+        if at(hi) > target_s {
+            return Err(FitError(format!(
+                "even a load/store unit {hi} times Mesa's rate leaves {:.3} s, slower than the \
+                 measured {target_s:.3} s: another pipe or memory bounds it",
+                at(hi)
+            )));
+        }
+        if at(lo) < target_s {
+            return Err(FitError(
+                "the figure is slower than any load/store rate explains".into(),
+            ));
+        }
+        for _ in 0..200 {
+            let mid = (lo * hi).sqrt();
+            if at(mid) > target_s {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        c.ls_rate = hi;
     }
     c.fitted = format!(
         "{} fitted to {what} ({measured_tok_s} tok/s)",
         match param {
             FitParam::DispatchCost => "dispatch_s",
             FitParam::Efficiency => "efficiency",
+            FitParam::LoadStoreRate => "ls_rate",
         }
     );
     Ok(c)
@@ -537,6 +600,7 @@ mod tests {
             occupancy: Some(1.0),
             spills: 0.0,
             flops: 0.0,
+            pipes: None,
         }
     }
 
@@ -645,6 +709,39 @@ mod tests {
         // A figure faster than the work allows has no fixed cost to fit.
         assert!(fit(&t, &base, &list, 1.0e6, FitParam::DispatchCost).is_err());
         assert!(fit(&t, &base, &list, 0.0, FitParam::DispatchCost).is_err());
+    }
+
+    #[test]
+    fn the_load_store_rate_divides_only_the_load_store_pipe_and_fits_exactly() {
+        let t = Target::g610_mc4();
+        let mut d = one(4.0e6, 8.0, 1.0, 0.0);
+        // FMA 2, CVT 1, SFU 1, load/store 8 cycles: at rate 1 the load/store pipe (8) bounds
+        // it, at rate 2 still (4), at rate 8 the FMA pipe (2).
+        d.pipes = Some([2.0, 1.0, 1.0, 8.0]);
+        let at = |r: f64| {
+            let c = Constants {
+                ls_rate: r,
+                ..exact()
+            };
+            dispatch_cost(&t, &c, &d).compute_s
+        };
+        assert!((at(1.0) - 8e-3).abs() < 1e-12);
+        assert!((at(2.0) - 4e-3).abs() < 1e-12);
+        assert!((at(8.0) - 2e-3).abs() < 1e-12);
+        let mut many = d.clone();
+        many.count = 10.0; // 80 ms at rate 1
+        let list = DispatchList {
+            name: "ls".into(),
+            statistics: String::new(),
+            tokens: 10.0,
+            submits: 0.0,
+            dispatches: vec![many],
+        };
+        // 10 tokens at 250 tok/s = 40 ms: rate 2.
+        let c = fit(&t, &exact(), &list, 250.0, FitParam::LoadStoreRate).unwrap();
+        assert!((c.ls_rate - 2.0).abs() < 1e-9, "{c:?}");
+        // Faster than the FMA pipe allows (20 ms): no rate explains it.
+        assert!(fit(&t, &exact(), &list, 1000.0, FitParam::LoadStoreRate).is_err());
     }
 
     #[test]

@@ -46,9 +46,13 @@ pub struct Args {
     /// constants (one measured figure: one constant).
     #[arg(long)]
     pub fit_pp: Option<f64>,
-    /// With --fit-pp: fit the achieved efficiency instead of the per-dispatch cost.
+    /// With --fit-pp: which constant to fit: dispatch (the per-dispatch cost), ls-rate (the
+    /// load/store unit's rate against Mesa's assumed 1 per cycle) or efficiency.
+    #[arg(long, default_value = "dispatch")]
+    pub fit: String,
+    /// The load/store unit's thread-operations per core-cycle [default: the seed calibration's].
     #[arg(long)]
-    pub fit_efficiency: bool,
+    pub ls_rate: Option<f64>,
     /// Achieved fraction of the issue rate [default: the seed calibration's].
     #[arg(long)]
     pub efficiency: Option<f64>,
@@ -99,6 +103,11 @@ pub fn run(args: Args) -> CmdResult {
         constants.dispatch_s = us * 1e-6;
         constants.fitted += "; dispatch_s from --dispatch-us";
     }
+    if let Some(r) = args.ls_rate {
+        positive("--ls-rate", r)?;
+        constants.ls_rate = r;
+        constants.fitted += "; ls_rate from --ls-rate";
+    }
     if let Some(us) = args.submit_us {
         non_negative("--submit-us", us)?;
         constants.submit_s = us * 1e-6;
@@ -147,15 +156,30 @@ pub fn run(args: Args) -> CmdResult {
         }
     }
     if let Some(measured) = args.fit_pp {
-        let param = if args.fit_efficiency {
-            FitParam::Efficiency
-        } else {
-            FitParam::DispatchCost
+        let param = match args.fit.as_str() {
+            "dispatch" => FitParam::DispatchCost,
+            "ls-rate" => FitParam::LoadStoreRate,
+            "efficiency" => FitParam::Efficiency,
+            other => {
+                return Err(CliError::usage(format!(
+                    "--fit {other}: use dispatch, ls-rate or efficiency"
+                )))
+            }
         };
-        let base = Constants {
-            fitted: String::new(),
-            ..Constants::priors()
-        };
+        // The other constants stay as given (flags) or as the priors.
+        let mut base = Constants::priors();
+        if let Some(e) = args.efficiency {
+            base.efficiency = e;
+        }
+        if let Some(us) = args.dispatch_us {
+            base.dispatch_s = us * 1e-6;
+        }
+        if let Some(r) = args.ls_rate {
+            base.ls_rate = r;
+        }
+        if let Some(us) = args.submit_us {
+            base.submit_s = us * 1e-6;
+        }
         constants = fit(&target, &base, &prefill, measured, param)
             .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
     }
@@ -196,8 +220,9 @@ pub fn run(args: Args) -> CmdResult {
         target.bandwidth_from
     );
     println!(
-        "  constants: efficiency {:.3}, per dispatch {:.1} µs, per submit {:.1} µs, half-occupancy x{:.2} ({})",
+        "  constants: efficiency {:.3}, load/store rate {:.2}/cycle, per dispatch {:.1} µs, per submit {:.1} µs, half-occupancy x{:.2} ({})",
         constants.efficiency,
+        constants.ls_rate,
         constants.dispatch_s * 1e6,
         constants.submit_s * 1e6,
         constants.half_occupancy_efficiency,
@@ -304,6 +329,7 @@ fn print_table(p: &Prediction) {
 #[derive(Clone, Copy)]
 struct KernelCost {
     cycles: f64,
+    pipes: Option<[f64; 4]>,
     occupancy: Option<f64>,
     spills: f64,
     from_driver: bool,
@@ -448,6 +474,7 @@ fn kernel_cost(
     if let Some(v) = flat.as_ref().and_then(ValhallStats::from_flat) {
         return Ok(KernelCost {
             cycles: v.cycles,
+            pipes: Some([v.fma, v.cvt, v.sfu, v.load_store]),
             occupancy: v.occupancy(),
             spills: v.spills,
             from_driver: true,
@@ -460,6 +487,7 @@ fn kernel_cost(
         .unwrap_or(1.0);
     Ok(KernelCost {
         cycles,
+        pipes: None,
         occupancy: None,
         spills: 0.0,
         from_driver: false,
@@ -580,6 +608,7 @@ fn ubatch_dispatches(
             occupancy: k.occupancy,
             spills: k.spills,
             flops: actual.flops() as f64,
+            pipes: k.pipes,
         });
         // A GEMM split across the grid without the last group reducing: its reduce pass
         // reads the partial sums once and writes the output (memory and a dispatch).
@@ -597,6 +626,7 @@ fn ubatch_dispatches(
                     occupancy: None,
                     spills: 0.0,
                     flops: 0.0,
+                    pipes: None,
                 });
             }
         }

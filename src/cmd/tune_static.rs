@@ -126,6 +126,7 @@ fn g610_ms(score: f64, workload: &rocky_compiler::Workload) -> f64 {
         occupancy: None,
         spills: 0.0,
         flops: 0.0,
+        pipes: None,
     };
     rocky_predict::dispatch_cost(&t, &c, &d).total_s * 1e3
 }
