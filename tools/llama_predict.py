@@ -33,6 +33,9 @@ import sys
 MMQ_BK = 32  # K per main-loop step of the q8_1 integer-dot matmul (mul_mmq)
 # (rows of W per workgroup, tokens per workgroup, threads): s / m / l warptiles of mul_mmq.
 MMQ_TILES = {"s": (32, 32, 32), "m": (64, 64, 128), "l": (128, 128, 128)}
+# Debian's build names the variants by a suffix: at ubatch 16 it compiled
+# matmul_q4_k_q8_1_0, at 64 matmul_q4_k_q8_1_1 (so 0 = s, 1 = m; 2 = l is assumed).
+MMQ_SUFFIX = {"s": "0", "m": "1", "l": "2"}
 QUANT_VALUES_PER_THREAD = 4  # quantize_q8_1: one vec4 per invocation
 FA_THREADS = 64  # scalar flash attention: 4 subgroups of 16
 FA_ROWS = 4  # query rows per workgroup (n_kv < 1024: reduce_block_rows)
@@ -151,8 +154,9 @@ class Stats:
         for p in (prefix, *fallbacks):
             names = sorted(n for n in self.stats if n.startswith(p))
             if names:
-                if p != prefix:
-                    self.stand_ins.append(f"{prefix} <- {names[0]}")
+                note = f"{prefix} <- {names[0]}"
+                if p != prefix and note not in self.stand_ins:
+                    self.stand_ins.append(note)
                 self.used[names[0]] = self.stats[names[0]]
                 return names[0], self.stats[names[0]]
         return None, None
@@ -182,8 +186,11 @@ def mmq_variant(n):
 
 def matmul(S, op, wtype, m_rows, k, n):
     """One mul_mmq dispatch: m_rows outputs of W (m_rows x k) for n tokens."""
-    bm, bn, threads = MMQ_TILES[mmq_variant(n)]
-    name, st = S.find(f"matmul_{wtype}_q8_1", (f"matmul_{wtype}", "matmul_q4_k_q8_1"))
+    variant = mmq_variant(n)
+    bm, bn, threads = MMQ_TILES[variant]
+    name, st = S.find(f"matmul_{wtype}_q8_1_{MMQ_SUFFIX[variant]}",
+                      (f"matmul_{wtype}_q8_1", f"matmul_{wtype}",
+                       f"matmul_q4_k_q8_1_{MMQ_SUFFIX[variant]}", "matmul_q4_k_q8_1"))
     inv = math.ceil(m_rows / bm) * math.ceil(n / bn) * threads
     nbytes = wbytes(wtype, m_rows, k) + n * k * 1.125 + n * m_rows * 4
     return dispatch(op, name, st, inv, math.ceil(k / MMQ_BK), nbytes, 2.0 * m_rows * k * n)
