@@ -162,3 +162,99 @@ fn bad_input_is_a_clear_error() {
     assert!(!text(&out).contains("panicked"), "{}", text(&out));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Statistics lines as llama.cpp prints them with GGML_VK_PIPELINE_STATS=1 (values of Debian's
+/// llama.cpp 0.7.0 on Mesa 26.1.6, docs/measurements/2026-12-05d-mali-predict.md).
+const LLAMA_STATS: &str = "\
+ggml_vulkan: pipeline stats for matmul_q4_k_q8_1_1:
+ggml_vulkan:   Cycles: 285
+ggml_vulkan:   FMA: 5.8125
+ggml_vulkan:   CVT: 21.1719
+ggml_vulkan:   SFU: 21.0625
+ggml_vulkan:   Load/store: 285
+ggml_vulkan:   Threads: 1
+ggml_vulkan:   Spills: 25
+ggml_vulkan:   Registers used: 64
+ggml_vulkan: pipeline stats for quantize_q8_1_x4:
+ggml_vulkan:   Cycles: 7.625
+ggml_vulkan:   Load/store: 5
+ggml_vulkan:   Threads: 1
+";
+
+fn python() -> Option<&'static str> {
+    let ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped: no python3 for tools/llama_predict.py");
+    }
+    ok.then_some("python3")
+}
+
+#[test]
+fn llama_cpps_dispatch_list_has_its_graphs_dispatches_and_costs_its_shaders() {
+    let Some(py) = python() else { return };
+    let dir = scratch("llama");
+    let stats = dir.join("stats.log");
+    std::fs::write(&stats, LLAMA_STATS).unwrap();
+    let list = dir.join("list.json");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/llama_predict.py");
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .args(["--stats", stats.to_str().unwrap()])
+        .args(["--model", tiny().to_str().unwrap()])
+        .args(["-p", "100", "--ubatch", "64", "-o", list.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let l: Value = serde_json::from_slice(&std::fs::read(&list).unwrap()).unwrap();
+    // The tiny Qwen2 (4 layers, biases): per layer and ubatch 23 dispatches (norm, 4 quantizes
+    // + 6 matmuls, 3 bias adds, 2 RoPEs, the V cache write, attention, 2 residual adds, the ffn
+    // norm, SwiGLU: 1 + 4 + 6 + 3 + 2 + 1 + 1 + 2 + 1 + 1 + 1 = 23), the embedding per ubatch,
+    // the output norm and projection once.
+    let n: f64 = l["dispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["count"].as_f64().unwrap())
+        .sum();
+    assert_eq!(n, 2.0 * (4.0 * 23.0 + 1.0) + 2.0);
+    assert_eq!(l["tokens"], 100.0);
+    // A matmul carries the driver's figures; Q6_K's, absent here, is stood in by Q4_K's, said so.
+    let mm = l["dispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kernel"] == "matmul_q4_k_q8_1_1")
+        .expect("a Q4_K matmul");
+    assert_eq!(mm["cycles"], 285.0);
+    assert_eq!(mm["pipes"][3], 285.0);
+    assert_eq!(mm["occupancy"], 0.5);
+    assert!(l["statistics"].as_str().unwrap().contains("stand-ins"));
+    let out = rocky(&["predict", "--dispatches", list.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p["prefill"]["result"]["dispatches"], n);
+    // Bad input: a log without statistics is refused by name.
+    std::fs::write(&stats, "nothing here\n").unwrap();
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .args(["--stats", stats.to_str().unwrap()])
+        .args([
+            "--model",
+            tiny().to_str().unwrap(),
+            "-o",
+            list.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("GGML_VK_PIPELINE_STATS"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
