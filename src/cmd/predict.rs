@@ -42,8 +42,8 @@ pub struct Args {
     /// Cost this dispatch list (JSON, see tools/llama_predict.py) instead of a model's.
     #[arg(long)]
     pub dispatches: Option<PathBuf>,
-    /// Fit the per-dispatch cost so the prefill predicts this measured tok/s, and print the
-    /// constants (one measured figure: one constant).
+    /// Fit one constant (--fit) so the prefill predicts this measured tok/s, the others kept
+    /// (the seed calibration's or the flags'), and print them: one measured figure, one constant.
     #[arg(long)]
     pub fit_pp: Option<f64>,
     /// With --fit-pp: which constant to fit: dispatch (the per-dispatch cost), ls-rate (the
@@ -166,20 +166,11 @@ pub fn run(args: Args) -> CmdResult {
                 )))
             }
         };
-        // The other constants stay as given (flags) or as the priors.
-        let mut base = Constants::priors();
-        if let Some(e) = args.efficiency {
-            base.efficiency = e;
-        }
-        if let Some(us) = args.dispatch_us {
-            base.dispatch_s = us * 1e-6;
-        }
-        if let Some(r) = args.ls_rate {
-            base.ls_rate = r;
-        }
-        if let Some(us) = args.submit_us {
-            base.submit_s = us * 1e-6;
-        }
+        // The other constants stay as they are: the seed calibration's, or the flags'.
+        let base = Constants {
+            fitted: String::new(),
+            ..constants.clone()
+        };
         constants = fit(&target, &base, &prefill, measured, param)
             .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
     }
