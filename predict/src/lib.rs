@@ -497,7 +497,7 @@ pub fn fit(
         }
         c.ls_rate = hi;
     }
-    c.fitted = format!(
+    let note = format!(
         "{} fitted to {what} ({measured_tok_s} tok/s)",
         match param {
             FitParam::DispatchCost => "dispatch_s",
@@ -505,6 +505,11 @@ pub fn fit(
             FitParam::LoadStoreRate => "ls_rate",
         }
     );
+    c.fitted = if base.fitted.is_empty() {
+        note
+    } else {
+        format!("{}; {note}", base.fitted)
+    };
     Ok(c)
 }
 

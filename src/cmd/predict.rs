@@ -167,11 +167,7 @@ pub fn run(args: Args) -> CmdResult {
             }
         };
         // The other constants stay as they are: the seed calibration's, or the flags'.
-        let base = Constants {
-            fitted: String::new(),
-            ..constants.clone()
-        };
-        constants = fit(&target, &base, &prefill, measured, param)
+        constants = fit(&target, &constants, &prefill, measured, param)
             .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
     }
     let pp = prefill.predict(&target, &constants);
