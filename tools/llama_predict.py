@@ -2,7 +2,8 @@
 """llama.cpp's prefill as a dispatch list for `rocky predict --dispatches`: the same Mali cost
 model, fed with llama.cpp's OWN shaders' Valhall statistics.
 
-    GGML_VK_PIPELINE_STATS=1 run-26.sh llama-bench -m M.gguf -ngl 99 -p 512 -n 0 -ub 64 -r 1 \
+    bash tools/llama_shim26.sh ~/.cache/rocky/mali-shim26-26.1.6 /tmp/llama-shim26
+    GGML_VK_PIPELINE_STATS=1 /tmp/llama-shim26/run-26.sh llama-bench -m M.gguf -ngl 99 -p 512 -n 0 -ub 64 -r 1 \
         2> stats.log                       # on the Mesa 26.1.6 mali-shim: nothing executes
     tools/llama_predict.py --stats stats.log --model M.gguf -p 512 --ubatch 64 -o list.json
     rocky predict --dispatches list.json [--fit-pp 21.0]
