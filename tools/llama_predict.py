@@ -190,8 +190,8 @@ def matmul(S, op, wtype, m_rows, k, n):
     variant = mmq_variant(n)
     bm, bn, threads = MMQ_TILES[variant]
     name, st = S.find(f"matmul_{wtype}_q8_1_{MMQ_SUFFIX[variant]}",
-                      (f"matmul_{wtype}_q8_1", f"matmul_{wtype}",
-                       f"matmul_q4_k_q8_1_{MMQ_SUFFIX[variant]}", "matmul_q4_k_q8_1"))
+                      (f"matmul_q4_k_q8_1_{MMQ_SUFFIX[variant]}", f"matmul_{wtype}_q8_1",
+                       f"matmul_{wtype}", "matmul_q4_k_q8_1"))
     inv = math.ceil(m_rows / bm) * math.ceil(n / bn) * threads
     nbytes = wbytes(wtype, m_rows, k) + n * k * 1.125 + n * m_rows * 4
     return dispatch(op, name, st, inv, math.ceil(k / MMQ_BK), nbytes, 2.0 * m_rows * k * n)
