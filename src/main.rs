@@ -58,6 +58,9 @@ enum Command {
     Tune(cmd::tune::Args),
     /// List, inspect, export and import the tuning database.
     Db(cmd::db::Args),
+    /// Predict the Mali's prefill and decode speed from the driver's own shader statistics (a
+    /// model calibrated on one real figure; never a measurement).
+    Predict(cmd::predict::Args),
     /// Write one file to send back from a board: system, doctor, devices, model, bench,
     /// prefill profile and tuning database.
     Report(cmd::report::Args),
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tune(a) => cmd::tune::run(a),
         Command::Db(a) => cmd::db::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Predict(a) => cmd::predict::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -67,6 +67,7 @@ fn the_report_holds_every_section_with_its_real_output() {
         "## 5. Bench",
         "## 6. Prefill profile (16 tokens)",
         "## 7. Tuning database",
+        "## 8. Predicted (the Mali cost model: a prediction, not a measurement)",
     ] {
         assert!(report.contains(heading), "no {heading:?} in:\n{report}");
     }
@@ -78,6 +79,10 @@ fn the_report_holds_every_section_with_its_real_output() {
         "no tuned and default rows:\n{report}"
     );
     assert!(report.contains("GPU busy"), "no profile:\n{report}");
+    assert!(
+        report.contains("predicted prefill:"),
+        "no prediction:\n{report}"
+    );
     assert!(
         report.contains("```jsonl\n{"),
         "no tuning records:\n{report}"

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod gpu;
 pub mod info;
 pub mod kernel;
+pub mod predict;
 pub mod prefill;
 pub mod prompt;
 pub mod report;

@@ -136,6 +136,24 @@ pub fn run(args: Args) -> CmdResult {
         db.extend(["export".into(), "-o".into(), export.display().to_string()]);
         sections.push(("Tuning database".into(), db));
     }
+    // What the Mali cost model predicts for the same prompt and ubatch, beside the measured
+    // bench above (last, so the other sections keep their numbers): a board's report calibrates the model (`rocky predict --fit-pp`).
+    let mut predict = vec![
+        "predict".to_string(),
+        model_path.clone(),
+        "-p".into(),
+        prompt_lengths[0].to_string(),
+        "--ubatch".into(),
+        args.ubatch.to_string(),
+        "--decode".into(),
+        "16".into(),
+    ];
+    predict.extend(device_args.iter().cloned());
+    predict.extend(db_args.iter().cloned());
+    sections.push((
+        "Predicted (the Mali cost model: a prediction, not a measurement)".into(),
+        predict,
+    ));
 
     let mut report = String::new();
     let _ = writeln!(

@@ -1,0 +1,753 @@
+//! `rocky predict`: what the Mali would do. Every dispatch of the prefill (and of decode steps)
+//! as the executor prepares it, each kernel compiled by the device's own driver with its
+//! statistics captured (panvk 26.x: per-pipe cycles, registers → occupancy, spills), times its
+//! invocations and loop trips → a time on a G610 MC4 model, bounded below by its memory
+//! traffic, plus fixed costs (`rocky_predict`). Nothing is timed: on the Mali shims nothing can
+//! be. With `--dispatches FILE` the same model costs a dispatch list made elsewhere
+//! (tools/llama_predict.py makes llama.cpp's from its `GGML_VK_PIPELINE_STATS` output).
+
+use super::gpu::{self, device_error, GpuArgs};
+use crate::error::{CliError, CmdResult};
+use rocky_compiler::templates::{self, attention, eltwise, embedding, kv_cache, rms_norm, rope};
+use rocky_compiler::{DeviceCaps, Schedule, Workload};
+use rocky_engine::Model;
+use rocky_predict::{
+    fit, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
+};
+use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
+use rocky_tuner::static_cost::{self, CostModel};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+    rocky predict qwen2.5-3b-q4_k_m.gguf -p 512 -ub 64 --decode 16\n  \
+    rocky predict --dispatches llama-3b-ub64.json --fit-pp 21.0 --json\n\n\
+    Run it where the driver reports Valhall statistics (panvk 26.x: a board, or \
+    ../shared/tools/mali-shim26 under qemu). Elsewhere the cycles come from rocky's own IR \
+    model and the table says so. Every figure is a PREDICTION of a model, never a measurement; \
+    the constants, and what they were fitted to, are printed with it.")]
+pub struct Args {
+    /// The GGUF model (not needed with --dispatches).
+    pub model: Option<PathBuf>,
+    /// Prompt tokens of the predicted prefill.
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Decode steps to predict after the prompt (0: none).
+    #[arg(long, default_value_t = 16)]
+    pub decode: usize,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+    /// Cost this dispatch list (JSON, see tools/llama_predict.py) instead of a model's.
+    #[arg(long)]
+    pub dispatches: Option<PathBuf>,
+    /// Fit one constant (--fit) so the prefill predicts this measured tok/s, the others kept
+    /// (the seed calibration's or the flags'), and print them: one measured figure, one constant.
+    #[arg(long)]
+    pub fit_pp: Option<f64>,
+    /// With --fit-pp: which constant to fit: dispatch (the per-dispatch cost), ls-rate (the
+    /// load/store unit's rate against Mesa's assumed 1 per cycle) or efficiency.
+    #[arg(long, default_value = "dispatch")]
+    pub fit: String,
+    /// The load/store unit's thread-operations per core-cycle [default: the seed calibration's].
+    #[arg(long)]
+    pub ls_rate: Option<f64>,
+    /// Achieved fraction of the issue rate [default: the seed calibration's].
+    #[arg(long)]
+    pub efficiency: Option<f64>,
+    /// Fixed cost per dispatch in microseconds [default: the seed calibration's].
+    #[arg(long)]
+    pub dispatch_us: Option<f64>,
+    /// Fixed cost per submit in microseconds [default: 0].
+    #[arg(long)]
+    pub submit_us: Option<f64>,
+    /// Efficiency multiplier at half occupancy [default: 1, no penalty].
+    #[arg(long)]
+    pub half_occupancy_efficiency: Option<f64>,
+    /// GPU clock in MHz [default: 1000, the RK3588's top operating point].
+    #[arg(long)]
+    pub clock_mhz: Option<f64>,
+    /// DRAM bandwidth in GB/s [default: 27, clpeak on a G610].
+    #[arg(long)]
+    pub bandwidth_gbs: Option<f64>,
+    /// Also write the dispatch lists (PREFIX.prefill.json, PREFIX.decode.json) for re-costing
+    /// with other constants by --dispatches, without compiling again.
+    #[arg(long)]
+    pub save_dispatches: Option<PathBuf>,
+    /// Print the full prediction as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let mut target = Target::g610_mc4();
+    if let Some(mhz) = args.clock_mhz {
+        positive("--clock-mhz", mhz)?;
+        target.clock_hz = mhz * 1e6;
+        target.clock_from = "--clock-mhz".into();
+    }
+    if let Some(gbs) = args.bandwidth_gbs {
+        positive("--bandwidth-gbs", gbs)?;
+        target.bandwidth = gbs * 1e9;
+        target.bandwidth_from = "--bandwidth-gbs".into();
+    }
+    let mut constants = Constants::seed_calibrated();
+    if let Some(e) = args.efficiency {
+        positive("--efficiency", e)?;
+        constants.efficiency = e;
+        constants.fitted += "; efficiency from --efficiency";
+    }
+    if let Some(us) = args.dispatch_us {
+        non_negative("--dispatch-us", us)?;
+        constants.dispatch_s = us * 1e-6;
+        constants.fitted += "; dispatch_s from --dispatch-us";
+    }
+    if let Some(r) = args.ls_rate {
+        positive("--ls-rate", r)?;
+        constants.ls_rate = r;
+        constants.fitted += "; ls_rate from --ls-rate";
+    }
+    if let Some(us) = args.submit_us {
+        non_negative("--submit-us", us)?;
+        constants.submit_s = us * 1e-6;
+    }
+    if let Some(h) = args.half_occupancy_efficiency {
+        positive("--half-occupancy-efficiency", h)?;
+        constants.half_occupancy_efficiency = h;
+    }
+    let (prefill, decode) = match (&args.dispatches, &args.model) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::input(format!("--dispatches {}: {e}", path.display())))?;
+            let list: DispatchList = serde_json::from_str(&text).map_err(|e| {
+                CliError::input(format!(
+                    "--dispatches {}: not a dispatch list ({e}); tools/llama_predict.py writes one",
+                    path.display()
+                ))
+            })?;
+            check_list(&list, path)?;
+            (list, None)
+        }
+        (None, Some(model)) => {
+            let (prefill, decode, cores) = rocky_lists(&args, model)?;
+            if let Some((cores, from)) = cores {
+                target = target.with_cores(cores, from);
+            }
+            (prefill, decode)
+        }
+        (None, None) => {
+            return Err(CliError::usage(
+                "rocky predict needs a MODEL, or --dispatches FILE",
+            ))
+        }
+    };
+    if let Some(prefix) = &args.save_dispatches {
+        let mut lists = vec![("prefill", &prefill)];
+        if let Some(d) = &decode {
+            lists.push(("decode", d));
+        }
+        for (what, list) in lists {
+            let path = PathBuf::from(format!("{}.{what}.json", prefix.display()));
+            let text = serde_json::to_string_pretty(list).unwrap_or_default();
+            std::fs::write(&path, text).map_err(|e| {
+                CliError::output(format!("--save-dispatches {}: {e}", path.display()))
+            })?;
+        }
+    }
+    if let Some(measured) = args.fit_pp {
+        let param = match args.fit.as_str() {
+            "dispatch" => FitParam::DispatchCost,
+            "ls-rate" => FitParam::LoadStoreRate,
+            "efficiency" => FitParam::Efficiency,
+            other => {
+                return Err(CliError::usage(format!(
+                    "--fit {other}: use dispatch, ls-rate or efficiency"
+                )))
+            }
+        };
+        // The other constants stay as they are: the seed calibration's, or the flags'.
+        constants = fit(&target, &constants, &prefill, measured, param)
+            .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
+    }
+    let pp = prefill.predict(&target, &constants);
+    let tg = decode.as_ref().map(|d| {
+        let p = d.predict(&target, &constants);
+        let bytes: f64 = d.dispatches.iter().map(|x| x.bytes * x.count).sum();
+        let bound = target.bandwidth_bound_tok_s(bytes / d.tokens.max(1.0));
+        (p, bound)
+    });
+    if args.json {
+        let out = json!({
+            "prediction": true,
+            "note": "a model's prediction, not a measurement",
+            "target": target,
+            "constants": constants,
+            "prefill": { "name": prefill.name, "statistics": prefill.statistics, "result": pp },
+            "decode": tg.as_ref().map(|(p, bound)| json!({
+                "result": p,
+                "bandwidth_bound_tok_s": bound,
+                "share_of_bound": p.tok_per_s / bound,
+            })),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    println!(
+        "PREDICTION (a model, not a measurement) for {}",
+        target.name
+    );
+    println!(
+        "  cores {} ({}); clock {:.0} MHz ({}); bandwidth {:.1} GB/s ({})",
+        target.cores,
+        target.cores_from,
+        target.clock_hz / 1e6,
+        target.clock_from,
+        target.bandwidth / 1e9,
+        target.bandwidth_from
+    );
+    println!(
+        "  constants: efficiency {:.3}, load/store rate {:.2}/cycle, per dispatch {:.1} µs, per submit {:.1} µs, half-occupancy x{:.2} ({})",
+        constants.efficiency,
+        constants.ls_rate,
+        constants.dispatch_s * 1e6,
+        constants.submit_s * 1e6,
+        constants.half_occupancy_efficiency,
+        if constants.fitted.is_empty() { "priors" } else { &constants.fitted }
+    );
+    println!("prefill: {} [{}]", prefill.name, prefill.statistics);
+    print_table(&pp);
+    println!(
+        "predicted prefill: {:.1} tok/s ({:.0} tokens in {:.3} s; {:.0} dispatches; compute {:.0}%, memory {:.0}%, fixed {:.0}%)",
+        pp.tok_per_s,
+        pp.tokens,
+        pp.total_s,
+        pp.dispatches,
+        pp.compute_share * 100.0,
+        pp.memory_share * 100.0,
+        pp.fixed_share * 100.0
+    );
+    if let (Some((p, bound)), Some(d)) = (&tg, &decode) {
+        println!("decode: {} [{}]", d.name, d.statistics);
+        print_table(p);
+        println!(
+            "predicted decode: {:.1} tok/s; bandwidth bound {:.1} tok/s (every byte once at {:.1} GB/s): {:.0}% of it",
+            p.tok_per_s,
+            bound,
+            target.bandwidth / 1e9,
+            100.0 * p.tok_per_s / bound
+        );
+    }
+    Ok(())
+}
+
+fn positive(flag: &str, v: f64) -> Result<(), CliError> {
+    if v > 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!(
+            "{flag} must be a positive number, not {v}"
+        )))
+    }
+}
+
+fn non_negative(flag: &str, v: f64) -> Result<(), CliError> {
+    if v >= 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!(
+            "{flag} must be zero or more, not {v}"
+        )))
+    }
+}
+
+fn check_list(list: &DispatchList, path: &std::path::Path) -> Result<(), CliError> {
+    let bad = |what: String| CliError::input(format!("--dispatches {}: {what}", path.display()));
+    if list.tokens.is_nan() || list.tokens <= 0.0 {
+        return Err(bad(format!("tokens must be positive, not {}", list.tokens)));
+    }
+    if list.dispatches.is_empty() {
+        return Err(bad("no dispatches".into()));
+    }
+    for d in &list.dispatches {
+        let fields = [d.count, d.invocations, d.cycles, d.loop_factor, d.bytes];
+        if fields.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(bad(format!(
+                "dispatch {} ({}) has a negative or non-finite number",
+                d.op, d.kernel
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn print_table(p: &Prediction) {
+    println!(
+        "  {:<16} {:>6} {:>9} {:>6} {:>7} {:>8} {:>6} {:>4} {:>6} {:<6} kernel",
+        "op", "calls", "ms", "share", "GFLOP/s", "cycles", "loops", "occ", "spills", "bound"
+    );
+    for r in &p.rows {
+        let gflops = if r.flops > 0.0 && r.total_s > 0.0 {
+            format!("{:.1}", r.flops / r.total_s / 1e9)
+        } else {
+            "-".into()
+        };
+        println!(
+            "  {:<16} {:>6} {:>9.3} {:>5.1}% {:>7} {:>8.2} {:>6.1} {:>4} {:>6} {:<6} {}",
+            r.op,
+            r.calls,
+            r.total_s * 1e3,
+            100.0 * r.total_s / p.total_s.max(1e-30),
+            gflops,
+            r.cycles,
+            r.loop_factor,
+            r.occupancy.map_or("-".into(), |o| format!("{o:.1}")),
+            r.spills,
+            match r.bound {
+                rocky_predict::Bound::Compute => "comp",
+                rocky_predict::Bound::Memory => "mem",
+            },
+            r.kernel
+        );
+    }
+}
+
+/// Driver cycles and occupancy of one kernel, or the IR model's where the driver has none.
+#[derive(Clone, Copy)]
+struct KernelCost {
+    cycles: f64,
+    pipes: Option<[f64; 4]>,
+    occupancy: Option<f64>,
+    spills: f64,
+    from_driver: bool,
+}
+
+/// rocky's prefill and decode dispatch lists of `model` on the device, and the core count the
+/// driver reports.
+#[allow(clippy::type_complexity)]
+fn rocky_lists(
+    args: &Args,
+    path: &std::path::Path,
+) -> Result<(DispatchList, Option<DispatchList>, Option<(u32, String)>), CliError> {
+    if args.n_prompt == 0 {
+        return Err(CliError::usage("-p must be at least 1"));
+    }
+    let model = Model::open(path).map_err(gpu::load_error)?;
+    let n_ctx = args.n_prompt + args.decode;
+    let mut session = gpu::open_session(&args.gpu, &model, n_ctx, false)?;
+    gpu::prepare(&mut session)?;
+    let ubatch = session.ubatch();
+    let prefill_used: Vec<_> = session.schedules_used().to_vec();
+    let decode_used: Vec<_> = if args.decode > 0 {
+        session.prepare_decode().map_err(gpu::session_error)?;
+        session.schedules_used().to_vec()
+    } else {
+        Vec::new()
+    };
+    // A context of its own for the statistics: a pipeline the session's device already built
+    // may be served from the driver's in-memory cache without them.
+    let selector = args.gpu.options(false)?.device;
+    let ctx = Context::new(&selector).map_err(device_error)?;
+    let caps = device_caps(ctx.info(), ctx.caps());
+    let cores = ctx
+        .info()
+        .limits
+        .shader_cores
+        .map(|c| {
+            (
+                c,
+                "reported by the driver (VK_ARM_shader_core_properties)".to_string(),
+            )
+        })
+        .or_else(|| {
+            cores_from_name(&ctx.info().name).map(|c| {
+                (
+                    c,
+                    format!("from the driver's device name \"{}\"", ctx.info().name),
+                )
+            })
+        });
+    let mut stats: HashMap<(Workload, Schedule), KernelCost> = HashMap::new();
+    let mut any_driver = false;
+    let mut all_driver = true;
+    for (label, w, s, _) in prefill_used.iter().chain(&decode_used) {
+        if stats.contains_key(&(*w, *s)) {
+            continue;
+        }
+        let k = kernel_cost(&ctx, &caps, label, w, s)?;
+        any_driver |= k.from_driver;
+        all_driver &= k.from_driver;
+        stats.insert((*w, *s), k);
+    }
+    let source = match (any_driver, all_driver) {
+        (true, true) => format!(
+            "driver statistics of {} ({})",
+            ctx.info().name,
+            ctx.info().driver.info
+        ),
+        (true, false) => format!(
+            "driver statistics of {} where reported, rocky's IR model elsewhere",
+            ctx.info().name
+        ),
+        _ => format!(
+            "rocky's IR model (in its own units: {} reports no cycle statistics)",
+            ctx.info().name
+        ),
+    };
+    let name = format!(
+        "rocky {} pp{} ub {ubatch}",
+        path.file_name().map_or("?".into(), |n| n.to_string_lossy()),
+        args.n_prompt
+    );
+    let prefill = DispatchList {
+        name,
+        statistics: source.clone(),
+        tokens: args.n_prompt as f64,
+        submits: args.n_prompt.div_ceil(ubatch) as f64,
+        dispatches: prefill_dispatches(&prefill_used, &stats, &caps, args.n_prompt, ubatch),
+    };
+    let decode = (args.decode > 0).then(|| {
+        let mut dispatches = Vec::new();
+        for step in 0..args.decode {
+            let pos = args.n_prompt + step;
+            dispatches.extend(ubatch_dispatches(
+                &decode_used,
+                &stats,
+                &caps,
+                1,
+                pos,
+                1,
+                true,
+            ));
+        }
+        DispatchList {
+            name: format!(
+                "rocky decode, {} steps after {} tokens",
+                args.decode, args.n_prompt
+            ),
+            statistics: source,
+            tokens: args.decode as f64,
+            submits: args.decode as f64,
+            dispatches: merge(dispatches),
+        }
+    });
+    Ok((prefill, decode, cores))
+}
+
+/// "Mali-G610 MC4" → 4.
+pub fn cores_from_name(name: &str) -> Option<u32> {
+    let at = name.find(" MC")?;
+    let digits: String = name[at + 3..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok().filter(|&n| n > 0)
+}
+
+fn kernel_cost(
+    ctx: &Context,
+    caps: &DeviceCaps,
+    label: &str,
+    w: &Workload,
+    s: &Schedule,
+) -> Result<KernelCost, CliError> {
+    let kernel = templates::instantiate(w, s, caps)
+        .map_err(|r| CliError::internal(format!("{label}: the prepared kernel refuses: {r}")))?;
+    let flat = match ComputePipeline::with_statistics(ctx, None, &kernel) {
+        Ok((_p, st)) => Some(st.flat()),
+        Err(RuntimeError::StatisticsUnsupported { .. }) => None,
+        Err(e) => return Err(device_error(e)),
+    };
+    if let Some(v) = flat.as_ref().and_then(ValhallStats::from_flat) {
+        return Ok(KernelCost {
+            cycles: v.cycles,
+            pipes: Some([v.fma, v.cvt, v.sfu, v.load_store]),
+            occupancy: v.occupancy(),
+            spills: v.spills,
+            from_driver: true,
+        });
+    }
+    // No driver cycles: the IR's per-invocation bound, every loop once (as a driver counts).
+    let model = CostModel::for_device(caps);
+    let cycles = kernel_ir(w, s)
+        .map(|m| static_cost::count(&m, None, &model).bound(&model))
+        .unwrap_or(1.0);
+    Ok(KernelCost {
+        cycles,
+        pipes: None,
+        occupancy: None,
+        spills: 0.0,
+        from_driver: false,
+    })
+}
+
+/// The IR of `w`'s kernel with `s` (the GEMV and GEMM through their own templates).
+fn kernel_ir(w: &Workload, s: &Schedule) -> Option<rocky_compiler::ir::Module> {
+    Some(match (w, s) {
+        (Workload::Gemm(w), Schedule::Gemm(s)) => templates::gemm::kernel_ir(w, s),
+        (Workload::Gemv(w), Schedule::Gemv(s)) => templates::gemv::kernel_ir(w, s),
+        (Workload::RmsNorm(w), Schedule::RmsNorm(s)) => rms_norm::kernel_ir(w, s),
+        (Workload::RopeNeox(w), Schedule::RopeNeox(s)) => rope::kernel_ir(w, s),
+        (Workload::SwiGlu(w), Schedule::SwiGlu(s)) => {
+            eltwise::kernel_ir(eltwise::EltwiseOp::SwiGlu, w, s)
+        }
+        (Workload::GeGlu(w), Schedule::GeGlu(s)) => {
+            eltwise::kernel_ir(eltwise::EltwiseOp::GeGlu, w, s)
+        }
+        (Workload::Add(w), Schedule::Add(s)) => eltwise::kernel_ir(eltwise::EltwiseOp::Add, w, s),
+        (Workload::Scale(w), Schedule::Scale(s)) => {
+            eltwise::kernel_ir(eltwise::EltwiseOp::Scale, w, s)
+        }
+        (Workload::Embedding(w), Schedule::Embedding(s)) => embedding::kernel_ir(w, s),
+        (Workload::KvWrite(w), Schedule::KvWrite(s)) => kv_cache::kernel_ir(w, s),
+        (Workload::Attention(w), Schedule::Attention(s)) => attention::kernel_ir(w, s),
+        _ => return None,
+    })
+}
+
+/// The prefill's dispatches: every ubatch runs the used kernels at its rows, the ops after the
+/// last row (final norm, output projection: their workloads have one row) only the last.
+fn prefill_dispatches(
+    used: &[(
+        String,
+        Workload,
+        Schedule,
+        rocky_runtime::executor::ScheduleOrigin,
+    )],
+    stats: &HashMap<(Workload, Schedule), KernelCost>,
+    caps: &DeviceCaps,
+    n_prompt: usize,
+    ubatch: usize,
+) -> Vec<Dispatch> {
+    let mut out = Vec::new();
+    let n_ub = n_prompt.div_ceil(ubatch);
+    for u in 0..n_ub {
+        let pos0 = u * ubatch;
+        let rows = ubatch.min(n_prompt - pos0);
+        out.extend(ubatch_dispatches(
+            used,
+            stats,
+            caps,
+            ubatch as u32,
+            pos0,
+            rows,
+            u + 1 == n_ub,
+        ));
+    }
+    merge(out)
+}
+
+/// Whether a used kernel runs only after the last row (its label is not a layer's and it is
+/// not the embedding).
+fn after_last_row(label: &str, w: &Workload) -> bool {
+    !label.starts_with("blk.") && !matches!(w, Workload::Embedding(_))
+}
+
+/// One ubatch of `rows` rows at position `pos0`.
+fn ubatch_dispatches(
+    used: &[(
+        String,
+        Workload,
+        Schedule,
+        rocky_runtime::executor::ScheduleOrigin,
+    )],
+    stats: &HashMap<(Workload, Schedule), KernelCost>,
+    caps: &DeviceCaps,
+    ubatch: u32,
+    pos0: usize,
+    rows: usize,
+    last: bool,
+) -> Vec<Dispatch> {
+    let mut out = Vec::new();
+    for (label, w, s, _) in used {
+        let tail = after_last_row(label, w);
+        if tail && !last {
+            continue;
+        }
+        let (full, r) = if tail { (1, 1) } else { (ubatch, rows as u32) };
+        let actual = with_rows(w, full, r, (pos0 + rows) as u32);
+        let Some(k) = stats.get(&(*w, *s)) else {
+            continue;
+        };
+        let op = op_name(label);
+        let threads = templates::instantiate(w, s, caps)
+            .map(|kernel| kernel.meta.workgroup_size.iter().product::<u32>())
+            .unwrap_or(1);
+        let groups = templates::dispatch_grid(&actual, s)
+            .map(|g| g.iter().map(|&x| f64::from(x)).product::<f64>())
+            .unwrap_or(1.0);
+        let model = CostModel::for_device(caps);
+        let loop_factor = loop_factor(&actual, s, &model, pos0, rows);
+        // The executor writes K, then V, with one KV-write kernel: two dispatches.
+        let count = if matches!(w, Workload::KvWrite(_)) {
+            2.0
+        } else {
+            1.0
+        };
+        out.push(Dispatch {
+            op: op.clone(),
+            kernel: kernel_name(w, s, caps),
+            count,
+            invocations: groups * f64::from(threads),
+            cycles: k.cycles,
+            loop_factor,
+            bytes: bytes_of(&actual, pos0 + rows),
+            occupancy: k.occupancy,
+            spills: k.spills,
+            flops: actual.flops() as f64,
+            pipes: k.pipes,
+        });
+        // A GEMM split across the grid without the last group reducing: its reduce pass
+        // reads the partial sums once and writes the output (memory and a dispatch).
+        if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (&actual, s) {
+            if gs.k_groups > 1 && !gs.last_group_reduces {
+                let partials = 4.0 * templates::gemm::split_k::scratch_values(gw, gs) as f64;
+                out.push(Dispatch {
+                    op,
+                    kernel: "gemm_split_k_reduce".into(),
+                    count: 1.0,
+                    invocations: f64::from(gw.m) * f64::from(gw.n),
+                    cycles: 0.0,
+                    loop_factor: 1.0,
+                    bytes: partials + 4.0 * f64::from(gw.m) * f64::from(gw.n),
+                    occupancy: None,
+                    spills: 0.0,
+                    flops: 0.0,
+                    pipes: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn kernel_name(w: &Workload, s: &Schedule, caps: &DeviceCaps) -> String {
+    templates::instantiate(w, s, caps)
+        .map(|k| k.meta.name)
+        .unwrap_or_else(|_| w.kind().to_string())
+}
+
+/// `w` (prepared at `full` rows) at `rows` rows, attention seeing `kv` keys. Rows scale every
+/// row count (a per-head norm runs heads × rows rows).
+fn with_rows(w: &Workload, full: u32, rows: u32, kv: u32) -> Workload {
+    let scale = |m: &mut u32| {
+        *m = if full > 0 && *m % full == 0 {
+            *m / full * rows
+        } else {
+            rows
+        }
+    };
+    let mut w = *w;
+    match &mut w {
+        Workload::Gemm(g) | Workload::Gemv(g) => scale(&mut g.m),
+        Workload::RmsNorm(x) => scale(&mut x.m),
+        Workload::RopeNeox(x) => scale(&mut x.m),
+        Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) | Workload::Scale(x) => {
+            scale(&mut x.m)
+        }
+        Workload::Embedding(x) => scale(&mut x.m),
+        Workload::KvWrite(x) => scale(&mut x.m),
+        Workload::Attention(a) => {
+            scale(&mut a.m);
+            a.max_kv = kv;
+        }
+    }
+    w
+}
+
+/// How many times the loops repeat what a static count sees once.
+fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows: usize) -> f64 {
+    if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {
+        return static_cost::ir_estimate(gw, gs, *model).loop_factor();
+    }
+    let Some(module) = kernel_ir(w, s) else {
+        return 1.0;
+    };
+    // The only loops with bounds read at run time are attention's key blocks: a workgroup of
+    // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
+    let dynamic = match (w, s) {
+        (Workload::Attention(_), Schedule::Attention(a)) => {
+            // Split-KV schedules share the keys among their splits.
+            let keys = (pos0 as f64 + (rows as f64 + f64::from(a.rows)) / 2.0)
+                / f64::from(a.kv_splits.max(1));
+            (keys / f64::from(a.kv_block.max(1))).ceil().max(1.0)
+        }
+        _ => 1.0,
+    };
+    let once = static_cost::count(&module, None, model).bound(model);
+    let all = static_cost::count(&module, Some(dynamic), model).bound(model);
+    if once > 0.0 {
+        (all / once).max(1.0)
+    } else {
+        1.0
+    }
+}
+
+/// Bytes a dispatch must move at least: its weights, inputs and outputs once.
+pub fn bytes_of(w: &Workload, kv: usize) -> f64 {
+    let f = |x: u32| f64::from(x);
+    match w {
+        Workload::Gemm(g) | Workload::Gemv(g) => {
+            let act = f(g.act_bytes());
+            g.weight_bytes() as f64
+                + f(g.m) * f(g.k) * act
+                + f(g.m) * f(g.n) * act
+                + if g.bias { 4.0 * f(g.n) } else { 0.0 }
+        }
+        Workload::RmsNorm(x) => 8.0 * f(x.m) * f(x.width) + 4.0 * f(x.width),
+        Workload::RopeNeox(x) => 8.0 * f(x.m) * f(x.n_heads) * f(x.head_dim),
+        Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) => 12.0 * f(x.m) * f(x.width),
+        Workload::Scale(x) => 8.0 * f(x.m) * f(x.width),
+        Workload::Embedding(x) => f(x.m) * (x.row_bytes() as f64 + 4.0 * f(x.width)),
+        Workload::KvWrite(x) => 6.0 * f(x.m) * f(x.kv_width),
+        Workload::Attention(a) => {
+            8.0 * f(a.m) * f(a.q_width()) + 2.0 * 2.0 * kv as f64 * f(a.kv_width())
+        }
+    }
+}
+
+/// "blk.12.attn_q" → "attn_q".
+fn op_name(label: &str) -> String {
+    match label.strip_prefix("blk.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, op)| op).to_string(),
+        None => label.to_string(),
+    }
+}
+
+/// Identical dispatches (same op, kernel and numbers) as one with a count.
+fn merge(ds: Vec<Dispatch>) -> Vec<Dispatch> {
+    let mut out: Vec<Dispatch> = Vec::new();
+    for d in ds {
+        match out.iter_mut().find(|o| {
+            o.op == d.op
+                && o.kernel == d.kernel
+                && o.invocations == d.invocations
+                && o.loop_factor == d.loop_factor
+                && o.bytes == d.bytes
+                && o.cycles == d.cycles
+        }) {
+            Some(o) => o.count += d.count,
+            None => out.push(d),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_counts_read_from_mali_names() {
+        assert_eq!(cores_from_name("Mali-G610 MC4"), Some(4));
+        assert_eq!(cores_from_name("Mali-G610 MC4 (panvk)"), Some(4));
+        assert_eq!(cores_from_name("Mali-G610"), None);
+        assert_eq!(cores_from_name("llvmpipe (LLVM 15.0.6, 256 bits)"), None);
+    }
+
+    #[test]
+    fn op_names_drop_the_layer() {
+        assert_eq!(op_name("blk.12.attn_q"), "attn_q");
+        assert_eq!(op_name("output"), "output");
+    }
+}
