@@ -455,12 +455,27 @@ impl GemmOnGpu {
             }
             return host_time_submit(&mut rec, runs, self.timeout).map_err(device_error);
         }
+        self.time_with_timestamps(ctx, runs, None)
+    }
+
+    /// `runs` runs between GPU timestamps, each after `flush` (outside its timestamps) where
+    /// one is given.
+    fn time_with_timestamps<'a>(
+        &'a self,
+        ctx: &'a Context,
+        runs: u32,
+        flush: Option<&'a CacheFlush>,
+    ) -> Result<Vec<Duration>, GpuError> {
         let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
         let mut rec = Recorder::new(ctx).map_err(device_error)?;
         rec.reset_timestamps(&queries, 0, 2 * runs)
             .map_err(device_error)?;
         for run in 0..runs {
             if run > 0 {
+                rec.barrier().map_err(device_error)?;
+            }
+            if let Some(flush) = flush {
+                flush.record(&mut rec)?;
                 rec.barrier().map_err(device_error)?;
             }
             rec.write_timestamp(&queries, 2 * run)
@@ -563,26 +578,7 @@ impl GemmOnGpu {
         runs: u32,
         flush: &'a CacheFlush,
     ) -> Result<Vec<Duration>, GpuError> {
-        let queries = TimestampQueries::new(ctx, 2 * runs).map_err(device_error)?;
-        let mut rec = Recorder::new(ctx).map_err(device_error)?;
-        rec.reset_timestamps(&queries, 0, 2 * runs)
-            .map_err(device_error)?;
-        for run in 0..runs {
-            if run > 0 {
-                rec.barrier().map_err(device_error)?;
-            }
-            flush.record(&mut rec)?;
-            rec.barrier().map_err(device_error)?;
-            rec.write_timestamp(&queries, 2 * run)
-                .map_err(device_error)?;
-            self.record(&mut rec)?;
-            rec.write_timestamp(&queries, 2 * run + 1)
-                .map_err(device_error)?;
-        }
-        rec.submit_and_wait(self.timeout).map_err(device_error)?;
-        let ticks = queries.read(0, 2 * runs).map_err(device_error)?;
-        let scale = queries.scale();
-        Ok(ticks.chunks(2).map(|p| scale.elapsed(p[0], p[1])).collect())
+        self.time_with_timestamps(ctx, runs, Some(flush))
     }
 }
 

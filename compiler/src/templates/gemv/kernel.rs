@@ -237,17 +237,7 @@ fn main_loop(
             }
         }
     };
-    // Whole steps, then a guarded last one.
-    let full = groups / step * step;
-    if full > 0 {
-        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
-            group_body(b.add(g0, slot))
-        });
-    }
-    if full < groups {
-        let gi = b.addi(slot, full);
-        b.if_(b.lt(gi, b.c_u32(groups)), || group_body(gi));
-    }
+    for_each_group(b, groups, step, slot, group_body);
     acc.iter()
         .map(|row| {
             row.iter()
@@ -262,6 +252,21 @@ fn main_loop(
                 .collect()
         })
         .collect()
+}
+
+/// `body(g)` for the unit groups g = slot, slot + step, ... below `groups`: whole steps in a
+/// loop, then a guarded last one.
+fn for_each_group(b: &KernelBuilder, groups: u32, step: u32, slot: Value, body: impl Fn(Value)) {
+    let full = groups / step * step;
+    if full > 0 {
+        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
+            body(b.add(g0, slot))
+        });
+    }
+    if full < groups {
+        let gi = b.addi(slot, full);
+        b.if_(b.lt(gi, b.c_u32(groups)), || body(gi));
+    }
 }
 
 /// The first vec4 of each X row (rows past `m` clamped to the last).
@@ -354,16 +359,7 @@ fn int8_main_loop(
             }
         }
     };
-    let full = groups / step * step;
-    if full > 0 {
-        b.for_range(b.c_u32(0), b.c_u32(full), step, Unroll::Auto, |g0| {
-            group_body(b.add(g0, slot))
-        });
-    }
-    if full < groups {
-        let gi = b.addi(slot, full);
-        b.if_(b.lt(gi, b.c_u32(groups)), || group_body(gi));
-    }
+    for_each_group(b, groups, step, slot, group_body);
     acc.iter()
         .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
         .collect()
