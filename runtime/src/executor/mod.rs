@@ -13,6 +13,7 @@ mod decode;
 mod kv_snapshot;
 mod math;
 mod program;
+mod record;
 mod slots;
 mod split_kv;
 
@@ -30,16 +31,14 @@ use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
 use rocky_compiler::dequant::layout::to_device;
-use rocky_compiler::templates::attention::{AttentionPush, AttentionWorkload};
-use rocky_compiler::templates::eltwise::{EltwisePush, EltwiseWorkload, ScalePush};
-use rocky_compiler::templates::embedding::{EmbeddingPush, EmbeddingWorkload};
-use rocky_compiler::templates::gemm::{
-    combine_gate_up, default_layout, n_slices, Epilogue, GemmPush,
-};
+use rocky_compiler::templates::attention::AttentionWorkload;
+use rocky_compiler::templates::eltwise::EltwiseWorkload;
+use rocky_compiler::templates::embedding::EmbeddingWorkload;
+use rocky_compiler::templates::gemm::{combine_gate_up, default_layout, n_slices, Epilogue};
 use rocky_compiler::templates::gemv;
-use rocky_compiler::templates::kv_cache::{KvWritePush, KvWriteWorkload};
-use rocky_compiler::templates::rms_norm::{RmsNormPush, RmsNormWorkload};
-use rocky_compiler::templates::rope::{RopePush, RopeWorkload};
+use rocky_compiler::templates::kv_cache::KvWriteWorkload;
+use rocky_compiler::templates::rms_norm::RmsNormWorkload;
+use rocky_compiler::templates::rope::RopeWorkload;
 use rocky_compiler::{
     default_schedule, dispatch_grid, instantiate, ActType, DeviceCaps, GemmWorkload, Schedule,
     WeightFormat, WeightLayout, Workload,
@@ -1303,446 +1302,52 @@ impl<'m> Executor<'m> {
         node_index: usize,
         log: &mut Vec<DispatchTime>,
     ) -> Result<(), ExecError> {
-        let graph = &prog.graph;
         let align = self.ctx.caps().min_storage_buffer_offset_alignment;
-        let max_range = u64::from(self.ctx.caps().max_storage_buffer_range);
-        let (index, pos0, last, set) = (cursor.index, cursor.pos0, cursor.last, cursor.set);
-        let replayed = cursor.replayed;
+        let node = &prog.graph.nodes[node_index];
         let mut rows = cursor.rows;
         let row_offset_of = &mut cursor.row_offset_of;
-        let slot_range =
-            |value: usize, rows: u32, offset: u64| -> Result<BufferRange<'s>, RuntimeError> {
-                prog.value_range(&self.logits, value, set, rows, offset)
-            };
-        let mut emit = |label: &str,
-                        workload: Workload,
-                        origin: ScheduleOrigin,
-                        pipeline: &'s ComputePipeline,
-                        named: Vec<(&str, BufferRange<'s>)>,
-                        push: &[u8],
-                        groups: [u32; 3]|
-         -> Result<(), ExecError> {
-            let bindings = order_bindings(pipeline, named, label)?;
-            stream
-                .dispatch(pipeline, &bindings, push, groups)
-                .map_err(|e| match e {
-                    RuntimeError::InvalidDispatch { kernel, reason } => ExecError::Refused {
-                        label: label.to_string(),
-                        reason: format!("{kernel}: {reason}"),
-                    },
-                    e => self.submit_error(e),
-                })?;
-            if self.options.profile {
-                log.push(DispatchTime {
-                    label: label.to_string(),
-                    kernel: pipeline.meta().name.clone(),
-                    workload,
-                    origin,
-                    seconds: 0.0,
-                });
+        let input_offsets: Vec<u64> = node
+            .inputs
+            .iter()
+            .map(|v| row_offset_of.get(v).copied().unwrap_or(0))
+            .collect();
+        match &node.op {
+            // What follows the last row only makes the logits, which only the last ubatch
+            // returns.
+            Op::LastRow { .. } if !cursor.last => {
+                cursor.done = true;
+                return Ok(());
             }
-            Ok(())
-        };
-        {
-            let node = &graph.nodes[node_index];
-            let in_off: Vec<u64> = node
-                .inputs
-                .iter()
-                .map(|v| row_offset_of.get(v).copied().unwrap_or(0))
-                .collect();
-            let input_offset = |i: usize| in_off[i];
-            match &node.op {
-                // What follows the last row only makes the logits, which only the last
-                // ubatch returns.
-                Op::LastRow { .. } if !last => {
-                    cursor.done = true;
-                    return Ok(());
+            Op::LastRow { width } => {
+                let off = u64::from(rows - 1) * (*width as u64) * 4 + input_offsets[0];
+                if off % align != 0 {
+                    return Err(ExecError::Unsupported(format!(
+                        "the last row's offset {off} is not aligned to the device's {align} bytes (hidden size {width})"
+                    )));
                 }
-                Op::LastRow { width } => {
-                    let off = u64::from(rows - 1) * (*width as u64) * 4 + input_offset(0);
-                    if off % align != 0 {
-                        return Err(ExecError::Unsupported(format!(
-                            "the last row's offset {off} is not aligned to the device's {align} bytes (hidden size {width})"
-                        )));
-                    }
-                    row_offset_of.insert(node.output, off);
-                    rows = 1;
-                }
-                Op::Rope { .. } => {
-                    row_offset_of.insert(node.output, input_offset(0));
-                }
-                _ => {}
+                row_offset_of.insert(node.output, off);
+                rows = 1;
             }
-            for (label, w, s, origin) in &prog.used[prog.kernels_of[node_index].clone()] {
-                let (label, origin) = (label.as_str(), *origin);
-                let pipeline = &self.pipelines[&(*w, *s)];
-                // A per-head norm runs the RMSNorm kernel over one row per head.
-                let kernel_rows = match &node.op {
-                    Op::HeadRmsNorm { n_heads, .. } => rows * *n_heads as u32,
-                    _ => rows,
-                };
-                let actual = with_rows(w, kernel_rows);
-                let refused = |r: rocky_compiler::Refusal| ExecError::Refused {
-                    label: label.to_string(),
-                    reason: r.to_string(),
-                };
-                let groups = dispatch_grid(&actual, s).map_err(refused)?;
-                let mut named: Vec<(&str, BufferRange)> = Vec::new();
-                let push: Vec<u8>;
-                match (&node.op, &actual) {
-                    (Op::Embedding { table, .. }, Workload::Embedding(e)) => {
-                        // One dispatch per bindable piece of the table; each writes the rows
-                        // of the ids in its piece.
-                        let table_buf = self.weights.get(table);
-                        let as_rows = GemmWorkload {
-                            m: 1,
-                            n: self.model.config.n_vocab as u32,
-                            k: e.width,
-                            act: ActType::F32,
-                            weight: e.table,
-                            layout: rocky_compiler::WeightLayout::Gguf,
-                            bias: false,
-                            epilogue: Default::default(),
-                        };
-                        let ids = self
-                            .ids
-                            .range(index as u64 * self.ids_stride, u64::from(rows) * 4)?;
-                        for piece in n_slices(&as_rows, max_range, align).map_err(refused)? {
-                            let named = vec![
-                                ("ids", ids),
-                                (
-                                    "table",
-                                    table_buf.range(piece.weight_offset, piece.weight_range)?,
-                                ),
-                                ("y", slot_range(node.output, rows, 0)?),
-                            ];
-                            let push = EmbeddingPush {
-                                m: rows,
-                                row_base: piece.n_offset,
-                            };
-                            emit(
-                                label,
-                                actual,
-                                origin,
-                                pipeline,
-                                named,
-                                &push.to_bytes(),
-                                groups,
-                            )?;
-                        }
-                        continue;
-                    }
-                    (Op::RmsNorm { weight, .. }, _) => {
-                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("weight", self.weights.get(weight).whole()?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = RmsNormPush { m: rows }.to_bytes();
-                    }
-                    (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemv(gw)) => {
-                        // The GEMV template (at most 8 rows): the GEMM's bindings, push
-                        // constants and N-slices, its own grid, no split-K scratch.
-                        let Schedule::Gemv(gs) = s else {
-                            unreachable!("a GEMV workload has a GEMV schedule")
-                        };
-                        let (weight, bias, residual) = linear_operands(&node.op);
-                        let wbuf = self.weights.get(&weight);
-                        let slices = n_slices(gw, max_range, align).map_err(refused)?;
-                        for slice in slices {
-                            let mut named: Vec<(&str, BufferRange)> = vec![
-                                ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
-                                (
-                                    "weight",
-                                    wbuf.range(slice.weight_offset, slice.weight_range)?,
-                                ),
-                                ("y", slot_range(node.output, rows, 0)?),
-                            ];
-                            if let Some(b) = bias {
-                                named.push(("bias", self.weights.get(b).whole()?));
-                            }
-                            if residual {
-                                named.push((
-                                    "residual",
-                                    slot_range(node.inputs[1], rows, input_offset(1))?,
-                                ));
-                            }
-                            emit(
-                                label,
-                                Workload::Gemv(GemmWorkload { n: slice.n, ..*gw }),
-                                origin,
-                                pipeline,
-                                named,
-                                &GemmPush::for_slice(gw, &slice).to_bytes(),
-                                gemv::dispatch_grid_for(slice.n, gs),
-                            )?;
-                        }
-                        continue;
-                    }
-                    (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemm(gw)) => {
-                        let (weight, bias, residual) = match &node.op {
-                            Op::Linear {
-                                weight,
-                                bias,
-                                residual,
-                                ..
-                            } => (weight.clone(), bias.as_ref(), *residual),
-                            Op::LinearSwiGlu { gate, up, .. } => {
-                                (gate_up_name(gate, up), None, false)
-                            }
-                            _ => unreachable!("matched above"),
-                        };
-                        let residual = if residual {
-                            Some(slot_range(node.inputs[1], rows, input_offset(1))?)
-                        } else {
-                            None
-                        };
-                        let wbuf = self.weights.get(&weight);
-                        let Schedule::Gemm(gs) = s else {
-                            unreachable!("a GEMM workload has a GEMM schedule")
-                        };
-                        // Split across the grid: the GEMM writes partial sums into the node's
-                        // scratch region; the reduce kernel adds them up into the output, or
-                        // with `last_group_reduces` the GEMM's last group per tile does
-                        // (binding Y, the partials and its tile counters).
-                        let scratch = match (gs.k_groups > 1, prog.scratch_region_of[node_index]) {
-                            (false, _) => None,
-                            (true, Some(r)) => Some((
-                                r * prog.n_sets + set,
-                                self.scratch[r * prog.n_sets + set].range(
-                                    0,
-                                    4 * rocky_compiler::templates::gemm::split_k::scratch_values(
-                                        gw, gs,
-                                    ),
-                                )?,
-                            )),
-                            (true, None) => {
-                                return Err(ExecError::Unsupported(format!(
-                                    "{label}: a split-K schedule without its scratch buffer"
-                                )))
-                            }
-                        };
-                        let in_place = scratch.filter(|_| gs.last_group_reduces);
-                        let split = scratch
-                            .filter(|_| !gs.last_group_reduces)
-                            .map(|(_, partials)| (&self.reduce_pipelines[&(*w, *s)], partials));
-                        let output = slot_range(node.output, rows, 0)?;
-                        let slices = n_slices(gw, max_range, align).map_err(refused)?;
-                        let counters = match in_place {
-                            Some(_) => {
-                                rocky_compiler::templates::gemm::interface::counter_layout(
-                                    rows, gw, gs, &slices, align,
-                                )
-                                .0
-                            }
-                            None => Vec::new(),
-                        };
-                        for (index, slice) in slices.into_iter().enumerate() {
-                            let mut named: Vec<(&str, BufferRange)> = vec![
-                                ("x", slot_range(node.inputs[0], rows, input_offset(0))?),
-                                (
-                                    "weight",
-                                    wbuf.range(slice.weight_offset, slice.weight_range)?,
-                                ),
-                                ("y", split.map_or(output, |(_, scratch)| scratch)),
-                            ];
-                            if let (Some(b), None) = (bias, split) {
-                                named.push(("bias", self.weights.get(b).whole()?));
-                            }
-                            if let (Some(r), None) = (residual, split) {
-                                named.push(("residual", r));
-                            }
-                            let groups = rocky_compiler::templates::gemm::dispatch_grid_for(
-                                rows,
-                                slice.n * gw.epilogue.rows_per_column(),
-                                gs,
-                            );
-                            if let Some((r, partials)) = in_place {
-                                let (offset, bytes) = counters[index];
-                                named.push(("partials", partials));
-                                named.push(("counters", self.counters[r].range(offset, bytes)?));
-                            }
-                            emit(
-                                label,
-                                Workload::Gemm(GemmWorkload { n: slice.n, ..*gw }),
-                                origin,
-                                pipeline,
-                                named,
-                                &GemmPush::for_slice(gw, &slice).to_bytes(),
-                                groups,
-                            )?;
-                        }
-                        if let Some((reduce, scratch)) = split {
-                            use rocky_compiler::templates::gemm::split_k::reduce_grid;
-                            let mut named = vec![("partials", scratch), ("y", output)];
-                            if let Some(b) = bias {
-                                named.push(("bias", self.weights.get(b).whole()?));
-                            }
-                            if let Some(r) = residual {
-                                named.push(("residual", r));
-                            }
-                            emit(
-                                &format!("{label}.reduce"),
-                                // What the reduce does: k_groups adds per output.
-                                Workload::Add(EltwiseWorkload {
-                                    m: rows,
-                                    width: gw.n * gs.k_groups,
-                                }),
-                                origin,
-                                reduce,
-                                named,
-                                &rocky_compiler::templates::gemm::split_k::reduce_push(gw)
-                                    .to_bytes(),
-                                reduce_grid(gw, rows),
-                            )?;
-                        }
-                        continue;
-                    }
-                    (Op::Rope { freq_factors, .. }, _) => {
-                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        if let Some(f) = freq_factors {
-                            named.push(("freqs", self.weights.get(f).whole()?));
-                        }
-                        let (pipeline, push) = self.position_reader(
-                            replayed,
-                            (w, s),
-                            pipeline,
-                            RopePush { m: rows, pos0 }.to_bytes(),
-                            &mut named,
-                        );
-                        emit(label, actual, origin, pipeline, named, &push, groups)?;
-                        continue;
-                    }
-                    (Op::Attention { layer, .. }, Workload::KvWrite(_)) => {
-                        // K goes to the K cache, then V to the V cache: two dispatches.
-                        for (input, cache) in
-                            [(1usize, &self.kv[*layer].0), (2, &self.kv[*layer].1)]
-                        {
-                            let mut named = vec![
-                                (
-                                    "src",
-                                    slot_range(node.inputs[input], rows, input_offset(input))?,
-                                ),
-                                ("cache", cache.whole()),
-                            ];
-                            let (pipeline, push) = self.position_reader(
-                                replayed,
-                                (w, s),
-                                pipeline,
-                                KvWritePush { m: rows, pos0 }.to_bytes(),
-                                &mut named,
-                            );
-                            emit(label, actual, origin, pipeline, named, &push, groups)?;
-                        }
-                        continue;
-                    }
-                    (Op::Attention { layer, .. }, Workload::Attention(aw)) => {
-                        named.push(("q", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("k_cache", self.kv[*layer].0.whole()));
-                        named.push(("v_cache", self.kv[*layer].1.whole()));
-                        let (pipeline, push) = self.position_reader(
-                            replayed,
-                            (w, s),
-                            pipeline,
-                            AttentionPush { m: rows, pos0 }.to_bytes(),
-                            &mut named,
-                        );
-                        // The profile's FLOPs: the keys this ubatch really attends.
-                        let mut seen = actual;
-                        if let Workload::Attention(a) = &mut seen {
-                            a.max_kv = pos0 + rows;
-                        }
-                        let split = match s {
-                            Schedule::Attention(a) if a.kv_splits > 1 => Some(*a),
-                            _ => None,
-                        };
-                        let Some(a) = split else {
-                            named.push(("out", slot_range(node.output, rows, 0)?));
-                            emit(label, seen, origin, pipeline, named, &push, groups)?;
-                            continue;
-                        };
-                        // Split-KV: the pieces along z write their partials, then the
-                        // combine merges them into the output (ordered by the hazards on
-                        // the scratch).
-                        let pieces = split_kv::step_splits(aw, &a, rows, pos0, self.compute_units);
-                        let scratch = self.attn_scratch[set].range(
-                            0,
-                            4 * rocky_compiler::templates::attention::split_kv::scratch_values(
-                                w_attention(w),
-                                &a,
-                            ),
-                        )?;
-                        named.push(("partials", scratch));
-                        let mut grid = groups;
-                        grid[2] = pieces;
-                        emit(label, seen, origin, pipeline, named, &push, grid)?;
-                        use rocky_compiler::templates::attention::combine::{
-                            combine_grid, CombinePush,
-                        };
-                        let named = vec![
-                            ("partials", scratch),
-                            ("out", slot_range(node.output, rows, 0)?),
-                        ];
-                        let push = CombinePush {
-                            m: rows,
-                            splits: pieces,
-                        }
-                        .to_bytes();
-                        emit(
-                            &format!("{label}.combine"),
-                            // What the combine does: one weighted add per piece and output.
-                            Workload::Add(EltwiseWorkload {
-                                m: rows,
-                                width: aw.q_width() * pieces,
-                            }),
-                            origin,
-                            &self.reduce_pipelines[&(*w, *s)],
-                            named,
-                            &push,
-                            combine_grid(aw, rows),
-                        )?;
-                        continue;
-                    }
-                    (Op::SwiGlu { .. }, _) => {
-                        named.push(("gate", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("up", slot_range(node.inputs[1], rows, input_offset(1))?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = EltwisePush { m: rows }.to_bytes();
-                    }
-                    (Op::Add { .. }, _) => {
-                        named.push(("a", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("b", slot_range(node.inputs[1], rows, input_offset(1))?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = EltwisePush { m: rows }.to_bytes();
-                    }
-                    (Op::GeGlu { .. }, _) => {
-                        named.push(("gate", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("up", slot_range(node.inputs[1], rows, input_offset(1))?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = EltwisePush { m: rows }.to_bytes();
-                    }
-                    (Op::Scale { factor, .. }, _) => {
-                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = ScalePush {
-                            m: rows,
-                            factor: *factor,
-                        }
-                        .to_bytes();
-                    }
-                    (Op::HeadRmsNorm { weight, .. }, _) => {
-                        named.push(("x", slot_range(node.inputs[0], rows, input_offset(0))?));
-                        named.push(("weight", self.weights.get(weight).whole()?));
-                        named.push(("y", slot_range(node.output, rows, 0)?));
-                        push = RmsNormPush { m: kernel_rows }.to_bytes();
-                    }
-                    (op, _) => {
-                        return Err(ExecError::Unsupported(format!(
-                            "no GPU lowering for {op:?} ({label})"
-                        )))
-                    }
-                }
-                emit(label, actual, origin, pipeline, named, &push, groups)?;
+            Op::Rope { .. } => {
+                row_offset_of.insert(node.output, input_offsets[0]);
             }
+            _ => {}
         }
+        record::NodeRecorder {
+            exec: self,
+            prog,
+            stream,
+            log,
+            node_index,
+            node,
+            ubatch: cursor.index,
+            set: cursor.set,
+            rows,
+            pos0: cursor.pos0,
+            replayed: cursor.replayed,
+            input_offsets,
+        }
+        .record()?;
         cursor.rows = rows;
         Ok(())
     }

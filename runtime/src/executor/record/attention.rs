@@ -1,0 +1,133 @@
+//! Attention nodes: the new K and V rows written into the layer's cache, then attention over
+//! it; split over the KV length (flash-decoding), its pieces write partials that the combine
+//! kernel merges into the output.
+
+use super::{Kernel, NodeRecorder};
+use crate::executor::{split_kv, w_attention, ExecError};
+use rocky_compiler::templates::attention::AttentionPush;
+use rocky_compiler::templates::eltwise::EltwiseWorkload;
+use rocky_compiler::templates::kv_cache::KvWritePush;
+use rocky_compiler::{Schedule, Workload};
+use rocky_models::graph::Op;
+
+impl<'s> NodeRecorder<'s, '_, '_> {
+    fn layer(&self) -> usize {
+        match &self.node.op {
+            Op::Attention { layer, .. } => *layer,
+            _ => unreachable!("an attention node"),
+        }
+    }
+
+    /// K goes to the K cache, then V to the V cache: two dispatches.
+    pub(super) fn kv_write(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {
+        let exec = self.exec;
+        let layer = self.layer();
+        for (input, cache) in [(1usize, &exec.kv[layer].0), (2, &exec.kv[layer].1)] {
+            let mut named = vec![("src", self.input(input)?), ("cache", cache.whole())];
+            let (pipeline, push) = exec.position_reader(
+                self.replayed,
+                kernel.key,
+                kernel.pipeline,
+                KvWritePush {
+                    m: self.rows,
+                    pos0: self.pos0,
+                }
+                .to_bytes(),
+                &mut named,
+            );
+            self.emit(
+                kernel.label,
+                kernel.actual,
+                kernel.origin,
+                pipeline,
+                named,
+                &push,
+                kernel.groups,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn attention(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {
+        let Workload::Attention(aw) = &kernel.actual else {
+            unreachable!("an attention workload")
+        };
+        let exec = self.exec;
+        let (layer, rows, pos0) = (self.layer(), self.rows, self.pos0);
+        let mut named = vec![
+            ("q", self.input(0)?),
+            ("k_cache", exec.kv[layer].0.whole()),
+            ("v_cache", exec.kv[layer].1.whole()),
+        ];
+        let (pipeline, push) = exec.position_reader(
+            self.replayed,
+            kernel.key,
+            kernel.pipeline,
+            AttentionPush { m: rows, pos0 }.to_bytes(),
+            &mut named,
+        );
+        // The profile's FLOPs: the keys this ubatch really attends.
+        let mut seen = kernel.actual;
+        if let Workload::Attention(a) = &mut seen {
+            a.max_kv = pos0 + rows;
+        }
+        let split = match kernel.key.1 {
+            Schedule::Attention(a) if a.kv_splits > 1 => Some(*a),
+            _ => None,
+        };
+        let Some(a) = split else {
+            named.push(("out", self.output()?));
+            return self.emit(
+                kernel.label,
+                seen,
+                kernel.origin,
+                pipeline,
+                named,
+                &push,
+                kernel.groups,
+            );
+        };
+        // Split-KV: the pieces along z write their partials, then the combine merges them
+        // into the output (ordered by the hazards on the scratch).
+        let pieces = split_kv::step_splits(aw, &a, rows, pos0, exec.compute_units);
+        let scratch = exec.attn_scratch[self.set].range(
+            0,
+            4 * rocky_compiler::templates::attention::split_kv::scratch_values(
+                w_attention(kernel.key.0),
+                &a,
+            ),
+        )?;
+        named.push(("partials", scratch));
+        let mut grid = kernel.groups;
+        grid[2] = pieces;
+        self.emit(
+            kernel.label,
+            seen,
+            kernel.origin,
+            pipeline,
+            named,
+            &push,
+            grid,
+        )?;
+        use rocky_compiler::templates::attention::combine::{combine_grid, CombinePush};
+        let named = vec![("partials", scratch), ("out", self.output()?)];
+        let push = CombinePush {
+            m: rows,
+            splits: pieces,
+        }
+        .to_bytes();
+        self.emit(
+            &format!("{}.combine", kernel.label),
+            // What the combine does: one weighted add per piece and output.
+            Workload::Add(EltwiseWorkload {
+                m: rows,
+                width: aw.q_width() * pieces,
+            }),
+            kernel.origin,
+            &exec.reduce_pipelines[&(*kernel.key.0, *kernel.key.1)],
+            named,
+            &push,
+            combine_grid(aw, rows),
+        )
+    }
+}
