@@ -419,3 +419,70 @@ fn bench_gemm_quick_prints_the_table() {
         assert!((0.0..1.0).contains(&ratio), "{r:#}");
     }
 }
+
+#[test]
+fn bench_gemv_quick_checks_every_gemv_and_reports_against_the_copy() {
+    let v = json(&rocky(&[
+        "bench-gemv",
+        "--quick",
+        "--runs",
+        "1",
+        "--flush-mib",
+        "8",
+        "--int8",
+        "--json",
+    ]));
+    let copy = v["copy_gbps"].as_f64().unwrap();
+    assert!(copy > 0.0 && copy.is_finite(), "{v:#}");
+    assert_eq!(v["flush_bytes"].as_u64(), Some(8 << 20), "{v:#}");
+    let rows = v["rows"].as_array().unwrap();
+    // --quick: the 0.5B's five GEMVs; K = 896 takes Q8_0 and Q5_0, the down projection's
+    // K = 4864 the K-quants too (K-quants need a multiple of 256).
+    let defaults: Vec<_> = rows.iter().filter(|r| r["variant"] == "default").collect();
+    assert_eq!(defaults.len(), 4 * 2 + 4, "{v:#}");
+    for r in rows {
+        assert_eq!(r["model"], "0.5B", "{r:#}");
+        let ratio = r["max_error_ratio"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&ratio), "{r:#}");
+        // The weight bytes are the tensor's (a closed form per format), and the throughput
+        // and its share of the copy follow from them and the cold median.
+        let (n, k) = (r["n"].as_u64().unwrap(), r["k"].as_u64().unwrap());
+        let rows_of = if r["role"] == "gate/up" { 2 * n } else { n };
+        let block = match r["weight"].as_str().unwrap() {
+            "Q8_0" => (32, 34),
+            "Q5_0" => (32, 22),
+            "Q4_K" => (256, 144),
+            "Q6_K" => (256, 210),
+            other => panic!("unexpected format {other}"),
+        };
+        if r["layout"] == "gguf" {
+            assert_eq!(
+                r["weight_bytes"].as_u64(),
+                Some(rows_of * k / block.0 * block.1),
+                "{r:#}"
+            );
+        }
+        let cold_s = r["cold"]["median_ms"].as_f64().unwrap() * 1e-3;
+        let gbps = r["cold_gbps"].as_f64().unwrap();
+        let want = r["weight_bytes"].as_f64().unwrap() / cold_s / 1e9;
+        assert!((gbps - want).abs() <= 1e-6 * want, "{r:#}");
+        let share = r["percent_of_copy"].as_f64().unwrap();
+        assert!(
+            (share - 100.0 * gbps / copy).abs() <= 1e-6 * share.max(1.0),
+            "{r:#}"
+        );
+    }
+    // Bad input is a usage error naming the flag.
+    for (args, flag) in [
+        (vec!["bench-gemv", "--runs", "0"], "--runs"),
+        (vec!["bench-gemv", "--flush-mib", "0"], "--flush-mib"),
+        (
+            vec!["bench-gemv", "--schedule", "{\"gemm\":{}}"],
+            "--schedule",
+        ),
+    ] {
+        let o = rocky(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(flag), "{args:?}: {}", text(&o));
+    }
+}

@@ -88,6 +88,8 @@ struct Row {
     n: u32,
     k: u32,
     weight: String,
+    /// The weight layout on the device (the device's default for the format).
+    layout: String,
     variant: &'static str,
     schedule: GemvSchedule,
     weight_bytes: u64,
@@ -256,6 +258,7 @@ fn bench_one(
         n: w.n,
         k: w.k,
         weight: w.weight.to_string(),
+        layout: w.layout.to_string(),
         variant: "",
         schedule: *s,
         weight_bytes,
