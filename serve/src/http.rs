@@ -154,17 +154,26 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// The server's tokenizer and the JSON body of a /tokenize or /detokenize request.
+async fn tokenizer_request(
+    s: &AppState,
+    body: axum::body::Body,
+) -> Result<(&Arc<Tokenizer>, Value), ApiError> {
+    let body = read_body(s, body).await?;
+    let tokenizer = s
+        .tokenizer
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("this server has no tokenizer"))?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    Ok((tokenizer, v))
+}
+
 /// llama-server's `/tokenize`: `{"content": TEXT, "add_special": BOOL, "with_pieces": BOOL}`
 /// to `{"tokens": [...]}` (with pieces: `[{"id", "piece"}]`).
 async fn tokenize(State(s): State<Arc<AppState>>, body: axum::body::Body) -> Response {
     let run = async {
-        let body = read_body(&s, body).await?;
-        let tokenizer = s
-            .tokenizer
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request("this server has no tokenizer"))?;
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        let (tokenizer, v) = tokenizer_request(&s, body).await?;
         let content = v
             .get("content")
             .and_then(Value::as_str)
@@ -194,13 +203,7 @@ async fn tokenize(State(s): State<Arc<AppState>>, body: axum::body::Body) -> Res
 /// llama-server's `/detokenize`: `{"tokens": [ids]}` to `{"content": TEXT}`.
 async fn detokenize(State(s): State<Arc<AppState>>, body: axum::body::Body) -> Response {
     let run = async {
-        let body = read_body(&s, body).await?;
-        let tokenizer = s
-            .tokenizer
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request("this server has no tokenizer"))?;
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        let (tokenizer, v) = tokenizer_request(&s, body).await?;
         let ids: Vec<u32> = v
             .get("tokens")
             .and_then(|t| serde_json::from_value(t.clone()).ok())

@@ -57,22 +57,22 @@ pub struct Args {
     pub md: bool,
 }
 
-/// One GEMV of a decode step: (model, role, N, K, epilogue, uses per step).
-type Shape = (&'static str, &'static str, u32, u32, Epilogue, u32);
+/// One GEMV of a decode step: (model, role, N, K, epilogue).
+type Shape = (&'static str, &'static str, u32, u32, Epilogue);
 
 /// The decode step's GEMVs of Qwen2.5-0.5B (24 layers) and 3B (36 layers), as the executor
 /// runs them with every fusion: o and down with the residual add, gate/up as one SwiGLU GEMV.
 const SHAPES: [Shape; 10] = [
-    ("0.5B", "q", 896, 896, Epilogue::None, 24),
-    ("0.5B", "k, v", 128, 896, Epilogue::None, 48),
-    ("0.5B", "o", 896, 896, Epilogue::Residual, 24),
-    ("0.5B", "gate/up", 4864, 896, Epilogue::SwiGlu, 24),
-    ("0.5B", "down", 896, 4864, Epilogue::Residual, 24),
-    ("3B", "q", 2048, 2048, Epilogue::None, 36),
-    ("3B", "k, v", 256, 2048, Epilogue::None, 72),
-    ("3B", "o", 2048, 2048, Epilogue::Residual, 36),
-    ("3B", "gate/up", 11008, 2048, Epilogue::SwiGlu, 36),
-    ("3B", "down", 2048, 11008, Epilogue::Residual, 36),
+    ("0.5B", "q", 896, 896, Epilogue::None),
+    ("0.5B", "k, v", 128, 896, Epilogue::None),
+    ("0.5B", "o", 896, 896, Epilogue::Residual),
+    ("0.5B", "gate/up", 4864, 896, Epilogue::SwiGlu),
+    ("0.5B", "down", 896, 4864, Epilogue::Residual),
+    ("3B", "q", 2048, 2048, Epilogue::None),
+    ("3B", "k, v", 256, 2048, Epilogue::None),
+    ("3B", "o", 2048, 2048, Epilogue::Residual),
+    ("3B", "gate/up", 11008, 2048, Epilogue::SwiGlu),
+    ("3B", "down", 2048, 11008, Epilogue::Residual),
 ];
 const FORMATS: [WeightFormat; 4] = [
     WeightFormat::Q4K,
@@ -160,7 +160,7 @@ pub fn run(args: Args) -> CmdResult {
             .notes
             .push("a CPU implementation: these are not GPU timings".into());
     }
-    for &(model, role, n, k, epilogue, _uses) in &SHAPES {
+    for &(model, role, n, k, epilogue) in &SHAPES {
         if args.quick && model != "0.5B" {
             continue;
         }
@@ -195,14 +195,21 @@ pub fn run(args: Args) -> CmdResult {
                 variants.push(("custom*", c));
             }
             for (variant, s) in variants {
-                let row = bench_one(&ctx, cache.as_ref(), &caps, &w, &s, runs, &flush, &args)?;
-                bench.rows.push(Row {
-                    model,
-                    role,
-                    variant,
-                    percent_of_copy: 100.0 * row.cold_gbps / copy_gbps,
-                    ..row
-                });
+                let target = Target {
+                    w: &w,
+                    s: &s,
+                    labels: (model, role, variant),
+                };
+                bench.rows.push(bench_one(
+                    &ctx,
+                    cache.as_ref(),
+                    &caps,
+                    target,
+                    &flush,
+                    copy_gbps,
+                    runs,
+                    &args,
+                )?);
             }
         }
     }
@@ -214,17 +221,29 @@ pub fn run(args: Args) -> CmdResult {
     write_stdout(&format!("{text}\n"))
 }
 
+/// One GEMV to time: its workload, schedule and (model, role, variant) labels.
+struct Target<'a> {
+    w: &'a GemmWorkload,
+    s: &'a GemvSchedule,
+    labels: (&'static str, &'static str, &'static str),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn bench_one(
     ctx: &Context,
     cache: Option<&PipelineCache>,
     caps: &DeviceCaps,
-    w: &GemmWorkload,
-    s: &GemvSchedule,
-    runs: u32,
+    target: Target,
     flush: &CacheFlush,
+    copy_gbps: f64,
+    runs: u32,
     args: &Args,
 ) -> Result<Row, CliError> {
+    let Target {
+        w,
+        s,
+        labels: (model, role, variant),
+    } = target;
     let kernel = gemv::instantiate(w, s, caps)
         .map_err(|e| CliError::internal(format!("{} is refused on this device: {e}", s.name(w))))?;
     let inputs = GemmInputs::random(w, 11);
@@ -243,8 +262,9 @@ fn bench_one(
         ))
     })?;
     // The pipeline build and the CPU check left the GPU idle: bring its clocks back up as the
-    // tuner does before each trial (an H100 ran the first table's last rows 3-5x slow without
-    // this). Not with --quick: a CPU implementation has no such clocks.
+    // tuner does before each trial (in an H100 call without this, the first table's last rows
+    // ran 3-5x slower than a second table's; lowered clocks are the likely cause). Not with
+    // --quick: a CPU implementation has no such clocks.
     if !args.quick {
         rocky_tuner::settle_clocks(ctx, &gpu, one_run, rocky_tuner::tune::GPU_MIN_WARMUP)
             .map_err(CliError::device)?;
@@ -252,20 +272,21 @@ fn bench_one(
     let warm = Timing::of(&gpu.time(ctx, runs)?, w.flops());
     let cold = Timing::of(&gpu.time_cold(ctx, runs, flush)?, w.flops());
     let weight_bytes = w.layout.row_bytes(w.weight, u64::from(w.k)) * u64::from(w.weight_rows());
+    let cold_gbps = weight_bytes as f64 / (cold.median_ms * 1e-3) / 1e9;
     Ok(Row {
-        model: "",
-        role: "",
+        model,
+        role,
         n: w.n,
         k: w.k,
         weight: w.weight.to_string(),
         layout: w.layout.to_string(),
-        variant: "",
+        variant,
         schedule: *s,
         weight_bytes,
-        cold_gbps: weight_bytes as f64 / (cold.median_ms * 1e-3) / 1e9,
+        cold_gbps,
         warm,
         cold,
-        percent_of_copy: 0.0,
+        percent_of_copy: 100.0 * cold_gbps / copy_gbps,
         max_error_ratio: check.max_error_ratio,
     })
 }

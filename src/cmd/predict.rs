@@ -508,12 +508,7 @@ fn kernel_ir(w: &Workload, s: &Schedule) -> Option<rocky_compiler::ir::Module> {
 /// The prefill's dispatches: every ubatch runs the used kernels at its rows, the ops after the
 /// last row (final norm, output projection: their workloads have one row) only the last.
 fn prefill_dispatches(
-    used: &[(
-        String,
-        Workload,
-        Schedule,
-        rocky_runtime::executor::ScheduleOrigin,
-    )],
+    used: &[rocky_runtime::executor::UsedKernel],
     stats: &HashMap<(Workload, Schedule), KernelCost>,
     caps: &DeviceCaps,
     n_prompt: usize,
@@ -545,12 +540,7 @@ fn after_last_row(label: &str, w: &Workload) -> bool {
 
 /// One ubatch of `rows` rows at position `pos0`.
 fn ubatch_dispatches(
-    used: &[(
-        String,
-        Workload,
-        Schedule,
-        rocky_runtime::executor::ScheduleOrigin,
-    )],
+    used: &[rocky_runtime::executor::UsedKernel],
     stats: &HashMap<(Workload, Schedule), KernelCost>,
     caps: &DeviceCaps,
     ubatch: u32,

@@ -458,6 +458,17 @@ impl GemmOnGpu {
         self.time_with_timestamps(ctx, runs, None)
     }
 
+    /// [`GemmOnGpu::time`] with `flush` run before each timed run (outside its timestamps),
+    /// so every run starts with caches that hold none of its inputs. GPU timestamps only.
+    pub fn time_cold<'a>(
+        &'a self,
+        ctx: &'a Context,
+        runs: u32,
+        flush: &'a CacheFlush,
+    ) -> Result<Vec<Duration>, GpuError> {
+        self.time_with_timestamps(ctx, runs, Some(flush))
+    }
+
     /// `runs` runs between GPU timestamps, each after `flush` (outside its timestamps) where
     /// one is given.
     fn time_with_timestamps<'a>(
@@ -566,19 +577,6 @@ impl CacheFlush {
             Duration::from_secs(120),
         )
         .map_err(device_error)
-    }
-}
-
-impl GemmOnGpu {
-    /// [`GemmOnGpu::time`] with `flush` run before each timed run (outside its timestamps),
-    /// so every run starts with caches that hold none of its inputs. GPU timestamps only.
-    pub fn time_cold<'a>(
-        &'a self,
-        ctx: &'a Context,
-        runs: u32,
-        flush: &'a CacheFlush,
-    ) -> Result<Vec<Duration>, GpuError> {
-        self.time_with_timestamps(ctx, runs, Some(flush))
     }
 }
 

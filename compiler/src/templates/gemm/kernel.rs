@@ -650,10 +650,6 @@ impl<'a> Gemm<'a> {
 
     // ---- int8 dot-product path ------------------------------------------------------------
 
-    fn quantize_unit(&self, chunks: &[Value], with_sum: bool) -> (Vec<Value>, Value, Value) {
-        crate::dequant::ir::quantize_unit_q8(self.b, chunks, with_sum)
-    }
-
     fn int8_main_loop(&self) -> Vec<Vec<Value>> {
         let b = self.b;
         let s = self.s;
@@ -712,7 +708,7 @@ impl<'a> Gemm<'a> {
                     let ul = b.rem(idx, b.c_u32(upb));
                     let xrow = b.min(b.add(self.m0, r), self.m_last);
                     let chunks = load_x_chunks(b.mul(xrow, self.x_row_vec4s), b.add(ub, ul));
-                    let (words, d, sum) = self.quantize_unit(&chunks, has_min);
+                    let (words, d, sum) = crate::dequant::ir::quantize_unit_q8(b, &chunks, has_min);
                     let slot = b.add(b.muli(r, upb), ul);
                     for (c, w) in words.iter().enumerate() {
                         b.store_shared(xq, b.addi(b.muli(slot, CHUNKS), c as u32), *w);
@@ -771,7 +767,7 @@ impl<'a> Gemm<'a> {
                     }
                     _ => {
                         let chunks = load_x_chunks(self.x_bases[i as usize], u);
-                        self.quantize_unit(&chunks, has_min)
+                        crate::dequant::ir::quantize_unit_q8(b, &chunks, has_min)
                     }
                 })
                 .collect();

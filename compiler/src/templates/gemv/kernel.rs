@@ -278,8 +278,8 @@ fn x_row_bases(b: &KernelBuilder, w: &GemmWorkload, io: &Io) -> Vec<Value> {
 }
 
 /// `row_off` of the dequant fragments for the group's weight rows: byte (GGUF) or 16-byte
-/// (aligned) offsets of the group's `cols` columns
-/// (and with SwiGLU their up rows), clamped to the last column.
+/// (aligned) offsets of the group's `cols` columns (and with SwiGLU their up rows), clamped to
+/// the last column.
 fn weight_row_offsets(
     b: &KernelBuilder,
     w: &GemmWorkload,
