@@ -335,6 +335,7 @@ fn the_listed_space_is_the_compilers() {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: true,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     let v = json(&rocky(&[
         "kernel",
@@ -430,6 +431,7 @@ fn bench_gemv_quick_checks_every_gemv_and_reports_against_the_copy() {
         "--flush-mib",
         "8",
         "--int8",
+        "--norm",
         "--json",
     ]));
     let copy = v["copy_gbps"].as_f64().unwrap();
@@ -440,6 +442,13 @@ fn bench_gemv_quick_checks_every_gemv_and_reports_against_the_copy() {
     // K = 4864 the K-quants too (K-quants need a multiple of 256).
     let defaults: Vec<_> = rows.iter().filter(|r| r["variant"] == "default").collect();
     assert_eq!(defaults.len(), 4 * 2 + 4, "{v:#}");
+    // --norm: q, k/v and gate/up (the projections a norm feeds) with the norm folded in, at
+    // K = 896's Q8_0 and Q5_0; each checked against the normalize-then-project reference below.
+    let normed: Vec<_> = rows.iter().filter(|r| r["variant"] == "norm*").collect();
+    assert_eq!(normed.len(), 3 * 2, "{v:#}");
+    assert!(normed
+        .iter()
+        .all(|r| r["role"] != "o" && r["role"] != "down"));
     for r in rows {
         assert_eq!(r["model"], "0.5B", "{r:#}");
         let ratio = r["max_error_ratio"].as_f64().unwrap();

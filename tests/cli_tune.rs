@@ -59,6 +59,48 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
             .iter()
             .map(|(_, n, k, w, b, e)| (1, *n, *k, format!("gemv {w}"), *b, e.clone())),
     );
+    out.extend(decode_norm_gemvs(path));
+    out
+}
+
+/// The decode step's GEMVs with the RMSNorm folded in (ROCKY_GEMV=1 here, so the step's
+/// linears are GEMVs): Q, K, V, gate/up (fused where gate and up match) and the output head,
+/// each fed by a norm. Their epilogue reads "<epilogue>+norm".
+fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
+    let file = GgufFile::open(path).unwrap();
+    let head = if file.tensor("output.weight").is_some() {
+        "output"
+    } else {
+        "token_embd"
+    };
+    let mut out = BTreeSet::new();
+    for t in &file.tensors {
+        let Some(base) = t.name.strip_suffix(".weight") else {
+            continue;
+        };
+        let weight = format!("gemv {}", t.ggml_type.to_string().to_lowercase());
+        let bias = file.tensor(&format!("{base}.bias")).is_some();
+        let epilogue = match base.split('.').collect::<Vec<_>>()[..] {
+            ["blk", _, "attn_q" | "attn_k" | "attn_v"] => "none+norm",
+            ["blk", layer, "ffn_gate" | "ffn_up"] => {
+                let gate = file
+                    .tensor(&format!("blk.{layer}.ffn_gate.weight"))
+                    .unwrap();
+                let up = file.tensor(&format!("blk.{layer}.ffn_up.weight")).unwrap();
+                if gate.ggml_type == up.ggml_type && gate.dims == up.dims {
+                    if base.ends_with("ffn_up") {
+                        continue;
+                    }
+                    "swiglu+norm"
+                } else {
+                    "none+norm"
+                }
+            }
+            [name] if name == head => "none+norm",
+            _ => continue,
+        };
+        out.insert((1, t.dims[1], t.dims[0], weight, bias, epilogue.into()));
+    }
     out
 }
 
@@ -122,7 +164,15 @@ fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool, String) {
         g["k"].as_u64().unwrap(),
         format!("{kind} {}", g["weight"].as_str().unwrap()),
         g["bias"].as_bool().unwrap(),
-        g["epilogue"].as_str().unwrap_or("none").to_string(),
+        format!(
+            "{}{}",
+            g["epilogue"].as_str().unwrap_or("none"),
+            if g["rms_norm_eps_bits"].is_null() {
+                ""
+            } else {
+                "+norm"
+            }
+        ),
     )
 }
 

@@ -24,6 +24,7 @@ fn workload(
         layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     }
 }
 

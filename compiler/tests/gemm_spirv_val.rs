@@ -26,6 +26,7 @@ fn workloads() -> Vec<GemmWorkload> {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     vec![
         w(WeightFormat::F32, 7, ActType::F16, true),

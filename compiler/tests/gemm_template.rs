@@ -19,6 +19,7 @@ fn q4k(m: u32, act: ActType, bias: bool) -> GemmWorkload {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     }
 }
 
@@ -158,6 +159,7 @@ fn push_constants_and_dispatch_grid() {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     let s = GemmSchedule {
         bm: 32,
@@ -208,6 +210,7 @@ fn n_slices_cover_the_tensor_within_the_range_limit() {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     let row = WeightFormat::Q8_0.row_bytes(2048);
     let (max, align) = (128u64 << 20, 256u64);

@@ -23,6 +23,7 @@ fn workloads() -> Vec<GemmWorkload> {
         layout: WeightLayout::Gguf,
         bias,
         epilogue,
+        rms_norm_eps_bits: None,
     };
     use Epilogue::{None as Plain, Residual, SwiGlu};
     let mut out = vec![

@@ -20,6 +20,8 @@ struct Inputs {
     weights: Vec<u8>,
     bias: Option<Vec<f32>>,
     residual: Option<Vec<f32>>,
+    /// The folded RMSNorm's weight (k values).
+    norm: Option<Vec<f32>>,
 }
 
 fn inputs(w: &GemmWorkload, seed: u64) -> Inputs {
@@ -28,9 +30,17 @@ fn inputs(w: &GemmWorkload, seed: u64) -> Inputs {
         Epilogue::SwiGlu => gemm::combine_gate_up(&tensor(seed + 1), &tensor(seed + 3)).unwrap(),
         _ => tensor(seed + 1),
     };
+    let mut x = testdata::random_activations((w.m * w.k) as usize, seed);
+    if w.rms_norm_eps_bits.is_some() {
+        // A residual stream far from unit scale, so a missing normalization shows.
+        x.iter_mut().for_each(|v| *v *= 37.0);
+    }
     Inputs {
-        x: testdata::random_activations((w.m * w.k) as usize, seed),
+        x,
         weights,
+        norm: w
+            .rms_norm_eps_bits
+            .map(|_| testdata::random_activations(w.k as usize, seed + 5)),
         bias: w
             .bias
             .then(|| testdata::random_activations(w.n as usize, seed + 2)),
@@ -75,6 +85,7 @@ fn run(
         .residual
         .as_ref()
         .map(|r| act_bytes(&r[..(rows * w.n) as usize], w.act));
+    let mut norm = inp.norm.as_ref().map(|g| act_bytes(g, ActType::F32));
     let weights = to_device(
         w.weight,
         w.layout,
@@ -113,6 +124,12 @@ fn run(
                 bytes: r,
             });
         }
+        if let Some(g) = norm.as_mut() {
+            bufs.push(BufferData {
+                binding: 7,
+                bytes: g,
+            });
+        }
         let push = GemmPush {
             m: rows,
             ..GemmPush::for_slice(w, slice)
@@ -140,13 +157,14 @@ fn run(
 
 fn check(w: &GemmWorkload, s: &GemvSchedule, caps: &DeviceCaps, inp: &Inputs, rows: u32) {
     let wr = GemmWorkload { m: rows, ..*w };
-    let r = reference::reference(
+    let r = reference::reference_normed(
         &wr,
         s,
         &inp.x[..(rows * w.k) as usize],
         &inp.weights,
         inp.bias.as_deref(),
         inp.residual.as_ref().map(|r| &r[..(rows * w.n) as usize]),
+        inp.norm.as_deref(),
     )
     .unwrap();
     let whole = gemm::n_slices(w, u64::MAX, 16).unwrap();
@@ -166,6 +184,7 @@ fn workloads() -> Vec<GemmWorkload> {
         layout: WeightLayout::Gguf,
         bias,
         epilogue,
+        rms_norm_eps_bits: None,
     };
     use Epilogue::{None as Plain, Residual, SwiGlu};
     vec![
@@ -196,7 +215,24 @@ fn workloads() -> Vec<GemmWorkload> {
             layout: WeightLayout::Aligned,
             ..w(WeightFormat::Q5_0, 1, ActType::F32, false, SwiGlu)
         },
+        // A folded RMSNorm (f32 activations and math only): the decode step's Q/K/V (bias)
+        // and gate/up GEMVs, several rows, and a guarded partial step.
+        normed(w(WeightFormat::Q8_0, 1, ActType::F32, true, Plain)),
+        normed(w(WeightFormat::Q4K, 1, ActType::F32, false, SwiGlu)),
+        normed(w(WeightFormat::Q6K, 3, ActType::F32, false, Residual)),
+        normed(GemmWorkload {
+            k: 448,
+            layout: WeightLayout::Aligned,
+            ..w(WeightFormat::Q5_0, 1, ActType::F32, true, Plain)
+        }),
     ]
+}
+
+fn normed(w: GemmWorkload) -> GemmWorkload {
+    GemmWorkload {
+        rms_norm_eps_bits: Some(1e-6f32.to_bits()),
+        ..w
+    }
 }
 
 #[test]
@@ -285,6 +321,7 @@ fn n_slices_and_a_wide_grid_cover_every_column() {
         layout: WeightLayout::Gguf,
         bias: true,
         epilogue: Epilogue::None,
+        rms_norm_eps_bits: None,
     };
     let inp = inputs(&w, 7);
     let s = gemv::default_schedule(&w, &caps);
@@ -312,6 +349,40 @@ fn invalid_pairs_are_refused_with_a_reason() {
     assert!(matches!(
         gemv::instantiate(&too_many, &s, &caps),
         Err(Refusal::Workload(_))
+    ));
+    // A folded RMSNorm: the GEMV's alone, on f32 activations, with f32 math, a sane eps.
+    let normed_w = normed(GemmWorkload {
+        act: ActType::F32,
+        ..w
+    });
+    assert!(gemv::instantiate(&normed_w, &s, &caps).is_ok());
+    assert!(matches!(
+        gemm::validate_workload(&normed_w),
+        Err(Refusal::Workload(_))
+    ));
+    for bad_w in [
+        normed(GemmWorkload {
+            act: ActType::F16,
+            ..w
+        }),
+        GemmWorkload {
+            rms_norm_eps_bits: Some(f32::NAN.to_bits()),
+            ..normed_w
+        },
+    ] {
+        assert!(matches!(
+            gemv::instantiate(&bad_w, &s, &caps),
+            Err(Refusal::Workload(_))
+        ));
+    }
+    let f16_math = GemvSchedule {
+        math: gemm::Math::FmaF16Packed,
+        ..s
+    };
+    assert!(gemv::instantiate(&w, &f16_math, &caps).is_ok());
+    assert!(matches!(
+        gemv::instantiate(&normed_w, &f16_math, &caps),
+        Err(Refusal::Schedule(_))
     ));
     for bad in [
         GemvSchedule { threads: 48, ..s },

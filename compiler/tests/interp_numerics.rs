@@ -459,6 +459,7 @@ fn test_workloads() -> Vec<GemmWorkload> {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     vec![
         w(WeightFormat::F32, 5, ActType::F32, true),
@@ -689,6 +690,7 @@ fn shared_group_headers_match_the_reference() {
             layout: WeightLayout::Aligned,
             bias: i == 1,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         };
         let inp = inputs(&w, 400 + i as u64);
         for (math, accumulate, vector_width) in [
@@ -888,6 +890,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: true,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     };
     let s = GemmSchedule {
         bm: 4,

@@ -59,6 +59,7 @@ fn gemm(m: u32, n: u32, k: u32, weight: WeightFormat) -> GemmWorkload {
         layout: WeightLayout::Gguf,
         bias: false,
         epilogue: Epilogue::None,
+        rms_norm_eps_bits: None,
     }
 }
 

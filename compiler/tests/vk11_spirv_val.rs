@@ -37,6 +37,7 @@ fn workloads() -> Vec<Workload> {
                 layout: rocky_compiler::WeightLayout::Gguf,
                 bias: i % 2 == 0,
                 epilogue: Default::default(),
+                rms_norm_eps_bits: None,
             }));
         }
         out.push(Workload::Embedding(EmbeddingWorkload {

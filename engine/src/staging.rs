@@ -78,6 +78,7 @@ mod tests {
                 weight,
                 bias: false,
                 epilogue: Default::default(),
+                rms_norm_eps_bits: None,
                 layout: rocky_compiler::WeightLayout::Gguf,
             });
             let (s, _) = forced.schedule(&w, &caps);

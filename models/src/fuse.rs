@@ -7,27 +7,36 @@
 //!   backend combines the two tensors into one), and nothing else reads their outputs.
 //! - `Add(r, Linear(x))` → `Linear(x)` with `residual: true` and inputs `[x, r]`: the residual
 //!   add in the GEMM's epilogue. Only where nothing else reads the projection's output.
+//! - `Linear(RmsNorm(x))` → `Linear(x)` with `norm: Some(..)` (and the same for `LinearSwiGlu`):
+//!   the norm folded into every projection that reads it (the decode step's Q, K and V, gate/up,
+//!   the output projection). Only where every reader of the norm is such a projection; only the
+//!   GEMV template computes it, so only the decode step's program asks for it.
 //!
 //! The fused graph computes the same values as the unfused one: the CPU reference evaluates
 //! the fused ops as the unfused ops composed (see `reference.rs` and the tests).
 
-use crate::graph::{Graph, Node, Op, ValueId};
+use crate::graph::{FoldedNorm, Graph, Node, Op, ValueId};
 
 /// Which fusions to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FuseOptions {
     pub swiglu: bool,
     pub residual: bool,
+    /// RMSNorm folded into the projections that read it (GEMV only: executors apply it to
+    /// the decode step's program alone).
+    pub norm: bool,
 }
 
 impl FuseOptions {
     pub const ALL: FuseOptions = FuseOptions {
         swiglu: true,
         residual: true,
+        norm: true,
     };
     pub const NONE: FuseOptions = FuseOptions {
         swiglu: false,
         residual: false,
+        norm: false,
     };
 
     /// The default: the residual fusion only. The SwiGLU fusion is correct but whether it is
@@ -37,31 +46,41 @@ impl FuseOptions {
     pub const DEFAULT: FuseOptions = FuseOptions {
         swiglu: false,
         residual: true,
+        norm: false,
     };
 
     /// The setting of `ROCKY_FUSE`, which overrides the tuned choice (for A/B measurements):
-    /// `None` when unset or empty, `1` fuses everything, `0` nothing, `swiglu` or `residual`
-    /// only that fusion. Anything else is an error.
+    /// `None` when unset or empty, `1` fuses everything, `0` nothing, else a comma-separated
+    /// list of `swiglu`, `residual`, `norm`: only those. Anything else is an error.
     pub fn env_override() -> Result<Option<FuseOptions>, String> {
         let Ok(v) = std::env::var("ROCKY_FUSE") else {
             return Ok(None);
         };
-        Ok(Some(match v.as_str() {
+        Self::parse(&v)
+    }
+
+    /// [`FuseOptions::env_override`]'s reading of a value.
+    pub fn parse(v: &str) -> Result<Option<FuseOptions>, String> {
+        Ok(Some(match v {
             "" => return Ok(None),
             "1" | "all" => FuseOptions::ALL,
             "0" | "none" => FuseOptions::NONE,
-            "swiglu" => FuseOptions {
-                swiglu: true,
-                residual: false,
-            },
-            "residual" => FuseOptions {
-                swiglu: false,
-                residual: true,
-            },
-            other => {
-                return Err(format!(
-                    "ROCKY_FUSE={other:?}: use 1 (fuse), 0 (do not), swiglu or residual"
-                ))
+            list => {
+                let mut f = FuseOptions::NONE;
+                for name in list.split(',') {
+                    match name.trim() {
+                        "swiglu" => f.swiglu = true,
+                        "residual" => f.residual = true,
+                        "norm" => f.norm = true,
+                        _ => {
+                            return Err(format!(
+                                "ROCKY_FUSE={list:?}: use 1 (fuse), 0 (do not), or a \
+                                 comma-separated list of swiglu, residual, norm"
+                            ))
+                        }
+                    }
+                }
+                f
             }
         }))
     }
@@ -115,6 +134,7 @@ pub fn fuse(
                         in_features: gk,
                         out_features: gnf,
                         residual: false,
+                        norm: gnorm,
                     },
                     Op::Linear {
                         weight: uw,
@@ -122,6 +142,7 @@ pub fn fuse(
                         in_features: uk,
                         out_features: unf,
                         residual: false,
+                        norm: unorm,
                     },
                 ) = (&gn.op, &un.op)
                 else {
@@ -129,6 +150,7 @@ pub fn fuse(
                 };
                 let fits = g != u
                     && gn.inputs == un.inputs
+                    && gnorm == unorm
                     && (gk, gnf) == (uk, unf)
                     && *gnf == width
                     && uses(&nodes, g) == 1
@@ -143,6 +165,7 @@ pub fn fuse(
                         up: uw.clone(),
                         in_features: *gk,
                         out_features: width,
+                        norm: gnorm.clone(),
                     },
                     inputs: gn.inputs.clone(),
                     output: node.output,
@@ -179,11 +202,71 @@ pub fn fuse(
             _ => {}
         }
     }
+    if options.norm {
+        fold_norms(&mut nodes, graph.logits);
+    }
     Graph {
         nodes: nodes.into_iter().flatten().collect(),
         tokens: graph.tokens,
         logits: graph.logits,
         n_values: graph.n_values,
+    }
+}
+
+/// Folds each `RmsNorm` whose every reader is a projection without a folded norm into those
+/// readers (after the other fusions, so the fused gate/up takes it too): they read the norm's
+/// input and normalize it themselves. A norm whose output is also read by anything else (or is
+/// the graph's result) stays.
+fn fold_norms(nodes: &mut [Option<Node>], logits: ValueId) {
+    for i in 0..nodes.len() {
+        let Some(Node {
+            op: Op::RmsNorm { weight, eps, width },
+            inputs,
+            output,
+            ..
+        }) = nodes[i].clone()
+        else {
+            continue;
+        };
+        let readers: Vec<usize> = (0..nodes.len())
+            .filter(|&j| {
+                nodes[j]
+                    .as_ref()
+                    .is_some_and(|n| n.inputs.contains(&output))
+            })
+            .collect();
+        let foldable = |n: &Node| {
+            n.inputs[0] == output
+                && n.inputs[1..].iter().all(|&v| v != output)
+                && match &n.op {
+                    Op::Linear {
+                        in_features, norm, ..
+                    }
+                    | Op::LinearSwiGlu {
+                        in_features, norm, ..
+                    } => norm.is_none() && *in_features == width,
+                    _ => false,
+                }
+        };
+        let all_fold = !readers.is_empty()
+            && output != logits
+            && readers
+                .iter()
+                .all(|&j| nodes[j].as_ref().is_some_and(foldable));
+        if !all_fold {
+            continue;
+        }
+        for j in readers {
+            let n = nodes[j].as_mut().expect("a reader");
+            n.inputs[0] = inputs[0];
+            if let Op::Linear { norm, .. } | Op::LinearSwiGlu { norm, .. } = &mut n.op {
+                *norm = Some(FoldedNorm {
+                    weight: weight.clone(),
+                    eps,
+                });
+            }
+        }
+        nodes[i] = None;
     }
 }
 
@@ -214,9 +297,10 @@ mod tests {
         Op::Linear {
             weight: w.into(),
             bias: None,
-            in_features: 8,
+            in_features: 16,
             out_features: 16,
             residual,
+            norm: None,
         }
     }
 
@@ -251,10 +335,15 @@ mod tests {
         g.finish(tokens, y)
     }
 
+    const GEMM_FUSIONS: FuseOptions = FuseOptions {
+        norm: false,
+        ..FuseOptions::ALL
+    };
+
     #[test]
     fn gate_up_and_residual_fuse_into_two_gemms() {
         let g = ffn(false);
-        let f = fuse(&g, FuseOptions::ALL, &|_, _| true);
+        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
         let ops: Vec<&Op> = f.nodes.iter().map(|n| &n.op).collect();
         assert_eq!(f.nodes.len(), 4, "{ops:?}");
         let gu = &f.nodes[2];
@@ -271,14 +360,95 @@ mod tests {
     }
 
     #[test]
+    fn the_norm_folds_into_every_projection_that_reads_it() {
+        let g = ffn(false);
+        let f = fuse(&g, FuseOptions::ALL, &|_, _| true);
+        // embedding, gate/up (the norm folded in), down with the residual.
+        assert_eq!(f.nodes.len(), 3, "{:?}", f.nodes);
+        let gu = &f.nodes[1];
+        let want = Some(FoldedNorm {
+            weight: "n".into(),
+            eps: 1e-6,
+        });
+        assert!(
+            matches!(&gu.op, Op::LinearSwiGlu { norm, .. } if *norm == want),
+            "{gu:?}"
+        );
+        // It reads the norm's input, the embedding.
+        assert_eq!(gu.inputs, vec![g.nodes[0].output]);
+        // Unfused gate and up take it each.
+        let f = fuse(
+            &g,
+            FuseOptions {
+                swiglu: false,
+                ..FuseOptions::ALL
+            },
+            &|_, _| true,
+        );
+        let normed = f
+            .nodes
+            .iter()
+            .filter(|n| matches!(&n.op, Op::Linear { norm, .. } if *norm == want))
+            .count();
+        assert_eq!(normed, 2);
+        assert!(!f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
+        // A norm something else reads too stays, and no projection takes it.
+        let (mut b, tokens) = GraphBuilder::new();
+        let x = b.push(
+            "emb",
+            Op::Embedding {
+                table: "t".into(),
+                width: 16,
+            },
+            &[tokens],
+        );
+        let norm = Op::RmsNorm {
+            weight: "n".into(),
+            eps: 1e-6,
+            width: 16,
+        };
+        let h = b.push("norm", norm, &[x]);
+        let q = b.push("q", linear("q", false), &[h]);
+        let y = b.push("add", Op::Add { width: 16 }, &[q, h]);
+        let f = fuse(&b.finish(tokens, y), FuseOptions::ALL, &|_, _| true);
+        assert!(f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
+        assert!(f
+            .nodes
+            .iter()
+            .all(|n| !matches!(&n.op, Op::Linear { norm: Some(_), .. })));
+        // Off: nothing folds.
+        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
+        assert!(f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
+    }
+
+    #[test]
+    fn rocky_fuse_lists_fusions_by_name() {
+        assert_eq!(FuseOptions::parse(""), Ok(None));
+        assert_eq!(FuseOptions::parse("1"), Ok(Some(FuseOptions::ALL)));
+        assert_eq!(FuseOptions::parse("none"), Ok(Some(FuseOptions::NONE)));
+        assert_eq!(
+            FuseOptions::parse("swiglu,residual"),
+            Ok(Some(GEMM_FUSIONS))
+        );
+        assert_eq!(
+            FuseOptions::parse("norm"),
+            Ok(Some(FuseOptions {
+                norm: true,
+                ..FuseOptions::NONE
+            }))
+        );
+        assert!(FuseOptions::parse("swiglu,nrom").is_err());
+    }
+
+    #[test]
     fn no_fusion_where_formats_differ_an_output_is_shared_or_it_is_off() {
         let g = ffn(false);
-        let f = fuse(&g, FuseOptions::ALL, &|_, _| false);
+        let f = fuse(&g, GEMM_FUSIONS, &|_, _| false);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::SwiGlu { .. })));
         assert!(!f.nodes.iter().any(|n| matches!(n.op, Op::Add { .. })));
         // The gate is read by another op too: the SwiGLU stays; the first add still fuses.
         let g = ffn(true);
-        let f = fuse(&g, FuseOptions::ALL, &|_, _| true);
+        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::SwiGlu { .. })));
         assert_eq!(
             f.nodes

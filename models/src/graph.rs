@@ -10,6 +10,14 @@ use serde::Serialize;
 /// Index of an activation value in the graph.
 pub type ValueId = usize;
 
+/// An RMSNorm folded into the projection that reads it (`fuse`): the projection's input is
+/// the norm's input, normalized per row as `Op::RmsNorm` does with this weight and eps.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FoldedNorm {
+    pub weight: String,
+    pub eps: f32,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
     /// Gather rows of an embedding table by token id (input: the token ids).
@@ -22,21 +30,25 @@ pub enum Op {
     },
     /// y = x · Wᵀ (+ bias) (+ r); W is `out_features × in_features` in its GGUF block format.
     /// Inputs x, and with `residual` the residual r (`out_features` wide), which the fusion
-    /// pass folds in from an `Add` (see `fuse`).
+    /// pass folds in from an `Add` (see `fuse`). With `norm` (also the fusion pass's) x is
+    /// RMS-normalized first: the RMSNorm that fed the projection, folded into it.
     Linear {
         weight: String,
         bias: Option<String>,
         in_features: usize,
         out_features: usize,
         residual: bool,
+        norm: Option<FoldedNorm>,
     },
     /// silu(x · Gᵀ) · (x · Uᵀ): the gate and up projections and their SwiGLU in one op (made
     /// by the fusion pass); G and U are `out_features × in_features` in the same block format.
+    /// `norm` as for `Linear`.
     LinearSwiGlu {
         gate: String,
         up: String,
         in_features: usize,
         out_features: usize,
+        norm: Option<FoldedNorm>,
     },
     /// Rotary position embedding in place per head: pairs `i` and `i + head_dim/2` (NeoX) or
     /// `2i` and `2i + 1` (normal, Llama); pair i turns by pos · theta^(-2i/head_dim), divided

@@ -6,7 +6,7 @@
 use crate::arch::{Model, ModelConfig, ModelError};
 use crate::formats;
 use crate::gguf::GgufFile;
-use crate::graph::{Graph, Op, RopePairing};
+use crate::graph::{FoldedNorm, Graph, Op, RopePairing};
 use rayon::prelude::*;
 
 /// Options that make the reference imitate a backend's storage choices.
@@ -117,8 +117,10 @@ impl<'a> CpuSession<'a> {
                     in_features,
                     out_features,
                     residual,
+                    norm,
                 } => {
-                    let mut y = self.linear(input(0), weight, *in_features, *out_features)?;
+                    let x = self.folded_norm(input(0), norm.as_ref(), *in_features)?;
+                    let mut y = self.linear(&x, weight, *in_features, *out_features)?;
                     if let Some(b) = bias {
                         let b = self.dense(b)?;
                         y.par_chunks_mut(*out_features)
@@ -130,15 +132,18 @@ impl<'a> CpuSession<'a> {
                     }
                     y
                 }
-                // The fused op as the unfused ops composed: both projections, then SwiGLU.
+                // The fused op as the unfused ops composed: the folded norm, both
+                // projections, then SwiGLU.
                 Op::LinearSwiGlu {
                     gate,
                     up,
                     in_features,
                     out_features,
+                    norm,
                 } => {
-                    let g = self.linear(input(0), gate, *in_features, *out_features)?;
-                    let u = self.linear(input(0), up, *in_features, *out_features)?;
+                    let x = self.folded_norm(input(0), norm.as_ref(), *in_features)?;
+                    let g = self.linear(&x, gate, *in_features, *out_features)?;
+                    let u = self.linear(&x, up, *in_features, *out_features)?;
                     swiglu(&g, &u)
                 }
                 Op::Rope {
@@ -243,6 +248,23 @@ impl<'a> CpuSession<'a> {
                 .map_err(|e| self.invalid(format!("tensor {table}: {e}")))?;
         }
         Ok(out)
+    }
+
+    /// A projection's input: `x` itself, or with a folded RMSNorm `x` normalized as the
+    /// unfused `RmsNorm` node would have (the fused graph computes the unfused one's values).
+    fn folded_norm<'x>(
+        &self,
+        x: &'x [f32],
+        norm: Option<&FoldedNorm>,
+        width: usize,
+    ) -> Result<std::borrow::Cow<'x, [f32]>, ModelError> {
+        Ok(match norm {
+            None => std::borrow::Cow::Borrowed(x),
+            Some(n) => {
+                let w = self.dense(&n.weight)?;
+                std::borrow::Cow::Owned(rms_norm(x, &w, n.eps, width))
+            }
+        })
     }
 
     /// y[m, o] = Σ_k x[m, k] · W[o, k]. Weight rows are dequantized in groups of `GROUP` so

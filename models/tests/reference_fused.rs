@@ -1,7 +1,7 @@
 //! The fusion pass keeps the model's function: the CPU reference of the fused graph (whose
 //! fused ops are the unfused ops composed) gives the same logits as the unfused graph, bit for
 //! bit, on the tiny Qwen2 files; and it does fuse there (one gate/up GEMM and two residual
-//! GEMMs per layer, no SwiGLU or Add left).
+//! GEMMs per layer, no SwiGLU or Add left, every RMSNorm folded into its projections).
 
 mod common;
 
@@ -42,9 +42,19 @@ fn fused_graph_gives_the_unfused_logits() {
             )),
             0
         );
+        // Every RMSNorm folded into the projections that read it: two per layer (Q/K/V,
+        // gate/up) and the output norm.
+        assert_eq!(count(&fused, &|op| matches!(op, Op::RmsNorm { .. })), 0);
+        assert_eq!(
+            count(&fused, &|op| matches!(
+                op,
+                Op::Linear { norm: Some(_), .. } | Op::LinearSwiGlu { norm: Some(_), .. }
+            )),
+            4 * n_layer + 1
+        );
         assert_eq!(
             fused.graph.nodes.len(),
-            model.graph.nodes.len() - 4 * n_layer
+            model.graph.nodes.len() - 4 * n_layer - (2 * n_layer + 1)
         );
         let tokens: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 1000).collect();
         let opts = ReferenceOptions::llama_cpp();

@@ -134,6 +134,7 @@ fn draw_workload(r: &mut SplitMix64, weight: WeightFormat, caps: &DeviceCaps) ->
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: r.next_u64() % 2 == 0,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         };
         // K-quants need k to be a multiple of 256 (896 is not: Qwen2.5-0.5B uses Q5_0/Q8_0
         // there), and huge plain-float vocabularies are left out.
@@ -216,6 +217,7 @@ fn sample_cases(count: usize, seed: u64, caps: &DeviceCaps) -> Vec<Case> {
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         };
         cases.push(Case {
             w,
@@ -655,6 +657,7 @@ fn aligned_layout_gemms_match_the_cpu_reference() {
                 layout: WeightLayout::Aligned,
                 bias: r.next_u64() % 2 == 0,
                 epilogue: Default::default(),
+                rms_norm_eps_bits: None,
             };
             let mut schedules = vec![gemm::default_schedule(&w, &caps)];
             let space = gemm::search_space(&w, &caps);

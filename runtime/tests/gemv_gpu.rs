@@ -196,6 +196,7 @@ fn gemv_kernels_match_the_cpu_reference_on_the_device() {
                 layout,
                 bias: epilogue != Epilogue::SwiGlu && i % 2 == 0,
                 epilogue,
+                rms_norm_eps_bits: None,
             };
             let space = gemv::search_space(&w, &caps);
             let mut schedules = vec![gemv::default_schedule(&w, &caps)];
@@ -234,6 +235,7 @@ fn qwen_decode_shapes_match_the_cpu_reference() {
         layout: WeightLayout::Gguf,
         bias: false,
         epilogue,
+        rms_norm_eps_bits: None,
     };
     for (i, w) in [
         w(4864, 896, WeightFormat::Q8_0, Epilogue::SwiGlu),

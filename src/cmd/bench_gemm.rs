@@ -207,6 +207,7 @@ pub fn run(args: Args) -> CmdResult {
                 layout,
                 bias: false,
                 epilogue: Default::default(),
+                rms_norm_eps_bits: None,
             };
             let mut runs_of: Vec<(&'static str, GemmWorkload, GemmSchedule)> =
                 variants(&w, &caps, &f32_caps, args.all_math, &mut bench.notes)

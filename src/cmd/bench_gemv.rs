@@ -38,6 +38,10 @@ pub struct Args {
     /// Also time each default schedule with int8 dot-product math (rows `int8*`).
     #[arg(long)]
     pub int8: bool,
+    /// Also time the GEMVs that read a norm's output (q, k, v, gate/up) with the RMSNorm
+    /// folded in, as the decode step runs them (rows `norm*`, default schedule).
+    #[arg(long)]
+    pub norm: bool,
     /// Size of each of the flush copy's two buffers in MiB: larger than the device's last-level
     /// cache (an H100's is 50 MB); default 256, or 64 with --quick.
     #[arg(long)]
@@ -174,12 +178,13 @@ pub fn run(args: Args) -> CmdResult {
                 layout: rocky_compiler::templates::gemm::default::default_layout(weight, &caps),
                 bias: false,
                 epilogue,
+                rms_norm_eps_bits: None,
             };
             if gemv::validate_workload(&w).is_err() {
                 continue; // K-quants need K a multiple of 256 (the 0.5B's 896 is not)
             }
             let default = gemv::default_schedule(&w, &caps);
-            let mut variants = vec![("default", default)];
+            let mut variants = vec![("default", w, default)];
             if args.int8 {
                 let int8 = GemvSchedule {
                     math: Math::Int8Dot,
@@ -188,13 +193,21 @@ pub fn run(args: Args) -> CmdResult {
                     ..default
                 };
                 if int8 != default && int8.validate(&w, &caps).is_ok() {
-                    variants.push(("int8*", int8));
+                    variants.push(("int8*", w, int8));
                 }
             }
             if let Some(c) = custom.filter(|c| *c != default && c.validate(&w, &caps).is_ok()) {
-                variants.push(("custom*", c));
+                variants.push(("custom*", w, c));
             }
-            for (variant, s) in variants {
+            // The projections a norm feeds (no residual epilogue): Qwen2's eps.
+            if args.norm && epilogue != Epilogue::Residual {
+                let normed = GemmWorkload {
+                    rms_norm_eps_bits: Some(1e-6f32.to_bits()),
+                    ..w
+                };
+                variants.push(("norm*", normed, gemv::default_schedule(&normed, &caps)));
+            }
+            for (variant, w, s) in variants {
                 let target = Target {
                     w: &w,
                     s: &s,

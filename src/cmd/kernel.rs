@@ -269,6 +269,7 @@ fn parse_workload(args: &Args, caps: &DeviceCaps) -> Result<Workload, CliError> 
         layout,
         bias: args.bias,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     }))
 }
 

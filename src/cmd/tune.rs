@@ -508,16 +508,18 @@ fn graph_report(outcome: &GraphOutcome) -> serde_json::Value {
     })
 }
 
-/// `m=16 n=896 k=896 q4_k +bias`, `m=16 n=4864 k=896 q4_k +swiglu` (gate and up fused).
+/// `m=16 n=896 k=896 q4_k +bias`, `m=16 n=4864 k=896 q4_k +swiglu` (gate and up fused),
+/// `gemv m=1 n=896 k=896 q4_k`, `gemv+norm m=1 …` (the decode step's GEMVs with the RMSNorm
+/// folded in: a prefix of its own, so `--workload "gemv m=1"` does not select them too).
 pub fn describe_workload(w: &Workload) -> String {
     use rocky_compiler::templates::gemm::Epilogue;
     match w {
         Workload::Gemm(g) | Workload::Gemv(g) => format!(
             "{}m={} n={} k={} {}{}{}",
-            if matches!(w, Workload::Gemv(_)) {
-                "gemv "
-            } else {
-                ""
+            match (w, g.rms_norm_eps_bits) {
+                (Workload::Gemv(_), Some(_)) => "gemv+norm ",
+                (Workload::Gemv(_), None) => "gemv ",
+                _ => "",
             },
             g.m,
             g.n,

@@ -71,6 +71,7 @@ mod tests {
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         })
     }
 

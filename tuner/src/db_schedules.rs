@@ -228,6 +228,7 @@ mod tests {
             layout: Default::default(),
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         }
     }
 

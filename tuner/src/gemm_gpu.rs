@@ -8,11 +8,11 @@ use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::interface::{
-    counter_layout, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_RESIDUAL,
+    counter_layout, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_NORM_WEIGHT, BINDING_RESIDUAL,
     BINDING_TILE_COUNTERS, BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use rocky_compiler::templates::gemm::reference::{
-    compare, reference_with_epilogue, relative_tolerance, Mismatch, Reference,
+    compare, reference_full, relative_tolerance, Mismatch, Reference,
 };
 use rocky_compiler::templates::gemm::split_k::{
     instantiate_reduce, reduce_grid, reduce_push, scratch_values, BINDING_PARTIALS,
@@ -94,6 +94,8 @@ pub struct GemmInputs {
     pub bias: Option<Vec<f32>>,
     /// The residual of `Epilogue::Residual` (m × n).
     pub residual: Option<Vec<f32>>,
+    /// The folded RMSNorm's weight (k values), for workloads with `rms_norm_eps_bits`.
+    pub norm_weight: Option<Vec<f32>>,
 }
 
 impl GemmInputs {
@@ -107,6 +109,9 @@ impl GemmInputs {
                 .then(|| random_activations(w.n as usize, seed ^ 0xB1A5)),
             residual: (w.epilogue == Epilogue::Residual)
                 .then(|| random_activations(w.m as usize * w.n as usize, seed ^ 0x2E51)),
+            norm_weight: w
+                .rms_norm_eps_bits
+                .map(|_| random_activations(w.k as usize, seed ^ 0x7093)),
         }
     }
 }
@@ -150,6 +155,7 @@ pub struct GemmOnGpu {
     y: Buffer,
     bias: Option<Buffer>,
     residual: Option<Buffer>,
+    norm_weight: Option<Buffer>,
     /// Split-K across the grid (`k_groups > 1`): the reduce kernel and the partial sums.
     split: Option<(ComputePipeline, Buffer)>,
     /// Split-K whose last group per tile reduces (`last_group_reduces`): the partial sums,
@@ -245,6 +251,10 @@ impl GemmOnGpu {
             Some(r) => Some(act_buffer(ctx, w.act, r, "residual")?),
             None => None,
         };
+        let norm_weight = match &inputs.norm_weight {
+            Some(g) => Some(Buffer::from_slice(ctx, g, "norm weight").map_err(device_error)?),
+            None => None,
+        };
         let in_place = if s.k_groups > 1 && s.last_group_reduces {
             let partials = Buffer::new(ctx, 4 * scratch_values(w, s), "split-K partials")
                 .map_err(device_error)?;
@@ -283,6 +293,7 @@ impl GemmOnGpu {
             y,
             bias,
             residual,
+            norm_weight,
             split,
             in_place,
             slices,
@@ -350,6 +361,15 @@ impl GemmOnGpu {
                         GpuError::Internal("the kernel binds a bias the workload lacks".into())
                     })?,
                     BINDING_RESIDUAL => self.residual_binding()?,
+                    BINDING_NORM_WEIGHT => self
+                        .norm_weight
+                        .as_ref()
+                        .map(Buffer::whole)
+                        .ok_or_else(|| {
+                            GpuError::Internal(
+                                "the kernel binds a norm weight the workload lacks".into(),
+                            )
+                        })?,
                     BINDING_IN_PLACE_PARTIALS => match &self.in_place {
                         Some(split) => split.partials.whole(),
                         None => return Err(in_place("partials")),
@@ -675,13 +695,14 @@ fn reference_columns(
         n: cols.len() as u32,
         ..*w
     };
-    let r = reference_with_epilogue(
+    let r = reference_full(
         &sub,
         math,
         &inputs.x,
         &weight,
         bias.as_deref(),
         residual.as_deref(),
+        inputs.norm_weight.as_deref(),
     )
     .map_err(|e| format!("reference: {e}"))?;
     Ok((sub, r))

@@ -209,6 +209,7 @@ pub(crate) mod tests {
                 layout: rocky_compiler::WeightLayout::Gguf,
                 bias: false,
                 epilogue: Default::default(),
+                rms_norm_eps_bits: None,
             })
         };
         // Two workloads whose fastest schedule is the same (index 37). The first (100

@@ -477,6 +477,7 @@ mod tests {
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         });
         search_space(&w, &DeviceCaps::mali_g610())
     }

@@ -70,6 +70,12 @@ pub fn model_workloads_with_progress(
             let mut executor = Executor::new(ctx, model, weights.clone(), options, rows)?;
             executor.prepare(&DefaultSchedules)?;
             used.extend(executor.used().iter().map(|(l, w, _, _)| (l.clone(), *w)));
+            if rows == 1 {
+                // The decode step's own program: its fusions (the RMSNorm folded into the
+                // GEMVs) make workloads a one-row prefill does not have.
+                executor.prepare_decode(&DefaultSchedules)?;
+                used.extend(executor.used().iter().map(|(l, w, _, _)| (l.clone(), *w)));
+            }
         }
     }
     Ok(distinct_gemms(used.iter().map(|(l, w)| (l.as_str(), *w))))
@@ -169,6 +175,7 @@ mod tests {
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         })
     }
 

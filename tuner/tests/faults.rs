@@ -34,6 +34,7 @@ fn workload() -> Workload {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     })
 }
 

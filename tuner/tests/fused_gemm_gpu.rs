@@ -62,6 +62,7 @@ fn fused_epilogues_on_the_gpu_match_the_reference() {
                 layout,
                 bias: epilogue == Epilogue::Residual && i % 2 == 0,
                 epilogue,
+                rms_norm_eps_bits: None,
             };
             let default = gemm::default_schedule(&w, &caps);
             let base = GemmSchedule {

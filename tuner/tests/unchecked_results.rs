@@ -141,6 +141,7 @@ fn host_timed_trials_are_checked_positive_and_say_host() {
         layout: rocky_compiler::WeightLayout::Gguf,
         bias: false,
         epilogue: Default::default(),
+        rms_norm_eps_bits: None,
     });
     let options = TuneOptions {
         strategy: Strategy::Random,

@@ -250,5 +250,6 @@ fn linear(weight: String, bias: bool, in_features: usize, out_features: usize) -
         in_features,
         out_features,
         residual: false,
+        norm: None,
     }
 }

@@ -295,7 +295,12 @@ impl GpuWeights {
             _ => false,
         };
         // The graph with every pair that can fuse fused: what decides the combined buffers.
-        let graph = fuse(&model.graph, FuseOptions::ALL, &same);
+        // Norms stay unfolded, so their weights are listed (folded, a projection reads them).
+        let every_pair = FuseOptions {
+            norm: false,
+            ..FuseOptions::ALL
+        };
+        let graph = fuse(&model.graph, every_pair, &same);
         let caps = device_caps(ctx.info(), ctx.caps());
         let mut layouts = weight_layouts(file, &graph, choice, &caps);
         let mut repack_time = Duration::ZERO;
@@ -670,7 +675,13 @@ impl<'m> Executor<'m> {
         let caps = device_caps(ctx.info(), ctx.caps());
         // Gate and up fuse where this executor's options say so and the weights hold them
         // combined.
-        let graph = fuse(&model.graph, options.fuse, &|gate, up| {
+        // The prefill's linears are GEMMs (or one-row GEMVs the prefill does not fold norms
+        // into): no folded norm.
+        let prefill_fusions = FuseOptions {
+            norm: false,
+            ..options.fuse
+        };
+        let graph = fuse(&model.graph, prefill_fusions, &|gate, up| {
             weights.combined(gate, up)
         });
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
@@ -681,8 +692,8 @@ impl<'m> Executor<'m> {
             1
         };
         let prefill_program = Program::new(ctx, graph, options.ubatch, n_sets, "activations")?;
-        let step_fusions = program::decode_fusions().map_err(ExecError::Unsupported)?;
-        let step_graph = fuse(&model.graph, step_fusions, &|gate, up| {
+        let decode = program::decode_fusions().map_err(ExecError::Unsupported)?;
+        let step_graph = fuse(&model.graph, step_fusions(decode, &caps), &|gate, up| {
             weights.combined(gate, up)
         });
         let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
@@ -969,6 +980,7 @@ impl<'m> Executor<'m> {
                     in_features,
                     out_features,
                     residual,
+                    norm,
                 } => {
                     let ty = &self.weights.get(weight).ty;
                     w.push(linear_workload(
@@ -985,6 +997,7 @@ impl<'m> Executor<'m> {
                             } else {
                                 Epilogue::None
                             },
+                            rms_norm_eps_bits: norm.as_ref().map(|n| n.eps.to_bits()),
                         },
                         &self.caps,
                     ))
@@ -994,6 +1007,7 @@ impl<'m> Executor<'m> {
                     up,
                     in_features,
                     out_features,
+                    norm,
                 } => {
                     let name = gate_up_name(gate, up);
                     let ty = &self.weights.get(&name).ty;
@@ -1007,6 +1021,7 @@ impl<'m> Executor<'m> {
                             layout: self.weights.layout(&name),
                             bias: false,
                             epilogue: Epilogue::SwiGlu,
+                            rms_norm_eps_bits: norm.as_ref().map(|n| n.eps.to_bits()),
                         },
                         &self.caps,
                     ))
@@ -1393,6 +1408,32 @@ fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
     }
 }
 
+/// The weight of the RMSNorm folded into a linear node, if any.
+fn folded_norm_weight(op: &Op) -> Option<&str> {
+    match op {
+        Op::Linear { norm, .. } | Op::LinearSwiGlu { norm, .. } => {
+            norm.as_ref().map(|n| n.weight.as_str())
+        }
+        _ => None,
+    }
+}
+
+/// The decode step's fusions on this device: `decode` (`program::decode_fusions`), with the
+/// RMSNorm folded into the projections only where one-row linears run as GEMVs (the GEMM
+/// computes no folded norm) and registers are not scarce: with a register budget of 64 or
+/// less (Mali, where more than 32 halves occupancy) the folded GEMVs' extra live values cost
+/// more than the norm's dispatch is likely to (Mesa 25.0.7's Valhall compiler: the 3B's gate/up
+/// and q GEMVs from 2 threads to 1 and load/store cycles 49 -> 62, the vocabulary projection
+/// 52 -> 185 cycles with 12:113 spills). `ROCKY_FUSE` with `norm` still folds them there.
+fn step_fusions(decode: FuseOptions, caps: &DeviceCaps) -> FuseOptions {
+    let forced = FuseOptions::env_override().ok().flatten().is_some();
+    let registers_to_spare = caps.register_budget > 64 || forced;
+    FuseOptions {
+        norm: decode.norm && gemv_enabled(caps) && registers_to_spare,
+        ..decode
+    }
+}
+
 /// Rows up to which a linear node runs the GEMV template. The template computes up to
 /// `gemv::MAX_M` rows, but only one row is measured against the GEMM so far (decode, and
 /// the prefill's last-row output projection); prefill ubatches of 2 to 8 keep the GEMM's
@@ -1401,8 +1442,11 @@ const GEMV_ROWS: u32 = 1;
 
 /// The workload of a linear node at `g.m` rows: the GEMV template's for at most
 /// [`GEMV_ROWS`] rows where [`gemv_enabled`], else the GEMM's.
+/// A projection with a folded RMSNorm is always the GEMV's (only it computes one; the decode
+/// step folds norms only where its linears run as GEMVs, see [`step_fusions`]).
 fn linear_workload(g: GemmWorkload, caps: &DeviceCaps) -> Workload {
-    if g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled(caps) {
+    let gemv_rows = g.m <= GEMV_ROWS.min(gemv::MAX_M) && gemv_enabled(caps);
+    if gemv_rows || g.rms_norm_eps_bits.is_some() {
         Workload::Gemv(g)
     } else {
         Workload::Gemm(g)

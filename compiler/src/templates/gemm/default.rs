@@ -522,6 +522,7 @@ mod tests {
             layout: crate::dequant::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         }
     }
 

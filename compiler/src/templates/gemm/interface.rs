@@ -9,7 +9,8 @@
 //!   4 bytes and allocate weight buffers with that padding;
 //! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
 //! - 3 `bias` (when the workload has one): all n f32 values (not sliced);
-//! - 4 `residual` (`Epilogue::Residual`): R, m × n with row stride `ldy`, same type as Y.
+//! - 4 `residual` (`Epilogue::Residual`): R, m × n with row stride `ldy`, same type as Y;
+//! - 7 `norm_weight` (the GEMV with a folded RMSNorm only): the norm's k f32 weights.
 //!
 //! With `Epilogue::SwiGlu` the weight binding holds the 2n rows of the combined gate/up
 //! tensor (gate rows, then up rows; never N-sliced) and the grid has `2n / bn` columns of
@@ -47,6 +48,10 @@ pub const BINDING_IN_PLACE_PARTIALS: u32 = 5;
 /// `last_group_reduces`: one u32 arrival counter per workgroup tile of the dispatch
 /// ([`counters_of`]), zero before the dispatch and left zero after it.
 pub const BINDING_TILE_COUNTERS: u32 = 6;
+
+/// The GEMV's folded RMSNorm (`GemmWorkload::rms_norm_eps_bits`): the norm's f32 weight, k
+/// values (read as 4-element vectors).
+pub const BINDING_NORM_WEIGHT: u32 = 7;
 
 /// Arrival counters a `last_group_reduces` dispatch over `grid` needs: one per (x, y) tile.
 pub fn counters_of(grid: [u32; 3]) -> u64 {

@@ -28,6 +28,18 @@ use crate::refusal::Refusal;
 
 /// Checks that the template can compute `w` at all.
 pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
+    validate_shape(w)?;
+    if w.rms_norm_eps_bits.is_some() {
+        return Err(Refusal::Workload(
+            "the GEMM template folds no RMSNorm (the GEMV template does, at most 8 rows)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What the GEMM and GEMV templates both require of a workload: sizes, block alignment,
+/// 32-bit indexing, a layout the format has.
+pub(crate) fn validate_shape(w: &GemmWorkload) -> Result<(), Refusal> {
     let bad = |s: String| Err(Refusal::Workload(s));
     if w.m == 0 || w.n == 0 || w.k == 0 {
         return bad(format!(

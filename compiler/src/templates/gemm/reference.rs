@@ -23,6 +23,10 @@ pub enum ReferenceError {
     ResidualPresence,
     #[error("residual has {got} values, the workload needs m*n = {want}")]
     ResidualLength { got: usize, want: usize },
+    #[error("the workload folds an RMSNorm but no norm weight was given (or the reverse)")]
+    NormWeightPresence,
+    #[error("the norm weight has {got} values, the workload needs k = {want}")]
+    NormWeightLength { got: usize, want: usize },
     #[error("weights: {0}")]
     Weights(#[from] DequantError),
 }
@@ -112,6 +116,9 @@ pub fn reference_with_epilogue(
     residual: Option<&[f32]>,
 ) -> Result<Reference, ReferenceError> {
     let (m, n) = (w.m as usize, w.n as usize);
+    if w.rms_norm_eps_bits.is_some() {
+        return Err(ReferenceError::NormWeightPresence);
+    }
     if residual.is_some() != (w.epilogue == Epilogue::Residual) {
         return Err(ReferenceError::ResidualPresence);
     }
@@ -180,6 +187,57 @@ pub fn reference_with_epilogue(
         }
     }
     Ok(out)
+}
+
+/// [`reference_with_epilogue`] for any workload, a folded RMSNorm included
+/// (`GemmWorkload::rms_norm_eps_bits`, f32 activations): each row of X normalized in f64 as the
+/// unfused RMSNorm does, `x / sqrt(mean(x²) + eps) ⊙ norm_weight`, rounded to f32, then the
+/// projection and its epilogue. The kernel normalizes after the product instead (the same
+/// value up to f32 rounding, well inside the magnitude-scaled tolerance).
+pub fn reference_full(
+    w: &GemmWorkload,
+    math: Math,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    norm_weight: Option<&[f32]>,
+) -> Result<Reference, ReferenceError> {
+    let (eps, g) = match (w.rms_norm_eps(), norm_weight) {
+        (None, None) => {
+            return reference_with_epilogue(w, math, x, weight, bias, residual);
+        }
+        (Some(eps), Some(g)) => (eps, g),
+        _ => return Err(ReferenceError::NormWeightPresence),
+    };
+    let (m, k) = (w.m as usize, w.k as usize);
+    if g.len() != k {
+        return Err(ReferenceError::NormWeightLength {
+            got: g.len(),
+            want: k,
+        });
+    }
+    if x.len() != m * k {
+        return Err(ReferenceError::XLength {
+            got: x.len(),
+            want: m * k,
+        });
+    }
+    let normed: Vec<f32> = x
+        .chunks(k)
+        .flat_map(|row| {
+            let squares: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            let scale = 1.0 / (squares / k as f64 + f64::from(eps)).sqrt();
+            row.iter()
+                .zip(g)
+                .map(move |(&v, &gi)| (f64::from(v) * scale * f64::from(gi)) as f32)
+        })
+        .collect();
+    let inner = GemmWorkload {
+        rms_norm_eps_bits: None,
+        ..*w
+    };
+    reference_with_epilogue(&inner, math, &normed, weight, bias, residual)
 }
 
 /// The GEMM without an epilogue.

@@ -74,6 +74,13 @@ pub struct GemmWorkload {
     /// Omitted from the serialization when `None`, so unfused workloads keep their keys.
     #[serde(default, skip_serializing_if = "Epilogue::is_none")]
     pub epilogue: Epilogue,
+    /// `Some(eps as f32 bits)`: each row of X is RMS-normalized before the product,
+    /// `x / sqrt(mean(x²) + eps) ⊙ g` with the f32 weight g (binding `norm_weight`, k values):
+    /// an RMSNorm folded into the projection that reads it (the GEMV template only, which reads
+    /// all of a row of X in every workgroup anyway; see `gemv::kernel`). Omitted from the
+    /// serialization when `None`, so other workloads keep their keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rms_norm_eps_bits: Option<u32>,
 }
 
 impl GemmWorkload {
@@ -95,6 +102,11 @@ impl GemmWorkload {
     /// Bytes of one weight row in the workload's layout.
     pub fn weight_row_bytes(&self) -> u64 {
         self.layout.row_bytes(self.weight, u64::from(self.k))
+    }
+
+    /// The folded RMSNorm's eps, where X is normalized before the product.
+    pub fn rms_norm_eps(&self) -> Option<f32> {
+        self.rms_norm_eps_bits.map(f32::from_bits)
     }
 
     /// Bytes per element of X and Y.

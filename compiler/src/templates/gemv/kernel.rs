@@ -10,19 +10,23 @@
 //! reduce the m × rows sums over the workgroup (subgroup adds or a shared-memory tree)
 //! threads 0.. store: bias, epilogue, guarded by m and n
 //! ```
+//! With a folded RMSNorm each X chunk is also squared into a per-row sum and multiplied by the
+//! norm weight as it is loaded; the m sums of squares join the reduction, and each output's sum
+//! is scaled by `1 / sqrt(sum / k + eps)` before the bias and epilogue.
 //! Rows past `m` and columns past `n` read the last valid row/column (clamped), so every
 //! load stays in bounds; their results are never stored.
 
 use crate::dequant::ir::{
-    int8_unit_fma, open_unit, open_units, quantize_unit_q8, Unit, WeightRows,
+    int8_unit_fma, open_unit, open_units, quantize_unit_q8, Int8Scales, Unit, WeightRows,
 };
+use crate::dequant::words::signed_bytes_to_ivec4;
 use crate::dequant::WeightLayout;
 use crate::dequant::UNIT;
 use crate::ir::{
     Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
 };
 use crate::templates::gemm::interface::{
-    BINDING_BIAS, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    BINDING_BIAS, BINDING_NORM_WEIGHT, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math};
 
@@ -68,6 +72,15 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
         let _p_k = b.push_field("k", Type::U32);
         let p_noff = b.push_field("n_offset", Type::U32);
         let p_ldy = b.push_field("ldy", Type::U32);
+        let norm = w.rms_norm_eps().map(|eps| Norm {
+            weight: b.buffer(
+                BINDING_NORM_WEIGHT,
+                "norm_weight",
+                Type::vec(Scalar::F32, 4),
+                Access::ReadOnly,
+            ),
+            eps,
+        });
         let io = Io {
             m: b.push(p_m),
             n: b.push(p_n),
@@ -76,6 +89,7 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
             y,
             bias,
             residual,
+            norm,
         };
         let rows = WeightRows {
             buffer: weight,
@@ -83,7 +97,7 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
             layout: w.layout,
         };
         let sums = main_loop(b, w, s, x, rows, &io);
-        reduce_and_store(b, w, s, &sums, &io);
+        reduce_and_store(b, w, s, sums, &io);
     }
     b.finish()
 }
@@ -96,6 +110,22 @@ struct Io {
     y: Buffer,
     bias: Option<Buffer>,
     residual: Option<Buffer>,
+    norm: Option<Norm>,
+}
+
+/// The folded RMSNorm: its weight and eps.
+#[derive(Clone, Copy)]
+struct Norm {
+    weight: Buffer,
+    eps: f32,
+}
+
+/// A thread's partial sums: `outputs[i][r]` for X row i and weight row r of the group (r <
+/// cols: the columns; with SwiGLU r ≥ cols: the up rows of columns r - cols), and with a
+/// folded RMSNorm `squares[i]`, X row i's sum of squares over the elements it read.
+struct Sums {
+    outputs: Vec<Vec<Value>>,
+    squares: Vec<Value>,
 }
 
 /// The first output column of this workgroup (grid may be two-dimensional for wide N).
@@ -110,8 +140,7 @@ fn first_column(b: &KernelBuilder, s: &GemvSchedule) -> Value {
     b.muli(group, s.cols)
 }
 
-/// Each thread's partial sums, `sums[i][r]` for X row i and weight row r of the group
-/// (r < cols: the columns; with SwiGLU r ≥ cols: the up rows of columns r - cols).
+/// Each thread's partial sums.
 fn main_loop(
     b: &KernelBuilder,
     w: &GemmWorkload,
@@ -119,9 +148,12 @@ fn main_loop(
     x: Buffer,
     rows: WeightRows,
     io: &Io,
-) -> Vec<Vec<Value>> {
+) -> Sums {
     if s.math == Math::Int8Dot {
-        return int8_main_loop(b, w, s, x, rows, io);
+        return Sums {
+            outputs: int8_main_loop(b, w, s, x, rows, io),
+            squares: Vec::new(),
+        };
     }
     let f16 = s.math == Math::FmaF16Packed;
     let ms = if f16 { Scalar::F16 } else { Scalar::F32 };
@@ -145,6 +177,18 @@ fn main_loop(
             .collect()
     };
     let acc = grid("acc", acc_ty);
+    // The folded RMSNorm's sums of squares, one 4-wide per X row (validate: f32 math).
+    let squares: Vec<Var> = match io.norm {
+        Some(_) => (0..mrows)
+            .map(|i| {
+                b.var_init(
+                    &format!("squares{i}"),
+                    b.lit(Type::vec(Scalar::F32, 4), 0.0),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let part = if f16 {
         grid("part", part_ty)
     } else {
@@ -168,6 +212,11 @@ fn main_loop(
     };
 
     let units = w.k / UNIT;
+    // `dot_first` (quantized weights, f32 math; `validate`): each unit's integer quants are
+    // dotted with X first and the unit's scales applied once to those sums (`Factored`), as
+    // ggml does, instead of dequantizing every weight (a multiply and a subtract per weight
+    // fewer).
+    let factored = s.dot_first;
     // `units_per_thread` consecutive units per thread and step ("groups"), opened together
     // with wide loads (runs of words) where the format has them and a thread takes whole
     // units; else one unit, opened alone.
@@ -191,6 +240,7 @@ fn main_loop(
             .collect();
         for ul in 0..g {
             let u = if ul == 0 { first } else { b.addi(first, ul) };
+            let mut factored = factored.then(|| Factored::new(b, w, s, &opened, ul, c0));
             for c in 0..s.chunks_per_thread {
                 // With one thread per unit the chunk indices are constants.
                 let (cv, cc) = if lanes == 1 {
@@ -198,13 +248,26 @@ fn main_loop(
                 } else {
                     (b.addi(c0, c), None)
                 };
-                let xv: Vec<Vec<Value>> = x_bases
+                let k_at = b.add(b.muli(u, CHUNKS), cv);
+                // The norm weight's chunk, shared by every X row.
+                let g = io.norm.map(|n| b.load(n.weight, k_at));
+                let xv: Vec<Value> = x_bases
                     .iter()
-                    .map(|&base| {
-                        let at = b.add(base, b.add(b.muli(u, CHUNKS), cv));
-                        pieces(b.convert(b.load(x, at), v4m))
+                    .enumerate()
+                    .map(|(i, &base)| {
+                        let mut xc = b.convert(b.load(x, b.add(base, k_at)), v4m);
+                        if let Some(g) = g {
+                            let sq = squares[i];
+                            b.store_var(sq, b.fma(xc, xc, b.load_var(sq)));
+                            xc = b.mul(xc, g);
+                        }
+                        xc
                     })
                     .collect();
+                if let Some(f) = factored.as_mut() {
+                    f.chunk(b, &opened, ul, c, cv, cc, &xv, &acc);
+                    continue;
+                }
                 for (r, units_of_row) in opened.iter().enumerate() {
                     let unit = &units_of_row[ul as usize];
                     let wv = match (cc, f16) {
@@ -217,12 +280,15 @@ fn main_loop(
                     for i in 0..mrows {
                         let target = if f16 { part[i][r] } else { acc[i][r] };
                         let mut a = b.load_var(target);
-                        for (xp, wp) in xv[i].iter().zip(&wp) {
+                        for (xp, wp) in pieces(xv[i]).iter().zip(&wp) {
                             a = b.fma(*xp, *wp, a);
                         }
                         b.store_var(target, a);
                     }
                 }
+            }
+            if let Some(f) = factored {
+                f.finish(b, &acc);
             }
             if f16 {
                 for i in 0..mrows {
@@ -238,7 +304,10 @@ fn main_loop(
         }
     };
     for_each_group(b, groups, step, slot, group_body);
-    acc.iter()
+    let lanes_sum =
+        |v: Value, n: u32| (1..n).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)));
+    let outputs = acc
+        .iter()
         .map(|row| {
             row.iter()
                 .map(|&a| {
@@ -246,12 +315,149 @@ fn main_loop(
                     if f16 || vw == 1 {
                         v
                     } else {
-                        (1..vw).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)))
+                        lanes_sum(v, vw)
                     }
                 })
                 .collect()
         })
-        .collect()
+        .collect();
+    let squares = squares
+        .iter()
+        .map(|&sq| lanes_sum(b.load_var(sq), 4))
+        .collect();
+    Sums { outputs, squares }
+}
+
+/// One unit's products added to the accumulators the factored way, chunk by chunk: per X row
+/// and weight row the integer quants are dotted with X (`q · x`, 4 lanes) while the chunks
+/// share a scale, then `acc += scale · (q · x)`; after the last chunk `acc -= min · Σx`
+/// (Q6_K: a scale per 16 elements; K-quants and Q4_1/Q5_1 a min per unit). Streamed a chunk at
+/// a time so that only one chunk of X and of the quants is live (Mali: keeping a unit's eight
+/// chunks live spilled).
+struct Factored {
+    vw: u32,
+    /// Per weight row: the unit's scales.
+    scales: Vec<Int8Scales>,
+    /// The scale of a thread's chunks where threads share units (all of a thread's chunks
+    /// lie in one half: `c0` is a multiple of `chunks_per_thread` ≤ 4).
+    shared_scale: Vec<Value>,
+    /// Chunks per thread and whether a thread's chunks cross from the low to the high scale.
+    chunks: u32,
+    /// `dots[i][r]`: X row i · weight row r's quants since the last fold.
+    dots: Vec<Vec<Option<Value>>>,
+    /// Σx of the thread's chunks per X row (formats with a min).
+    xsum: Vec<Option<Value>>,
+    has_min: bool,
+}
+
+impl Factored {
+    fn new(
+        b: &KernelBuilder,
+        w: &GemmWorkload,
+        s: &GemvSchedule,
+        opened: &[Vec<Unit>],
+        ul: u32,
+        c0: Value,
+    ) -> Factored {
+        let scales: Vec<Int8Scales> = opened
+            .iter()
+            .map(|units| units[ul as usize].int8_scales())
+            .collect();
+        let shared_scale = scales
+            .iter()
+            .map(|sc| match sc.hi {
+                Some(hi) if s.chunks_per_thread < 8 => b.select(b.ge(c0, b.c_u32(4)), hi, sc.lo),
+                _ => sc.lo,
+            })
+            .collect();
+        Factored {
+            vw: s.vector_width,
+            scales,
+            shared_scale,
+            chunks: s.chunks_per_thread,
+            dots: vec![vec![None; opened.len()]; w.m as usize],
+            xsum: vec![None; w.m as usize],
+            has_min: w.weight.has_min(),
+        }
+    }
+
+    /// Chunk `c` of the thread (index `cv`, constant `cc` where known) with X rows `xv`.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk(
+        &mut self,
+        b: &KernelBuilder,
+        opened: &[Vec<Unit>],
+        ul: u32,
+        c: u32,
+        cv: Value,
+        cc: Option<u32>,
+        xv: &[Value],
+        acc: &[Vec<Var>],
+    ) {
+        let v4 = Type::vec(Scalar::F32, 4);
+        if self.has_min {
+            for (sum, &x) in self.xsum.iter_mut().zip(xv) {
+                *sum = Some(sum.map_or(x, |t| b.add(t, x)));
+            }
+        }
+        for (r, units_of_row) in opened.iter().enumerate() {
+            let unit = &units_of_row[ul as usize];
+            let word = match cc {
+                Some(c) => unit.word_i8_at(b, c),
+                None => unit.word_i8(b, cv),
+            };
+            let q = b.convert(signed_bytes_to_ivec4(b, word), v4);
+            for (i, &x) in xv.iter().enumerate() {
+                let d = &mut self.dots[i][r];
+                *d = Some(match *d {
+                    None => b.mul(x, q),
+                    Some(t) => b.fma(x, q, t),
+                });
+            }
+        }
+        // The dots are folded where the scale changes (Q6_K's halves, a thread per unit) and
+        // after the thread's last chunk.
+        let split_halves = self.chunks == 8 && self.scales.iter().any(|s| s.hi.is_some());
+        if c + 1 == self.chunks || (split_halves && c == 3) {
+            for (r, sc) in self.scales.iter().enumerate() {
+                let scale = match (split_halves, sc.hi) {
+                    (true, Some(hi)) if c == 7 => hi,
+                    (true, _) => sc.lo,
+                    (false, _) => self.shared_scale[r],
+                };
+                for (i, row) in acc.iter().enumerate() {
+                    let dot = self.dots[i][r].take().expect("a chunk was dotted");
+                    let a = fold_scaled(b, self.vw, b.load_var(row[r]), dot, scale);
+                    b.store_var(row[r], a);
+                }
+            }
+        }
+    }
+
+    /// The min term, once per unit.
+    fn finish(self, b: &KernelBuilder, acc: &[Vec<Var>]) {
+        for (r, sc) in self.scales.iter().enumerate() {
+            let Some(min) = sc.min else { continue };
+            for (i, row) in acc.iter().enumerate() {
+                let xsum = self.xsum[i].expect("formats with a min sum X");
+                let a = fold_scaled(b, self.vw, b.load_var(row[r]), xsum, b.neg(min));
+                b.store_var(row[r], a);
+            }
+        }
+    }
+}
+
+/// `acc + scale · v` for a 4-lane `v` into an accumulator of `vw` lanes.
+fn fold_scaled(b: &KernelBuilder, vw: u32, acc: Value, v: Value, scale: Value) -> Value {
+    let narrow = match vw {
+        4 => v,
+        2 => b.add(
+            b.construct(&[b.extract(v, 0), b.extract(v, 1)]),
+            b.construct(&[b.extract(v, 2), b.extract(v, 3)]),
+        ),
+        _ => (1..4).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l))),
+    };
+    b.fma(b.splat(scale, vw), narrow, acc)
 }
 
 /// `body(g)` for the unit groups g = slot, slot + step, ... below `groups`: whole steps in a
@@ -366,15 +572,17 @@ fn int8_main_loop(
 }
 
 /// Adds the threads' sums over the workgroup and stores the outputs.
-fn reduce_and_store(
-    b: &KernelBuilder,
-    w: &GemmWorkload,
-    s: &GemvSchedule,
-    sums: &[Vec<Value>],
-    io: &Io,
-) {
+fn reduce_and_store(b: &KernelBuilder, w: &GemmWorkload, s: &GemvSchedule, sums: Sums, io: &Io) {
     let t = s.threads;
-    let flat: Vec<Value> = sums.iter().flatten().copied().collect();
+    // The outputs' sums, then the sums of squares (index `squares_at + i` for X row i).
+    let squares_at = w.m * wrows_of(w, s);
+    let flat: Vec<Value> = sums
+        .outputs
+        .iter()
+        .flatten()
+        .chain(&sums.squares)
+        .copied()
+        .collect();
     let outputs = flat.len() as u32;
     let tid = b.builtin(Builtin::LocalInvocationIndex);
     // One subgroup holding the totals in every lane: the first lane stores them.
@@ -382,6 +590,9 @@ fn reduce_and_store(
         let leader = b.eq(b.builtin(Builtin::SubgroupInvocationId), b.c_u32(0));
         b.if_(leader, || {
             for i in 0..w.m {
+                let scale = io
+                    .norm
+                    .map(|n| norm_scale(b, w, n, reduced[(squares_at + i) as usize]));
                 for j in 0..s.cols {
                     let o = (i * wrows_of(w, s) + j) as usize;
                     let up = (w.epilogue == Epilogue::SwiGlu).then(|| reduced[o + s.cols as usize]);
@@ -393,6 +604,7 @@ fn reduce_and_store(
                         b.add(first_column(b, s), b.c_u32(j)),
                         reduced[o],
                         up,
+                        scale,
                     );
                 }
             }
@@ -436,7 +648,7 @@ fn reduce_and_store(
                         });
                         b.load_var(sum)
                     };
-                    store_all(b, w, s, io, tid, &total);
+                    store_all(b, w, s, io, tid, squares_at, &total);
                 },
             );
             return;
@@ -467,7 +679,13 @@ fn reduce_and_store(
             Box::new(move |o: Value| b.load_shared(red, b.muli(o, t)))
         }
     };
-    store_all(b, w, s, io, tid, &*total);
+    store_all(b, w, s, io, tid, squares_at, &*total);
+}
+
+/// `1 / sqrt(sum_of_squares / k + eps)`: the folded RMSNorm's factor for one X row.
+fn norm_scale(b: &KernelBuilder, w: &GemmWorkload, n: Norm, sum_of_squares: Value) -> Value {
+    let mean = b.mul(sum_of_squares, b.c_f32(1.0 / w.k as f32));
+    b.inverse_sqrt(b.add(mean, b.c_f32(n.eps)))
 }
 
 /// Weight rows per workgroup: `cols`, or 2·`cols` with SwiGLU.
@@ -476,13 +694,15 @@ fn wrows_of(w: &GemmWorkload, s: &GemvSchedule) -> u32 {
 }
 
 /// Stores every output of the group, spread over the threads: output (i, j) is sum index
-/// i·wrows + j (and its up sum at + cols), read through `total`.
+/// i·wrows + j (and its up sum at + cols; X row i's sum of squares at `squares_at + i`), read
+/// through `total`.
 fn store_all(
     b: &KernelBuilder,
     w: &GemmWorkload,
     s: &GemvSchedule,
     io: &Io,
     tid: Value,
+    squares_at: u32,
     total: &dyn Fn(Value) -> Value,
 ) {
     let wrows = wrows_of(w, s);
@@ -496,13 +716,17 @@ fn store_all(
         b.if_(inside, || {
             let v = total(o);
             let up = (w.epilogue == Epilogue::SwiGlu).then(|| total(b.addi(o, s.cols)));
-            store(b, w, io, i, b.add(col0, j), v, up);
+            let scale = io
+                .norm
+                .map(|n| norm_scale(b, w, n, total(b.addi(i, squares_at))));
+            store(b, w, io, i, b.add(col0, j), v, up, scale);
         });
     });
 }
 
-/// Stores output (row, col) from its sum `v` (and up sum): bias, epilogue, conversion, guarded
-/// by m and n.
+/// Stores output (row, col) from its sum `v` (and up sum): the folded RMSNorm's `scale`, bias,
+/// epilogue, conversion, guarded by m and n.
+#[allow(clippy::too_many_arguments)]
 fn store(
     b: &KernelBuilder,
     w: &GemmWorkload,
@@ -511,10 +735,15 @@ fn store(
     col: Value,
     v: Value,
     up: Option<Value>,
+    scale: Option<Value>,
 ) {
     let inside = b.logical_and(b.lt(row, io.m), b.lt(col, io.n));
     b.if_(inside, || {
-        let mut v = v;
+        let (mut v, mut up) = (v, up);
+        if let Some(scale) = scale {
+            v = b.mul(v, scale);
+            up = up.map(|u| b.mul(u, scale));
+        }
         let ycol = b.add(io.n_offset, col);
         if let Some(bias) = io.bias {
             v = b.add(v, b.load(bias, ycol));

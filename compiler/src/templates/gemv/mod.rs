@@ -16,6 +16,12 @@
 //! across the grid (no scratch). As a [`crate::Workload::Gemv`] it is tuned and stored
 //! under keys of its own, apart from the GEMM's.
 //!
+//! Only the GEMV folds an RMSNorm into its input (`GemmWorkload::rms_norm_eps_bits`): every
+//! workgroup reads all of each X row anyway, so it sums the squares as it goes (one more sum
+//! in the reduction), multiplies X by the norm weight (binding `norm_weight`) as it loads it,
+//! and scales its sums by `1 / sqrt(mean(x²) + eps)` before the bias and epilogue. A decode
+//! step so drops the norm's dispatch and its barrier before the Q/K/V and gate/up GEMVs.
+//!
 //! - [`schedule`]: tunables and validity; [`space`]: candidates and the default;
 //! - `kernel`: the IR; [`reference`]: the CPU oracle.
 
@@ -34,12 +40,24 @@ use crate::templates::gemm::{GemmPush, GemmWorkload};
 
 /// Checks that the template can compute `w` at all: what the GEMM accepts, with m ≤ 8.
 pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
-    crate::templates::gemm::validate_workload(w)?;
+    crate::templates::gemm::validate_shape(w)?;
     if w.m > MAX_M {
         return Err(Refusal::Workload(format!(
             "the GEMV template computes at most {MAX_M} rows, not {} (use the GEMM)",
             w.m
         )));
+    }
+    if let Some(eps) = w.rms_norm_eps() {
+        if w.act != crate::templates::gemm::ActType::F32 {
+            return Err(Refusal::Workload(
+                "a folded RMSNorm reads f32 activations (the decode step's), not f16".into(),
+            ));
+        }
+        if !eps.is_finite() || eps < 0.0 {
+            return Err(Refusal::Workload(format!(
+                "the folded RMSNorm's eps {eps} must be finite and non-negative"
+            )));
+        }
     }
     Ok(())
 }

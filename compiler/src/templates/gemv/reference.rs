@@ -19,12 +19,34 @@ pub fn reference(
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
 ) -> Result<Reference, ReferenceError> {
+    reference_normed(w, s, x, weight, bias, residual, None)
+}
+
+/// [`reference`] with a folded RMSNorm's weight (`gemm::reference::reference_full`), for
+/// workloads with `rms_norm_eps_bits`.
+pub fn reference_normed(
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    norm_weight: Option<&[f32]>,
+) -> Result<Reference, ReferenceError> {
     let math = match s.math {
         Math::Int8Dot => Math::Int8Dot,
         // Float math is checked against the exact sums at its own tolerance.
         Math::FmaF32 | Math::FmaF16Packed => Math::FmaF32,
     };
-    crate::templates::gemm::reference::reference_with_epilogue(w, math, x, weight, bias, residual)
+    crate::templates::gemm::reference::reference_full(
+        w,
+        math,
+        x,
+        weight,
+        bias,
+        residual,
+        norm_weight,
+    )
 }
 
 /// The GEMM schedule whose arithmetic (and so tolerance) matches `s` (no split-K, no

@@ -26,18 +26,21 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                 {
                     for vector_width in [1, 4] {
                         for &reduce in &reduces {
-                            let s = GemvSchedule {
-                                threads,
-                                cols,
-                                chunks_per_thread,
-                                units_per_thread,
-                                vector_width,
-                                reduce,
-                                accumulate: Precision::F32,
-                                math,
-                            };
-                            if s.validate(w, caps).is_ok() {
-                                out.push(s);
+                            for dot_first in [false, true] {
+                                let s = GemvSchedule {
+                                    threads,
+                                    cols,
+                                    chunks_per_thread,
+                                    units_per_thread,
+                                    vector_width,
+                                    reduce,
+                                    accumulate: Precision::F32,
+                                    math,
+                                    dot_first,
+                                };
+                                if s.validate(w, caps).is_ok() {
+                                    out.push(s);
+                                }
                             }
                         }
                     }
@@ -84,6 +87,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             reduce: Reduce::Subgroup,
             accumulate: Precision::F32,
             math: Math::FmaF32,
+            dot_first: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -115,6 +119,9 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             reduce,
             accumulate: Precision::F32,
             math: Math::FmaF32,
+            // Load/store-bound on Valhall: dotting first halved occupancy (2 -> 1 threads on
+            // Mesa 25.0.7) and spilled Q6_K (8:38) for no arithmetic that mattered.
+            dot_first: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -144,6 +151,10 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         },
         accumulate: Precision::F32,
         math: Math::FmaF32,
+        // Desktop GPUs issue the dequantization's arithmetic per weight from L2-fed loads:
+        // dotting the integer quants first saves two operations per weight (call O measures
+        // it: docs/measurements/2026-12-05e-h100-decode-norm.md).
+        dot_first: w.weight.is_quantized(),
     };
     if s.validate(w, caps).is_ok() {
         return s;

@@ -115,6 +115,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             layout: rocky_compiler::WeightLayout::Gguf,
             bias: false,
             epilogue: Default::default(),
+            rms_norm_eps_bits: None,
         };
         let ids = exec
             .ids

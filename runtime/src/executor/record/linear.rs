@@ -2,7 +2,7 @@
 //! else the GEMM over N-slices, with split-K through a reduce kernel or in place.
 
 use super::{refused, Kernel, NodeRecorder};
-use crate::executor::{gate_up_name, linear_operands, ExecError};
+use crate::executor::{folded_norm_weight, gate_up_name, linear_operands, ExecError};
 use crate::BufferRange;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::gemm::{n_slices, GemmPush};
@@ -35,6 +35,9 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             }
             if residual {
                 named.push(("residual", self.input(1)?));
+            }
+            if let Some(norm) = folded_norm_weight(&self.node.op) {
+                named.push(("norm_weight", self.exec.weights.get(norm).whole()?));
             }
             self.emit(
                 kernel.label,
