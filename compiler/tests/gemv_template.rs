@@ -246,6 +246,7 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     };
     let mut seen = BTreeSet::new();
     let mut checked = 0;
+    let (mut quads, mut dots_first) = (0, 0);
     let formats: BTreeSet<_> = workloads().iter().map(|w| w.weight).collect();
     assert_eq!(
         formats.len(),
@@ -263,6 +264,22 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             .step_by(37)
             .map(|s| (*s, &desktop))
             .collect();
+        // A few with the load and arithmetic variants (16-byte quad loads exist only for
+        // Q4_K/Q5_K rows with a thread per unit; dotting first for every quantized format).
+        for pick in [
+            |s: &GemvSchedule| s.quad_loads,
+            |s: &GemvSchedule| s.dot_first && !s.quad_loads,
+        ] {
+            sample.extend(
+                space
+                    .iter()
+                    .filter(|s| pick(s))
+                    .skip(i)
+                    .step_by(23)
+                    .take(2)
+                    .map(|s| (*s, &desktop)),
+            );
+        }
         sample.push((gemv::default_schedule(w, &desktop), &desktop));
         sample.push((gemv::default_schedule(w, &mali), &mali));
         // A CPU implementation's default: one subgroup of 8 per workgroup (the barrier-free
@@ -272,6 +289,8 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             check(w, s, caps, &inp, w.m);
             let one_subgroup = s.reduce == Reduce::Subgroup && s.threads <= caps.subgroup_size;
             seen.insert((s.math, s.reduce, s.chunks_per_thread, one_subgroup));
+            quads += usize::from(s.quad_loads);
+            dots_first += usize::from(s.dot_first);
             checked += 1;
         }
         // A runtime m below the workload's (the last rows of a prefill).
@@ -280,6 +299,8 @@ fn gemv_kernels_across_the_space_match_the_reference() {
         }
     }
     eprintln!("checked {checked} kernels, {} variants", seen.len());
+    assert!(quads >= 4, "{quads} quad-load kernels checked");
+    assert!(dots_first >= 8, "{dots_first} dot-first kernels checked");
     for reduce in [Reduce::Shared, Reduce::Subgroup] {
         assert!(
             seen.iter().any(|v| v.1 == reduce),

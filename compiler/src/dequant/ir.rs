@@ -321,7 +321,20 @@ pub fn open_units(
             }
         }
         WeightFormat::Q4K | WeightFormat::Q5K => {
-            // Super-blocks start on 16 bytes (144- or 176-byte blocks, rows of whole blocks).
+            // Super-blocks start on 16 bytes (144- or 176-byte blocks, rows of whole blocks),
+            // and every run below is 16-aligned: bound as quads, they are read as 16-byte
+            // loads, which no driver has to prove aligned.
+            let run = |base: Value, phase: Option<Value>, r0: u32, len: u32| -> Rc<WordRun> {
+                if buf.elem != super::words::quad_type() {
+                    return run(base, phase, r0, len);
+                }
+                runs.borrow_mut()
+                    .entry((base.id(), r0, len))
+                    .or_insert_with(|| {
+                        Rc::new(WordRun::load_quads(b, buf, b.shri(base, 2), r0, len))
+                    })
+                    .clone()
+            };
             let q5 = fmt == WeightFormat::Q5K;
             let base = b.add(row_off, b.muli(b.shri(first, 3), fmt.block_bytes()));
             let w = b.shri(base, 2);

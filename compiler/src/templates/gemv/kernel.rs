@@ -49,9 +49,13 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
         let b = &b;
         let act = act_scalar(w.act);
         let x = b.buffer(BINDING_X, "x", Type::vec(act, 4), Access::ReadOnly);
-        let weight_elem = match w.layout {
-            WeightLayout::Aligned => crate::dequant::words::quad_type(),
-            WeightLayout::Gguf => Type::U32,
+        // The aligned layout always, and with `quad_loads` Q4_K/Q5_K's GGUF rows: bound as
+        // 16-byte quads, `open_units` reads every header and quant run with 16-byte loads
+        // (bound as words, a driver must prove the alignment to merge them).
+        let weight_elem = if w.layout == WeightLayout::Aligned || s.quad_loads {
+            crate::dequant::words::quad_type()
+        } else {
+            Type::U32
         };
         let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
         let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);

@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::caps::DeviceCaps;
+use crate::dequant::{WeightFormat, WeightLayout};
 use crate::refusal::Refusal;
 use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math, Precision};
 
@@ -84,6 +85,13 @@ pub struct GemvSchedule {
     /// serialization when false, so stored schedules keep their keys.
     #[serde(default, skip_serializing_if = "is_false")]
     pub dot_first: bool,
+    /// Q4_K/Q5_K rows in the GGUF layout with a thread per unit: the weights bound as 16-byte
+    /// quads, so every run `open_units` reads (header, scales, a unit's quants: all 16-aligned
+    /// in super-blocks that start on 16 bytes) is one 16-byte load per 16 bytes instead of four
+    /// 4-byte ones. On Mesa 25.0.7's Valhall compiler: load/store cycles 49 -> 31 (3B Q4_K
+    /// gate/up), occupancy 2 -> 1. Omitted from the serialization when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub quad_loads: bool,
 }
 
 impl GemvSchedule {
@@ -164,7 +172,7 @@ impl GemvSchedule {
             Reduce::OneSubgroup => "onesg",
         };
         format!(
-            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}",
+            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.rms_norm_eps_bits.is_some() {
@@ -190,7 +198,8 @@ impl GemvSchedule {
             self.vector_width,
             reduce,
             math,
-            if self.dot_first { "_df" } else { "" }
+            if self.dot_first { "_df" } else { "" },
+            if self.quad_loads { "_q16" } else { "" }
         )
     }
 
@@ -259,6 +268,16 @@ impl GemvSchedule {
             return bad(format!(
                 "dot_first needs quantized weights and fma_f32 math, not {} with {:?}",
                 w.weight, self.math
+            ));
+        }
+        let quad_formats = matches!(w.weight, WeightFormat::Q4K | WeightFormat::Q5K);
+        if self.quad_loads
+            && !(w.layout == WeightLayout::Gguf && quad_formats && self.lanes_per_unit() == 1)
+        {
+            return bad(format!(
+                "quad_loads reads Q4_K/Q5_K GGUF rows with a thread per unit, not {} {} with \
+                 {} chunks per thread",
+                w.weight, w.layout, self.chunks_per_thread
             ));
         }
         if w.rms_norm_eps_bits.is_some() && self.math != Math::FmaF32 {

@@ -26,7 +26,9 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                 {
                     for vector_width in [1, 4] {
                         for &reduce in &reduces {
-                            for dot_first in [false, true] {
+                            for (dot_first, quad_loads) in
+                                [(false, false), (true, false), (false, true), (true, true)]
+                            {
                                 let s = GemvSchedule {
                                     threads,
                                     cols,
@@ -37,6 +39,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                                     accumulate: Precision::F32,
                                     math,
                                     dot_first,
+                                    quad_loads,
                                 };
                                 if s.validate(w, caps).is_ok() {
                                     out.push(s);
@@ -88,6 +91,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             accumulate: Precision::F32,
             math: Math::FmaF32,
             dot_first: false,
+            quad_loads: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -120,8 +124,11 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             accumulate: Precision::F32,
             math: Math::FmaF32,
             // Load/store-bound on Valhall: dotting first halved occupancy (2 -> 1 threads on
-            // Mesa 25.0.7) and spilled Q6_K (8:38) for no arithmetic that mattered.
+            // Mesa 25.0.7) and spilled Q6_K (8:38) for no arithmetic that mattered. Quad
+            // loads cut load/store cycles (49 -> 31) but also halve occupancy: unmeasured on a
+            // board, so not the default.
             dot_first: false,
+            quad_loads: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -155,6 +162,17 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         // dotting the integer quants first saves two operations per weight (call O measures
         // it: docs/measurements/2026-12-05e-h100-decode-norm.md).
         dot_first: w.weight.is_quantized(),
+        quad_loads: false,
+    };
+    // 16-byte loads where the rows allow them (Q4_K/Q5_K with a thread per unit).
+    let quads = GemvSchedule {
+        quad_loads: true,
+        ..s
+    };
+    let s = if quads.validate(w, caps).is_ok() {
+        quads
+    } else {
+        s
     };
     if s.validate(w, caps).is_ok() {
         return s;
