@@ -158,21 +158,11 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         },
         accumulate: Precision::F32,
         math: Math::FmaF32,
-        // Desktop GPUs issue the dequantization's arithmetic per weight from L2-fed loads:
-        // dotting the integer quants first saves two operations per weight (call O measures
-        // it: docs/measurements/2026-12-05e-h100-decode-norm.md).
-        dot_first: w.weight.is_quantized(),
+        // Dequantized weights and 4-byte loads, as measured on the H100 (2026-12-05c/d):
+        // `dot_first` and `quad_loads` are in the search space but unmeasured on a desktop GPU
+        // (docs/measurements/2026-12-05e-decode-norm.md: no device came for call O).
+        dot_first: false,
         quad_loads: false,
-    };
-    // 16-byte loads where the rows allow them (Q4_K/Q5_K with a thread per unit).
-    let quads = GemvSchedule {
-        quad_loads: true,
-        ..s
-    };
-    let s = if quads.validate(w, caps).is_ok() {
-        quads
-    } else {
-        s
     };
     if s.validate(w, caps).is_ok() {
         return s;
