@@ -108,6 +108,7 @@ pub fn run(args: Args) -> CmdResult {
             head_dim: args.head_dim,
             max_kv: AttentionWorkload::kv_bucket(kv),
             window: 0,
+            kv: Default::default(),
         };
         w.validate().map_err(|e| CliError::usage(e.to_string()))?;
         let pos0 = kv - args.m;

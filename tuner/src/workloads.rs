@@ -125,6 +125,7 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
                 head_dim,
                 max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
                 window: *window,
+                kv: Default::default(),
             });
             if !out.iter().any(|o| o.workload == w) {
                 out.push(ModelWorkload {

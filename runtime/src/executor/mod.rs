@@ -1030,7 +1030,11 @@ impl<'m> Executor<'m> {
                     ..
                 } => {
                     let kv_width = (n_kv_heads * head_dim) as u32;
-                    w.push(Workload::KvWrite(KvWriteWorkload { m: rows, kv_width }));
+                    w.push(Workload::KvWrite(KvWriteWorkload {
+                        m: rows,
+                        kv_width,
+                        ty: Default::default(),
+                    }));
                     w.push(Workload::Attention(AttentionWorkload {
                         m: rows,
                         n_heads: *n_heads as u32,
@@ -1039,6 +1043,7 @@ impl<'m> Executor<'m> {
                         // Bucketed: the tuning key (see `kv_bucket`), not the cache size.
                         max_kv: AttentionWorkload::kv_bucket(self.n_ctx as u32),
                         window: sliding_window.map_or(0, |w| w as u32),
+                        kv: Default::default(),
                     }))
                 }
                 Op::SwiGlu { width } => w.push(Workload::SwiGlu(EltwiseWorkload {

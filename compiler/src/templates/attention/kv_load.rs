@@ -1,0 +1,160 @@
+//! Reading the KV cache in its element type (`crate::kv_type`): every attention kernel takes
+//! K and V through these, 8 values (one "chunk", two vec4<f32>) at a time.
+//!
+//! - f16: one uvec4 of f16 pairs per chunk, unpacked;
+//! - f32: two uvec4 per chunk, bitcast;
+//! - q8_0: two words of int8 quants per chunk and the f16 scale of its block (the cache is
+//!   then bound as u32 words: a chunk's quants are 8-byte aligned, its scale 2-byte).
+//!
+//! Kernels that stage K or V in workgroup memory keep f16 chunks as their words (one 16-byte
+//! element) and every other type as its f32 values (two elements): a staged q8_0 chunk is
+//! dequantized once by the thread that stages it, and f32 stays exact.
+
+use crate::ir::{Buffer, KernelBuilder, Scalar, SharedArray, Type, Value};
+use crate::kv_type::{KvType, Q8_0_BLOCK};
+
+/// How a kernel reads one of the caches (K or V) of a workload.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvRead {
+    pub ty: KvType,
+    kv_width: u32,
+    head_dim: u32,
+}
+
+impl KvRead {
+    pub(crate) fn new(ty: KvType, kv_width: u32, head_dim: u32) -> KvRead {
+        KvRead {
+            ty,
+            kv_width,
+            head_dim,
+        }
+    }
+
+    /// The element type the cache is bound as.
+    pub(crate) fn binding_type(&self) -> Type {
+        match self.ty {
+            KvType::Q8_0 => Type::U32,
+            _ => Type::vec(Scalar::U32, 4),
+        }
+    }
+
+    /// Bound elements per cache position.
+    fn row_elems(&self) -> u32 {
+        match self.ty {
+            KvType::Q8_0 => self.ty.row_words(self.kv_width),
+            t => t.row_bytes(self.kv_width) / 16,
+        }
+    }
+
+    /// Whole positions in the bound cache.
+    pub(crate) fn positions(&self, b: &KernelBuilder, cache: Buffer) -> Value {
+        b.div(b.array_length(cache), b.c_u32(self.row_elems()))
+    }
+
+    /// Chunk `c` (values 8c .. 8c+8 of kv head `kvh`) of position `key`, as two vec4<f32>.
+    pub(crate) fn chunk(
+        &self,
+        b: &KernelBuilder,
+        cache: Buffer,
+        key: Value,
+        kvh: Value,
+        c: Value,
+    ) -> (Value, Value) {
+        let row = b.muli(key, self.row_elems());
+        let f4 = Type::vec(Scalar::F32, 4);
+        match self.ty {
+            KvType::F16 => unpack_f16(b, b.load(cache, self.f16_index(b, key, kvh, c))),
+            KvType::F32 => {
+                let at = b.add(b.add(row, b.muli(kvh, self.head_dim / 4)), b.shli(c, 1));
+                (
+                    b.bitcast(b.load(cache, at), f4),
+                    b.bitcast(b.load(cache, b.addi(at, 1)), f4),
+                )
+            }
+            KvType::Q8_0 => {
+                let at = b.add(b.add(row, b.muli(kvh, self.head_dim / 4)), b.shli(c, 1));
+                let block = b.add(b.muli(kvh, self.head_dim / Q8_0_BLOCK as u32), b.shri(c, 2));
+                let scale_word = b.load(
+                    cache,
+                    b.add(b.addi(row, self.kv_width / 4), b.shri(block, 1)),
+                );
+                let pair = b.unpack_half2x16(scale_word);
+                let odd = b.eq(b.andi(block, 1), b.c_u32(1));
+                let d = b.splat(b.select(odd, b.extract(pair, 1), b.extract(pair, 0)), 4);
+                let dequant = |word: Value| {
+                    let s = b.bitcast(word, Type::I32);
+                    let q: Vec<Value> = (0..4).map(|i| b.bitfield_extract(s, 8 * i, 8)).collect();
+                    b.mul(b.convert(b.construct(&q), f4), d)
+                };
+                (
+                    dequant(b.load(cache, at)),
+                    dequant(b.load(cache, b.addi(at, 1))),
+                )
+            }
+        }
+    }
+
+    /// The uvec4 index of an f16 chunk (its words, for the packed-f16 products).
+    pub(crate) fn f16_index(&self, b: &KernelBuilder, key: Value, kvh: Value, c: Value) -> Value {
+        debug_assert_eq!(self.ty, KvType::F16);
+        b.add(
+            b.add(
+                b.muli(key, self.row_elems()),
+                b.muli(kvh, self.head_dim / 8),
+            ),
+            c,
+        )
+    }
+
+    /// 16-byte shared elements of one staged chunk: its f16 words, or its f32 values.
+    pub(crate) fn staged_elems(&self) -> u32 {
+        match self.ty {
+            KvType::F16 => 1,
+            _ => 2,
+        }
+    }
+
+    /// Stages chunk `c` of position `key` at element `at` of `tile` (a uvec4 array).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn stage(
+        &self,
+        b: &KernelBuilder,
+        cache: Buffer,
+        key: Value,
+        kvh: Value,
+        c: Value,
+        tile: SharedArray,
+        at: Value,
+    ) {
+        if self.ty == KvType::F16 {
+            let words = b.load(cache, self.f16_index(b, key, kvh, c));
+            b.store_shared(tile, at, words);
+            return;
+        }
+        let u4 = Type::vec(Scalar::U32, 4);
+        let (lo, hi) = self.chunk(b, cache, key, kvh, c);
+        b.store_shared(tile, at, b.bitcast(lo, u4));
+        b.store_shared(tile, b.addi(at, 1), b.bitcast(hi, u4));
+    }
+
+    /// The staged chunk at element `at` of `tile`, as two vec4<f32>.
+    pub(crate) fn staged(&self, b: &KernelBuilder, tile: SharedArray, at: Value) -> (Value, Value) {
+        if self.ty == KvType::F16 {
+            return unpack_f16(b, b.load_shared(tile, at));
+        }
+        let f4 = Type::vec(Scalar::F32, 4);
+        (
+            b.bitcast(b.load_shared(tile, at), f4),
+            b.bitcast(b.load_shared(tile, b.addi(at, 1)), f4),
+        )
+    }
+}
+
+/// The 8 halves of a uvec4 as two vec4<f32>.
+pub(crate) fn unpack_f16(b: &KernelBuilder, words: Value) -> (Value, Value) {
+    let half = |i: u32| b.unpack_half2x16(b.extract(words, i));
+    (
+        b.construct(&[half(0), half(1)]),
+        b.construct(&[half(2), half(3)]),
+    )
+}
