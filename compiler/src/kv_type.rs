@@ -292,7 +292,10 @@ mod tests {
         for (b, block) in row.chunks(32).enumerate() {
             let d = block.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
             for (i, &v) in block.iter().enumerate() {
-                assert!((back[b * 32 + i] - v).abs() <= d * (0.5 + 127.0 / 2048.0), "{i}");
+                assert!(
+                    (back[b * 32 + i] - v).abs() <= d * (0.5 + 127.0 / 2048.0),
+                    "{i}"
+                );
             }
         }
     }
