@@ -255,5 +255,24 @@ mod tests {
                 (1, 4096, 0, global),
             ]
         );
+        // Over a q8_0/f32 cache the same shapes are other workloads: their database keys carry
+        // the types, while an f16 cache's keys stay as they were before types existed.
+        let typed = attention_workloads(
+            &model,
+            64,
+            &[64, 4096],
+            KvTypes::new(rocky_compiler::KvType::Q8_0, rocky_compiler::KvType::F32),
+        );
+        let plain = attention_workloads(&model, 64, &[64, 4096], KvTypes::default());
+        assert_eq!(typed.len(), plain.len());
+        for (t, p) in typed.iter().zip(&plain) {
+            assert_ne!(t.workload, p.workload);
+            let tk = serde_json::to_string(&t.workload).unwrap();
+            let pk = serde_json::to_string(&p.workload).unwrap();
+            assert!(tk.contains(r#""kv":{"k":"q8_0","v":"f32"}"#), "{tk}");
+            assert!(!pk.contains("kv"), "{pk}");
+            // A stored key without the field reads back as the f16 cache's workload.
+            assert_eq!(serde_json::from_str::<Workload>(&pk).unwrap(), p.workload);
+        }
     }
 }
