@@ -270,7 +270,7 @@ mod tests {
             let tk = serde_json::to_string(&t.workload).unwrap();
             let pk = serde_json::to_string(&p.workload).unwrap();
             assert!(tk.contains(r#""kv":{"k":"q8_0","v":"f32"}"#), "{tk}");
-            assert!(!pk.contains("kv"), "{pk}");
+            assert!(!pk.contains(r#""kv""#), "{pk}");
             // A stored key without the field reads back as the f16 cache's workload.
             assert_eq!(serde_json::from_str::<Workload>(&pk).unwrap(), p.workload);
         }

@@ -3,8 +3,9 @@
 //!
 //! - f16: one uvec4 of f16 pairs per chunk, unpacked;
 //! - f32: two uvec4 per chunk, bitcast;
-//! - q8_0: two words of int8 quants per chunk and the f16 scale of its block (the cache is
-//!   then bound as u32 words: a chunk's quants are 8-byte aligned, its scale 2-byte).
+//! - q8_0: one 8-byte load of a chunk's int8 quants and one of the word pair holding its
+//!   block's f16 scale (the cache is then bound as uvec2: a chunk's quants are 8-byte aligned;
+//!   positions are whole 16-byte units, and so are the quant and scale parts).
 //!
 //! Kernels that stage K or V in workgroup memory keep f16 chunks as their words (one 16-byte
 //! element) and every other type as its f32 values (two elements): a staged q8_0 chunk is
@@ -33,7 +34,7 @@ impl KvRead {
     /// The element type the cache is bound as.
     pub(crate) fn binding_type(&self) -> Type {
         match self.ty {
-            KvType::Q8_0 => Type::U32,
+            KvType::Q8_0 => Type::vec(Scalar::U32, 2),
             _ => Type::vec(Scalar::U32, 4),
         }
     }
@@ -41,7 +42,7 @@ impl KvRead {
     /// Bound elements per cache position.
     fn row_elems(&self) -> u32 {
         match self.ty {
-            KvType::Q8_0 => self.ty.row_words(self.kv_width),
+            KvType::Q8_0 => self.ty.row_words(self.kv_width) / 2,
             t => t.row_bytes(self.kv_width) / 16,
         }
     }
@@ -72,12 +73,16 @@ impl KvRead {
                 )
             }
             KvType::Q8_0 => {
-                let at = b.add(b.add(row, b.muli(kvh, self.head_dim / 4)), b.shli(c, 1));
+                let quants = b.load(cache, b.add(b.add(row, b.muli(kvh, self.head_dim / 8)), c));
                 let block = b.add(b.muli(kvh, self.head_dim / Q8_0_BLOCK as u32), b.shri(c, 2));
-                let scale_word = b.load(
+                // The scales follow the kv_width quant bytes: block b's f16 is half b % 2 of
+                // word b / 2, component (b / 2) % 2 of uvec2 b / 4.
+                let words = b.load(
                     cache,
-                    b.add(b.addi(row, self.kv_width / 4), b.shri(block, 1)),
+                    b.add(b.addi(row, self.kv_width / 8), b.shri(block, 2)),
                 );
+                let high_word = b.eq(b.andi(b.shri(block, 1), 1), b.c_u32(1));
+                let scale_word = b.select(high_word, b.extract(words, 1), b.extract(words, 0));
                 let pair = b.unpack_half2x16(scale_word);
                 let odd = b.eq(b.andi(block, 1), b.c_u32(1));
                 let d = b.splat(b.select(odd, b.extract(pair, 1), b.extract(pair, 0)), 4);
@@ -86,10 +91,7 @@ impl KvRead {
                     let q: Vec<Value> = (0..4).map(|i| b.bitfield_extract(s, 8 * i, 8)).collect();
                     b.mul(b.convert(b.construct(&q), f4), d)
                 };
-                (
-                    dequant(b.load(cache, at)),
-                    dequant(b.load(cache, b.addi(at, 1))),
-                )
+                (dequant(b.extract(quants, 0)), dequant(b.extract(quants, 1)))
             }
         }
     }
