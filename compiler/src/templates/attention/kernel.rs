@@ -26,7 +26,7 @@
 //! exp(-1e30 + 1e30) = 1, and the first block with a visible key rescales them, with the
 //! output and the sum, by exp(-1e30 - max) = 0 (the row's own key is always visible).
 
-use super::kv_load::KvRead;
+use super::kv_load::{heads, stage_pair, times, KvHead, KvRead};
 use super::schedule::{AttentionSchedule, LaneReduce};
 use super::split_kv;
 use super::workload::{
@@ -44,17 +44,15 @@ struct Attn<'a> {
     s: &'a AttentionSchedule,
     k_cache: Buffer,
     v_cache: Buffer,
-    /// How K and V are read (their cache types).
-    k_read: KvRead,
-    v_read: KvRead,
+    /// How this lane's kv head of K and V is read (their cache types).
+    k_head: KvHead,
+    v_head: KvHead,
     /// Chunks (8 values) per head_dim.
     head_u4: u32,
     threads: u32,
     lane: Value,
     slot: Value,
     tid: Value,
-    /// This lane's kv head.
-    kvh: Value,
     n_keys: Value,
     /// Keys this row may see: min(pos + 1, n_keys).
     row_keys: Value,
@@ -140,7 +138,13 @@ pub(crate) fn workgroup_keys(
 ) -> Value {
     let rows_end = b.min(b.addi(first_row, s.rows), m);
     let (kr, vr) = kv_reads(w);
-    let cap = b.min(kr.positions(b, k_cache), vr.positions(b, v_cache));
+    let cap = if kr.ty == vr.ty {
+        // One division where both caches have one layout.
+        let len = b.min(b.array_length(k_cache), b.array_length(v_cache));
+        b.div(len, b.c_u32(kr.row_elems()))
+    } else {
+        b.min(kr.positions(b, k_cache), vr.positions(b, v_cache))
+    };
     b.min(b.add(pos0, rows_end), cap)
 }
 
@@ -204,19 +208,19 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         .reduces_in_shared()
         .then(|| b.shared_array("partials", Type::F32, s.threads(w) * kv_block));
 
+    let (k_head, v_head) = heads(&b, k_read, v_read, kvh);
     let a = Attn {
         b: &b,
         s,
         k_cache,
         v_cache,
-        k_read,
-        v_read,
+        k_head,
+        v_head,
         head_u4,
         threads: s.threads(w),
         lane,
         slot,
         tid,
-        kvh,
         n_keys,
         row_keys,
         pos,
@@ -286,7 +290,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 if s.f16_qk {
                     let mut acc = b.lit(h2, 0.0);
                     for (t, q) in q16.iter().enumerate() {
-                        let words = a.kv_words(a.k_tile, a.k_cache, a.k_read, kb, j, t as u32);
+                        let words = a.kv_words(a.k_tile, a.k_cache, a.k_head, kb, j, t as u32);
                         for (i, &qp) in q.iter().enumerate() {
                             acc = b.fma(qp, b.bitcast(b.extract(words, i as u32), h2), acc);
                         }
@@ -296,7 +300,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 }
                 let mut sum: Option<Value> = None;
                 for (t, &(qa, qb)) in qv.iter().enumerate() {
-                    let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, a.k_read, kb, j, t as u32);
+                    let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, a.k_head, kb, j, t as u32);
                     let d = b.add(b.dot(qa, klo), b.dot(qb, khi));
                     sum = Some(match sum {
                         Some(x) => b.add(x, d),
@@ -346,7 +350,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             if s.f16_pv {
                 let p2 = b.splat(b.convert(p, Type::F16), 2);
                 for (t, acc) in pv16.iter_mut().enumerate() {
-                    let words = a.kv_words(a.v_tile, a.v_cache, a.v_read, kb, j, t as u32);
+                    let words = a.kv_words(a.v_tile, a.v_cache, a.v_head, kb, j, t as u32);
                     for (i, x) in acc.iter_mut().enumerate() {
                         *x = b.fma(p2, b.bitcast(b.extract(words, i as u32), h2), *x);
                     }
@@ -355,7 +359,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             }
             let p4 = b.splat(p, 4);
             for (t, (lo, hi)) in lo_hi.iter_mut().enumerate() {
-                let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, a.v_read, kb, j, t as u32);
+                let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, a.v_head, kb, j, t as u32);
                 *lo = b.fma(p4, vlo, *lo);
                 *hi = b.fma(p4, vhi, *hi);
             }
@@ -427,11 +431,16 @@ impl Attn<'_> {
                     let c = b.rem(idx, b.c_u32(self.head_u4));
                     let key = b.min(b.add(kb, j), b.sub(self.n_keys, b.c_u32(1)));
                     let (kt, vt) = (self.k_tile.unwrap(), self.v_tile.unwrap());
-                    let (kr, vr) = (self.k_read, self.v_read);
-                    let k_at = b.muli(idx, kr.staged_elems());
-                    kr.stage(b, self.k_cache, key, self.kvh, c, kt, k_at);
-                    let v_at = b.muli(idx, vr.staged_elems());
-                    vr.stage(b, self.v_cache, key, self.kvh, c, vt, v_at);
+                    let (kh, vh) = (self.k_head, self.v_head);
+                    let k_at = times(b, idx, kh.read.staged_elems());
+                    let v_at = times(b, idx, vh.read.staged_elems());
+                    stage_pair(
+                        b,
+                        (kh, self.k_cache, kt, k_at),
+                        (vh, self.v_cache, vt, v_at),
+                        key,
+                        c,
+                    );
                 };
                 if total % n == 0 {
                     body();
@@ -448,7 +457,7 @@ impl Attn<'_> {
         &self,
         tile: Option<SharedArray>,
         cache: Buffer,
-        read: KvRead,
+        head: KvHead,
         kb: Value,
         j: u32,
         t: u32,
@@ -458,11 +467,12 @@ impl Attn<'_> {
         match tile {
             Some(tile) => {
                 let at = b.add(b.c_u32(j * self.head_u4), c);
-                read.staged(b, tile, b.muli(at, read.staged_elems()))
+                head.read
+                    .staged(b, tile, times(b, at, head.read.staged_elems()))
             }
             None => {
                 let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
-                read.chunk(b, cache, key, self.kvh, c)
+                head.chunk(b, cache, key, c)
             }
         }
     }
@@ -473,7 +483,7 @@ impl Attn<'_> {
         &self,
         tile: Option<SharedArray>,
         cache: Buffer,
-        read: KvRead,
+        head: KvHead,
         kb: Value,
         j: u32,
         t: u32,
@@ -484,7 +494,7 @@ impl Attn<'_> {
             Some(tile) => b.load_shared(tile, b.add(b.c_u32(j * self.head_u4), c)),
             None => {
                 let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
-                b.load(cache, read.f16_index(b, key, self.kvh, c))
+                b.load(cache, head.f16_index(b, key, c))
             }
         }
     }

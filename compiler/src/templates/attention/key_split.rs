@@ -42,7 +42,7 @@
 //! f16vec2, folded into the f32 output after the step).
 
 use super::kernel::{kv_reads, workgroup_keys, Interface};
-use super::kv_load::KvRead;
+use super::kv_load::{heads, KvHead, KvRow};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::split_kv;
@@ -112,7 +112,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let rows = WorkgroupRows::new(&b, w, s, m);
     let row_of = |r: Value| rows.row(r);
     let first_row = rows.first_row;
-    let kvh = rows.kvh();
+    let (k_head, v_head) = heads(&b, k_read, v_read, rows.kvh());
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
     let last_key = b.sub(n_keys, b.c_u32(1));
 
@@ -230,17 +230,17 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         let my_keys: Vec<Value> = (0..keys_per_lane)
             .map(|kk| b.add(kb, b.addi(b.muli(lane, keys_per_lane), kk)))
             .collect();
-        let k_keys: Vec<Value> = my_keys.iter().map(|&key| b.min(key, last_key)).collect();
+        let k_rows: Vec<KvRow> = my_keys
+            .iter()
+            .map(|&key| k_head.row(&b, b.min(key, last_key)))
+            .collect();
         let scores = match q_tile {
             Some(tile) => {
                 // Packed-f16 products read the words of an f16 cache (validation sees to it).
-                let k_rows: Vec<Value> = k_keys
-                    .iter()
-                    .map(|&key| k_read.f16_index(&b, key, kvh, b.c_u32(0)))
-                    .collect();
-                f16_scores(&b, tile, k_cache, &q_rows, &k_rows, hu)
+                let heads: Vec<Value> = k_rows.iter().map(|r| r.head()).collect();
+                f16_scores(&b, tile, k_cache, &q_rows, &heads, hu)
             }
-            None => f32_scores(&b, q, (k_cache, k_read, kvh), &q_rows, &k_keys, hu)
+            None => f32_scores(&b, q, (k_cache, k_head), &q_rows, &k_rows, hu)
                 .into_iter()
                 .map(|row| {
                     row.into_iter()
@@ -320,9 +320,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             };
             for jj in 0..g {
                 let key = b.min(b.add(kb, b.addi(j0, jj)), last_key);
+                let v_row = v_head.row(&b, key);
                 for t in 0..chunks {
                     if s.f16_pv {
-                        let words = b.load(v_cache, v_read.f16_index(&b, key, kvh, chunk_of(t)));
+                        let words = b.load(v_cache, b.add(v_row.head(), chunk_of(t)));
                         for (i, row) in sums16.iter_mut().enumerate() {
                             let p2 = b.splat(b.convert(weights[i][jj as usize], Type::F16), 2);
                             for (e, x) in row[t as usize].iter_mut().enumerate() {
@@ -331,7 +332,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                         }
                         continue;
                     }
-                    let (vlo, vhi) = v_read.chunk(&b, v_cache, key, kvh, chunk_of(t));
+                    let (vlo, vhi) = v_head.chunk_at(&b, v_cache, v_row, chunk_of(t));
                     for (i, row) in outs.iter_mut().enumerate() {
                         let p4 = b.splat(weights[i][jj as usize], 4);
                         let (lo, hi) = &mut row[t as usize];
@@ -419,12 +420,11 @@ const QK_STEP_CHUNKS: u32 = 1;
 fn f32_scores(
     b: &KernelBuilder,
     q: Buffer,
-    (k_cache, k_read, kvh): (Buffer, KvRead, Value),
+    (k_cache, k_head): (Buffer, KvHead),
     q_rows: &[Value],
-    k_keys: &[Value],
+    k_rows: &[KvRow],
     hu: u32,
 ) -> Vec<Vec<Value>> {
-    let k_rows = k_keys;
     let step = |c0: Value, chunks: u32, sums: &mut Vec<Vec<Option<Value>>>| {
         for c in 0..chunks {
             let c = b.addi(c0, c);
@@ -437,7 +437,7 @@ fn f32_scores(
                 .collect();
             let kv: Vec<(Value, Value)> = k_rows
                 .iter()
-                .map(|&key| k_read.chunk(b, k_cache, key, kvh, c))
+                .map(|&row| k_head.chunk_at(b, k_cache, row, c))
                 .collect();
             for (i, &(qlo, qhi)) in qv.iter().enumerate() {
                 for (kk, &(klo, khi)) in kv.iter().enumerate() {

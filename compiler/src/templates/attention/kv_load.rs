@@ -40,7 +40,7 @@ impl KvRead {
     }
 
     /// Bound elements per cache position.
-    fn row_elems(&self) -> u32 {
+    pub(crate) fn row_elems(&self) -> u32 {
         match self.ty {
             KvType::Q8_0 => self.ty.row_words(self.kv_width) / 2,
             t => t.row_bytes(self.kv_width) / 16,
@@ -52,34 +52,120 @@ impl KvRead {
         b.div(b.array_length(cache), b.c_u32(self.row_elems()))
     }
 
-    /// Chunk `c` (values 8c .. 8c+8 of kv head `kvh`) of position `key`, as two vec4<f32>.
+    /// The reader of kv head `kvh`, its offsets computed here once (not per load).
+    pub(crate) fn head(&self, b: &KernelBuilder, kvh: Value) -> KvHead {
+        let per_head = match self.ty {
+            KvType::F16 => self.head_dim / 8,
+            KvType::F32 => self.head_dim / 4,
+            KvType::Q8_0 => self.head_dim / 8,
+        };
+        KvHead {
+            read: *self,
+            base: b.muli(kvh, per_head),
+            first_block: (self.ty == KvType::Q8_0)
+                .then(|| b.muli(kvh, self.head_dim / Q8_0_BLOCK as u32)),
+        }
+    }
+
+    /// 16-byte shared elements of one staged chunk: its f16 words, or its f32 values.
+    pub(crate) fn staged_elems(&self) -> u32 {
+        match self.ty {
+            KvType::F16 => 1,
+            _ => 2,
+        }
+    }
+
+    /// The staged chunk at element `at` of `tile`, as two vec4<f32>.
+    pub(crate) fn staged(&self, b: &KernelBuilder, tile: SharedArray, at: Value) -> (Value, Value) {
+        if self.ty == KvType::F16 {
+            return unpack_f16(b, b.load_shared(tile, at));
+        }
+        let f4 = Type::vec(Scalar::F32, 4);
+        (
+            b.bitcast(b.load_shared(tile, at), f4),
+            b.bitcast(b.load_shared(tile, b.addi(at, 1)), f4),
+        )
+    }
+}
+
+/// The readers of K's and V's kv head `kvh`: one head offset where both types share it.
+pub(crate) fn heads(b: &KernelBuilder, k: KvRead, v: KvRead, kvh: Value) -> (KvHead, KvHead) {
+    let kh = k.head(b, kvh);
+    let vh = if v.ty == k.ty {
+        KvHead { read: v, ..kh }
+    } else {
+        v.head(b, kvh)
+    };
+    (kh, vh)
+}
+
+/// One kv head of one cache: where its values sit in every position.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvHead {
+    pub read: KvRead,
+    /// The head's offset within a position, in bound elements.
+    base: Value,
+    /// q8_0: the head's first block within a position.
+    first_block: Option<Value>,
+}
+
+/// Where one position's values of a kv head start: the position's first element and the
+/// head's (in bound elements). Computed once per key, read chunk by chunk.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvRow {
+    start: Value,
+    head: Value,
+}
+
+impl KvHead {
+    /// The row of position `key`.
+    pub(crate) fn row(&self, b: &KernelBuilder, key: Value) -> KvRow {
+        let start = b.muli(key, self.read.row_elems());
+        KvRow {
+            start,
+            head: b.add(start, self.base),
+        }
+    }
+
+    /// Chunk `c` (values 8c .. 8c+8 of the head) of position `key`, as two vec4<f32>.
     pub(crate) fn chunk(
         &self,
         b: &KernelBuilder,
         cache: Buffer,
         key: Value,
-        kvh: Value,
         c: Value,
     ) -> (Value, Value) {
-        let row = b.muli(key, self.row_elems());
+        self.chunk_at(b, cache, self.row(b, key), c)
+    }
+
+    /// Chunk `c` of the position whose row is `row`, as two vec4<f32>.
+    pub(crate) fn chunk_at(
+        &self,
+        b: &KernelBuilder,
+        cache: Buffer,
+        row: KvRow,
+        c: Value,
+    ) -> (Value, Value) {
+        let r = self.read;
         let f4 = Type::vec(Scalar::F32, 4);
-        match self.ty {
-            KvType::F16 => unpack_f16(b, b.load(cache, self.f16_index(b, key, kvh, c))),
+        match r.ty {
+            KvType::F16 => unpack_f16(b, b.load(cache, b.add(row.head, c))),
             KvType::F32 => {
-                let at = b.add(b.add(row, b.muli(kvh, self.head_dim / 4)), b.shli(c, 1));
+                let at = b.add(row.head, b.shli(c, 1));
                 (
                     b.bitcast(b.load(cache, at), f4),
                     b.bitcast(b.load(cache, b.addi(at, 1)), f4),
                 )
             }
             KvType::Q8_0 => {
-                let quants = b.load(cache, b.add(b.add(row, b.muli(kvh, self.head_dim / 8)), c));
-                let block = b.add(b.muli(kvh, self.head_dim / Q8_0_BLOCK as u32), b.shri(c, 2));
+                let quants = b.load(cache, b.add(row.head, c));
+                let first = self.first_block.expect("a q8_0 head knows its first block");
+                let block = b.add(first, b.shri(c, 2));
                 // The scales follow the kv_width quant bytes: block b's f16 is half b % 2 of
                 // word b / 2, component (b / 2) % 2 of uvec2 b / 4.
                 let words = b.load(
                     cache,
-                    b.add(b.addi(row, self.kv_width / 8), b.shri(block, 2)),
+                    b.add(b.addi(row.start, r.kv_width / 8), b.shri(block, 2)),
                 );
                 let high_word = b.eq(b.andi(b.shri(block, 1), 1), b.c_u32(1));
                 let scale_word = b.select(high_word, b.extract(words, 1), b.extract(words, 0));
@@ -96,59 +182,54 @@ impl KvRead {
         }
     }
 
-    /// The uvec4 index of an f16 chunk (its words, for the packed-f16 products).
-    pub(crate) fn f16_index(&self, b: &KernelBuilder, key: Value, kvh: Value, c: Value) -> Value {
-        debug_assert_eq!(self.ty, KvType::F16);
-        b.add(
-            b.add(
-                b.muli(key, self.row_elems()),
-                b.muli(kvh, self.head_dim / 8),
-            ),
-            c,
-        )
+    /// The uvec4 index of an f16 chunk (its words, for the packed-f16 products and staging).
+    pub(crate) fn f16_index(&self, b: &KernelBuilder, key: Value, c: Value) -> Value {
+        debug_assert_eq!(self.read.ty, KvType::F16);
+        b.add(self.row(b, key).head, c)
     }
+}
 
-    /// 16-byte shared elements of one staged chunk: its f16 words, or its f32 values.
-    pub(crate) fn staged_elems(&self) -> u32 {
-        match self.ty {
-            KvType::F16 => 1,
-            _ => 2,
-        }
+impl KvRow {
+    /// The head's first element in this position (f16: a chunk's uvec4 is this + c).
+    pub(crate) fn head(&self) -> Value {
+        self.head
     }
+}
 
-    /// Stages chunk `c` of position `key` at element `at` of `tile` (a uvec4 array).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn stage(
-        &self,
-        b: &KernelBuilder,
-        cache: Buffer,
-        key: Value,
-        kvh: Value,
-        c: Value,
-        tile: SharedArray,
-        at: Value,
-    ) {
-        if self.ty == KvType::F16 {
-            let words = b.load(cache, self.f16_index(b, key, kvh, c));
-            b.store_shared(tile, at, words);
-            return;
+/// Stages chunk `c` of position `key` of K and of V into their tiles (uvec4 arrays) at
+/// elements `k_at` and `v_at`: f16 as its words (K and V from one index where both are f16),
+/// other types as f32 values (two elements).
+pub(crate) fn stage_pair(
+    b: &KernelBuilder,
+    (k, k_cache, k_tile, k_at): (KvHead, Buffer, SharedArray, Value),
+    (v, v_cache, v_tile, v_at): (KvHead, Buffer, SharedArray, Value),
+    key: Value,
+    c: Value,
+) {
+    if k.read.ty == KvType::F16 && v.read.ty == KvType::F16 {
+        let src = k.f16_index(b, key, c);
+        b.store_shared(k_tile, k_at, b.load(k_cache, src));
+        b.store_shared(v_tile, v_at, b.load(v_cache, src));
+        return;
+    }
+    for (h, cache, tile, at) in [(k, k_cache, k_tile, k_at), (v, v_cache, v_tile, v_at)] {
+        if h.read.ty == KvType::F16 {
+            b.store_shared(tile, at, b.load(cache, h.f16_index(b, key, c)));
+            continue;
         }
         let u4 = Type::vec(Scalar::U32, 4);
-        let (lo, hi) = self.chunk(b, cache, key, kvh, c);
+        let (lo, hi) = h.chunk(b, cache, key, c);
         b.store_shared(tile, at, b.bitcast(lo, u4));
         b.store_shared(tile, b.addi(at, 1), b.bitcast(hi, u4));
     }
+}
 
-    /// The staged chunk at element `at` of `tile`, as two vec4<f32>.
-    pub(crate) fn staged(&self, b: &KernelBuilder, tile: SharedArray, at: Value) -> (Value, Value) {
-        if self.ty == KvType::F16 {
-            return unpack_f16(b, b.load_shared(tile, at));
-        }
-        let f4 = Type::vec(Scalar::F32, 4);
-        (
-            b.bitcast(b.load_shared(tile, at), f4),
-            b.bitcast(b.load_shared(tile, b.addi(at, 1)), f4),
-        )
+/// `v · k`, with no instruction where k is 1 (the f16 tiles' element per chunk).
+pub(crate) fn times(b: &KernelBuilder, v: Value, k: u32) -> Value {
+    if k == 1 {
+        v
+    } else {
+        b.muli(v, k)
     }
 }
 

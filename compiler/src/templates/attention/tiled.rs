@@ -28,6 +28,7 @@
 //! threads, which read neighbouring keys (K), rows (P) or chunks (V), hit different banks.
 
 use super::kernel::{kv_reads, workgroup_keys, Interface};
+use super::kv_load::{heads, stage_pair, times};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::workload::AttentionWorkload;
@@ -175,7 +176,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let rows = WorkgroupRows::new(&b, w, s, m);
     let row_of = |r: Value| rows.row(r);
     let first_row = rows.first_row;
-    let kvh = rows.kvh();
+    let (k_head, v_head) = heads(&b, k_read, v_read, rows.kvh());
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
 
     let [q_len, k_len, v_len, p_len] = lay.elements(kvb);
@@ -286,10 +287,15 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             let j = b.div(idx, b.c_u32(hu));
             let c = b.rem(idx, b.c_u32(hu));
             let key = b.min(b.add(kb, j), b.sub(n_keys, b.c_u32(1)));
-            let k_at = b.add(b.muli(j, lay.k_stride), b.muli(c, k_read.staged_elems()));
-            k_read.stage(&b, k_cache, key, kvh, c, k_tile, k_at);
-            let v_at = b.muli(idx, v_read.staged_elems());
-            v_read.stage(&b, v_cache, key, kvh, c, v_tile, v_at);
+            let k_at = b.add(b.muli(j, lay.k_stride), times(&b, c, k_read.staged_elems()));
+            let v_at = times(&b, idx, v_read.staged_elems());
+            stage_pair(
+                &b,
+                (k_head, k_cache, k_tile, k_at),
+                (v_head, v_cache, v_tile, v_at),
+                key,
+                c,
+            );
         });
         b.barrier();
 
@@ -429,7 +435,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             // Staged element of V chunk t of key j.
             let v_at = |t: u32| {
                 let c = b.add(cg, b.c_u32(t * cols));
-                b.muli(b.add(b.c_u32(j * hu), c), v_read.staged_elems())
+                times(&b, b.add(b.c_u32(j * hu), c), v_read.staged_elems())
             };
             if s.f16_pv {
                 let vw: Vec<Value> = (0..out_chunks)
