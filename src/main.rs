@@ -97,11 +97,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// `-ub 256` as llama-bench spells it: clap's short flags are one letter, so the two-letter
-/// `-ub` is rewritten to `--ubatch` before parsing (everywhere; no other flag is spelled so).
+/// `-ub 256`, `-ctk q8_0` and `-ctv q8_0` as llama.cpp's tools spell them: clap's short
+/// flags are one letter, so these are rewritten to `--ubatch`, `--cache-type-k` and
+/// `--cache-type-v` before parsing (everywhere; no other flag is spelled so).
 fn llama_bench_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args.map(|a| if a == "-ub" { "--ubatch".into() } else { a })
-        .collect()
+    args.map(|a| match a.to_str() {
+        Some("-ub") => "--ubatch".into(),
+        Some("-ctk") => "--cache-type-k".into(),
+        Some("-ctv") => "--cache-type-v".into(),
+        _ => a,
+    })
+    .collect()
 }
 
 /// Rust ignores SIGPIPE, so writing to a closed pipe (`rocky db list | head`) makes println!

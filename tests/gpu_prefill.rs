@@ -74,6 +74,7 @@ fn gpu_logits(
         profile: false,
         fuse: FuseOptions::DEFAULT,
         overlap: false,
+        kv: Default::default(),
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     ex.prefill(ids, schedules).unwrap()
@@ -330,6 +331,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
         profile: false,
         fuse: FuseOptions::DEFAULT,
         overlap: false,
+        kv: Default::default(),
     };
     let weights = GpuWeights::upload(ctx, &file, &model).unwrap();
     let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
@@ -407,6 +409,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
         profile: false,
         fuse: FuseOptions::DEFAULT,
         overlap: false,
+        kv: Default::default(),
     };
     let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
@@ -472,6 +475,7 @@ fn gpu_logits_uploaded(
         profile: false,
         fuse,
         overlap: false,
+        kv: Default::default(),
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     let logits = ex.prefill(ids, schedules).unwrap();
@@ -577,6 +581,7 @@ fn overlapped_ubatches_give_the_same_logits() {
             profile: false,
             fuse: FuseOptions::DEFAULT,
             overlap,
+            kv: Default::default(),
         };
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         ex.prefill(&ids, schedules).unwrap()
@@ -628,6 +633,7 @@ fn one_upload_runs_gate_and_up_fused_and_separate() {
             profile: false,
             fuse,
             overlap: false,
+            kv: Default::default(),
         };
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         let fused = ex

@@ -15,6 +15,7 @@ pub mod codegen;
 pub mod dequant;
 pub mod ir;
 pub mod kernel;
+pub mod kv_type;
 pub mod refusal;
 pub mod templates;
 pub mod testdata;
@@ -22,6 +23,7 @@ pub mod testdata;
 pub use caps::DeviceCaps;
 pub use dequant::{WeightFormat, WeightLayout};
 pub use kernel::{BufferBinding, CompiledKernel, KernelMeta, RequiredFeatures};
+pub use kv_type::{KvType, KvTypes};
 pub use refusal::Refusal;
 pub use templates::attention::{
     AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce, ATTENTION_SCHEDULE_VERSION,

@@ -1,5 +1,6 @@
 //! Numerics of the attention kernels, run by the IR interpreter (no GPU), against the f64
-//! CPU reference over the f16 cache: a KV cache carried across ubatches (pos0 > 0), runtime m
+//! CPU reference over the cache in each of its types (f16 mostly; f32 and q8_0 for K and V
+//! apart in `every_cache_type_*`): a KV cache carried across ubatches (pos0 > 0), runtime m
 //! smaller than the workload's and not a multiple of the row block, GQA groups of 2 and 7,
 //! head_dim 64, 128 and 256, every schedule axis (rows, key block, lanes per row, GQA
 //! grouping, K/V staging, shuffle or shared reduction), several subgroup sizes.
@@ -17,7 +18,7 @@ use rocky_compiler::templates::attention::{
 };
 use rocky_compiler::templates::kv_cache::pack_f16_words;
 use rocky_compiler::testdata::{random_activations, SplitMix64};
-use rocky_compiler::DeviceCaps;
+use rocky_compiler::{DeviceCaps, KvType, KvTypes};
 
 fn bytes_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -64,14 +65,145 @@ fn case(w: AttentionWorkload, m_run: usize, pos0: u32, seed: u64) -> Case {
     {
         *x = 3.0e4;
     }
+    let encode = |ty: KvType, x: &[f32]| -> Vec<u32> {
+        x.chunks(kw).flat_map(|row| ty.encode_row(row)).collect()
+    };
     Case {
         w,
         m_run,
         pos0,
         q,
-        k_cache: pack_f16_words(&k),
-        v_cache: pack_f16_words(&v),
+        k_cache: encode(w.kv.k, &k),
+        v_cache: encode(w.kv.v, &v),
     }
+}
+
+/// The cache types of the tests of f32 and q8_0 (and mixes with f16).
+const TYPE_PAIRS: [KvTypes; 4] = [
+    KvTypes::F32,
+    KvTypes::Q8_0,
+    KvTypes {
+        k: KvType::F32,
+        v: KvType::Q8_0,
+    },
+    KvTypes {
+        k: KvType::Q8_0,
+        v: KvType::F16,
+    },
+];
+
+#[test]
+fn every_cache_type_matches_the_reference_across_the_space() {
+    // As `attention_matches_the_reference_across_the_space`, per cache type pair: every
+    // kernel family (row-wise staged and not, tiled, key-split) reads K and V in their types.
+    let mut checked = 0;
+    let mut families = std::collections::BTreeSet::new();
+    for (i, kv) in TYPE_PAIRS.into_iter().enumerate() {
+        let w = AttentionWorkload {
+            m: 9,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+            max_kv: 64,
+            window: 0,
+            kv,
+        };
+        let c = case(w, 7, 13, 100 + i as u64);
+        for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+            for s in sample(&w, &caps, 4, 70 + i as u64) {
+                // The packed-f16 products are for an f16 cache only.
+                assert!(!s.f16_qk || kv.k == KvType::F16, "{}", s.name(&w));
+                assert!(!s.f16_pv || kv.v == KvType::F16, "{}", s.name(&w));
+                check(&c, &s, &caps, sg);
+                families.insert((
+                    s.is_tiled(),
+                    s.is_key_split(),
+                    s.stage_kv,
+                    kv.k.name(),
+                    kv.v.name(),
+                ));
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("checked {checked} attention kernels over f32 / q8_0 caches");
+    for kv in TYPE_PAIRS {
+        for family in [
+            (true, false, true),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            let key = (family.0, family.1, family.2, kv.k.name(), kv.v.name());
+            assert!(families.contains(&key), "{key:?} never checked");
+        }
+    }
+}
+
+#[test]
+fn every_cache_type_decodes_split_and_unsplit() {
+    // One decode row over 45 keys: split-KV pieces and their combine read the types too.
+    let mut checked = 0;
+    for kv in TYPE_PAIRS {
+        let w = AttentionWorkload {
+            m: 1,
+            n_heads: 14,
+            n_kv_heads: 2,
+            head_dim: 64,
+            max_kv: 64,
+            window: 0,
+            kv,
+        };
+        let c = case(w, 1, 44, 7);
+        for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
+            let d = attention::default_schedule(&w, &caps);
+            assert!(attention::split_kv::is_split(&d), "{}", d.name(&w));
+            for s in [d, AttentionSchedule { kv_splits: 0, ..d }] {
+                check(&c, &s, &caps, sg);
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 16);
+}
+
+#[test]
+fn packed_f16_products_are_refused_over_other_cache_types() {
+    let w = AttentionWorkload {
+        m: 9,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 64,
+        max_kv: 64,
+        window: 0,
+        kv: KvTypes {
+            k: KvType::F32,
+            v: KvType::Q8_0,
+        },
+    };
+    let caps = desktop_vk12();
+    let d = attention::default_schedule(&w, &caps);
+    let e = AttentionSchedule { f16_qk: true, ..d }
+        .validate(&w, &caps)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("f16_qk reads an f16 K cache; this one is f32"),
+        "{e}"
+    );
+    let e = AttentionSchedule { f16_pv: true, ..d }
+        .validate(&w, &caps)
+        .unwrap_err();
+    assert!(e.to_string().contains("this one is q8_0"), "{e}");
+    // q8_0 needs whole blocks of 32 per head.
+    let odd = AttentionWorkload {
+        head_dim: 48,
+        n_kv_heads: 1,
+        n_heads: 2,
+        kv: KvTypes::Q8_0,
+        ..w
+    };
+    let e = odd.validate().unwrap_err();
+    assert!(e.to_string().contains("multiple of 32"), "{e}");
 }
 
 /// Runs one schedule on the case; returns the output rows.
@@ -272,6 +404,7 @@ fn attention_matches_the_reference_across_the_space() {
         head_dim: 64,
         max_kv: 64,
         window: 0,
+        kv: Default::default(),
     };
     let c = case(w, 7, 13, 1);
     let mut worst = 0f32;
@@ -298,6 +431,7 @@ fn sliding_window_attention_matches_the_reference_across_the_space() {
         head_dim: 64,
         max_kv: 64,
         window: 5,
+        kv: Default::default(),
     };
     let c = case(w, 7, 13, 21);
     // The window changes the answer (so this test can fail).
@@ -345,6 +479,7 @@ fn attention_handles_qwen_groups_and_every_head_dim() {
             head_dim: hd,
             max_kv: 128,
             window: 0,
+            kv: Default::default(),
         };
         let c = case(w, m_run, pos0, 10 + i as u64);
         for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
@@ -369,6 +504,7 @@ fn attention_works_with_a_small_subgroup_and_without_subgroups() {
         head_dim: 64,
         max_kv: 64,
         window: 0,
+        kv: Default::default(),
     };
     let c = case(w, 7, 3, 4);
     let small = DeviceCaps {
@@ -405,6 +541,7 @@ fn one_ubatch_at_a_time_equals_the_whole_prompt() {
         head_dim: 64,
         max_kv: 32,
         window: 0,
+        kv: Default::default(),
     };
     let caps = desktop_vk12();
     let s = attention::default_schedule(&w, &caps);
@@ -437,6 +574,14 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
     // The two templates agree on the cache layout: K and V rows written by the KV-write
     // kernel ubatch after ubatch, then read by attention, give the attention of the whole
     // prompt over the f16-rounded keys and values (the reference packs them itself).
+    for kv in [KvTypes::F16].into_iter().chain(TYPE_PAIRS) {
+        kv_write_then_attention(kv);
+    }
+}
+
+/// The KV-write kernel of each type writes what its reference writes, and attention over
+/// it matches the reference over the CPU-encoded cache.
+fn kv_write_then_attention(kv: KvTypes) {
     use rocky_compiler::templates::kv_cache::{self, KvWritePush, KvWriteWorkload};
     let w = AttentionWorkload {
         m: 4,
@@ -445,6 +590,7 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
         head_dim: 64,
         max_kv: 16,
         window: 0,
+        kv,
     };
     let (qw, kw) = (w.q_width() as usize, w.kv_width() as usize);
     let n = 11usize; // ubatches of 4, 4 and 3 rows
@@ -454,24 +600,31 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
         .collect();
     let k_all = random_activations(n * kw, 91);
     let v_all = random_activations(n * kw, 92);
+    let encode = |ty: KvType, x: &[f32]| -> Vec<u32> {
+        x.chunks(kw).flat_map(|row| ty.encode_row(row)).collect()
+    };
+    let (k_want, v_want) = (encode(kv.k, &k_all), encode(kv.v, &v_all));
     let expected = attention::reference(
         &AttentionWorkload { m: n as u32, ..w },
         n,
         0,
         &q_all,
-        &pack_f16_words(&k_all),
-        &pack_f16_words(&v_all),
+        &k_want,
+        &v_want,
     );
+    if kv == KvTypes::F16 {
+        assert_eq!(k_want, pack_f16_words(&k_all));
+    }
     for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
-        let kvw = KvWriteWorkload {
+        let kvw = |ty| KvWriteWorkload {
             m: 4,
             kv_width: w.kv_width(),
+            ty,
         };
-        let kv_s = kv_cache::default_schedule(&kvw, &caps);
-        let kv_module = kv_cache::kernel_ir(&kvw, &kv_s);
         let s = attention::default_schedule(&w, &caps);
-        let mut k_cache = vec![0u32; w.max_kv as usize * kw / 2];
-        let mut v_cache = k_cache.clone();
+        let words = |ty: KvType| w.max_kv as usize * ty.row_words(w.kv_width()) as usize;
+        let mut k_cache = vec![0u32; words(kv.k)];
+        let mut v_cache = vec![0u32; words(kv.v)];
         let mut out_all = Vec::new();
         for pos0 in (0..n).step_by(4) {
             let m_run = 4.min(n - pos0);
@@ -480,7 +633,10 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
                 pos0: pos0 as u32,
             }
             .to_bytes();
-            for (src, cache) in [(&k_all, &mut k_cache), (&v_all, &mut v_cache)] {
+            for (src, cache, ty) in [(&k_all, &mut k_cache, kv.k), (&v_all, &mut v_cache, kv.v)] {
+                let kvw = kvw(ty);
+                let kv_s = kv_cache::default_schedule(&kvw, &caps);
+                let kv_module = kv_cache::kernel_ir(&kvw, &kv_s);
                 let mut sb = bytes_f32(&src[pos0 * kw..(pos0 + m_run) * kw]);
                 sb.resize(4 * kw * 4, 0);
                 let mut cb = bytes_u32(cache);
@@ -518,6 +674,9 @@ fn kv_write_then_attention_carries_the_cache_across_ubatches() {
             };
             out_all.extend(run(&c, &s, &caps, sg));
         }
+        // The interpreter's f32 division is IEEE's: q8_0 quants equal the reference's.
+        assert_eq!(k_cache[..k_want.len()], k_want[..], "K written as {}", kv.k);
+        assert_eq!(v_cache[..v_want.len()], v_want[..], "V written as {}", kv.v);
         if let Err(e) = expected.check(&out_all, qw) {
             panic!("{}: {e}", s.name(&w));
         }
@@ -535,6 +694,7 @@ fn many_key_blocks_with_a_moving_maximum() {
         head_dim: 64,
         max_kv: 256,
         window: 0,
+        kv: Default::default(),
     };
     let mut c = case(w, 3, 150, 55);
     let kw = w.kv_width() as usize;
@@ -566,6 +726,7 @@ fn tiled_attention_matches_the_reference_over_its_space() {
             head_dim: hd,
             max_kv: 64,
             window: 0,
+            kv: Default::default(),
         };
         let c = case(w, 19, 37, 40 + i as u64);
         let caps = desktop_vk12();
@@ -611,6 +772,7 @@ fn key_split_attention_matches_the_reference_over_its_space() {
             head_dim: hd,
             max_kv: 64,
             window,
+            kv: Default::default(),
         };
         let c = case(w, 19, 37, 60 + i as u64);
         let caps = mali_vk12();
@@ -673,6 +835,7 @@ fn decode_attention_reading_its_position_from_a_buffer_matches_the_push_form() {
             head_dim,
             max_kv: 256,
             window: 0,
+            kv: Default::default(),
         };
         for pos0 in [0u32, 31, 100] {
             let c = case(w, 1, pos0, 11 + u64::from(pos0));

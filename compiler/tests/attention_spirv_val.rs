@@ -1,6 +1,7 @@
 //! Every module the attention template can produce passes spirv-val for Vulkan 1.2: the whole
 //! search space of Qwen2.5 0.5B (14/2 heads, head_dim 64), 3B (16/2, 128) and a head_dim 256
-//! model (8/4) at m in {1, 7, 64, 72} and max_kv 32768, on a desktop profile with all
+//! model (8/4) at m in {1, 7, 64, 72} and max_kv 32768 (the 3B's also over f32 and q8_0
+//! caches), on a desktop profile with all
 //! features and on a Mali-like profile (the spaces are small enough to validate whole). Also
 //! the metadata contract, the default schedules, and refusals with reasons.
 
@@ -13,7 +14,7 @@ use common::{desktop_vk12, mali_vk12, parallel, require_spirv_val, spirv_dis, sp
 use rocky_compiler::templates::attention::{
     self, AttentionPush, AttentionSchedule, AttentionWorkload, LaneReduce,
 };
-use rocky_compiler::{instantiate, DeviceCaps, Refusal, Schedule, Workload};
+use rocky_compiler::{instantiate, DeviceCaps, KvType, KvTypes, Refusal, Schedule, Workload};
 
 fn workloads() -> Vec<AttentionWorkload> {
     let mut out = Vec::new();
@@ -26,6 +27,25 @@ fn workloads() -> Vec<AttentionWorkload> {
                 head_dim,
                 max_kv: 32768,
                 window: 0,
+                kv: Default::default(),
+            });
+        }
+    }
+    // The 3B's shape over f32 and q8_0 caches (K and V apart).
+    for kv in [
+        KvTypes::F32,
+        KvTypes::Q8_0,
+        KvTypes::new(KvType::Q8_0, KvType::F32),
+    ] {
+        for m in [1, 64] {
+            out.push(AttentionWorkload {
+                m,
+                n_heads: 16,
+                n_kv_heads: 2,
+                head_dim: 128,
+                max_kv: 32768,
+                window: 0,
+                kv,
             });
         }
     }
@@ -38,6 +58,7 @@ fn workloads() -> Vec<AttentionWorkload> {
             head_dim: 256,
             max_kv: 1024,
             window: 512,
+            kv: Default::default(),
         });
     }
     out
@@ -339,6 +360,7 @@ fn workload_keys_grid_and_flops() {
         head_dim: 64,
         max_kv: 4096,
         window: 0,
+        kv: Default::default(),
     };
     let json = serde_json::to_string(&Workload::Attention(w)).unwrap();
     assert_eq!(
@@ -380,6 +402,7 @@ fn workload_keys_grid_and_flops() {
             head_dim: hd,
             max_kv: 32768,
             window: 0,
+            kv: Default::default(),
         };
         for caps in [desktop_vk12(), mali_vk12()] {
             let s = attention::default_schedule(&big, &caps);
@@ -446,6 +469,7 @@ fn the_decode_steps_args_forms_pass_spirv_val() {
             head_dim: 128,
             max_kv: 4096,
             window: 0,
+            kv: Default::default(),
         });
         let split = default_schedule(&attention, &caps);
         let Schedule::Attention(a) = split else {
@@ -466,11 +490,13 @@ fn the_decode_steps_args_forms_pass_spirv_val() {
                 Workload::KvWrite(KvWriteWorkload {
                     m: 1,
                     kv_width: 256,
+                    ty: Default::default(),
                 }),
                 default_schedule(
                     &Workload::KvWrite(KvWriteWorkload {
                         m: 1,
                         kv_width: 256,
+                        ty: Default::default(),
                     }),
                     &caps,
                 ),

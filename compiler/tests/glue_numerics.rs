@@ -547,6 +547,7 @@ fn f16_rounding_of_the_kv_write_is_bit_exact() {
     let w = KvWriteWorkload {
         m: m as u32,
         kv_width,
+        ty: Default::default(),
     };
     let caps = desktop_vk12();
     for s in kv_cache::search_space(&w, &caps) {
@@ -594,7 +595,11 @@ fn f16_rounding_of_the_kv_write_is_bit_exact() {
 fn kv_write_fills_the_cache_across_ubatches() {
     let kv_width = 36u32;
     let capacity = 11usize;
-    let w = KvWriteWorkload { m: 5, kv_width };
+    let w = KvWriteWorkload {
+        m: 5,
+        kv_width,
+        ty: Default::default(),
+    };
     let kw = kv_width as usize;
     let mut checked = 0;
     for (caps, sg) in profiles().into_iter().take(2) {
@@ -670,7 +675,11 @@ fn rope_and_kv_write_reading_the_position_from_a_buffer_match_their_references()
 
         let kv_width = 36u32;
         let kw = kv_width as usize;
-        let w = KvWriteWorkload { m: 1, kv_width };
+        let w = KvWriteWorkload {
+            m: 1,
+            kv_width,
+            ty: Default::default(),
+        };
         let s = kv_cache::default_schedule(&w, &caps);
         instantiate_with_args(&Workload::KvWrite(w), &Schedule::KvWrite(s), &caps).unwrap();
         let module = push_constants_from_buffer(&kv_cache::kernel_ir(&w, &s));

@@ -47,10 +47,14 @@ fn workloads() -> Vec<Workload> {
             out.push(Workload::GeGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::Add(EltwiseWorkload { m, width: hidden }));
             out.push(Workload::Scale(EltwiseWorkload { m, width: hidden }));
-            out.push(Workload::KvWrite(KvWriteWorkload {
-                m,
-                kv_width: nkv * hd,
-            }));
+            // The KV write of every cache type.
+            for ty in rocky_compiler::KvType::ALL {
+                out.push(Workload::KvWrite(KvWriteWorkload {
+                    m,
+                    kv_width: nkv * hd,
+                    ty,
+                }));
+            }
             // Every table format over the shapes: format j on shape j mod SHAPES.len(), or the
             // next shape whose width holds whole blocks of it (IQ4_XS: 256).
             for &table in WeightFormat::ALL
@@ -70,7 +74,11 @@ fn workloads() -> Vec<Workload> {
     // Widths that rule out the vectorized paths.
     out.push(Workload::RmsNorm(RmsNormWorkload::new(7, 90, 1e-5)));
     out.push(Workload::SwiGlu(EltwiseWorkload { m: 7, width: 90 }));
-    out.push(Workload::KvWrite(KvWriteWorkload { m: 7, kv_width: 90 }));
+    out.push(Workload::KvWrite(KvWriteWorkload {
+        m: 7,
+        kv_width: 90,
+        ty: Default::default(),
+    }));
     out
 }
 
@@ -264,7 +272,11 @@ fn glue_templates_refuse_bad_pairs_with_reasons() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("odd"), "{e}");
-    let kv = Workload::KvWrite(KvWriteWorkload { m: 7, kv_width: 91 });
+    let kv = Workload::KvWrite(KvWriteWorkload {
+        m: 7,
+        kv_width: 91,
+        ty: Default::default(),
+    });
     let e = instantiate(&kv, &default_schedule(&kv, &caps), &caps).unwrap_err();
     assert!(e.to_string().contains("odd"), "{e}");
     let emb = Workload::Embedding(EmbeddingWorkload {

@@ -101,6 +101,7 @@ fn workloads() -> Vec<Workload> {
         Workload::KvWrite(KvWriteWorkload {
             m: 64,
             kv_width: 128,
+            ty: Default::default(),
         }),
         Workload::Attention(AttentionWorkload {
             m: 64,
@@ -109,6 +110,7 @@ fn workloads() -> Vec<Workload> {
             head_dim: 64,
             max_kv: 4096,
             window: 0,
+            kv: Default::default(),
         }),
         Workload::Attention(AttentionWorkload {
             m: 1,
@@ -117,6 +119,7 @@ fn workloads() -> Vec<Workload> {
             head_dim: 64,
             max_kv: 4096,
             window: 0,
+            kv: Default::default(),
         }),
         // A decode step's: the 3B's gate/up GEMV with the SwiGLU epilogue, and the one-row
         // RoPE and KV write (whose args forms the replayed step runs).
@@ -128,6 +131,7 @@ fn workloads() -> Vec<Workload> {
         Workload::KvWrite(KvWriteWorkload {
             m: 1,
             kv_width: 128,
+            ty: Default::default(),
         }),
     ]
 }

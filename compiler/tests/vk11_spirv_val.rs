@@ -51,7 +51,11 @@ fn workloads() -> Vec<Workload> {
         out.push(Workload::RopeNeox(RopeWorkload::new(m, 14, 64, 1e6)));
         out.push(Workload::SwiGlu(EltwiseWorkload { m, width: 4864 }));
         out.push(Workload::Add(EltwiseWorkload { m, width: 896 }));
-        out.push(Workload::KvWrite(KvWriteWorkload { m, kv_width: 128 }));
+        out.push(Workload::KvWrite(KvWriteWorkload {
+            m,
+            kv_width: 128,
+            ty: Default::default(),
+        }));
         out.push(Workload::Attention(AttentionWorkload {
             m,
             n_heads: 14,
@@ -59,6 +63,7 @@ fn workloads() -> Vec<Workload> {
             head_dim: 64,
             max_kv: 4096,
             window: 0,
+            kv: Default::default(),
         }));
     }
     out

@@ -4,6 +4,7 @@
 
 use crate::chat::ChatFormat;
 use crate::error::LoadError;
+use rocky_compiler::KvTypes;
 use rocky_generate::{
     generate, CpuEvaluator, EndOfGeneration, Evaluator, GenerateOptions, Generation,
 };
@@ -110,7 +111,13 @@ impl Model {
     /// The CPU reference (f32, all cores) as an evaluator with `n_ctx` positions: slow, the
     /// oracle the GPU session is checked against.
     pub fn cpu_evaluator(&self, n_ctx: usize) -> CpuEvaluator<'_> {
-        CpuEvaluator::new(&self.file, &self.arch, ReferenceOptions::llama_cpp(), n_ctx)
+        self.cpu_evaluator_with(n_ctx, KvTypes::default())
+    }
+
+    /// [`Model::cpu_evaluator`] over a KV cache of types `kv` (rounded as the GPU cache of
+    /// those types rounds).
+    pub fn cpu_evaluator_with(&self, n_ctx: usize, kv: KvTypes) -> CpuEvaluator<'_> {
+        CpuEvaluator::new(&self.file, &self.arch, ReferenceOptions::with_kv(kv), n_ctx)
     }
 
     /// Continues `prompt` on `evaluator` (a [`crate::Session`] or [`Model::cpu_evaluator`])

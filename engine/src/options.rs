@@ -2,6 +2,7 @@
 //! database or the device's defaults would choose. `EngineOptions::default()` is what `rocky`
 //! does without flags.
 
+use rocky_compiler::KvTypes;
 use rocky_runtime::executor::{LayoutChoice, MathFamily};
 use rocky_runtime::DeviceSelector;
 use std::path::PathBuf;
@@ -63,4 +64,6 @@ pub struct EngineOptions {
     /// Time every kernel with GPU timestamps (where the device has them): see
     /// [`crate::Session::profile_table`].
     pub profile: bool,
+    /// The KV cache's element types, K and V apart (`--cache-type-k/-v`; default f16 both).
+    pub kv: KvTypes,
 }

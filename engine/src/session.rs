@@ -154,6 +154,7 @@ impl<'m> Session<'m> {
             profile: options.profile && no_gpu_profile.is_none(),
             fuse,
             overlap,
+            kv: options.kv,
         };
         let executor = Executor::new(&ctx, model.arch(), weights, executor_options, n_ctx)?;
         Ok(Session {

@@ -8,13 +8,16 @@ use crate::formats;
 use crate::gguf::GgufFile;
 use crate::graph::{FoldedNorm, Graph, Op, RopePairing};
 use rayon::prelude::*;
+use rocky_compiler::KvTypes;
 
-/// Options that make the reference imitate a backend's storage choices.
+/// Options that make the reference imitate a backend's storage choices. The default is an
+/// f16 cache with f32 attention (llama.cpp's `-fa off`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReferenceOptions {
-    /// Round K and V to f16 when they enter the cache (as llama.cpp's default cache and rocky's
-    /// GPU cache do).
-    pub kv_f16: bool,
+    /// The cache's types: K and V are rounded as the cache stores them when they enter it
+    /// (`KvType::round_trip`: f32 exact, f16 to nearest even, q8_0 as ggml's blocks), as
+    /// llama.cpp's `-ctk`/`-ctv` caches and rocky's GPU cache do.
+    pub kv: KvTypes,
     /// Attention as llama.cpp's CPU flash-attention kernel computes it over an f16 cache (its
     /// default, `-fa auto`) for a batch of fewer than 64 query rows: the query rounded to f16,
     /// keys taken in order with an online softmax, and the weighted sum of V kept in f16,
@@ -29,7 +32,15 @@ impl ReferenceOptions {
     /// What llama.cpp does by default (an f16 KV cache): the setting for golden comparisons.
     pub fn llama_cpp() -> Self {
         ReferenceOptions {
-            kv_f16: true,
+            kv: KvTypes::F16,
+            flash_f16: false,
+        }
+    }
+
+    /// llama.cpp with `-fa off -ctk K -ctv V`: f32 attention over a cache of these types.
+    pub fn with_kv(kv: KvTypes) -> Self {
+        ReferenceOptions {
+            kv,
             flash_f16: false,
         }
     }
@@ -37,7 +48,7 @@ impl ReferenceOptions {
     /// llama.cpp's CPU backend with flash attention on (see [`ReferenceOptions::flash_f16`]).
     pub fn llama_cpp_flash() -> Self {
         ReferenceOptions {
-            kv_f16: true,
+            kv: KvTypes::F16,
             flash_f16: true,
         }
     }
@@ -324,11 +335,9 @@ impl<'a> CpuSession<'a> {
         heads: Heads,
         sliding_window: Option<usize>,
     ) -> Vec<f32> {
-        if self.options.kv_f16 {
-            for x in k.iter_mut().chain(v.iter_mut()) {
-                *x = half::f16::from_f32(*x).to_f32();
-            }
-        }
+        let kv_width = heads.n_kv_heads * heads.head_dim;
+        k = self.options.kv.k.round_trip(&k, kv_width);
+        v = self.options.kv.v.round_trip(&v, kv_width);
         let (kc, vc) = &mut self.kv[layer];
         kc.extend_from_slice(&k);
         vc.extend_from_slice(&v);
@@ -628,6 +637,13 @@ impl ModelConfig {
     /// Bytes of an f32 KV cache for `n_ctx` positions (for messages and planning).
     pub fn kv_cache_bytes_f32(&self, n_ctx: usize) -> u64 {
         (2 * self.n_layer * n_ctx * self.n_head_kv * self.head_dim * 4) as u64
+    }
+
+    /// Bytes of K and V of one position, all layers, in a cache of types `kv` (rocky's GPU
+    /// layout, `KvType::row_bytes`).
+    pub fn kv_bytes_per_position(&self, kv: KvTypes) -> u64 {
+        let kv_width = (self.n_head_kv * self.head_dim) as u32;
+        self.n_layer as u64 * kv.position_bytes(kv_width)
     }
 }
 

@@ -15,6 +15,7 @@ mod table;
 use super::gpu::{db_error, db_path, device_error, exec_error, upload_bar};
 use crate::error::{CliError, CmdResult};
 use rocky_compiler::Workload;
+use rocky_compiler::{KvType, KvTypes};
 use rocky_models::arch::{self, Model};
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
@@ -91,6 +92,13 @@ pub struct Args {
     /// each schedule's own.
     #[arg(long, value_enum, default_value = "auto")]
     pub math: super::gpu::MathArg,
+    /// Element type of the KV cache's keys, every row: f32, f16 or q8_0 (also `-ctk`, as
+    /// llama-bench spells it; the table gains its type_k and type_v columns when not f16).
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Element type of the KV cache's values (also `-ctv`).
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_v: KvType,
     /// Seed of the random prompt.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -100,6 +108,13 @@ pub struct Args {
     /// Print llama-bench's markdown table.
     #[arg(long)]
     pub md: bool,
+}
+
+impl Args {
+    /// The KV cache types of every row.
+    fn kv(&self) -> KvTypes {
+        KvTypes::new(self.cache_type_k, self.cache_type_v)
+    }
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -135,7 +150,7 @@ pub fn run(args: Args) -> CmdResult {
             let mut samples = Vec::new();
             for rep in 0..=args.repetitions {
                 let start = Instant::now();
-                reference::forward(&file, &model, &ids, ReferenceOptions::llama_cpp())
+                reference::forward(&file, &model, &ids, ReferenceOptions::with_kv(args.kv()))
                     .map_err(|e| CliError::input(e.to_string()))?;
                 if rep > 0 {
                     samples.push(start.elapsed().as_secs_f64());
@@ -143,6 +158,10 @@ pub fn run(args: Args) -> CmdResult {
             }
             rows.push(identity.row("CPU reference", "CPU", None, n, None, samples, None, None));
         }
+    }
+    for r in &mut rows {
+        r.type_k = args.cache_type_k.name().into();
+        r.type_v = args.cache_type_v.name().into();
     }
     if args.json {
         println!(
@@ -238,7 +257,8 @@ fn bench_gpu(
     let budget = CommandBudget::for_device(ctx.info());
     eprintln!("bench: uploading {} to {device}", args.model.display());
     let mut rig = PrefillRig::new(&ctx, file, model, max_prompt, &mut upload_bar(&ctx))
-        .map_err(exec_error)?;
+        .map_err(exec_error)?
+        .with_kv(args.kv());
     let sources: Vec<&dyn ScheduleSource> = backends
         .iter()
         .map(|b| match b {
@@ -444,6 +464,9 @@ impl ModelIdentity {
             samples_s,
             device_bytes,
             device_timestamps,
+            // Every row of a run has the run's cache types (set by `run`).
+            type_k: String::new(),
+            type_v: String::new(),
         }
     }
 }

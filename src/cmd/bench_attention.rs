@@ -7,7 +7,7 @@
 use super::gpu::{db_error, db_path, device_error};
 use crate::error::{CliError, CmdResult};
 use rocky_compiler::templates::attention::{self, AttentionSchedule, AttentionWorkload};
-use rocky_compiler::{instantiate, Schedule, Workload};
+use rocky_compiler::{instantiate, KvType, KvTypes, Schedule, Workload};
 use rocky_runtime::executor::ScheduleSource;
 use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache, TimingMethod};
 use rocky_tuner::attention_gpu::{self, AttentionInputs, AttentionOnGpu};
@@ -40,6 +40,12 @@ pub struct Args {
     pub kv_heads: u32,
     #[arg(long, default_value_t = 128)]
     pub head_dim: u32,
+    /// Element type of the KV cache's keys: f32, f16 or q8_0 (also `-ctk`).
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Element type of the KV cache's values (also `-ctv`).
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_v: KvType,
     /// Timed runs per schedule (after the checked run and a warm-up).
     #[arg(long, default_value_t = 10)]
     pub runs: u32,
@@ -108,13 +114,15 @@ pub fn run(args: Args) -> CmdResult {
             head_dim: args.head_dim,
             max_kv: AttentionWorkload::kv_bucket(kv),
             window: 0,
+            kv: KvTypes::new(args.cache_type_k, args.cache_type_v),
         };
         w.validate().map_err(|e| CliError::usage(e.to_string()))?;
         let pos0 = kv - args.m;
         let inputs = AttentionInputs::random(&w, Some(pos0), 7);
         let default = attention::default_schedule(&w, &caps);
         let mut variants: Vec<(String, AttentionSchedule)> = vec![("default".into(), default)];
-        if caps.float16 {
+        // (packed-f16 P·V multiplies an f16 V cache's words)
+        if caps.float16 && w.kv.v == KvType::F16 {
             variants.push((
                 "default+pv16".into(),
                 AttentionSchedule {

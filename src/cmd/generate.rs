@@ -125,7 +125,7 @@ pub fn run(args: Args) -> CmdResult {
         }
     };
     let (generation, backend, ubatch, decode_time) = if args.cpu {
-        let mut ev = model.cpu_evaluator(n_ctx);
+        let mut ev = model.cpu_evaluator_with(n_ctx, args.gpu.kv());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
         (g, "cpu", None, None)
     } else {

@@ -4,6 +4,7 @@
 use crate::error::CliError;
 use crate::progress::Bar;
 use crate::units::human_bytes;
+use rocky_compiler::{KvType, KvTypes};
 use rocky_engine::{
     Database, EngineOptions, LayoutChoice, LoadError, Model, ProfileRow, Session, SessionError,
 };
@@ -48,6 +49,18 @@ pub struct GpuArgs {
     /// 16-byte-aligned groups at upload, where the format has it).
     #[arg(long, default_value = "auto")]
     pub weight_layout: String,
+    /// Element type of the KV cache's keys: f32, f16 or q8_0 (also `-ctk`, as llama.cpp
+    /// spells it). q8_0 takes about half of f16's memory, f32 twice it.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Element type of the KV cache's values: f32, f16 or q8_0 (also `-ctv`).
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_v: KvType,
+}
+
+/// `--cache-type-k` / `--cache-type-v` (llama.cpp's names; others refused by name).
+pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::parse(s)
 }
 
 /// `--math`.
@@ -113,6 +126,11 @@ pub fn exec_error(e: ExecError) -> CliError {
 }
 
 impl GpuArgs {
+    /// The KV cache types of `--cache-type-k/-v`.
+    pub fn kv(&self) -> KvTypes {
+        KvTypes::new(self.cache_type_k, self.cache_type_v)
+    }
+
     /// The engine's options of these flags (`profile`: `--profile`).
     /// (The engine checks the ranges of the numbers; [`session_error`] words its refusals.)
     pub fn options(&self, profile: bool) -> Result<EngineOptions, CliError> {
@@ -134,6 +152,7 @@ impl GpuArgs {
             force_shared_memory: self.force_shared_memory,
             weight_layout,
             profile,
+            kv: self.kv(),
         })
     }
 }

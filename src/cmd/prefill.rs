@@ -3,7 +3,9 @@
 use super::prompt::{self, PromptArgs};
 use crate::error::{CliError, CmdResult};
 use crate::units::human_bytes;
+use rocky_compiler::{KvType, KvTypes};
 use rocky_engine::Model;
+use rocky_models::arch::ModelConfig;
 use rocky_models::reference::{self, ReferenceOptions};
 use serde_json::json;
 use std::path::PathBuf;
@@ -69,13 +71,14 @@ pub fn run(args: Args) -> CmdResult {
             model.file(),
             model.arch(),
             &ids,
-            ReferenceOptions::llama_cpp(),
+            ReferenceOptions::with_kv(args.gpu.kv()),
         )
         .map_err(|e| CliError::input(e.to_string()))?,
         Backend::Gpu => {
             let mut session = super::gpu::open_session(&args.gpu, &model, ids.len(), args.profile)?;
             if args.verbose {
                 print_memory_plan(&session.memory_plan(), session.ubatch());
+                print_kv_per_token(&model.arch().config, args.gpu.kv());
                 eprintln!("{}", super::gpu::weights_summary(&session));
             }
             super::gpu::prepare(&mut session)?;
@@ -167,6 +170,30 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// The memory plan of `--verbose`, on standard error (stdout keeps the results).
+/// Bytes of KV cache per token (all layers, K and V) of each cache type, the session's marked:
+/// what `--cache-type-k/-v` trade (rocky's GPU layout; q8_0 rows padded to 16 bytes).
+fn print_kv_per_token(config: &ModelConfig, chosen: KvTypes) {
+    let kv_width = (config.n_head_kv * config.head_dim) as u32;
+    let layers = config.n_layer as u64;
+    eprintln!(
+        "KV cache per token ({} layers, {} values of K and of V each):",
+        config.n_layer, kv_width
+    );
+    for ty in KvType::ALL {
+        let bytes = layers * u64::from(ty.row_bytes(kv_width));
+        eprintln!(
+            "  {:<6} {:>10} B for K or V, {:>10} B both",
+            ty.name(),
+            bytes,
+            2 * bytes
+        );
+    }
+    eprintln!(
+        "  this session ({chosen}): {} B per token",
+        config.kv_bytes_per_position(chosen)
+    );
+}
+
 fn print_memory_plan(plan: &[(String, u64)], ubatch: usize) {
     eprintln!("device memory plan at ubatch {ubatch}:");
     for (what, bytes) in plan {

@@ -132,7 +132,7 @@ pub fn run(args: Args) -> CmdResult {
         rocky_serve::run(&options, &mut served).map_err(|e| CliError::output(e.to_string()))
     };
     if args.cpu {
-        serve(&mut model.cpu_evaluator(args.ctx))
+        serve(&mut model.cpu_evaluator_with(args.ctx, args.gpu.kv()))
     } else {
         let mut session = gpu::open_session(&args.gpu, &model, args.ctx, false)?;
         gpu::prepare(&mut session)?;

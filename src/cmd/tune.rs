@@ -92,6 +92,13 @@ pub struct Args {
     /// 4096. `0` tunes no attention.
     #[arg(long, value_delimiter = ',')]
     pub attention_kv: Option<Vec<u32>>,
+    /// KV cache type of the keys the attention workloads read: f32, f16 or q8_0 (also
+    /// `-ctk`); their records are keyed by it, so tune each type you run.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_k: rocky_compiler::KvType,
+    /// KV cache type of the values (also `-ctv`).
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = super::gpu::parse_kv_type)]
+    pub cache_type_v: rocky_compiler::KvType,
     /// Tune only the workloads whose description (`m=512 n=896 k=896 q4_k`,
     /// `attention m=512 kv=4096 …`) contains this text.
     #[arg(long)]
@@ -167,7 +174,12 @@ pub fn run(args: Args) -> CmdResult {
     if !kv_lengths.contains(&0) {
         // After the GEMMs: the time budget is shared evenly, so attention gets its share
         // (one workload's worth per KV length).
-        workloads.extend(attention_workloads(&model, args.ubatch, &kv_lengths));
+        workloads.extend(attention_workloads(
+            &model,
+            args.ubatch,
+            &kv_lengths,
+            rocky_compiler::KvTypes::new(args.cache_type_k, args.cache_type_v),
+        ));
     }
     let workloads: Vec<_> = match &args.workload {
         Some(text) => workloads

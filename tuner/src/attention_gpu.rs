@@ -23,8 +23,8 @@ use rocky_compiler::templates::attention::{
     dispatch_grid, reference_rows, AttentionPush, AttentionSchedule, AttentionWorkload,
     ReferenceRows,
 };
-use rocky_compiler::templates::kv_cache::pack_f16_words;
 use rocky_compiler::testdata::{random_activations, SplitMix64};
+use rocky_compiler::KvType;
 use rocky_compiler::{CompiledKernel, Refusal, Schedule};
 use rocky_runtime::{
     host_time_submit, Buffer, BufferRange, ComputePipeline, Context, PipelineCache,
@@ -64,8 +64,12 @@ impl AttentionInputs {
             .iter()
             .map(|v| 2.0 * v)
             .collect();
-        let k_cache = pack_f16_words(&random_activations(positions * kw, seed ^ 0x4B));
-        let v_cache = pack_f16_words(&random_activations(positions * kw, seed ^ 0x56));
+        // Each cache in its type (`rocky_compiler::kv_type`), encoded as the KV write would.
+        let encode = |ty: KvType, x: Vec<f32>| -> Vec<u32> {
+            x.chunks(kw).flat_map(|row| ty.encode_row(row)).collect()
+        };
+        let k_cache = encode(w.kv.k, random_activations(positions * kw, seed ^ 0x4B));
+        let v_cache = encode(w.kv.v, random_activations(positions * kw, seed ^ 0x56));
         let rows = checked_rows(w, pos0, seed);
         let reference = reference_rows(w, &rows, pos0, &q, &k_cache, &v_cache);
         AttentionInputs {

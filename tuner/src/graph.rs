@@ -16,6 +16,7 @@
 
 use crate::fault::{self, FaultPlan, GraphFault, INJECTED};
 use crate::logits_check::{check_logits, Agreement, CHECK_TOKENS, CPU_TOLERANCE, GRAPH_TOLERANCE};
+use rocky_compiler::KvTypes;
 use rocky_models::arch::Model;
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
@@ -218,9 +219,17 @@ pub struct PrefillRig<'m> {
     model: &'m Model,
     weights: Arc<GpuWeights>,
     n_ctx: usize,
+    /// The KV cache types of its executors (f16 both unless [`PrefillRig::with_kv`]).
+    kv: KvTypes,
 }
 
 impl<'m> PrefillRig<'m> {
+    /// Its executors' KV caches in types `kv` (`rocky bench --cache-type-k/-v`).
+    pub fn with_kv(mut self, kv: KvTypes) -> Self {
+        self.kv = kv;
+        self
+    }
+
     /// Uploads the weights, calling `progress(bytes done, bytes in all)` as it goes.
     pub fn new(
         ctx: &Context,
@@ -237,6 +246,7 @@ impl<'m> PrefillRig<'m> {
             file,
             model,
             n_ctx,
+            kv: KvTypes::default(),
         })
     }
 
@@ -257,6 +267,7 @@ impl<'m> PrefillRig<'m> {
             profile: false,
             fuse,
             overlap,
+            kv: self.kv,
         };
         Executor::new(
             &self.ctx,

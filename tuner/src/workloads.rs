@@ -2,7 +2,7 @@
 //! of its decode step: what `rocky tune` searches, each once however many layers share it; and its attention workloads at a few
 //! KV lengths and of its decode step ([`attention_workloads`]).
 
-use rocky_compiler::{AttentionWorkload, Workload};
+use rocky_compiler::{AttentionWorkload, KvTypes, Workload};
 use rocky_models::arch::Model;
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
@@ -66,6 +66,7 @@ pub fn model_workloads_with_progress(
                 profile: false,
                 fuse,
                 overlap: false,
+                kv: Default::default(),
             };
             let mut executor = Executor::new(ctx, model, weights.clone(), options, rows)?;
             executor.prepare(&DefaultSchedules)?;
@@ -86,8 +87,14 @@ pub fn model_workloads_with_progress(
 /// ([`AttentionWorkload::kv_bucket`]), lengths below the ubatch raised to it (a prefill's
 /// cache holds at least one ubatch), duplicates dropped. A prefill whose bucket is not
 /// tuned uses the nearest tuned one (see `DbSchedules`), so two lengths, one ubatch and a long
-/// context, cover a model. Empty for a model without attention.
-pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> Vec<ModelWorkload> {
+/// context, cover a model. Over a cache of types `kv` (keyed apart: a record of one type never
+/// serves another). Empty for a model without attention.
+pub fn attention_workloads(
+    model: &Model,
+    ubatch: usize,
+    kv_lengths: &[u32],
+    kv_types: KvTypes,
+) -> Vec<ModelWorkload> {
     let mut shape = None;
     // Layers by sliding window (0: none): Gemma 3's local and global layers are different
     // workloads (the executor keys each by its window).
@@ -131,6 +138,7 @@ pub fn attention_workloads(model: &Model, ubatch: usize, kv_lengths: &[u32]) -> 
                 head_dim,
                 max_kv: AttentionWorkload::kv_bucket(kv.max(m)),
                 window: *window,
+                kv: kv_types,
             });
             if !out.iter().any(|o| o.workload == w) {
                 out.push(ModelWorkload {
@@ -232,13 +240,14 @@ mod tests {
             config,
             graph: g.finish(tokens, x),
         };
-        let got: Vec<(u32, u32, u32, Vec<String>)> = attention_workloads(&model, 64, &[64, 4096])
-            .into_iter()
-            .map(|mw| match mw.workload {
-                Workload::Attention(a) => (a.m, a.max_kv, a.window, mw.labels),
-                other => panic!("not attention: {other:?}"),
-            })
-            .collect();
+        let got: Vec<(u32, u32, u32, Vec<String>)> =
+            attention_workloads(&model, 64, &[64, 4096], KvTypes::default())
+                .into_iter()
+                .map(|mw| match mw.workload {
+                    Workload::Attention(a) => (a.m, a.max_kv, a.window, mw.labels),
+                    other => panic!("not attention: {other:?}"),
+                })
+                .collect();
         let local = vec!["blk.0.attn".to_string()];
         let global = vec!["blk.1.attn".to_string()];
         assert_eq!(
@@ -253,5 +262,24 @@ mod tests {
                 (1, 4096, 0, global),
             ]
         );
+        // Over a q8_0/f32 cache the same shapes are other workloads: their database keys carry
+        // the types, while an f16 cache's keys stay as they were before types existed.
+        let typed = attention_workloads(
+            &model,
+            64,
+            &[64, 4096],
+            KvTypes::new(rocky_compiler::KvType::Q8_0, rocky_compiler::KvType::F32),
+        );
+        let plain = attention_workloads(&model, 64, &[64, 4096], KvTypes::default());
+        assert_eq!(typed.len(), plain.len());
+        for (t, p) in typed.iter().zip(&plain) {
+            assert_ne!(t.workload, p.workload);
+            let tk = serde_json::to_string(&t.workload).unwrap();
+            let pk = serde_json::to_string(&p.workload).unwrap();
+            assert!(tk.contains(r#""kv":{"k":"q8_0","v":"f32"}"#), "{tk}");
+            assert!(!pk.contains(r#""kv""#), "{pk}");
+            // A stored key without the field reads back as the f16 cache's workload.
+            assert_eq!(serde_json::from_str::<Workload>(&pk).unwrap(), p.workload);
+        }
     }
 }

@@ -72,6 +72,7 @@ fn attention_kernels_match_the_cpu_reference_on_the_device() {
             head_dim: hd,
             max_kv: AttentionWorkload::kv_bucket(kv),
             window: 0,
+            kv: Default::default(),
         };
         let inputs = AttentionInputs::random(&w, Some(kv - m), 40 + i as u64);
         assert_eq!(
@@ -124,6 +125,7 @@ fn a_wrong_output_fails_the_check() {
         head_dim: 64,
         max_kv: 32,
         window: 0,
+        kv: Default::default(),
     };
     let inputs = AttentionInputs::random(&w, Some(19), 3);
     let s = attention::default_schedule(&w, &caps);
@@ -150,6 +152,7 @@ fn tuning_attention_stores_checked_winners_and_other_kv_lengths_use_the_nearest(
         head_dim: 64,
         max_kv,
         window: 0,
+        kv: Default::default(),
     };
     let workloads: Vec<ModelWorkload> = [8, 64]
         .into_iter()
@@ -238,6 +241,7 @@ fn split_kv_attention_matches_the_cpu_reference_on_the_device() {
             head_dim: hd,
             max_kv: AttentionWorkload::kv_bucket(kv),
             window,
+            kv: Default::default(),
         };
         let default = attention::default_schedule(&w, &caps);
         assert!(

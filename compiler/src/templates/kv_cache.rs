@@ -1,45 +1,74 @@
-//! KV-cache write: the ubatch's K (or V) rows, f32, rounded to f16 and stored at their
-//! positions in the cache.
+//! KV-cache write: the ubatch's K (or V) rows, f32, stored at their positions in the cache
+//! in its element type (`crate::kv_type`: f32, f16 or q8_0).
 //!
-//! Cache layout (shared with [`super::attention`]): u32 words holding f16 pairs, element `e`
-//! of position `p` at half index `p·kv_width + e` (low half of a word first), so the cache
-//! needs no 16-bit storage feature. `kv_width` (= n_kv_heads·head_dim) is even.
+//! Cache layout (shared with [`super::attention`]): u32 words, position-major, each position
+//! `ty.row_words(kv_width)` words (see [`KvType`]): f32 bits; f16 pairs (element `e` of
+//! position `p` at half index `p·kv_width + e`, low half of a word first), so the cache
+//! needs no 16-bit storage feature; or Q8_0's quants then its f16 scales.
 //!
 //! Contract with the runtime:
 //! - bindings: 0 `src` f32 [m × kv_width] (read), 1 `cache` u32 words (written; rows
-//!   `pos0 .. pos0+m`; words past the bound range are skipped, never written);
+//!   `pos0 .. pos0+m`; positions past the bound range are skipped, never written);
 //! - push constants ([`KvWritePush`], 8 bytes): `m`, `pos0`;
-//! - grid `[ceil(kv_width/2 / (vector_width·threads)), m, 1]`.
+//! - grid `[ceil(units / threads), m, 1]`, a unit being `vector_width` words of f16 pairs,
+//!   `2·vector_width` f32 words, or (q8_0) a pair of blocks: one thread owns a whole f16
+//!   scale word, so no two threads write the same word.
 //!
-//! Rounding is round-to-nearest-even with subnormals, infinities and NaN handled exactly as
-//! `half::f16::from_f32` does, computed with integer operations ([`f32_to_f16_bits`]): the
+//! f16 rounding is round-to-nearest-even with subnormals, infinities and NaN handled exactly
+//! as `half::f16::from_f32` does, computed with integer operations ([`f32_to_f16_bits`]): the
 //! rounding of `packHalf2x16`/`OpFConvert` to f16 is implementation-defined in Vulkan (some
 //! drivers truncate or flush subnormals), and the cache contents must not depend on the GPU.
+//! Q8_0 quantizes as ggml does (`dequant::ir::quantize_unit_q8`, the GEMV's X quantizer);
+//! its `1/d` is a division, correctly rounded on lavapipe, within Vulkan's 2.5 ulp elsewhere.
 
 use half::f16;
 use serde::{Deserialize, Serialize};
 
 use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
 use crate::caps::DeviceCaps;
+use crate::dequant::ir::quantize_unit_q8;
 use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Value};
 use crate::kernel::CompiledKernel;
+use crate::kv_type::{KvType, Q8_0_BLOCK};
 use crate::refusal::Refusal;
 
 pub const BINDING_SRC: u32 = 0;
 pub const BINDING_CACHE: u32 = 1;
 
-/// Writes `m` rows of `kv_width` values into the f16 cache.
+/// Writes `m` rows of `kv_width` values into a cache of type `ty`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvWriteWorkload {
     pub m: u32,
     pub kv_width: u32,
+    /// The cache's element type; omitted from the serialization at f16 (the only type before
+    /// it existed), so stored keys stay valid.
+    #[serde(default, skip_serializing_if = "is_f16")]
+    pub ty: KvType,
+}
+
+fn is_f16(t: &KvType) -> bool {
+    *t == KvType::F16
 }
 
 impl KvWriteWorkload {
+    /// An f16 cache's write (the default type).
+    pub fn f16(m: u32, kv_width: u32) -> Self {
+        KvWriteWorkload {
+            m,
+            kv_width,
+            ty: KvType::F16,
+        }
+    }
+
     /// Bytes of the cache for `positions` positions.
     pub fn cache_bytes(&self, positions: u64) -> u64 {
-        positions * u64::from(self.kv_width) * 2
+        positions * u64::from(self.ty.row_bytes(self.kv_width))
+    }
+
+    /// Q8_0 blocks per row.
+    fn blocks(&self) -> u32 {
+        self.kv_width / Q8_0_BLOCK as u32
     }
 }
 
@@ -69,20 +98,31 @@ pub struct KvWriteSchedule {
 
 impl KvWriteSchedule {
     pub fn name(&self, w: &KvWriteWorkload) -> String {
+        let ty = match w.ty {
+            KvType::F16 => String::new(),
+            t => format!("_{t}"),
+        };
         format!(
-            "kv_write_w{}_t{}_v{}",
+            "kv_write{ty}_w{}_t{}_v{}",
             w.kv_width, self.threads, self.vector_width
         )
     }
 
+    /// Units of one row (see the module documentation).
     fn row_vectors(&self, w: &KvWriteWorkload) -> u32 {
-        w.kv_width / 2 / self.vector_width
+        match w.ty {
+            KvType::Q8_0 => w.blocks().div_ceil(2),
+            _ => w.kv_width / 2 / self.vector_width,
+        }
     }
 
     pub fn validate(&self, w: &KvWriteWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         let bad = |s: String| Err(Refusal::Schedule(s));
         if ![1, 2].contains(&self.vector_width) {
             return bad(format!("vector_width {} is not 1 or 2", self.vector_width));
+        }
+        if w.ty == KvType::Q8_0 && self.vector_width != 1 {
+            return bad("a q8_0 write takes two whole blocks per thread: vector_width 1".into());
         }
         if w.kv_width % (2 * self.vector_width) != 0 {
             return bad(format!(
@@ -107,6 +147,12 @@ pub fn validate_workload(w: &KvWriteWorkload) -> Result<(), Refusal> {
     if w.kv_width % 2 != 0 {
         return bad(format!(
             "kv_width {} is odd: the cache packs f16 pairs",
+            w.kv_width
+        ));
+    }
+    if w.ty == KvType::Q8_0 && w.kv_width % Q8_0_BLOCK as u32 != 0 {
+        return bad(format!(
+            "kv_width {} is not whole q8_0 blocks of {Q8_0_BLOCK}",
             w.kv_width
         ));
     }
@@ -144,11 +190,15 @@ pub fn search_space(w: &KvWriteWorkload, caps: &DeviceCaps) -> Vec<KvWriteSchedu
     out
 }
 
-/// 16-byte loads where the width allows; 64 threads.
+/// 16-byte loads where the width allows (q8_0: a block pair per thread); 64 threads.
 pub fn default_schedule(w: &KvWriteWorkload, caps: &DeviceCaps) -> KvWriteSchedule {
     let s = KvWriteSchedule {
         threads: 64,
-        vector_width: if w.kv_width % 4 == 0 { 2 } else { 1 },
+        vector_width: if w.kv_width % 4 == 0 && w.ty != KvType::Q8_0 {
+            2
+        } else {
+            1
+        },
     };
     if s.validate(w, caps).is_ok() {
         return s;
@@ -168,6 +218,106 @@ pub fn instantiate(
 
 /// The kernel's IR. The pair must validate.
 pub fn kernel_ir(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
+    match w.ty {
+        KvType::F16 => f16_kernel(w, s),
+        KvType::F32 => f32_kernel(w, s),
+        KvType::Q8_0 => q8_0_kernel(w, s),
+    }
+}
+
+/// f32: the values' bits, `2·vector_width` per thread.
+fn f32_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
+    let lanes = 2 * s.vector_width;
+    let src = b.buffer(
+        BINDING_SRC,
+        "src",
+        Type::vec(Scalar::F32, lanes),
+        Access::ReadOnly,
+    );
+    let cache = b.buffer(
+        BINDING_CACHE,
+        "cache",
+        Type::vec(Scalar::U32, lanes),
+        Access::WriteOnly,
+    );
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+    let n = s.row_vectors(w);
+    let row = b.builtin(Builtin::WorkgroupId(1));
+    let col = b.add(
+        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
+        b.builtin(Builtin::LocalInvocationIndex),
+    );
+    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(col, b.c_u32(n)));
+    b.if_(inside, || {
+        let v = b.load(src, b.add(b.muli(row, n), col));
+        let dst = b.add(b.muli(b.add(b.push(p_pos0), row), n), col);
+        b.if_(b.lt(dst, b.array_length(cache)), || {
+            b.store(cache, dst, b.bitcast(v, Type::vec(Scalar::U32, lanes)))
+        });
+    });
+    b.finish()
+}
+
+/// q8_0: each thread quantizes two blocks (the second absent at the end of an odd count)
+/// and writes their quants and the one word of their two f16 scales.
+fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
+    let src = b.buffer(
+        BINDING_SRC,
+        "src",
+        Type::vec(Scalar::F32, 4),
+        Access::ReadOnly,
+    );
+    let cache = b.buffer(BINDING_CACHE, "cache", Type::U32, Access::WriteOnly);
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+    let pairs = s.row_vectors(w);
+    let blocks = w.blocks();
+    let row_words = w.ty.row_words(w.kv_width);
+    let row = b.builtin(Builtin::WorkgroupId(1));
+    let pair = b.add(
+        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
+        b.builtin(Builtin::LocalInvocationIndex),
+    );
+    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(pair, b.c_u32(pairs)));
+    b.if_(inside, || {
+        let pos = b.add(b.push(p_pos0), row);
+        // A cache bound shorter than pos0 + m loses the rows past its end.
+        let fits = b.lt(pos, b.div(b.array_length(cache), b.c_u32(row_words)));
+        b.if_(fits, || {
+            let base = b.muli(pos, row_words);
+            let src_row = b.muli(row, w.kv_width / 4);
+            let d_bits: Vec<Value> = (0..2u32)
+                .map(|i| {
+                    let block = b.addi(b.shli(pair, 1), i);
+                    // The last pair of an odd count has no second block: its scale half is 0.
+                    let present = b.lt(block, b.c_u32(blocks));
+                    let d = b.var_init("d", b.c_u32(0));
+                    b.if_(present, || {
+                        let at = b.add(src_row, b.muli(block, 8));
+                        let chunks: Vec<Value> =
+                            (0..8).map(|c| b.load(src, b.addi(at, c))).collect();
+                        let (words, scale, _) = quantize_unit_q8(&b, &chunks, false);
+                        let q_at = b.add(base, b.muli(block, 8));
+                        for (c, &word) in words.iter().enumerate() {
+                            b.store(cache, b.addi(q_at, c as u32), word);
+                        }
+                        b.store_var(d, f32_to_f16_bits(&b, scale));
+                    });
+                    b.load_var(d)
+                })
+                .collect();
+            let scale_at = b.add(b.addi(base, w.kv_width / 4), pair);
+            b.store(cache, scale_at, b.or(d_bits[0], b.shli(d_bits[1], 16)));
+        });
+    });
+    b.finish()
+}
+
+/// f16: pairs rounded in integer arithmetic ([`f32_to_f16_bits`]).
+fn f16_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let vw = s.vector_width;
     let src = b.buffer(
@@ -290,19 +440,20 @@ pub fn unpack_f16_words(words: &[u32]) -> Vec<f32> {
 }
 
 /// The reference of a KV write: `cache` (words) with rows `pos0 .. pos0+m` replaced by the
-/// f16-rounded first `m` rows of `src`; rows past the end of `cache` are dropped, as the
-/// kernel drops them. The kernel must match bit for bit.
+/// first `m` rows of `src` in the cache's type ([`KvType::encode_row`]); rows past the end of
+/// `cache` are dropped, as the kernel drops them. The kernel must match bit for bit (q8_0:
+/// where the device's division is correctly rounded, see the module documentation).
 pub fn reference(w: &KvWriteWorkload, m: usize, pos0: u32, src: &[f32], cache: &mut [u32]) {
     let kw = w.kv_width as usize;
     assert!(
         src.len() >= m * kw,
         "kv_write reference: src needs {m} rows"
     );
-    let words = pack_f16_words(&src[..m * kw]);
-    let start = pos0 as usize * kw / 2;
-    for (i, word) in words.into_iter().enumerate() {
-        if let Some(slot) = cache.get_mut(start + i) {
-            *slot = word;
+    let rw = w.ty.row_words(w.kv_width) as usize;
+    for (i, row) in src[..m * kw].chunks(kw).enumerate() {
+        let start = (pos0 as usize + i) * rw;
+        if let Some(slot) = cache.get_mut(start..start + rw) {
+            slot.copy_from_slice(&w.ty.encode_row(row));
         }
     }
 }

@@ -2,20 +2,25 @@
 //! the live one stays in the executor's cache, the others wait in snapshots and are copied
 //! back when their next turn comes (prefix reuse for an agent that alternates between them).
 //!
-//! Each layer's K and V caches are `n_ctx × kv_width` rows of packed f16, position-major, so
-//! the first `n` positions are one contiguous span per cache: a snapshot is one device buffer
-//! holding those spans one after the other, made and restored with device copies in one
-//! submission (no host round trip).
+//! Each layer's K and V caches are `n_ctx` positions of `kv_width` values in their types
+//! (`rocky_compiler::kv_type`), position-major, so the first `n` positions are one contiguous
+//! span per cache: a snapshot is one device buffer holding those spans one after the other
+//! (K then V of each layer), made and restored with device copies in one submission (no host
+//! round trip). It holds the cache's bytes as they are, so it restores only into a cache of
+//! the same types.
 
 use super::{ExecError, Executor};
 use crate::buffer::Buffer;
+use rocky_compiler::KvTypes;
 
 /// The K and V of positions `0..n_past` of every layer, in device memory.
 pub struct KvSnapshot {
     buffer: Buffer,
     n_past: usize,
-    /// Bytes of one layer's K (or V) span.
-    span: u64,
+    /// The cache types it was taken in.
+    kv: KvTypes,
+    /// Bytes of one layer's K span and V span.
+    spans: (u64, u64),
 }
 
 impl KvSnapshot {
@@ -31,11 +36,15 @@ impl KvSnapshot {
 }
 
 impl Executor<'_> {
-    /// Bytes of K and V per cached position, all layers (what a snapshot of n positions costs
-    /// is n times this).
+    /// Bytes of K and V per cached position, all layers, in this executor's cache types (what
+    /// a snapshot of n positions costs is n times this).
     pub fn kv_bytes_per_position(&self) -> u64 {
-        let cfg = &self.model.config;
-        (cfg.n_layer * 2 * cfg.n_head_kv * cfg.head_dim * 2) as u64
+        self.model.config.kv_bytes_per_position(self.options.kv)
+    }
+
+    /// The cache's types.
+    pub fn kv_types(&self) -> KvTypes {
+        self.options.kv
     }
 
     /// Copies the cached positions `0..n_past()` into a new device buffer. The cache itself is
@@ -44,21 +53,28 @@ impl Executor<'_> {
         if self.n_past == 0 {
             return Ok(None);
         }
-        let span = self.kv_span(self.n_past);
-        let total = span * 2 * self.kv.len() as u64;
+        let (k_span, v_span) = self.kv_span(self.n_past);
+        let layer = k_span + v_span;
+        let total = layer * self.kv.len() as u64;
         let buffer = Buffer::new(&self.ctx, total, "KV snapshot")?;
         let spans: Vec<_> = self
             .kv
             .iter()
-            .flat_map(|(k, v)| [k, v])
             .enumerate()
-            .map(|(i, cache)| (cache, 0, &buffer, i as u64 * span, span))
+            .flat_map(|(l, (k, v))| {
+                let at = l as u64 * layer;
+                [
+                    (k, 0, &buffer, at, k_span),
+                    (v, 0, &buffer, at + k_span, v_span),
+                ]
+            })
             .collect();
         Buffer::copy_spans(&spans)?;
         Ok(Some(KvSnapshot {
             buffer,
             n_past: self.n_past,
-            span,
+            kv: self.options.kv,
+            spans: (k_span, v_span),
         }))
     }
 
@@ -66,25 +82,40 @@ impl Executor<'_> {
     /// next prefill continues at position `n`. The snapshot must come from an executor of the
     /// same model; it stays valid and may be restored again.
     pub fn restore_kv(&mut self, snapshot: &KvSnapshot, n: usize) -> Result<(), ExecError> {
-        if snapshot.span != self.kv_span(snapshot.n_past) || snapshot.n_past > self.n_ctx {
+        if snapshot.kv != self.options.kv {
+            return Err(ExecError::Unsupported(format!(
+                "a KV snapshot of a {} cache cannot be restored into this executor's {} \
+                 cache: restore snapshots only into executors with the cache types that made \
+                 them",
+                snapshot.kv, self.options.kv
+            )));
+        }
+        if snapshot.spans != self.kv_span(snapshot.n_past) || snapshot.n_past > self.n_ctx {
+            let (k1, v1) = self.kv_span(1);
             return Err(ExecError::Unsupported(format!(
                 "a KV snapshot of {} positions ({} bytes per layer) does not fit this \
                  executor's cache ({} positions of {} bytes): restore snapshots only into \
                  executors of the model that made them",
                 snapshot.n_past,
-                snapshot.span,
+                snapshot.spans.0 + snapshot.spans.1,
                 self.n_ctx,
-                self.kv_span(1)
+                k1 + v1
             )));
         }
         let n = n.min(snapshot.n_past);
-        let bytes = self.kv_span(n);
+        let (k_bytes, v_bytes) = self.kv_span(n);
+        let layer = snapshot.spans.0 + snapshot.spans.1;
         let spans: Vec<_> = self
             .kv
             .iter()
-            .flat_map(|(k, v)| [k, v])
             .enumerate()
-            .map(|(i, cache)| (&snapshot.buffer, i as u64 * snapshot.span, cache, 0, bytes))
+            .flat_map(|(l, (k, v))| {
+                let at = l as u64 * layer;
+                [
+                    (&snapshot.buffer, at, k, 0, k_bytes),
+                    (&snapshot.buffer, at + snapshot.spans.0, v, 0, v_bytes),
+                ]
+            })
             .collect();
         // Unknown contents if the copy fails midway: forget everything first.
         self.n_past = 0;
@@ -93,9 +124,14 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Bytes of positions `0..n` in one layer's K (or V) cache.
-    fn kv_span(&self, n: usize) -> u64 {
+    /// Bytes of positions `0..n` in one layer's K cache and in its V cache.
+    fn kv_span(&self, n: usize) -> (u64, u64) {
         let cfg = &self.model.config;
-        (n * cfg.n_head_kv * cfg.head_dim * 2) as u64
+        let kv_width = (cfg.n_head_kv * cfg.head_dim) as u32;
+        let kv = self.options.kv;
+        (
+            n as u64 * u64::from(kv.k.row_bytes(kv_width)),
+            n as u64 * u64::from(kv.v.row_bytes(kv_width)),
+        )
     }
 }

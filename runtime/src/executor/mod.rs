@@ -39,6 +39,7 @@ use rocky_compiler::templates::gemv;
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
 use rocky_compiler::templates::rope::RopeWorkload;
+use rocky_compiler::KvTypes;
 use rocky_compiler::{
     default_schedule, dispatch_grid, instantiate, ActType, DeviceCaps, GemmWorkload, Schedule,
     WeightFormat, WeightLayout, Workload,
@@ -89,6 +90,9 @@ pub struct ExecutorOptions {
     /// activation slots, so the GPU runs one's later layers beside the others' earlier ones
     /// (more work per barrier level at small ubatches; an activation set per ubatch in step).
     pub overlap: bool,
+    /// The KV cache's element types, K and V apart (llama.cpp's `-ctk`/`-ctv`; f16 both by
+    /// default).
+    pub kv: KvTypes,
 }
 
 /// Whether ubatches overlap (`ExecutorOptions::overlap`) where nothing was tuned: at ubatches
@@ -614,7 +618,8 @@ pub struct Executor<'m> {
     /// The last position's logits (host-readable: read in place).
     logits: Buffer,
     ids_stride: u64,
-    /// Per layer (K, V) caches of packed f16, `n_ctx × kv_width`.
+    /// Per layer (K, V) caches, `n_ctx` positions each in the type `options.kv` gives it
+    /// (`rocky_compiler::kv_type`).
     kv: Vec<(Buffer, Buffer)>,
     n_ctx: usize,
     n_past: usize,
@@ -697,13 +702,19 @@ impl<'m> Executor<'m> {
             weights.combined(gate, up)
         });
         let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
-        let kv_width = cfg.n_head_kv * cfg.head_dim;
-        let kv_bytes = (n_ctx.max(1) * kv_width * 2) as u64;
+        let kv_width = (cfg.n_head_kv * cfg.head_dim) as u32;
+        options
+            .kv
+            .check_width(cfg.head_dim as u32, kv_width)
+            .map_err(ExecError::Unsupported)?;
+        let positions = n_ctx.max(1) as u64;
+        let k_bytes = positions * u64::from(options.kv.k.row_bytes(kv_width));
+        let v_bytes = positions * u64::from(options.kv.v.row_bytes(kv_width));
         let kv = (0..cfg.n_layer)
             .map(|l| {
                 Ok((
-                    Buffer::new(ctx, kv_bytes, &format!("k_cache[{l}]"))?,
-                    Buffer::new(ctx, kv_bytes, &format!("v_cache[{l}]"))?,
+                    Buffer::new(ctx, k_bytes, &format!("k_cache[{l}]"))?,
+                    Buffer::new(ctx, v_bytes, &format!("v_cache[{l}]"))?,
                 ))
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
@@ -781,7 +792,15 @@ impl<'m> Executor<'m> {
             }
         }
         let kv: u64 = self.kv.iter().map(|(k, v)| k.size() + v.size()).sum();
-        plan.push((format!("KV cache ({} layers, K and V)", self.kv.len()), kv));
+        plan.push((
+            format!(
+                "KV cache ({} layers, {}: {} B per position)",
+                self.kv.len(),
+                self.options.kv,
+                self.kv_bytes_per_position()
+            ),
+            kv,
+        ));
         plan.push(("token ids".to_string(), self.ids.size()));
         plan.push(("logits".to_string(), self.logits.size()));
         let (weights, largest) = self.weights.footprint();
@@ -1045,7 +1064,21 @@ impl<'m> Executor<'m> {
                     ..
                 } => {
                     let kv_width = (n_kv_heads * head_dim) as u32;
-                    w.push(Workload::KvWrite(KvWriteWorkload { m: rows, kv_width }));
+                    // One write kernel for both caches where their types agree, else K's
+                    // then V's (`record/attention.rs` binds each to its cache).
+                    let kv = self.options.kv;
+                    let types = if kv.k == kv.v {
+                        vec![kv.k]
+                    } else {
+                        vec![kv.k, kv.v]
+                    };
+                    for ty in types {
+                        w.push(Workload::KvWrite(KvWriteWorkload {
+                            m: rows,
+                            kv_width,
+                            ty,
+                        }));
+                    }
                     w.push(Workload::Attention(AttentionWorkload {
                         m: rows,
                         n_heads: *n_heads as u32,
@@ -1054,6 +1087,7 @@ impl<'m> Executor<'m> {
                         // Bucketed: the tuning key (see `kv_bucket`), not the cache size.
                         max_kv: AttentionWorkload::kv_bucket(self.n_ctx as u32),
                         window: sliding_window.map_or(0, |w| w as u32),
+                        kv,
                     }))
                 }
                 Op::SwiGlu { width } => w.push(Workload::SwiGlu(EltwiseWorkload {

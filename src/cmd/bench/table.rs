@@ -28,6 +28,9 @@ pub struct BenchRow {
     /// Whether the GPU has timestamps (GPU rows): without them nothing on the device side can
     /// cross-check the host's wall clock, and the row is marked.
     pub device_timestamps: Option<bool>,
+    /// The KV cache's types (llama-bench's `type_k` and `type_v`: f32, f16 or q8_0).
+    pub type_k: String,
+    pub type_v: String,
 }
 
 impl BenchRow {
@@ -61,30 +64,54 @@ impl BenchRow {
         format!("pp{}", self.n_prompt)
     }
 
-    fn cells(&self) -> [String; 9] {
+    fn cells(&self, cache_types: bool) -> Vec<String> {
         let (mean, sd) = self.ts_mean_stddev();
-        [
+        let mut cells = vec![
             self.model.clone(),
             human_bytes(self.model_size_bytes),
             human_count(self.n_params),
             self.backend.clone(),
             self.device.clone(),
             self.n_ubatch.map_or("-".into(), |u| u.to_string()),
+        ];
+        if cache_types {
+            cells.extend([self.type_k.clone(), self.type_v.clone()]);
+        }
+        cells.extend([
             self.device_bytes.map_or("-".into(), human_bytes),
             self.test(),
             format!(
                 "{mean:.2} ± {sd:.2}{}",
                 if self.marked() { " *" } else { "" }
             ),
-        ]
+        ]);
+        cells
     }
 }
 
-const HEADER: [&str; 9] = [
-    "model", "size", "params", "backend", "device", "ubatch", "memory", "test", "t/s",
-];
-/// Numbers right-aligned, words left-aligned (as llama-bench does).
-const RIGHT: [bool; 9] = [false, true, true, false, false, true, true, true, true];
+/// The header and alignment (numbers right-aligned, words left-aligned, as llama-bench
+/// does) of the columns; `type_k` and `type_v` only where a row's cache is not f16, as
+/// llama-bench shows them only when not at their default.
+fn columns(cache_types: bool) -> Vec<(&'static str, bool)> {
+    let mut cols = vec![
+        ("model", false),
+        ("size", true),
+        ("params", true),
+        ("backend", false),
+        ("device", false),
+        ("ubatch", true),
+    ];
+    if cache_types {
+        cols.extend([("type_k", false), ("type_v", false)]);
+    }
+    cols.extend([("memory", true), ("test", true), ("t/s", true)]);
+    cols
+}
+
+/// Whether any row's cache is not llama.cpp's default f16.
+fn shows_cache_types(rows: &[BenchRow]) -> bool {
+    rows.iter().any(|r| r.type_k != "f16" || r.type_v != "f16")
+}
 
 /// Below a table with marked rows: what the mark means.
 const MARK_NOTE: &str = "* device without GPU timestamps: host wall clock of whole prefills \
@@ -100,14 +127,17 @@ fn footnote(rows: &[BenchRow]) -> &'static str {
 
 /// llama-bench's markdown table.
 pub fn markdown(rows: &[BenchRow]) -> String {
-    let mut out = format!("| {} |\n", HEADER.join(" | "));
-    let rule: Vec<&str> = RIGHT
+    let types = shows_cache_types(rows);
+    let cols = columns(types);
+    let header: Vec<&str> = cols.iter().map(|c| c.0).collect();
+    let mut out = format!("| {} |\n", header.join(" | "));
+    let rule: Vec<&str> = cols
         .iter()
-        .map(|&r| if r { "---:" } else { "---" })
+        .map(|&(_, r)| if r { "---:" } else { "---" })
         .collect();
     out += &format!("| {} |\n", rule.join(" | "));
     for r in rows {
-        out += &format!("| {} |\n", r.cells().join(" | "));
+        out += &format!("| {} |\n", r.cells(types).join(" | "));
     }
     if !footnote(rows).is_empty() {
         out += "\n";
@@ -118,21 +148,23 @@ pub fn markdown(rows: &[BenchRow]) -> String {
 
 /// Columns padded to their widest cell.
 pub fn text(rows: &[BenchRow]) -> String {
-    let cells: Vec<[String; 9]> = rows.iter().map(BenchRow::cells).collect();
+    let types = shows_cache_types(rows);
+    let cols = columns(types);
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| r.cells(types)).collect();
     let width = |i: usize| {
         cells
             .iter()
             .map(|c| c[i].chars().count())
-            .chain([HEADER[i].len()])
+            .chain([cols[i].0.len()])
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..9).map(width).collect();
+    let widths: Vec<usize> = (0..cols.len()).map(width).collect();
     let line = |c: &[String]| {
-        let parts: Vec<String> = (0..9)
+        let parts: Vec<String> = (0..cols.len())
             .map(|i| {
                 let pad = widths[i] - c[i].chars().count();
-                if RIGHT[i] {
+                if cols[i].1 {
                     format!("{}{}", " ".repeat(pad), c[i])
                 } else {
                     format!("{}{}", c[i], " ".repeat(pad))
@@ -141,7 +173,7 @@ pub fn text(rows: &[BenchRow]) -> String {
             .collect();
         format!("{}\n", parts.join("  ").trim_end())
     };
-    let header: Vec<String> = HEADER.iter().map(|h| h.to_string()).collect();
+    let header: Vec<String> = cols.iter().map(|h| h.0.to_string()).collect();
     let mut out = line(&header);
     for c in &cells {
         out += &line(c);
@@ -188,6 +220,8 @@ mod tests {
             samples_s: vec![0.25, 0.5],
             device_bytes: Some(1_234_567_890),
             device_timestamps: Some(true),
+            type_k: "f16".into(),
+            type_v: "f16".into(),
         };
         vec![
             base.clone(),
@@ -222,6 +256,31 @@ mod tests {
             assert!(table.contains("device without GPU timestamps"), "{table}");
         }
         assert_eq!(json(&r)[1]["device_timestamps"], false);
+    }
+
+    #[test]
+    fn cache_type_columns_appear_where_a_row_is_not_f16() {
+        let mut r = rows();
+        assert!(!text(&r).contains("type_k") && !markdown(&r).contains("type_v"));
+        r[0].type_k = "q8_0".into();
+        r[0].type_v = "q8_0".into();
+        let md = markdown(&r);
+        let header = md.lines().next().unwrap();
+        assert!(
+            header.contains("| ubatch | type_k | type_v | memory |"),
+            "{md}"
+        );
+        assert!(
+            md.lines().nth(2).unwrap().contains("| q8_0 | q8_0 |"),
+            "{md}"
+        );
+        assert!(md.lines().nth(3).unwrap().contains("| f16 | f16 |"), "{md}");
+        let text = text(&r);
+        assert!(
+            text.lines().next().unwrap().contains("type_k  type_v"),
+            "{text}"
+        );
+        assert_eq!(json(&r)[0]["type_k"], "q8_0");
     }
 
     #[test]

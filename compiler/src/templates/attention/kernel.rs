@@ -26,6 +26,7 @@
 //! exp(-1e30 + 1e30) = 1, and the first block with a visible key rescales them, with the
 //! output and the sum, by exp(-1e30 - max) = 0 (the row's own key is always visible).
 
+use super::kv_load::{heads, stage_pair, times, KvHead, KvRead};
 use super::schedule::{AttentionSchedule, LaneReduce};
 use super::split_kv;
 use super::workload::{
@@ -43,15 +44,15 @@ struct Attn<'a> {
     s: &'a AttentionSchedule,
     k_cache: Buffer,
     v_cache: Buffer,
-    /// uvec4 (8 halves) per head_dim, per cache position.
+    /// How this lane's kv head of K and V is read (their cache types).
+    k_head: KvHead,
+    v_head: KvHead,
+    /// Chunks (8 values) per head_dim.
     head_u4: u32,
-    pos_u4: u32,
     threads: u32,
     lane: Value,
     slot: Value,
     tid: Value,
-    /// uvec4 index of this lane's kv head within a cache position.
-    kv_base: Value,
     n_keys: Value,
     /// Keys this row may see: min(pos + 1, n_keys).
     row_keys: Value,
@@ -74,18 +75,40 @@ pub(crate) struct Interface {
     pub pos0: Value,
 }
 
+/// The readers of the workload's K and V caches.
+pub(crate) fn kv_reads(w: &AttentionWorkload) -> (KvRead, KvRead) {
+    (
+        KvRead::new(w.kv.k, w.kv_width(), w.head_dim),
+        KvRead::new(w.kv.v, w.kv_width(), w.head_dim),
+    )
+}
+
 impl Interface {
-    pub(crate) fn declare(b: &KernelBuilder) -> Interface {
-        Self::declare_as(b, "out")
+    pub(crate) fn declare(b: &KernelBuilder, w: &AttentionWorkload) -> Interface {
+        Self::declare_as(b, w, "out")
     }
 
     /// The interface with binding 3 named `out_name` (`partials` in the split-KV kernel).
-    pub(crate) fn declare_as(b: &KernelBuilder, out_name: &str) -> Interface {
+    pub(crate) fn declare_as(
+        b: &KernelBuilder,
+        w: &AttentionWorkload,
+        out_name: &str,
+    ) -> Interface {
         let v4 = Type::vec(Scalar::F32, 4);
-        let u4 = Type::vec(Scalar::U32, 4);
+        let (kr, vr) = kv_reads(w);
         let q = b.buffer(BINDING_Q, "q", v4, Access::ReadOnly);
-        let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", u4, Access::ReadOnly);
-        let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", u4, Access::ReadOnly);
+        let k_cache = b.buffer(
+            BINDING_K_CACHE,
+            "k_cache",
+            kr.binding_type(),
+            Access::ReadOnly,
+        );
+        let v_cache = b.buffer(
+            BINDING_V_CACHE,
+            "v_cache",
+            vr.binding_type(),
+            Access::ReadOnly,
+        );
         let out = b.buffer(BINDING_OUT, out_name, v4, Access::WriteOnly);
         let p_m = b.push_field("m", Type::U32);
         let p_pos0 = b.push_field("pos0", Type::U32);
@@ -114,8 +137,14 @@ pub(crate) fn workgroup_keys(
     v_cache: Buffer,
 ) -> Value {
     let rows_end = b.min(b.addi(first_row, s.rows), m);
-    let cache_len = b.min(b.array_length(k_cache), b.array_length(v_cache));
-    let cap = b.div(cache_len, b.c_u32(w.kv_width() / 8));
+    let (kr, vr) = kv_reads(w);
+    let cap = if kr.ty == vr.ty {
+        // One division where both caches have one layout.
+        let len = b.min(b.array_length(k_cache), b.array_length(v_cache));
+        b.div(len, b.c_u32(kr.row_elems()))
+    } else {
+        b.min(kr.positions(b, k_cache), vr.positions(b, v_cache))
+    };
     b.min(b.add(pos0, rows_end), cap)
 }
 
@@ -138,12 +167,12 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare_as(&b, if split { "partials" } else { "out" });
+    } = Interface::declare_as(&b, w, if split { "partials" } else { "out" });
+    let (k_read, v_read) = kv_reads(w);
 
     let tpr = s.threads_per_row;
     let hg = s.heads_per_workgroup(w);
     let head_u4 = w.head_dim / 8;
-    let pos_u4 = w.kv_width() / 8;
     let kv_block = s.kv_block;
 
     let tid = b.builtin(Builtin::LocalInvocationIndex);
@@ -171,26 +200,27 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
 
     let k_tile = s
         .stage_kv
-        .then(|| b.shared_array("k_tile", u4, kv_block * head_u4));
+        .then(|| b.shared_array("k_tile", u4, kv_block * head_u4 * k_read.staged_elems()));
     let v_tile = s
         .stage_kv
-        .then(|| b.shared_array("v_tile", u4, kv_block * head_u4));
+        .then(|| b.shared_array("v_tile", u4, kv_block * head_u4 * v_read.staged_elems()));
     let red = s
         .reduces_in_shared()
         .then(|| b.shared_array("partials", Type::F32, s.threads(w) * kv_block));
 
+    let (k_head, v_head) = heads(&b, k_read, v_read, kvh);
     let a = Attn {
         b: &b,
         s,
         k_cache,
         v_cache,
+        k_head,
+        v_head,
         head_u4,
-        pos_u4,
         threads: s.threads(w),
         lane,
         slot,
         tid,
-        kv_base: b.muli(kvh, head_u4),
         n_keys,
         row_keys,
         pos,
@@ -260,7 +290,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 if s.f16_qk {
                     let mut acc = b.lit(h2, 0.0);
                     for (t, q) in q16.iter().enumerate() {
-                        let words = a.kv_words(a.k_tile, a.k_cache, kb, j, t as u32);
+                        let words = a.kv_words(a.k_tile, a.k_cache, a.k_head, kb, j, t as u32);
                         for (i, &qp) in q.iter().enumerate() {
                             acc = b.fma(qp, b.bitcast(b.extract(words, i as u32), h2), acc);
                         }
@@ -270,7 +300,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 }
                 let mut sum: Option<Value> = None;
                 for (t, &(qa, qb)) in qv.iter().enumerate() {
-                    let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, kb, j, t as u32);
+                    let (klo, khi) = a.kv_chunk(a.k_tile, a.k_cache, a.k_head, kb, j, t as u32);
                     let d = b.add(b.dot(qa, klo), b.dot(qb, khi));
                     sum = Some(match sum {
                         Some(x) => b.add(x, d),
@@ -320,7 +350,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             if s.f16_pv {
                 let p2 = b.splat(b.convert(p, Type::F16), 2);
                 for (t, acc) in pv16.iter_mut().enumerate() {
-                    let words = a.kv_words(a.v_tile, a.v_cache, kb, j, t as u32);
+                    let words = a.kv_words(a.v_tile, a.v_cache, a.v_head, kb, j, t as u32);
                     for (i, x) in acc.iter_mut().enumerate() {
                         *x = b.fma(p2, b.bitcast(b.extract(words, i as u32), h2), *x);
                     }
@@ -329,7 +359,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             }
             let p4 = b.splat(p, 4);
             for (t, (lo, hi)) in lo_hi.iter_mut().enumerate() {
-                let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, kb, j, t as u32);
+                let (vlo, vhi) = a.kv_chunk(a.v_tile, a.v_cache, a.v_head, kb, j, t as u32);
                 *lo = b.fma(p4, vlo, *lo);
                 *hi = b.fma(p4, vhi, *hi);
             }
@@ -400,10 +430,17 @@ impl Attn<'_> {
                     let j = b.div(idx, b.c_u32(self.head_u4));
                     let c = b.rem(idx, b.c_u32(self.head_u4));
                     let key = b.min(b.add(kb, j), b.sub(self.n_keys, b.c_u32(1)));
-                    let src = b.add(b.add(b.muli(key, self.pos_u4), self.kv_base), c);
                     let (kt, vt) = (self.k_tile.unwrap(), self.v_tile.unwrap());
-                    b.store_shared(kt, idx, b.load(self.k_cache, src));
-                    b.store_shared(vt, idx, b.load(self.v_cache, src));
+                    let (kh, vh) = (self.k_head, self.v_head);
+                    let k_at = times(b, idx, kh.read.staged_elems());
+                    let v_at = times(b, idx, vh.read.staged_elems());
+                    stage_pair(
+                        b,
+                        (kh, self.k_cache, kt, k_at),
+                        (vh, self.v_cache, vt, v_at),
+                        key,
+                        c,
+                    );
                 };
                 if total % n == 0 {
                     body();
@@ -420,24 +457,33 @@ impl Attn<'_> {
         &self,
         tile: Option<SharedArray>,
         cache: Buffer,
+        head: KvHead,
         kb: Value,
         j: u32,
         t: u32,
     ) -> (Value, Value) {
         let b = self.b;
-        let words = self.kv_words(tile, cache, kb, j, t);
-        let half = |i: u32| b.unpack_half2x16(b.extract(words, i));
-        (
-            b.construct(&[half(0), half(1)]),
-            b.construct(&[half(2), half(3)]),
-        )
+        let c = b.add(self.lane, b.c_u32(t * self.s.threads_per_row));
+        match tile {
+            Some(tile) => {
+                let at = b.add(b.c_u32(j * self.head_u4), c);
+                head.read
+                    .staged(b, tile, times(b, at, head.read.staged_elems()))
+            }
+            None => {
+                let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
+                head.chunk(b, cache, key, c)
+            }
+        }
     }
 
-    /// The cache words (uvec4: 8 halves) of this lane's chunk `t` of key `kb + j`.
+    /// The cache words (uvec4: 8 halves) of this lane's chunk `t` of key `kb + j`, for the
+    /// packed-f16 products (an f16 cache only: the schedule's validation sees to it).
     fn kv_words(
         &self,
         tile: Option<SharedArray>,
         cache: Buffer,
+        head: KvHead,
         kb: Value,
         j: u32,
         t: u32,
@@ -448,10 +494,7 @@ impl Attn<'_> {
             Some(tile) => b.load_shared(tile, b.add(b.c_u32(j * self.head_u4), c)),
             None => {
                 let key = b.min(b.addi(kb, j), b.sub(self.n_keys, b.c_u32(1)));
-                b.load(
-                    cache,
-                    b.add(b.add(b.muli(key, self.pos_u4), self.kv_base), c),
-                )
+                b.load(cache, head.f16_index(b, key, c))
             }
         }
     }

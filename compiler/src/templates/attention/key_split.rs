@@ -41,7 +41,8 @@
 //! step of the score loop; `f16_pv`: each step's weights rounded to f16 and Σ_j p·v summed in
 //! f16vec2, folded into the f32 output after the step).
 
-use super::kernel::{workgroup_keys, Interface};
+use super::kernel::{kv_reads, workgroup_keys, Interface};
+use super::kv_load::{heads, KvHead, KvRow};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::split_kv;
@@ -94,7 +95,8 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare_as(&b, if split { "partials" } else { "out" });
+    } = Interface::declare_as(&b, w, if split { "partials" } else { "out" });
+    let (k_read, v_read) = kv_reads(w);
 
     let lay = KeySplitLayout::of(w, s);
     let lanes = s.threads_per_row;
@@ -102,7 +104,6 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let keys_per_lane = kvb / lanes;
     let rows_per_group = s.lane_rows;
     let hu = w.head_dim / 8;
-    let pos_u4 = w.kv_width() / 8;
     let chunks = s.chunks_per_lane(w);
 
     let tid = b.builtin(Builtin::LocalInvocationIndex);
@@ -111,7 +112,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let rows = WorkgroupRows::new(&b, w, s, m);
     let row_of = |r: Value| rows.row(r);
     let first_row = rows.first_row;
-    let kv_base = rows.kv_base();
+    let (k_head, v_head) = heads(&b, k_read, v_read, rows.kvh());
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
     let last_key = b.sub(n_keys, b.c_u32(1));
 
@@ -229,13 +230,17 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         let my_keys: Vec<Value> = (0..keys_per_lane)
             .map(|kk| b.add(kb, b.addi(b.muli(lane, keys_per_lane), kk)))
             .collect();
-        let k_rows: Vec<Value> = my_keys
+        let k_rows: Vec<KvRow> = my_keys
             .iter()
-            .map(|&key| b.add(b.muli(b.min(key, last_key), pos_u4), kv_base))
+            .map(|&key| k_head.row(&b, b.min(key, last_key)))
             .collect();
         let scores = match q_tile {
-            Some(tile) => f16_scores(&b, tile, k_cache, &q_rows, &k_rows, hu),
-            None => f32_scores(&b, q, k_cache, &q_rows, &k_rows, hu)
+            Some(tile) => {
+                // Packed-f16 products read the words of an f16 cache (validation sees to it).
+                let heads: Vec<Value> = k_rows.iter().map(|r| r.head()).collect();
+                f16_scores(&b, tile, k_cache, &q_rows, &heads, hu)
+            }
+            None => f32_scores(&b, q, (k_cache, k_head), &q_rows, &k_rows, hu)
                 .into_iter()
                 .map(|row| {
                     row.into_iter()
@@ -315,10 +320,10 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             };
             for jj in 0..g {
                 let key = b.min(b.add(kb, b.addi(j0, jj)), last_key);
-                let v_row = b.add(b.muli(key, pos_u4), kv_base);
+                let v_row = v_head.row(&b, key);
                 for t in 0..chunks {
-                    let words = b.load(v_cache, b.add(v_row, chunk_of(t)));
                     if s.f16_pv {
+                        let words = b.load(v_cache, b.add(v_row.head(), chunk_of(t)));
                         for (i, row) in sums16.iter_mut().enumerate() {
                             let p2 = b.splat(b.convert(weights[i][jj as usize], Type::F16), 2);
                             for (e, x) in row[t as usize].iter_mut().enumerate() {
@@ -327,9 +332,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                         }
                         continue;
                     }
-                    let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
-                    let vlo = b.construct(&[half(0), half(1)]);
-                    let vhi = b.construct(&[half(2), half(3)]);
+                    let (vlo, vhi) = v_head.chunk_at(&b, v_cache, v_row, chunk_of(t));
                     for (i, row) in outs.iter_mut().enumerate() {
                         let p4 = b.splat(weights[i][jj as usize], 4);
                         let (lo, hi) = &mut row[t as usize];
@@ -412,14 +415,14 @@ fn unrolled_scores(hu: u32, nr: usize, nk: usize) -> bool {
 const QK_STEP_CHUNKS: u32 = 1;
 
 /// f32 scores of each (row, key), unscaled: Σ over head_dim of q (from its buffer) times the
-/// unpacked key, one chunk (8 elements) at a time, so each Q load feeds every key and each K
-/// load every row.
+/// unpacked key (the K cache, its reader and the kv head), one chunk (8 elements) at a time,
+/// so each Q load feeds every key and each K load every row.
 fn f32_scores(
     b: &KernelBuilder,
     q: Buffer,
-    k_cache: Buffer,
+    (k_cache, k_head): (Buffer, KvHead),
     q_rows: &[Value],
-    k_rows: &[Value],
+    k_rows: &[KvRow],
     hu: u32,
 ) -> Vec<Vec<Value>> {
     let step = |c0: Value, chunks: u32, sums: &mut Vec<Vec<Option<Value>>>| {
@@ -434,14 +437,7 @@ fn f32_scores(
                 .collect();
             let kv: Vec<(Value, Value)> = k_rows
                 .iter()
-                .map(|&at| {
-                    let words = b.load(k_cache, b.add(at, c));
-                    let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
-                    (
-                        b.construct(&[half(0), half(1)]),
-                        b.construct(&[half(2), half(3)]),
-                    )
-                })
+                .map(|&row| k_head.chunk_at(b, k_cache, row, c))
                 .collect();
             for (i, &(qlo, qhi)) in qv.iter().enumerate() {
                 for (kk, &(klo, khi)) in kv.iter().enumerate() {

@@ -1,4 +1,5 @@
-//! Causal grouped-query attention over the f16 KV cache, flash-attention style: each
+//! Causal grouped-query attention over the KV cache (f32, f16 or q8_0, K and V apart; read
+//! through [`kv_load`]), flash-attention style: each
 //! workgroup walks the keys in blocks with an online softmax (running max and sum, f32
 //! accumulation), so nothing of size m × kv is ever stored.
 //!
@@ -9,11 +10,12 @@
 //!   pieces of the keys on their own workgroups, then the merge of their partials;
 //! - [`kernel`]: the IR (f32 or packed-f16 products), with the register-tiled variant in
 //!   [`tiled`] and the key-split one (Mali) in [`key_split`]; [`reference`]: the CPU oracle (f64,
-//!   f16-rounded K/V) and each schedule's error bound.
+//!   over K/V as the cache holds them) and each schedule's error bound.
 
 pub mod combine;
 pub(crate) mod kernel;
 pub(crate) mod key_split;
+pub(crate) mod kv_load;
 pub mod reference;
 pub(crate) mod rows;
 pub mod schedule;

@@ -1,26 +1,15 @@
 //! CPU reference of the attention template: plain softmax attention in f64 over the cache
-//! contents exactly as the kernel sees them (f16 K and V, unpacked from the cache words).
+//! contents exactly as the kernel sees them (K and V decoded from the cache words in the
+//! workload's types, `crate::kv_type`).
 //!
 //! [`reference_rows`] computes the values of some query rows once together with what the
 //! allowed error depends on; [`ReferenceRows::expected`] then gives the check of one
 //! schedule (its f16 options and key block change the bound). The tuner computes the
 //! reference of a workload once and checks every candidate against it.
 
-use half::f16;
-
 use super::schedule::AttentionSchedule;
 use super::workload::AttentionWorkload;
 use crate::templates::expected::Expected;
-
-fn half_at(words: &[u32], index: usize) -> f64 {
-    let w = words[index / 2];
-    let bits = if index % 2 == 0 {
-        w as u16
-    } else {
-        (w >> 16) as u16
-    };
-    f16::from_bits(bits).to_f64()
-}
 
 /// What the error bound of one (row, head) depends on.
 #[derive(Clone, Debug)]
@@ -140,10 +129,14 @@ pub fn reference_rows(
         q.len() >= last * qw,
         "attention reference: q needs {last} rows"
     );
+    let kw32 = kw as u32;
     assert!(
-        k_cache.len() * 2 >= positions * kw && v_cache.len() * 2 >= positions * kw,
+        k_cache.len() >= positions * w.kv.k.row_words(kw32) as usize
+            && v_cache.len() >= positions * w.kv.v.row_words(kw32) as usize,
         "attention reference: the caches need {positions} positions"
     );
+    let k_at = |j: usize, e: usize| f64::from(w.kv.k.cache_value(k_cache, kw32, j, e));
+    let v_at = |j: usize, e: usize| f64::from(w.kv.v.cache_value(v_cache, kw32, j, e));
     let scale = 1.0 / (hd as f64).sqrt();
     let mut values = vec![0f32; rows.len() * qw];
     let mut stats = Vec::with_capacity(rows.len() * w.n_heads as usize);
@@ -161,10 +154,9 @@ pub fn reference_rows(
             let mut scores = Vec::with_capacity(n_keys);
             let (mut s_mag, mut k_mag) = (0f64, 0f64);
             for j in first..n_keys {
-                let base = j * kw + kvh * hd;
                 let (mut dot, mut mag, mut kabs) = (0f64, 0f64, 0f64);
                 for (d, &qd) in qv.iter().enumerate() {
-                    let k = half_at(k_cache, base + d);
+                    let k = k_at(j, kvh * hd + d);
                     let p = qd * k;
                     dot += p;
                     mag += p.abs();
@@ -182,7 +174,7 @@ pub fn reference_rows(
             for d in 0..hd {
                 let mut o = 0f64;
                 for (j, p) in (first..n_keys).zip(&weights) {
-                    let v = half_at(v_cache, j * kw + kvh * hd + d);
+                    let v = v_at(j, kvh * hd + d);
                     o += p * v;
                     v_mag = v_mag.max(v.abs());
                 }

@@ -54,14 +54,12 @@ impl<'a> WorkgroupRows<'a> {
         (query, b.min(query, self.last), head)
     }
 
-    /// uvec4 index of the workgroup's kv head within a cache position.
-    pub(crate) fn kv_base(&self) -> Value {
-        let b = self.b;
-        let kvh = if self.s.group_heads {
+    /// The workgroup's kv head.
+    pub(crate) fn kvh(&self) -> Value {
+        if self.s.group_heads {
             self.head_y
         } else {
-            b.div(self.head_y, b.c_u32(self.w.group()))
-        };
-        b.muli(kvh, self.w.head_dim / 8)
+            self.b.div(self.head_y, self.b.c_u32(self.w.group()))
+        }
     }
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::workload::AttentionWorkload;
 use crate::caps::DeviceCaps;
+use crate::kv_type::KvType;
 use crate::refusal::Refusal;
 use crate::templates::{check_shared, check_threads, MAX_GRID_DIM};
 
@@ -163,7 +164,10 @@ impl AttentionSchedule {
         }
         let mut bytes = 0;
         if self.stage_kv {
-            bytes += 2 * self.kv_block * w.head_dim * 2;
+            // A staged chunk of 8 values: 16 bytes in f16, 32 (its f32 values) otherwise.
+            let (k, v) = super::kernel::kv_reads(w);
+            let chunks = self.kv_block * w.head_dim / 8;
+            bytes += 16 * chunks * (k.staged_elems() + v.staged_elems());
         }
         if self.reduces_in_shared() {
             bytes += self.threads(w) * self.kv_block * 4;
@@ -233,6 +237,10 @@ impl AttentionSchedule {
             format!("_split{}", self.kv_splits)
         } else {
             String::new()
+        } + &if w.kv.is_default() {
+            String::new()
+        } else {
+            format!("_k{}_v{}", w.kv.k, w.kv.v)
         }
     }
 
@@ -274,6 +282,19 @@ impl AttentionSchedule {
         if (self.f16_qk || self.f16_pv) && !caps.float16 {
             return Err(Refusal::MissingFeature(
                 "shaderFloat16 (attention f16_qk / f16_pv)".into(),
+            ));
+        }
+        // The packed-f16 products multiply the cache's f16 words as they are.
+        if self.f16_qk && w.kv.k != KvType::F16 {
+            return bad(format!(
+                "f16_qk reads an f16 K cache; this one is {}",
+                w.kv.k
+            ));
+        }
+        if self.f16_pv && w.kv.v != KvType::F16 {
+            return bad(format!(
+                "f16_pv reads an f16 V cache; this one is {}",
+                w.kv.v
             ));
         }
         if self.is_tiled() || self.tile_keys > 0 {
@@ -547,7 +568,13 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
     if !(caps.subgroup_shuffle && !caps.shared_memory_is_slow && caps.float16) {
         return Vec::new();
     }
-    [(8, 32, 4, 2), (8, 16, 4, 2), (4, 32, 4, 2)]
+    let mut tiles = vec![(8, 32, 4, 2), (8, 16, 4, 2), (4, 32, 4, 2)];
+    if !w.kv.is_default() {
+        // f32 staged tiles (f32 and q8_0 caches) are twice the size: a smaller one fits
+        // 48 KiB at head_dim 128.
+        tiles.push((4, 16, 4, 2));
+    }
+    tiles
         .into_iter()
         .map(|(rows, kv_block, tile_rows, tile_keys)| AttentionSchedule {
             rows: rows.min(w.m.max(1).next_power_of_two()),
@@ -556,8 +583,9 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
             group_heads: w.group() > 1,
             stage_kv: true,
             lane_reduce: LaneReduce::Shuffle,
-            f16_qk: true,
-            f16_pv: true,
+            // Packed-f16 products where the cache holds f16 (they read its words).
+            f16_qk: w.kv.k == KvType::F16,
+            f16_pv: w.kv.v == KvType::F16,
             tile_rows,
             tile_keys,
             lane_rows: 0,

@@ -220,15 +220,8 @@ pub fn reference_partials(
     let mut out = vec![0f32; scratch_values(w, s) as usize];
     let ml0 = 4 * ml_offset_vec4(w, s) as usize;
     let scale = 1.0 / (hd as f64).sqrt();
-    let half = |words: &[u32], i: usize| {
-        let word = words[i / 2];
-        let bits = if i % 2 == 0 {
-            word as u16
-        } else {
-            (word >> 16) as u16
-        };
-        half::f16::from_bits(bits).to_f64()
-    };
+    let k_at = |j: usize, e: usize| f64::from(w.kv.k.cache_value(k_cache, kw as u32, j, e));
+    let v_at = |j: usize, e: usize| f64::from(w.kv.v.cache_value(v_cache, kw as u32, j, e));
     // The workgroup of row i sees the keys of its row block's last row.
     let rows = s.rows.max(1) as usize;
     for i in 0..m {
@@ -249,10 +242,7 @@ pub fn reference_partials(
                     .iter()
                     .map(|&j| {
                         (0..hd)
-                            .map(|d| {
-                                f64::from(q[i * qw + h * hd + d])
-                                    * half(k_cache, j * kw + kvh * hd + d)
-                            })
+                            .map(|d| f64::from(q[i * qw + h * hd + d]) * k_at(j, kvh * hd + d))
                             .sum::<f64>()
                             * scale
                     })
@@ -264,7 +254,7 @@ pub fn reference_partials(
                     let o: f64 = visible
                         .iter()
                         .zip(&p)
-                        .map(|(&j, p)| p * half(v_cache, j * kw + kvh * hd + d))
+                        .map(|(&j, p)| p * v_at(j, kvh * hd + d))
                         .sum();
                     out[row * qw + h * hd + d] = o as f32;
                 }

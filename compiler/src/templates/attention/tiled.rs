@@ -27,7 +27,8 @@
 //! block, as in the row-wise kernel. Shared-memory strides are padded so that neighbouring
 //! threads, which read neighbouring keys (K), rows (P) or chunks (V), hit different banks.
 
-use super::kernel::{workgroup_keys, Interface};
+use super::kernel::{kv_reads, workgroup_keys, Interface};
+use super::kv_load::{heads, stage_pair, times};
 use super::rows::WorkgroupRows;
 use super::schedule::AttentionSchedule;
 use super::workload::AttentionWorkload;
@@ -107,8 +108,11 @@ pub(crate) struct TiledLayout {
     pub head_u4: u32,
     /// Q tile row stride: f16 rows of `head_u4 + 1` uvec4, or f32 rows of `2·head_u4 + 1` vec4.
     pub q_stride: u32,
-    /// K tile row stride (`head_u4 + 1`: the padding spreads neighbouring keys over banks).
+    /// K tile row stride (`head_u4` staged chunks + 1: the padding spreads neighbouring keys
+    /// over banks; a staged chunk is 1 element in f16, 2 otherwise, see `kv_load`).
     pub k_stride: u32,
+    /// 16-byte elements per staged V chunk.
+    pub v_elems: u32,
     /// P tile: per key, R / 4 vec4 plus one of padding.
     pub p_stride: u32,
 }
@@ -117,6 +121,7 @@ impl TiledLayout {
     pub(crate) fn of(w: &AttentionWorkload, s: &AttentionSchedule) -> TiledLayout {
         let r = s.row_slots(w);
         let head_u4 = w.head_dim / 8;
+        let (k_read, v_read) = kv_reads(w);
         TiledLayout {
             r,
             head_u4,
@@ -125,7 +130,8 @@ impl TiledLayout {
             } else {
                 2 * head_u4 + 1
             },
-            k_stride: head_u4 + 1,
+            k_stride: head_u4 * k_read.staged_elems() + 1,
+            v_elems: v_read.staged_elems(),
             p_stride: r / 4 + 1,
         }
     }
@@ -135,7 +141,7 @@ impl TiledLayout {
         [
             self.r * self.q_stride,
             kv_block * self.k_stride,
-            kv_block * self.head_u4,
+            kv_block * self.head_u4 * self.v_elems,
             kv_block * self.p_stride,
         ]
     }
@@ -155,13 +161,13 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare(&b);
+    } = Interface::declare(&b, w);
+    let (k_read, v_read) = kv_reads(w);
 
     let lay = TiledLayout::of(w, s);
     let (tm, tn, kvb) = (s.tile_rows, s.tile_keys, s.kv_block);
     let cols = kvb / tn;
     let hu = lay.head_u4;
-    let pos_u4 = w.kv_width() / 8;
     let out_chunks = hu / cols;
 
     let tid = b.builtin(Builtin::LocalInvocationIndex);
@@ -170,7 +176,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     let rows = WorkgroupRows::new(&b, w, s, m);
     let row_of = |r: Value| rows.row(r);
     let first_row = rows.first_row;
-    let kv_base = rows.kv_base();
+    let (k_head, v_head) = heads(&b, k_read, v_read, rows.kvh());
     let n_keys = workgroup_keys(&b, w, s, first_row, m, pos0, k_cache, v_cache);
 
     let [q_len, k_len, v_len, p_len] = lay.elements(kvb);
@@ -281,13 +287,15 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             let j = b.div(idx, b.c_u32(hu));
             let c = b.rem(idx, b.c_u32(hu));
             let key = b.min(b.add(kb, j), b.sub(n_keys, b.c_u32(1)));
-            let src = b.add(b.add(b.muli(key, pos_u4), kv_base), c);
-            b.store_shared(
-                k_tile,
-                b.add(b.muli(j, lay.k_stride), c),
-                b.load(k_cache, src),
+            let k_at = b.add(b.muli(j, lay.k_stride), times(&b, c, k_read.staged_elems()));
+            let v_at = times(&b, idx, v_read.staged_elems());
+            stage_pair(
+                &b,
+                (k_head, k_cache, k_tile, k_at),
+                (v_head, v_cache, v_tile, v_at),
+                key,
+                c,
             );
-            b.store_shared(v_tile, idx, b.load(v_cache, src));
         });
         b.barrier();
 
@@ -328,14 +336,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                     .collect();
                 let kv: Vec<(Value, Value)> = k_rows
                     .iter()
-                    .map(|&at| {
-                        let words = b.load_shared(k_tile, b.addi(at, c));
-                        let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
-                        (
-                            b.construct(&[half(0), half(1)]),
-                            b.construct(&[half(2), half(3)]),
-                        )
-                    })
+                    .map(|&at| k_read.staged(&b, k_tile, b.addi(at, c * k_read.staged_elems())))
                     .collect();
                 for (i, &(qa, qb)) in qv.iter().enumerate() {
                     for (jj, &(ka, kb_)) in kv.iter().enumerate() {
@@ -431,13 +432,15 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 })
                 .map(|(v, e)| b.extract(v, e))
                 .collect();
-            let vw: Vec<Value> = (0..out_chunks)
-                .map(|t| {
-                    let c = b.add(cg, b.c_u32(t * cols));
-                    b.load_shared(v_tile, b.add(b.c_u32(j * hu), c))
-                })
-                .collect();
+            // Staged element of V chunk t of key j.
+            let v_at = |t: u32| {
+                let c = b.add(cg, b.c_u32(t * cols));
+                times(&b, b.add(b.c_u32(j * hu), c), v_read.staged_elems())
+            };
             if s.f16_pv {
+                let vw: Vec<Value> = (0..out_chunks)
+                    .map(|t| b.load_shared(v_tile, v_at(t)))
+                    .collect();
                 for (i, &pi) in weights.iter().enumerate() {
                     let p2 = b.splat(b.convert(pi, Type::F16), 2);
                     for (t, &words) in vw.iter().enumerate() {
@@ -448,15 +451,8 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                     }
                 }
             } else {
-                let unpacked: Vec<(Value, Value)> = vw
-                    .iter()
-                    .map(|&words| {
-                        let half = |e: u32| b.unpack_half2x16(b.extract(words, e));
-                        (
-                            b.construct(&[half(0), half(1)]),
-                            b.construct(&[half(2), half(3)]),
-                        )
-                    })
+                let unpacked: Vec<(Value, Value)> = (0..out_chunks)
+                    .map(|t| v_read.staged(&b, v_tile, v_at(t)))
                     .collect();
                 for (i, &pi) in weights.iter().enumerate() {
                     let p4 = b.splat(pi, 4);

@@ -3,11 +3,12 @@
 //! Bindings (descriptor set 0):
 //! - 0 `q`: f32 [m × n_heads·head_dim], row i is the query at position `pos0 + i` (RoPE
 //!   applied); read as 16-byte vectors;
-//! - 1 `k_cache`, 2 `v_cache`: the layer's cache in the KV-write layout (u32 words of f16
-//!   pairs, position p at half index `p·kv_width`, kv_width = n_kv_heads·head_dim), holding
-//!   at least positions `0 .. pos0+m` (the ubatch's own keys written first); read as 16-byte
-//!   vectors, so bind whole positions (the cache is sized in positions anyway). Keys past the
-//!   bound range are never read;
+//! - 1 `k_cache`, 2 `v_cache`: the layer's cache in the KV-write layout of the workload's
+//!   types (`kv`: u32 words of f32, f16 pairs or Q8_0 parts, position-major, see
+//!   `crate::kv_type`), holding at least positions `0 .. pos0+m` (the ubatch's own keys
+//!   written first); f32 and f16 are read as 16-byte vectors, q8_0 as words; bind whole
+//!   positions (the cache is sized in positions anyway). Keys past the bound range are
+//!   never read;
 //! - 3 `out`: f32 [m × n_heads·head_dim].
 //!
 //! Push constants ([`AttentionPush`], 8 bytes): `m` (rows, ≤ the workload's m), `pos0`.
@@ -21,6 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::schedule::AttentionSchedule;
+use crate::kv_type::KvTypes;
 use crate::refusal::Refusal;
 use crate::templates::{push_bytes, MAX_GRID_DIM};
 
@@ -45,6 +47,11 @@ pub struct AttentionWorkload {
     /// so stored keys stay valid.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window: u32,
+    /// The cache's element types (K and V apart); omitted from the serialization at f16
+    /// (the only types before they existed), so stored keys stay valid and records of one
+    /// type never serve another.
+    #[serde(default, skip_serializing_if = "KvTypes::is_default")]
+    pub kv: KvTypes,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -70,7 +77,7 @@ impl AttentionWorkload {
         self.n_heads * self.head_dim
     }
 
-    /// f16 elements per cache position.
+    /// Values per cache position.
     pub fn kv_width(&self) -> u32 {
         self.n_kv_heads * self.head_dim
     }
@@ -114,6 +121,9 @@ impl AttentionWorkload {
                 self.n_heads, self.n_kv_heads
             ));
         }
+        if let Err(e) = self.kv.check_width(self.head_dim, self.kv_width()) {
+            return bad(e);
+        }
         if self.head_dim % 8 != 0 || self.head_dim > 512 {
             return bad(format!(
                 "head_dim {} must be a multiple of 8 (16-byte f16 loads) and at most 512",
@@ -130,8 +140,10 @@ impl AttentionWorkload {
             ));
         }
         let q_elems = u64::from(self.m) * u64::from(self.q_width());
-        let kv_halves = (u64::from(self.max_kv) + u64::from(self.m)) * u64::from(self.kv_width());
-        if q_elems > u64::from(u32::MAX) || kv_halves / 2 > u64::from(u32::MAX) {
+        let row_words = u64::from(self.kv.k.row_words(self.kv_width()))
+            .max(u64::from(self.kv.v.row_words(self.kv_width())));
+        let kv_words = (u64::from(self.max_kv) + u64::from(self.m)) * row_words;
+        if q_elems > u64::from(u32::MAX) || kv_words > u64::from(u32::MAX) {
             return bad("q or the cache is too large for 32-bit indexing".into());
         }
         Ok(())

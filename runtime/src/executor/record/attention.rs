@@ -18,11 +18,21 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         }
     }
 
-    /// K goes to the K cache, then V to the V cache: two dispatches.
+    /// K goes to the K cache, then V to the V cache: two dispatches, of this one kernel where
+    /// both caches have its type, else of the kernel of each cache's type (the node has one
+    /// per type, `node_workloads`).
     pub(super) fn kv_write(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {
         let exec = self.exec;
         let layer = self.layer();
-        for (input, cache) in [(1usize, &exec.kv[layer].0), (2, &exec.kv[layer].1)] {
+        let Workload::KvWrite(kw) = &kernel.actual else {
+            unreachable!("a KV-write workload")
+        };
+        let types = exec.options.kv;
+        let targets = [
+            (1usize, &exec.kv[layer].0, types.k),
+            (2, &exec.kv[layer].1, types.v),
+        ];
+        for (input, cache, _) in targets.into_iter().filter(|t| t.2 == kw.ty) {
             let mut named = vec![("src", self.input(input)?), ("cache", cache.whole())];
             let (pipeline, push) = exec.position_reader(
                 self.replayed,

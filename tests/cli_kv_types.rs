@@ -1,0 +1,121 @@
+//! `--cache-type-k/-v` (and llama.cpp's `-ctk/-ctv`) on the command line (issue 37): a type
+//! rocky has not is a usage error naming it; `prefill -v` prints the cache's bytes per token
+//! of every type (checked against the closed form of the tiny model: 4 layers, 2 kv heads of
+//! 64); `bench` gains llama-bench's type_k and type_v columns.
+
+use rocky_models::gguf::GgufFile;
+use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn tiny_model(name: &str) -> PathBuf {
+    let vocab_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/vocab/ggml-vocab-qwen2.gguf");
+    let vocab = Vocabulary::from_gguf(&GgufFile::open(vocab_path).unwrap()).unwrap();
+    let path =
+        std::env::temp_dir().join(format!("rocky-cli-kv-{name}-{}.gguf", std::process::id()));
+    let config = SynthConfig {
+        shape: Shape::Tiny,
+        quant: Quant::F32,
+        seed: 1,
+    };
+    write_model(&path, &config, &vocab, |_| {}).unwrap();
+    path
+}
+
+/// rocky in a sandbox: its own XDG_RUNTIME_DIR and a tuning database that does not exist.
+fn rocky(args: &[&str]) -> Output {
+    let dir = std::env::temp_dir().join(format!("rocky-cli-kv-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_rocky"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env("ROCKY_DB", dir.join("none.sled"))
+        .output()
+        .expect("rocky runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn an_unknown_cache_type_is_a_usage_error_naming_it() {
+    let model = tiny_model("usage");
+    let m = model.to_str().unwrap();
+    for flag in ["-ctk", "--cache-type-v"] {
+        let o = rocky(&["prefill", m, "--token-ids", "1,2,3", flag, "q4_0"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("q4_0") && e.contains("f32, f16 or q8_0"), "{e}");
+    }
+    std::fs::remove_file(&model).ok();
+}
+
+#[test]
+fn prefill_verbose_prints_the_cache_per_token_of_every_type() {
+    let model = tiny_model("verbose");
+    let m = model.to_str().unwrap();
+    let o = rocky(&[
+        "prefill",
+        m,
+        "--token-ids",
+        "100,200,300",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "f32",
+        "-v",
+    ]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // 4 layers × 128 values: f32 2048 B, f16 1024 B, q8_0 4 × (128 + 16) = 576 B, for K or V.
+    for line in [
+        "f32          2048 B",
+        "f16          1024 B",
+        "q8_0          576 B",
+    ] {
+        assert!(e.contains(line), "no '{line}' in:\n{e}");
+    }
+    assert!(
+        e.contains("this session (K q8_0, V f32): 2624 B per token"),
+        "{e}"
+    );
+    assert!(
+        e.contains("KV cache (4 layers, K q8_0, V f32: 2624 B per position)"),
+        "{e}"
+    );
+    std::fs::remove_file(&model).ok();
+}
+
+#[test]
+fn bench_shows_llama_bench_cache_type_columns() {
+    let model = tiny_model("bench");
+    let m = model.to_str().unwrap();
+    let o = rocky(&[
+        "bench",
+        m,
+        "-p",
+        "16",
+        "-ub",
+        "16",
+        "-r",
+        "1",
+        "--backends",
+        "default",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "--md",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    assert!(
+        lines.next().unwrap().contains("| type_k | type_v |"),
+        "{out}"
+    );
+    assert!(lines.nth(1).unwrap().contains("| q8_0 | q8_0 |"), "{out}");
+    std::fs::remove_file(&model).ok();
+}
