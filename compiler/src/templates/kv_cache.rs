@@ -227,37 +227,14 @@ pub fn kernel_ir(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
 
 /// f32: the values' bits, `2·vector_width` per thread.
 fn f32_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
-    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let lanes = 2 * s.vector_width;
-    let src = b.buffer(
-        BINDING_SRC,
-        "src",
-        Type::vec(Scalar::F32, lanes),
-        Access::ReadOnly,
-    );
-    let cache = b.buffer(
-        BINDING_CACHE,
-        "cache",
-        Type::vec(Scalar::U32, lanes),
-        Access::WriteOnly,
-    );
-    let p_m = b.push_field("m", Type::U32);
-    let p_pos0 = b.push_field("pos0", Type::U32);
-    let n = s.row_vectors(w);
-    let row = b.builtin(Builtin::WorkgroupId(1));
-    let col = b.add(
-        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
-        b.builtin(Builtin::LocalInvocationIndex),
-    );
-    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(col, b.c_u32(n)));
-    b.if_(inside, || {
-        let v = b.load(src, b.add(b.muli(row, n), col));
-        let dst = b.add(b.muli(b.add(b.push(p_pos0), row), n), col);
-        b.if_(b.lt(dst, b.array_length(cache)), || {
-            b.store(cache, dst, b.bitcast(v, Type::vec(Scalar::U32, lanes)))
-        });
-    });
-    b.finish()
+    row_copy_kernel(
+        w,
+        s,
+        lanes,
+        |_, v| v,
+        |b, v| b.bitcast(*v, Type::vec(Scalar::U32, lanes)),
+    )
 }
 
 /// q8_0: each thread quantizes two blocks (the second absent at the end of an odd count)
@@ -318,18 +295,46 @@ fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
 
 /// f16: pairs rounded in integer arithmetic ([`f32_to_f16_bits`]).
 fn f16_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
-    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let vw = s.vector_width;
+    row_copy_kernel(
+        w,
+        s,
+        vw,
+        |b, v| -> Vec<Value> {
+            (0..vw)
+                .map(|i| {
+                    let lo = f32_to_f16_bits(b, b.extract(v, 2 * i));
+                    let hi = f32_to_f16_bits(b, b.extract(v, 2 * i + 1));
+                    b.or(lo, b.shli(hi, 16))
+                })
+                .collect()
+        },
+        |b, words| b.construct(words),
+    )
+}
+
+/// The f32 and f16 writes: thread `col` of row `row` loads `2·vector_width` values of the new
+/// row, `convert`s them, and stores them `pack`ed as `cache_lanes` words at row `pos0 + row`
+/// of the cache (packed inside the bounds check, where the store is). A cache bound shorter
+/// than pos0 + m loses the rows past its end instead of writing out of bounds.
+fn row_copy_kernel<T>(
+    w: &KvWriteWorkload,
+    s: &KvWriteSchedule,
+    cache_lanes: u32,
+    convert: impl Fn(&KernelBuilder, Value) -> T,
+    pack: impl Fn(&KernelBuilder, &T) -> Value,
+) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let src = b.buffer(
         BINDING_SRC,
         "src",
-        Type::vec(Scalar::F32, 2 * vw),
+        Type::vec(Scalar::F32, 2 * s.vector_width),
         Access::ReadOnly,
     );
     let cache = b.buffer(
         BINDING_CACHE,
         "cache",
-        Type::vec(Scalar::U32, vw),
+        Type::vec(Scalar::U32, cache_lanes),
         Access::WriteOnly,
     );
     let p_m = b.push_field("m", Type::U32);
@@ -342,19 +347,10 @@ fn f16_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     );
     let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(col, b.c_u32(n)));
     b.if_(inside, || {
-        let v = b.load(src, b.add(b.muli(row, n), col));
-        let words: Vec<Value> = (0..vw)
-            .map(|i| {
-                let lo = f32_to_f16_bits(&b, b.extract(v, 2 * i));
-                let hi = f32_to_f16_bits(&b, b.extract(v, 2 * i + 1));
-                b.or(lo, b.shli(hi, 16))
-            })
-            .collect();
+        let converted = convert(&b, b.load(src, b.add(b.muli(row, n), col)));
         let dst = b.add(b.muli(b.add(b.push(p_pos0), row), n), col);
-        // A cache bound shorter than pos0 + m loses the rows past its end instead of
-        // writing out of bounds.
         b.if_(b.lt(dst, b.array_length(cache)), || {
-            b.store(cache, dst, b.construct(&words))
+            b.store(cache, dst, pack(&b, &converted))
         });
     });
     b.finish()
