@@ -8,18 +8,16 @@
 //! - q8_0: about as far from llama.cpp's f32 answer as llama.cpp's own q8_0 cache (see
 //!   models/tests/reference_kv_types.rs for the bound).
 
-use rocky_compiler::{
-    default_schedule, instantiate, search_space, DeviceCaps, KvType, KvTypes, Math, Precision,
-    Schedule, Workload,
-};
+mod common;
+
+use common::f32_math::F32Math;
+use rocky_compiler::{KvType, KvTypes};
 use rocky_models::arch::{self, Model};
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
 use rocky_models::reference::{forward, ReferenceOptions};
 use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
-use rocky_runtime::executor::{
-    Executor, ExecutorOptions, GpuWeights, ScheduleOrigin, ScheduleSource,
-};
+use rocky_runtime::executor::{Executor, ExecutorOptions, GpuWeights};
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,30 +27,6 @@ use std::time::Duration;
 const F32_MAX_DELTA: f64 = 2e-4;
 /// The q8_0 bound against llama.cpp's own q8_0 distance (models/tests/reference_kv_types.rs).
 const Q8_0_FACTOR: f64 = 2.0;
-
-/// Default schedules with f32 FMA math and f32 accumulation for every GEMM (as gpu_prefill.rs):
-/// the arithmetic of the fixture, so the cache types are what the logits differ by.
-struct F32Math;
-
-impl ScheduleSource for F32Math {
-    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
-        let d = default_schedule(w, caps);
-        let Schedule::Gemm(mut g) = d else {
-            return (d, ScheduleOrigin::Default);
-        };
-        g.math = Math::FmaF32;
-        g.accumulate = Precision::F32;
-        let s = Schedule::Gemm(g);
-        if instantiate(w, &s, caps).is_ok() {
-            return (s, ScheduleOrigin::Default);
-        }
-        let alt = search_space(w, caps)
-            .into_iter()
-            .find(|s| matches!(s, Schedule::Gemm(g) if g.math == Math::FmaF32 && g.accumulate == Precision::F32))
-            .expect("an f32 schedule exists");
-        (alt, ScheduleOrigin::Default)
-    }
-}
 
 /// Per run (cache type name): (prompt ids, llama.cpp's top log-probabilities).
 type Runs = HashMap<String, Vec<(Vec<u32>, Vec<(usize, f64)>)>>;

@@ -4,10 +4,9 @@
 
 mod common;
 
+use common::f32_math::F32Math;
 use common::{asset, shared};
-use rocky_compiler::{
-    default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
-};
+use rocky_compiler::{default_schedule, search_space, DeviceCaps, Math, Schedule, Workload};
 use rocky_models::arch::{self, Model};
 use rocky_models::fuse::FuseOptions;
 use rocky_models::gguf::GgufFile;
@@ -31,30 +30,6 @@ fn ctx() -> &'static Context {
         }
         Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)")
     })
-}
-
-/// Default schedules with f32 FMA math and f32 accumulation for every GEMM: the arithmetic of
-/// the golden files, so logits must agree to 1e-3.
-struct F32Math;
-
-impl ScheduleSource for F32Math {
-    fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
-        let d = default_schedule(w, caps);
-        let Schedule::Gemm(mut g) = d else {
-            return (d, ScheduleOrigin::Default);
-        };
-        g.math = Math::FmaF32;
-        g.accumulate = Precision::F32;
-        let s = Schedule::Gemm(g);
-        if instantiate(w, &s, caps).is_ok() {
-            return (s, ScheduleOrigin::Default);
-        }
-        let alt = search_space(w, caps)
-            .into_iter()
-            .find(|s| matches!(s, Schedule::Gemm(g) if g.math == Math::FmaF32 && g.accumulate == Precision::F32))
-            .expect("an f32 schedule exists");
-        (alt, ScheduleOrigin::Default)
-    }
 }
 
 fn gpu_logits(

@@ -1,6 +1,7 @@
 //! Paths shared by the CLI and end-to-end tests.
 #![allow(dead_code)]
 
+pub mod f32_math;
 pub mod mali25;
 pub mod shaderdb;
 #[path = "shared_folder.rs"]
