@@ -308,8 +308,6 @@ fn main_loop(
         }
     };
     for_each_group(b, groups, step, slot, group_body);
-    let lanes_sum =
-        |v: Value, n: u32| (1..n).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)));
     let outputs = acc
         .iter()
         .map(|row| {
@@ -319,7 +317,7 @@ fn main_loop(
                     if f16 || vw == 1 {
                         v
                     } else {
-                        lanes_sum(v, vw)
+                        lanes_sum(b, v, vw)
                     }
                 })
                 .collect()
@@ -327,7 +325,7 @@ fn main_loop(
         .collect();
     let squares = squares
         .iter()
-        .map(|&sq| lanes_sum(b.load_var(sq), 4))
+        .map(|&sq| lanes_sum(b, b.load_var(sq), 4))
         .collect();
     Sums { outputs, squares }
 }
@@ -451,6 +449,11 @@ impl Factored {
     }
 }
 
+/// The sum of the first `n` lanes of `v`.
+fn lanes_sum(b: &KernelBuilder, v: Value, n: u32) -> Value {
+    (1..n).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)))
+}
+
 /// `acc + scale · v` for a 4-lane `v` into an accumulator of `vw` lanes.
 fn fold_scaled(b: &KernelBuilder, vw: u32, acc: Value, v: Value, scale: Value) -> Value {
     let narrow = match vw {
@@ -459,7 +462,7 @@ fn fold_scaled(b: &KernelBuilder, vw: u32, acc: Value, v: Value, scale: Value) -
             b.construct(&[b.extract(v, 0), b.extract(v, 1)]),
             b.construct(&[b.extract(v, 2), b.extract(v, 3)]),
         ),
-        _ => (1..4).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l))),
+        _ => lanes_sum(b, v, 4),
     };
     b.fma(b.splat(scale, vw), narrow, acc)
 }
