@@ -303,4 +303,10 @@ impl<'m> Session<'m> {
     pub fn profile_table(&self) -> Vec<ProfileRow> {
         profile::table(&self.executor.profile)
     }
+
+    /// The per-op table of a profiled session's decode steps (each step recorded anew with
+    /// timestamps, not replayed), summed over layers and steps.
+    pub fn decode_profile_table(&self) -> Vec<ProfileRow> {
+        profile::table(&self.executor.decode_profile)
+    }
 }

@@ -24,7 +24,8 @@ use serde::Serialize;
 #[command(after_help = "Examples:
   rocky bench-gemv
   rocky bench-gemv --int8 --runs 20 --md
-  rocky bench-gemv --quick        (lavapipe and other slow devices)")]
+  rocky bench-gemv --quick        (lavapipe and other slow devices)
+  rocky bench-gemv --shapes 3B --formats Q4_K,Q6_K --sweep 40 --json")]
 pub struct Args {
     /// Vulkan device: index or part of its name (see `rocky devices`); default: the best GPU.
     #[arg(long, default_value = "auto")]
@@ -50,6 +51,17 @@ pub struct Args {
     /// every shape where it is valid (rows `custom*`): to try a schedule on all the shapes cold.
     #[arg(long)]
     pub schedule: Option<String>,
+    /// Also time this many schedules of each GEMV's search space (seeded draw, rows `sweep`),
+    /// cold like the rest: where the defaults stand against the best the template can do.
+    #[arg(long, default_value_t = 0)]
+    pub sweep: usize,
+    /// Only the GEMVs whose "model role" contains one of these (comma-separated, e.g. `3B` or
+    /// `3B gate,3B down`).
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// Only these weight formats (comma-separated GGML names, e.g. `Q4_K,Q6_K`).
+    #[arg(long, value_delimiter = ',')]
+    pub formats: Vec<String>,
     /// Output columns compared with the CPU reference per GEMV.
     #[arg(long, default_value_t = 32)]
     pub check_columns: u32,
@@ -168,7 +180,19 @@ pub fn run(args: Args) -> CmdResult {
         if args.quick && model != "0.5B" {
             continue;
         }
+        let name = format!("{model} {role}");
+        if !args.shapes.is_empty() && !args.shapes.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
         for weight in FORMATS {
+            if !args.formats.is_empty()
+                && !args
+                    .formats
+                    .iter()
+                    .any(|f| f.eq_ignore_ascii_case(weight.ggml_name()))
+            {
+                continue;
+            }
             let w = GemmWorkload {
                 m: 1,
                 n,
@@ -207,10 +231,28 @@ pub fn run(args: Args) -> CmdResult {
                 };
                 variants.push(("norm*", normed, gemv::default_schedule(&normed, &caps)));
             }
+            if args.sweep > 0 {
+                use rand::seq::SliceRandom;
+                let mut space: Vec<GemvSchedule> = gemv::search_space(&w, &caps)
+                    .into_iter()
+                    .filter(|s| variants.iter().all(|(_, _, v)| v != s))
+                    .collect();
+                space.shuffle(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(5));
+                for s in space.into_iter().take(args.sweep) {
+                    variants.push(("sweep", w, s));
+                }
+            }
+            // Random weights are made once per workload (a sweep times many schedules on them).
+            let mut made: Vec<(GemmWorkload, GemmInputs)> = Vec::new();
             for (variant, w, s) in variants {
+                if !made.iter().any(|(m, _)| *m == w) {
+                    made.push((w, GemmInputs::random(&w, 11)));
+                }
+                let inputs = &made.iter().find(|(m, _)| *m == w).expect("made above").1;
                 let target = Target {
                     w: &w,
                     s: &s,
+                    inputs,
                     labels: (model, role, variant),
                 };
                 bench.rows.push(bench_one(
@@ -238,6 +280,7 @@ pub fn run(args: Args) -> CmdResult {
 struct Target<'a> {
     w: &'a GemmWorkload,
     s: &'a GemvSchedule,
+    inputs: &'a GemmInputs,
     labels: (&'static str, &'static str, &'static str),
 }
 
@@ -255,17 +298,17 @@ fn bench_one(
     let Target {
         w,
         s,
+        inputs,
         labels: (model, role, variant),
     } = target;
     let kernel = gemv::instantiate(w, s, caps)
         .map_err(|e| CliError::internal(format!("{} is refused on this device: {e}", s.name(w))))?;
-    let inputs = GemmInputs::random(w, 11);
-    let gpu = GemmOnGpu::for_gemv(ctx, cache, &kernel, w, s, caps, &inputs, None)?;
+    let gpu = GemmOnGpu::for_gemv(ctx, cache, &kernel, w, s, caps, inputs, None)?;
     let started = std::time::Instant::now();
     let got = gpu.run_once(ctx)?;
     let one_run = started.elapsed();
     let cols = gemm_gpu::sampled_columns(w, &gpu.slices, args.check_columns, 7);
-    let check = gemm_gpu::check(w, &arithmetic_twin(s), &inputs, &got, &cols).map_err(|e| {
+    let check = gemm_gpu::check(w, &arithmetic_twin(s), inputs, &got, &cols).map_err(|e| {
         CliError::internal(format!(
             "{} gives wrong results on this device: {e}\nThis is a compiler bug: please report \
              it with `rocky kernel --workload '{}' --schedule '{}'`.",
@@ -279,8 +322,13 @@ fn bench_one(
     // ran 3-5x slower than a second table's; lowered clocks are the likely cause). Not with
     // --quick: a CPU implementation has no such clocks.
     if !args.quick {
-        rocky_tuner::settle_clocks(ctx, &gpu, one_run, rocky_tuner::tune::GPU_MIN_WARMUP)
-            .map_err(CliError::device)?;
+        // A sweep's rows follow each other with the GPU busy: a short settle each.
+        let least = if variant == "sweep" {
+            std::time::Duration::from_millis(30)
+        } else {
+            rocky_tuner::tune::GPU_MIN_WARMUP
+        };
+        rocky_tuner::settle_clocks(ctx, &gpu, one_run, least).map_err(CliError::device)?;
     }
     let warm = Timing::of(&gpu.time(ctx, runs)?, w.flops());
     let cold = Timing::of(&gpu.time_cold(ctx, runs, flush)?, w.flops());
@@ -324,7 +372,11 @@ fn render(b: &Bench, markdown: bool) -> String {
                 r.role.to_string(),
                 format!("{}x{}", r.n, r.k),
                 r.weight.clone(),
-                r.variant.to_string(),
+                if r.variant == "default" {
+                    r.variant.to_string()
+                } else {
+                    format!("{} {}", r.variant, short_schedule(&r.schedule))
+                },
                 format!("{:.1}", r.weight_bytes as f64 / 1e6),
                 format!("{:.1}", r.warm.median_ms * 1e3),
                 format!("{:.1}", r.cold.median_ms * 1e3),
@@ -350,4 +402,29 @@ fn render(b: &Bench, markdown: bool) -> String {
         markdown,
     ));
     out
+}
+
+/// A schedule in a few words: threads, columns, chunks per thread, units per thread, vector
+/// width, reduction, math, and the dot-first / quad-load options.
+fn short_schedule(s: &GemvSchedule) -> String {
+    let reduce = match s.reduce {
+        gemv::Reduce::Shared => "sh",
+        gemv::Reduce::Subgroup => "sg",
+        gemv::Reduce::OneSubgroup => "onesg",
+    };
+    format!(
+        "t{} c{} p{} u{} v{} {reduce} {}{}{}",
+        s.threads,
+        s.cols,
+        s.chunks_per_thread,
+        s.units_per_thread,
+        s.vector_width,
+        match s.math {
+            Math::FmaF32 => "f32",
+            Math::FmaF16Packed => "f16",
+            Math::Int8Dot => "int8",
+        },
+        if s.dot_first { " df" } else { "" },
+        if s.quad_loads { " q16" } else { "" }
+    )
 }

@@ -59,6 +59,11 @@ pub struct Args {
     /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
     #[arg(long)]
     pub cpu: bool,
+    /// Time every dispatch of the decode steps with GPU timestamps and print the per-op table
+    /// (per step; the steps are then recorded anew each token instead of replayed, so the
+    /// tok/s figures are not replay's).
+    #[arg(long, conflicts_with = "cpu")]
+    pub profile: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
 }
@@ -124,19 +129,35 @@ pub fn run(args: Args) -> CmdResult {
             let _ = stdout.flush();
         }
     };
-    let (generation, backend, ubatch, decode_time) = if args.cpu {
+    let (generation, backend, ubatch, decode_time, profile) = if args.cpu {
         let mut ev = model.cpu_evaluator_with(n_ctx, args.gpu.kv());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
-        (g, "cpu", None, None)
+        (g, "cpu", None, None, None)
     } else {
-        let mut session = gpu::open_session(&args.gpu, &model, n_ctx, false)?;
+        let mut session = gpu::open_session(&args.gpu, &model, n_ctx, args.profile)?;
+        if let (true, Some(why)) = (args.profile, session.no_gpu_profile()) {
+            return Err(CliError::device(format!(
+                "--profile needs GPU timestamps: {why}"
+            )));
+        }
         gpu::prepare(&mut session)?;
         session.prepare_decode().map_err(gpu::session_error)?;
         let ubatch = (session.ubatch(), session.ubatch_origin().as_str());
         let g = generate(&mut session, tokenizer, end, &ids, &options, &mut on_text);
-        (g, "gpu", Some(ubatch), Some(session.decode_time()))
+        let profile = args.profile.then(|| session.decode_profile_table());
+        (g, "gpu", Some(ubatch), Some(session.decode_time()), profile)
     };
     let generation = generation.map_err(generate_error)?;
+    // Per step: the table sums every decode step.
+    let profile = profile.map(|mut rows| {
+        let steps = generation.decode_steps.max(1);
+        for r in &mut rows {
+            r.seconds /= steps as f64;
+            r.flops /= steps as f64;
+            r.calls = r.calls.div_ceil(steps);
+        }
+        rows
+    });
     if args.json {
         let out = json!({
             "model": args.model,
@@ -159,6 +180,7 @@ pub fn run(args: Args) -> CmdResult {
                 .map(|&(name, ms)| (name.to_string(), json!(ms)))
                 .collect::<serde_json::Map<_, _>>()),
             "decode_dispatches_per_step": decode_time.and_then(|t| t.dispatches_per_step()),
+            "decode_profile_per_step": profile,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
     } else {
@@ -176,6 +198,10 @@ pub fn run(args: Args) -> CmdResult {
                 parts[0].1,
                 line.join(" + ")
             );
+        }
+        if let Some(rows) = &profile {
+            println!("GPU time per decode step, by op (timestamps around each dispatch):");
+            gpu::print_profile(rows);
         }
     }
     Ok(())

@@ -646,6 +646,9 @@ pub struct Executor<'m> {
     last_prepared: ProgramKind,
     /// Per-dispatch GPU times of every prefill so far (when `options.profile`).
     pub profile: Vec<DispatchTime>,
+    /// Per-dispatch GPU times of every decode step so far (when `options.profile`: a profiled
+    /// executor records each step anew with timestamps instead of replaying it).
+    pub decode_profile: Vec<DispatchTime>,
     /// Where the time of the last prefill went.
     pub last_stats: Option<PrefillStats>,
     /// Schedules the last `prepare` replaced, and why (for the CLI to show).
@@ -749,6 +752,7 @@ impl<'m> Executor<'m> {
             unsaved_pipelines: false,
             last_prepared: ProgramKind::Prefill,
             profile: Vec::new(),
+            decode_profile: Vec::new(),
             last_stats: None,
             notices: Vec::new(),
             args_pipelines: HashMap::new(),
@@ -823,6 +827,7 @@ impl<'m> Executor<'m> {
     pub fn reset(&mut self) {
         self.n_past = 0;
         self.profile.clear();
+        self.decode_profile.clear();
     }
 
     /// Changes how dispatches are split into command buffers from the next prefill on.
@@ -922,7 +927,10 @@ impl<'m> Executor<'m> {
             for (t, seconds) in log.iter_mut().zip(times) {
                 t.seconds = seconds;
             }
-            self.profile.extend(log);
+            match kind {
+                ProgramKind::Prefill => self.profile.extend(log),
+                ProgramKind::Step => self.decode_profile.extend(log),
+            }
         }
         self.last_stats = Some(PrefillStats {
             wall: start.elapsed(),
