@@ -710,3 +710,172 @@ fn rope_and_kv_write_reading_the_position_from_a_buffer_match_their_references()
     let s = rocky_compiler::default_schedule(&add, &caps);
     assert!(instantiate_with_args(&add, &s, &caps).is_err());
 }
+
+/// Runs `module` with each buffer bound at its own binding number.
+fn run_bound(
+    module: &Module,
+    buffers: &mut [(u32, &mut Vec<u8>)],
+    push: &[u8],
+    grid: [u32; 3],
+    sg: u32,
+) {
+    let mut data: Vec<BufferData> = buffers
+        .iter_mut()
+        .map(|(binding, b)| BufferData {
+            binding: *binding,
+            bytes: b.as_mut_slice(),
+        })
+        .collect();
+    execute(module, &mut data, push, grid, sg).unwrap_or_else(|e| panic!("{}: {e}", module.name));
+}
+
+/// The decode step's fused RoPE and KV write (`RopeWorkload::with_kv_write`) against the
+/// kernels it replaces, composed: RoPE of the query in place, RoPE of the key, the KV writes of
+/// the rotated key and of the value. Bit for bit, for both pairings, with and without
+/// frequency factors, f16 and f32 caches (and one of each), one and three rows, positions
+/// past 4096 and rows past the cache's end (not stored by either); the query also within
+/// RoPE's tolerance of the f64 reference.
+#[test]
+fn rope_fused_with_the_kv_write_equals_rope_then_kv_write_bit_for_bit() {
+    use rocky_compiler::{KvType, KvTypes};
+    let (n_heads, kv_heads, hd) = (4u32, 2u32, 16u32);
+    let (qw, kw) = ((n_heads * hd) as usize, (kv_heads * hd) as usize);
+    let capacity = 4100usize;
+    let factors = llama3_like_factors(hd as usize / 2);
+    let mut checked = 0;
+    for (caps, sg) in profiles().into_iter().take(2) {
+        for pairing in [RopePairing::Neox, RopePairing::Normal] {
+            for freqs in [None, Some(&factors[..])] {
+                for kv in [
+                    KvTypes::F16,
+                    KvTypes::F32,
+                    KvTypes::new(KvType::F16, KvType::F32),
+                ] {
+                    let q_rope = RopeWorkload::new(3, n_heads, hd, 1e6)
+                        .with_pairing(pairing)
+                        .with_freq_factors(freqs.is_some());
+                    let k_rope = RopeWorkload {
+                        n_heads: kv_heads,
+                        ..q_rope
+                    };
+                    let fused = q_rope.with_kv_write(kv_heads, kv);
+                    let s = rope::default_schedule(&fused, &caps);
+                    rope::instantiate(&fused, &s, &caps).unwrap();
+                    let module = rope::kernel_ir(&fused, &s);
+                    let write = |ty| KvWriteWorkload {
+                        m: 3,
+                        kv_width: kv_heads * hd,
+                        ty,
+                    };
+                    let words = |ty: KvType| capacity * ty.row_words(kv_heads * hd) as usize;
+                    for (m_run, pos0) in [(1usize, 0u32), (3, 5), (1, 4097), (3, 4098)] {
+                        let seed = u64::from(pos0) + m_run as u64;
+                        let q = random_activations(3 * qw, 70 + seed);
+                        let k = random_activations(3 * kw, 80 + seed);
+                        let v = random_activations(3 * kw, 90 + seed);
+                        let push = RopePush {
+                            m: m_run as u32,
+                            pos0,
+                        }
+                        .to_bytes();
+                        // Fused.
+                        let (mut qb, mut kb, mut vb) =
+                            (bytes_f32(&q), bytes_f32(&k), bytes_f32(&v));
+                        let mut fb = bytes_f32(freqs.unwrap_or(&[]));
+                        let mut kc = bytes_u32(&vec![0xDEAD_BEEF; words(kv.k)]);
+                        let mut vc = bytes_u32(&vec![0xDEAD_BEEF; words(kv.v)]);
+                        let mut buffers: Vec<(u32, &mut Vec<u8>)> = vec![
+                            (rope::BINDING_X, &mut qb),
+                            (rope::BINDING_K, &mut kb),
+                            (rope::BINDING_V, &mut vb),
+                            (rope::BINDING_K_CACHE, &mut kc),
+                            (rope::BINDING_V_CACHE, &mut vc),
+                        ];
+                        if freqs.is_some() {
+                            buffers.push((rope::BINDING_FREQS, &mut fb));
+                        }
+                        run_bound(
+                            &module,
+                            &mut buffers,
+                            &push,
+                            rope::dispatch_grid(&fused, &s),
+                            sg,
+                        );
+                        // The kernels it replaces.
+                        let unfused_rope = |w: &RopeWorkload, x: &[f32]| {
+                            let s = rope::default_schedule(w, &caps);
+                            let mut xb = bytes_f32(x);
+                            let mut fb = bytes_f32(freqs.unwrap_or(&[]));
+                            let mut buffers: Vec<&mut Vec<u8>> = vec![&mut xb];
+                            if freqs.is_some() {
+                                buffers.push(&mut fb);
+                            }
+                            run(
+                                &rope::kernel_ir(w, &s),
+                                &mut buffers,
+                                &push,
+                                rope::dispatch_grid(w, &s),
+                                sg,
+                            );
+                            f32s(&xb)
+                        };
+                        let q_want = unfused_rope(&q_rope, &q);
+                        let k_roped = unfused_rope(&k_rope, &k);
+                        let mut kc_want = vec![0xDEAD_BEEFu32; words(kv.k)];
+                        let mut vc_want = vec![0xDEAD_BEEFu32; words(kv.v)];
+                        kv_cache::reference(&write(kv.k), m_run, pos0, &k_roped, &mut kc_want);
+                        kv_cache::reference(&write(kv.v), m_run, pos0, &v, &mut vc_want);
+                        let what = format!("{} m {m_run} pos0 {pos0}", module.name);
+                        let q_got = f32s(&qb);
+                        assert!(
+                            q_got
+                                .iter()
+                                .zip(&q_want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: the query differs from the RoPE kernel's"
+                        );
+                        assert_eq!(
+                            &q_got[m_run * qw..],
+                            &q[m_run * qw..],
+                            "{what}: rows past m"
+                        );
+                        check(
+                            &rope::reference_with(&q_rope, m_run, pos0, &q, freqs),
+                            &q_got[..m_run * qw],
+                            qw,
+                            &what,
+                        );
+                        assert!(u32s(&kc) == kc_want, "{what}: the K cache differs");
+                        assert!(u32s(&vc) == vc_want, "{what}: the V cache differs");
+                        assert_eq!(f32s(&kb), k, "{what}: the key source was written");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 2 * 2 * 3 * 4);
+}
+
+/// The fused form refuses what it cannot store: q8_0 caches, head_dim not a multiple of 4,
+/// and more than one head per thread.
+#[test]
+fn rope_fused_with_the_kv_write_refuses_q8_0_caches_and_odd_quads() {
+    use rocky_compiler::{KvType, KvTypes};
+    let caps = desktop_vk12();
+    let base = RopeWorkload::new(1, 4, 64, 1e6);
+    let q8 = base.with_kv_write(2, KvTypes::new(KvType::F16, KvType::Q8_0));
+    assert!(rope::validate_workload(&q8).is_err());
+    let odd = RopeWorkload::new(1, 4, 6, 1e6).with_kv_write(2, KvTypes::F16);
+    assert!(rope::validate_workload(&odd).is_err());
+    let ok = base.with_kv_write(2, KvTypes::F16);
+    rope::validate_workload(&ok).unwrap();
+    let two = rope::RopeSchedule {
+        threads: 64,
+        heads_per_thread: 2,
+    };
+    assert!(two.validate(&ok, &caps).is_err());
+    assert!(rope::search_space(&ok, &caps)
+        .iter()
+        .all(|s| s.heads_per_thread == 1));
+}

@@ -43,6 +43,25 @@ fn workloads() -> Vec<Workload> {
             out.push(Workload::RopeNeox(
                 RopeWorkload::new(m, nkv, hd, 1e6).with_freq_factors(true),
             ));
+            // The decode step's fused RoPE and KV write: f16, f32 and mixed caches, both
+            // pairings, with frequency factors.
+            for kv in [
+                rocky_compiler::KvTypes::F16,
+                rocky_compiler::KvTypes::F32,
+                rocky_compiler::KvTypes::new(
+                    rocky_compiler::KvType::F32,
+                    rocky_compiler::KvType::F16,
+                ),
+            ] {
+                out.push(Workload::RopeNeox(
+                    RopeWorkload::new(m, nh, hd, 1e6).with_kv_write(nkv, kv),
+                ));
+            }
+            out.push(Workload::RopeNeox(
+                llama
+                    .with_freq_factors(true)
+                    .with_kv_write(nkv, rocky_compiler::KvTypes::F16),
+            ));
             out.push(Workload::SwiGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::GeGlu(EltwiseWorkload { m, width: ffn }));
             out.push(Workload::Add(EltwiseWorkload { m, width: hidden }));
@@ -89,9 +108,20 @@ fn embedding_shape(j: usize, f: WeightFormat) -> Option<usize> {
         .find(|&t| SHAPES[t].0 % f.block_elems() == 0)
 }
 
-/// The binding names and push-constant bytes the runtime contract promises per template.
-fn contract(w: &Workload) -> (Vec<&'static str>, u32) {
-    match w {
+/// The binding names (at bindings 0, 1, … unless numbered) and push-constant bytes the
+/// runtime contract promises per template.
+fn contract(w: &Workload) -> (Vec<(u32, &'static str)>, u32) {
+    if let Workload::RopeNeox(r) = w {
+        if r.writes_kv() {
+            let mut names = vec![(0, "x")];
+            if r.freq_factors {
+                names.push((1, "freqs"));
+            }
+            names.extend([(2, "k"), (3, "v"), (4, "k_cache"), (5, "v_cache")]);
+            return (names, 8);
+        }
+    }
+    let (names, push) = match w {
         Workload::RmsNorm(_) => (vec!["x", "weight", "y"], 4),
         Workload::RopeNeox(w) if w.freq_factors => (vec!["x", "freqs"], 8),
         Workload::RopeNeox(_) => (vec!["x"], 8),
@@ -101,7 +131,9 @@ fn contract(w: &Workload) -> (Vec<&'static str>, u32) {
         Workload::Embedding(_) => (vec!["ids", "table", "y"], 8),
         Workload::KvWrite(_) => (vec!["src", "cache"], 8),
         other => panic!("not a glue workload: {other:?}"),
-    }
+    };
+    let numbered = names.into_iter().enumerate();
+    (numbered.map(|(i, n)| (i as u32, n)).collect(), push)
 }
 
 fn check_meta(w: &Workload, k: &CompiledKernel, caps: &DeviceCaps) -> Result<(), String> {
@@ -112,11 +144,7 @@ fn check_meta(w: &Workload, k: &CompiledKernel, caps: &DeviceCaps) -> Result<(),
         .iter()
         .map(|b| (b.binding, b.name.as_str()))
         .collect();
-    let want: Vec<(u32, &str)> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (i as u32, *n))
-        .collect();
+    let want = names;
     if got != want {
         return Err(format!("{}: bindings {got:?}, want {want:?}", k.meta.name));
     }

@@ -30,14 +30,22 @@
 use serde::{Deserialize, Serialize};
 
 use super::expected::Expected;
+use super::kv_cache::f32_to_f16_bits;
 use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
 use crate::caps::DeviceCaps;
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value};
+use crate::ir::{Access, Buffer, Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value};
 use crate::kernel::CompiledKernel;
+use crate::kv_type::{KvType, KvTypes};
 use crate::refusal::Refusal;
 
 pub const BINDING_X: u32 = 0;
 pub const BINDING_FREQS: u32 = 1;
+/// The fused RoPE-and-KV-write form's (`kv_heads` > 0) other bindings: the new K and V rows
+/// (f32, read) and the layer's caches (u32 words, written; the KV write's layout).
+pub const BINDING_K: u32 = 2;
+pub const BINDING_V: u32 = 3;
+pub const BINDING_K_CACHE: u32 = 4;
+pub const BINDING_V_CACHE: u32 = 5;
 
 /// Which elements of a head rotate together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -91,6 +99,20 @@ pub struct RopeWorkload {
     /// Pair i's angle is divided by `freqs[i]` (binding 1).
     #[serde(default, skip_serializing_if = "is_false")]
     pub freq_factors: bool,
+    /// Above 0: the decode step's fusion of RoPE with the KV write ([`kv_kernel_ir`]). `x` is
+    /// the query (`n_heads` heads, rotated in place); the new key (`kv_heads` heads) is rotated
+    /// and stored into the K cache at its position, the new value copied into the V cache,
+    /// each in its cache's type (`kv`: f32 or f16). One dispatch instead of two RoPEs and two
+    /// KV writes. Left out of the serialization at 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_heads: u32,
+    /// The caches' types where `kv_heads` > 0 (left out at f16, f16).
+    #[serde(default, skip_serializing_if = "KvTypes::is_default")]
+    pub kv: KvTypes,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl RopeWorkload {
@@ -103,7 +125,29 @@ impl RopeWorkload {
             theta_bits: theta.to_bits(),
             pairing: RopePairing::Neox,
             freq_factors: false,
+            kv_heads: 0,
+            kv: KvTypes::default(),
         }
+    }
+
+    /// This RoPE of the query fused with the rotation of `kv_heads` key heads and the KV
+    /// write into caches of types `kv` (see the field's documentation).
+    pub fn with_kv_write(self, kv_heads: u32, kv: KvTypes) -> Self {
+        RopeWorkload {
+            kv_heads,
+            kv,
+            ..self
+        }
+    }
+
+    /// Whether this is the fused RoPE-and-KV-write form.
+    pub fn writes_kv(&self) -> bool {
+        self.kv_heads > 0
+    }
+
+    /// Values of one position's K (and V) row.
+    pub fn kv_width(&self) -> u32 {
+        self.kv_heads * self.head_dim
     }
 
     pub fn with_pairing(self, pairing: RopePairing) -> Self {
@@ -133,7 +177,7 @@ impl RopeWorkload {
 
     /// Four multiply-adds per rotated pair (sin/cos are amortized over the heads).
     pub fn flops(&self) -> u64 {
-        3 * u64::from(self.m) * u64::from(self.row_width())
+        3 * u64::from(self.m) * u64::from(self.row_width() + self.kv_width())
     }
 }
 
@@ -165,8 +209,13 @@ impl RopeSchedule {
     /// `rope_neox_…` as before for the default workload; `rope_norm_…` and a `_ff` suffix for
     /// the variants.
     pub fn name(&self, w: &RopeWorkload) -> String {
+        let kv = if w.writes_kv() {
+            format!("_kv{}_{}{}", w.kv_heads, w.kv.k.name(), w.kv.v.name())
+        } else {
+            String::new()
+        };
         format!(
-            "rope_{}_h{}x{}_t{}_hp{}{}",
+            "rope_{}_h{}x{}{kv}_t{}_hp{}{}",
             w.pairing.name(),
             w.n_heads,
             w.head_dim,
@@ -180,12 +229,21 @@ impl RopeSchedule {
         w.n_heads.div_ceil(self.heads_per_thread)
     }
 
-    /// Threads per row.
+    /// Threads per row. The fused form: a thread per two neighbouring pairs of a query or key
+    /// head, or per four values of the V row.
     pub fn row_threads(&self, w: &RopeWorkload) -> u32 {
+        if w.writes_kv() {
+            return (w.n_heads + 2 * w.kv_heads) * (w.head_dim / 4);
+        }
         w.head_dim / 2 * self.head_groups(w)
     }
 
     pub fn validate(&self, w: &RopeWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
+        if w.writes_kv() && self.heads_per_thread != 1 {
+            return Err(Refusal::Schedule(
+                "the fused RoPE and KV write takes one head per thread: heads_per_thread 1".into(),
+            ));
+        }
         if self.heads_per_thread == 0 || self.heads_per_thread > w.n_heads {
             return Err(Refusal::Schedule(format!(
                 "heads_per_thread {} must be in 1..={}",
@@ -224,6 +282,28 @@ pub fn validate_workload(w: &RopeWorkload) -> Result<(), Refusal> {
     if !t.is_finite() || t <= 0.0 || !w.theta_scale().is_finite() {
         return bad(format!("frequency base {t} must be finite and positive"));
     }
+    if w.writes_kv() {
+        if w.head_dim % 4 != 0 {
+            return bad(format!(
+                "head_dim {} is not a multiple of 4: the fused KV write stores whole f16 pairs \
+                 of two neighbouring rotated pairs",
+                w.head_dim
+            ));
+        }
+        if [w.kv.k, w.kv.v].contains(&KvType::Q8_0) {
+            return bad(
+                "the fused RoPE and KV write stores f32 or f16 caches; q8_0 quantizes whole \
+                 blocks in the KV-write kernel"
+                    .into(),
+            );
+        }
+        if w.n_heads % w.kv_heads != 0 {
+            return bad(format!(
+                "{} query heads do not share {} key heads evenly",
+                w.n_heads, w.kv_heads
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -257,11 +337,16 @@ pub fn search_space(w: &RopeWorkload, caps: &DeviceCaps) -> Vec<RopeSchedule> {
     out
 }
 
-/// 64 threads; two heads per angle (halves the angle work without starving the grid).
+/// 64 threads; two heads per angle (halves the angle work without starving the grid); one in
+/// the fused form.
 pub fn default_schedule(w: &RopeWorkload, caps: &DeviceCaps) -> RopeSchedule {
     let s = RopeSchedule {
         threads: 64,
-        heads_per_thread: 2.min(w.n_heads.max(1)),
+        heads_per_thread: if w.writes_kv() {
+            1
+        } else {
+            2.min(w.n_heads.max(1))
+        },
     };
     if s.validate(w, caps).is_ok() {
         return s;
@@ -281,6 +366,9 @@ pub fn instantiate(
 
 /// The kernel's IR. The pair must validate.
 pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
+    if w.writes_kv() {
+        return kv_kernel_ir(w, s);
+    }
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
     let freqs = w
@@ -338,6 +426,167 @@ pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
         }
     });
     b.finish()
+}
+
+/// The fused RoPE and KV write of a decode step (`kv_heads` > 0). Thread `j` of row `r` takes,
+/// in this order over j: two neighbouring pairs (2u, 2u+1) of a query head, rotated in place
+/// in `x`; two neighbouring pairs of a key head, rotated and stored at row `pos0 + r` of the K
+/// cache; or four neighbouring values of the V row, stored in the V cache. Two neighbouring
+/// pairs make whole f16 words in either pairing (NeoX: elements 2u, 2u+1 and 2u+h, 2u+1+h
+/// with h = head_dim/2 even; normal: 4u .. 4u+3), so no two threads write one cache word.
+/// The angles are ggml's (θ of pair 2u+1 is θ of pair 2u times `theta_scale`, the next step of
+/// the same product), the rotation the same operations as [`kernel_ir`]'s, and the stores
+/// the KV write's ([`super::kv_cache`]: f32 bits, or f16 rounded by [`f32_to_f16_bits`]), so
+/// the result is the unfused kernels' bit for bit. Rows past the bound caches are not stored.
+fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
+    let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
+    let freqs = w
+        .freq_factors
+        .then(|| b.buffer(BINDING_FREQS, "freqs", Type::F32, Access::ReadOnly));
+    let k_src = b.buffer(BINDING_K, "k", Type::F32, Access::ReadOnly);
+    let v_src = b.buffer(BINDING_V, "v", Type::F32, Access::ReadOnly);
+    let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", Type::U32, Access::WriteOnly);
+    let v_cache = b.buffer(BINDING_V_CACHE, "v_cache", Type::U32, Access::WriteOnly);
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+    let (hd, quads) = (w.head_dim, w.head_dim / 4);
+    let (q_threads, k_threads) = (w.n_heads * quads, w.kv_heads * quads);
+    let kv_width = w.kv_width();
+    let row = b.builtin(Builtin::WorkgroupId(1));
+    let j = b.add(
+        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
+        b.builtin(Builtin::LocalInvocationIndex),
+    );
+    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(j, b.c_u32(s.row_threads(w))));
+    b.if_(inside, || {
+        let pos = b.add(b.push(p_pos0), row);
+        // The four elements (offsets within a head) of quad `u`: two rotated pairs, as
+        // (lo, hi) offsets of pair 2u and pair 2u+1.
+        let pair_offsets = |u: Value| -> [(Value, Value); 2] {
+            let p0 = b.shli(u, 1);
+            let p1 = b.addi(p0, 1);
+            match w.pairing {
+                RopePairing::Neox => [(p0, b.addi(p0, hd / 2)), (p1, b.addi(p1, hd / 2))],
+                RopePairing::Normal => {
+                    let e = b.shli(u, 2);
+                    [(e, b.addi(e, 1)), (b.addi(e, 2), b.addi(e, 3))]
+                }
+            }
+        };
+        // (sin, cos) of pairs 2u and 2u+1 at this row's position, as `kernel_ir` builds them.
+        let angles = |u: Value| -> [(Value, Value); 2] {
+            let p0 = b.shli(u, 1);
+            let theta = b.var_init("theta", b.convert(pos, Type::F32));
+            let scale = b.c_f32(w.theta_scale());
+            b.for_range(b.c_u32(0), p0, 1, Unroll::Never, |_| {
+                b.store_var(theta, b.mul(b.load_var(theta), scale));
+            });
+            let t0 = b.load_var(theta);
+            let t1 = b.mul(t0, scale);
+            let with_factor = |t: Value, pair: Value| match freqs {
+                Some(f) => b.div(t, b.load(f, pair)),
+                None => t,
+            };
+            [
+                sin_cos(&b, with_factor(t0, p0)),
+                sin_cos(&b, with_factor(t1, b.addi(p0, 1))),
+            ]
+        };
+        let rotate = |x0: Value, x1: Value, (sin, cos): (Value, Value)| {
+            (
+                b.sub(b.mul(x0, cos), b.mul(x1, sin)),
+                b.add(b.mul(x0, sin), b.mul(x1, cos)),
+            )
+        };
+        let is_q = b.lt(j, b.c_u32(q_threads));
+        b.if_else(
+            is_q,
+            || {
+                let head = b.div(j, b.c_u32(quads));
+                let u = b.rem(j, b.c_u32(quads));
+                let base = b.add(b.muli(row, w.row_width()), b.muli(head, hd));
+                let sc = angles(u);
+                for (t, (lo, hi)) in pair_offsets(u).into_iter().enumerate() {
+                    let (lo, hi) = (b.add(base, lo), b.add(base, hi));
+                    let (y0, y1) = rotate(b.load(x, lo), b.load(x, hi), sc[t]);
+                    b.store(x, lo, y0);
+                    b.store(x, hi, y1);
+                }
+            },
+            || {
+                let kj = b.sub(j, b.c_u32(q_threads));
+                let is_k = b.lt(kj, b.c_u32(k_threads));
+                b.if_else(
+                    is_k,
+                    || {
+                        let head = b.div(kj, b.c_u32(quads));
+                        let u = b.rem(kj, b.c_u32(quads));
+                        let head_at = b.muli(head, hd);
+                        let src = b.add(b.muli(row, kv_width), head_at);
+                        let sc = angles(u);
+                        // (element offset in the row, rotated value), four of them.
+                        let mut out: Vec<(Value, Value)> = Vec::new();
+                        for (t, (lo, hi)) in pair_offsets(u).into_iter().enumerate() {
+                            let (y0, y1) = rotate(
+                                b.load(k_src, b.add(src, lo)),
+                                b.load(k_src, b.add(src, hi)),
+                                sc[t],
+                            );
+                            out.push((b.add(head_at, lo), y0));
+                            out.push((b.add(head_at, hi), y1));
+                        }
+                        // Neighbouring elements: (2u, 2u+1) and (2u+h, 2u+1+h) in NeoX
+                        // (out order lo0, hi0, lo1, hi1), 4u .. 4u+3 in normal pairing.
+                        let words = match w.pairing {
+                            RopePairing::Neox => [(out[0], out[2]), (out[1], out[3])],
+                            RopePairing::Normal => [(out[0], out[1]), (out[2], out[3])],
+                        };
+                        store_kv(&b, w.kv.k, k_cache, kv_width, pos, words);
+                    },
+                    || {
+                        let e = b.shli(b.sub(kj, b.c_u32(k_threads)), 2);
+                        let src = b.add(b.muli(row, kv_width), e);
+                        let val = |i: u32| (b.addi(e, i), b.load(v_src, b.addi(src, i)));
+                        let words = [(val(0), val(1)), (val(2), val(3))];
+                        store_kv(&b, w.kv.v, v_cache, kv_width, pos, words);
+                    },
+                );
+            },
+        );
+    });
+    b.finish()
+}
+
+/// Stores two pairs of neighbouring values `((e, a), (e + 1, b))` of position `pos` into a
+/// cache of `ty` (f32: a word each; f16: one packed word, the even element low), unless the
+/// position lies past the bound cache.
+fn store_kv(
+    b: &KernelBuilder,
+    ty: KvType,
+    cache: Buffer,
+    kv_width: u32,
+    pos: Value,
+    words: [((Value, Value), (Value, Value)); 2],
+) {
+    let row_words = ty.row_words(kv_width);
+    let fits = b.lt(pos, b.div(b.array_length(cache), b.c_u32(row_words)));
+    b.if_(fits, || {
+        let base = b.muli(pos, row_words);
+        for ((e, lo), (_, hi)) in words {
+            match ty {
+                KvType::F16 => {
+                    let word = b.or(f32_to_f16_bits(b, lo), b.shli(f32_to_f16_bits(b, hi), 16));
+                    b.store(cache, b.add(base, b.shri(e, 1)), word);
+                }
+                _ => {
+                    let at = b.add(base, e);
+                    b.store(cache, at, b.bitcast(lo, Type::U32));
+                    b.store(cache, b.addi(at, 1), b.bitcast(hi, Type::U32));
+                }
+            }
+        }
+    });
 }
 
 /// π/2 in three parts: C1 = 201/128 and C2 = 507·2⁻²⁰ have at most 9 significant bits, so
