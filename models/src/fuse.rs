@@ -11,11 +11,15 @@
 //!   the norm folded into every projection that reads it (the decode step's Q, K and V, gate/up,
 //!   the output projection). Only where every reader of the norm is such a projection; only the
 //!   GEMV template computes it, so only the decode step's program asks for it.
+//! - `Attention(Rope(q), Rope(k), v)` → `Attention(q, k, v)` with `rope: Some(..)`: the query's
+//!   and the key's RoPE done where the key is written into the cache (one kernel for two RoPEs
+//!   and two KV writes). Only where both RoPEs have the same parameters, the attention's head
+//!   counts, and no other reader; only the decode step's program asks for it.
 //!
 //! The fused graph computes the same values as the unfused one: the CPU reference evaluates
 //! the fused ops as the unfused ops composed (see `reference.rs` and the tests).
 
-use crate::graph::{FoldedNorm, Graph, Node, Op, ValueId};
+use crate::graph::{FoldedNorm, FoldedRope, Graph, Node, Op, ValueId};
 
 /// Which fusions to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +29,9 @@ pub struct FuseOptions {
     /// RMSNorm folded into the projections that read it (GEMV only: executors apply it to
     /// the decode step's program alone).
     pub norm: bool,
+    /// The query's and key's RoPE folded into the attention (its KV write: executors apply it
+    /// to the decode step's program alone).
+    pub rope: bool,
 }
 
 impl FuseOptions {
@@ -32,11 +39,13 @@ impl FuseOptions {
         swiglu: true,
         residual: true,
         norm: true,
+        rope: true,
     };
     pub const NONE: FuseOptions = FuseOptions {
         swiglu: false,
         residual: false,
         norm: false,
+        rope: false,
     };
 
     /// The default: the residual fusion only. The SwiGLU fusion is correct but whether it is
@@ -47,11 +56,12 @@ impl FuseOptions {
         swiglu: false,
         residual: true,
         norm: false,
+        rope: false,
     };
 
     /// The setting of `ROCKY_FUSE`, which overrides the tuned choice (for A/B measurements):
     /// `None` when unset or empty, `1` fuses everything, `0` nothing, else a comma-separated
-    /// list of `swiglu`, `residual`, `norm`: only those. Anything else is an error.
+    /// list of `swiglu`, `residual`, `norm`, `rope`: only those. Anything else is an error.
     pub fn env_override() -> Result<Option<FuseOptions>, String> {
         let Ok(v) = std::env::var("ROCKY_FUSE") else {
             return Ok(None);
@@ -72,10 +82,11 @@ impl FuseOptions {
                         "swiglu" => f.swiglu = true,
                         "residual" => f.residual = true,
                         "norm" => f.norm = true,
+                        "rope" => f.rope = true,
                         _ => {
                             return Err(format!(
                                 "ROCKY_FUSE={list:?}: use 1 (fuse), 0 (do not), or a \
-                                 comma-separated list of swiglu, residual, norm"
+                                 comma-separated list of swiglu, residual, norm, rope"
                             ))
                         }
                     }
@@ -205,6 +216,9 @@ pub fn fuse(
     if options.norm {
         fold_norms(&mut nodes, graph.logits);
     }
+    if options.rope {
+        fold_ropes(&mut nodes, graph.logits);
+    }
     Graph {
         nodes: nodes.into_iter().flatten().collect(),
         tokens: graph.tokens,
@@ -267,6 +281,84 @@ fn fold_norms(nodes: &mut [Option<Node>], logits: ValueId) {
             }
         }
         nodes[i] = None;
+    }
+}
+
+/// Folds the query's and the key's `Rope` into the `Attention` that reads them, where both
+/// are RoPEs of that attention's head counts with the same parameters and nothing else reads
+/// their outputs (Gemma's query scale between RoPE and attention, say, keeps them apart).
+fn fold_ropes(nodes: &mut [Option<Node>], logits: ValueId) {
+    let producer = |nodes: &[Option<Node>], v: ValueId| {
+        nodes
+            .iter()
+            .position(|n| n.as_ref().is_some_and(|n| n.output == v))
+    };
+    let readers = |nodes: &[Option<Node>], v: ValueId| {
+        nodes
+            .iter()
+            .flatten()
+            .map(|n| n.inputs.iter().filter(|&&i| i == v).count())
+            .sum::<usize>()
+            + usize::from(v == logits)
+    };
+    for i in 0..nodes.len() {
+        let Some(Node {
+            op:
+                Op::Attention {
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    rope: None,
+                    ..
+                },
+            inputs,
+            ..
+        }) = nodes[i].clone()
+        else {
+            continue;
+        };
+        let (Some(qi), Some(ki)) = (producer(nodes, inputs[0]), producer(nodes, inputs[1])) else {
+            continue;
+        };
+        let (qn, kn) = (nodes[qi].clone().unwrap(), nodes[ki].clone().unwrap());
+        let (
+            Op::Rope {
+                n_heads: qh,
+                head_dim: qd,
+                theta,
+                pairing,
+                freq_factors,
+            },
+            Op::Rope {
+                n_heads: kh,
+                head_dim: kd,
+                theta: k_theta,
+                pairing: k_pairing,
+                freq_factors: k_factors,
+            },
+        ) = (&qn.op, &kn.op)
+        else {
+            continue;
+        };
+        let same = (*qh, *qd, *kh, *kd) == (n_heads, head_dim, n_kv_heads, head_dim)
+            && theta.to_bits() == k_theta.to_bits()
+            && pairing == k_pairing
+            && freq_factors == k_factors;
+        if !same || readers(nodes, qn.output) != 1 || readers(nodes, kn.output) != 1 {
+            continue;
+        }
+        let node = nodes[i].as_mut().expect("the attention");
+        node.inputs[0] = qn.inputs[0];
+        node.inputs[1] = kn.inputs[0];
+        if let Op::Attention { rope, .. } = &mut node.op {
+            *rope = Some(FoldedRope {
+                theta: *theta,
+                pairing: *pairing,
+                freq_factors: freq_factors.clone(),
+            });
+        }
+        nodes[qi] = None;
+        nodes[ki] = None;
     }
 }
 
@@ -337,6 +429,7 @@ mod tests {
 
     const GEMM_FUSIONS: FuseOptions = FuseOptions {
         norm: false,
+        rope: false,
         ..FuseOptions::ALL
     };
 
@@ -434,6 +527,14 @@ mod tests {
             FuseOptions::parse("norm"),
             Ok(Some(FuseOptions {
                 norm: true,
+                ..FuseOptions::NONE
+            }))
+        );
+        assert_eq!(
+            FuseOptions::parse("rope, norm"),
+            Ok(Some(FuseOptions {
+                norm: true,
+                rope: true,
                 ..FuseOptions::NONE
             }))
         );

@@ -18,6 +18,17 @@ pub struct FoldedNorm {
     pub eps: f32,
 }
 
+/// The RoPEs of the query and the key folded into the attention that reads them (`fuse`, the
+/// decode step only): the attention's q and k inputs arrive unrotated and are rotated at
+/// their positions as `Op::Rope` would (q with the attention's `n_heads`, k with its
+/// `n_kv_heads`), the key as it is written into the cache.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FoldedRope {
+    pub theta: f32,
+    pub pairing: RopePairing,
+    pub freq_factors: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
     /// Gather rows of an embedding table by token id (input: the token ids).
@@ -71,6 +82,8 @@ pub enum Op {
         n_kv_heads: usize,
         head_dim: usize,
         sliding_window: Option<usize>,
+        /// Set by the fusion pass: q and k are rotated here (see [`FoldedRope`]).
+        rope: Option<FoldedRope>,
     },
     /// RMSNorm of each head: the value is `n_heads × head_dim` wide and every `head_dim`
     /// slice is normalized on its own with the one `head_dim`-long weight (the Q and K norms

@@ -164,20 +164,7 @@ impl<'a> CpuSession<'a> {
                     pairing,
                     freq_factors,
                 } => {
-                    let factors = match freq_factors {
-                        Some(name) => {
-                            let f = self.dense(name)?;
-                            if f.len() != head_dim / 2 {
-                                return Err(self.invalid(format!(
-                                    "{name} has {} values, expected head_dim / 2 = {}",
-                                    f.len(),
-                                    head_dim / 2
-                                )));
-                            }
-                            Some(f)
-                        }
-                        None => None,
-                    };
+                    let factors = self.rope_factors(freq_factors.as_deref(), *head_dim)?;
                     let mut x = input(0).to_vec();
                     let rope = Rope {
                         n_heads: *n_heads,
@@ -195,8 +182,24 @@ impl<'a> CpuSession<'a> {
                     n_kv_heads,
                     head_dim,
                     sliding_window,
+                    rope,
                 } => {
-                    let (q, k, v) = (input(0).to_vec(), input(1).to_vec(), input(2).to_vec());
+                    let (mut q, mut k, v) =
+                        (input(0).to_vec(), input(1).to_vec(), input(2).to_vec());
+                    // A folded RoPE: the two `Op::Rope`s it replaced, as they ran.
+                    if let Some(r) = rope {
+                        let factors = self.rope_factors(r.freq_factors.as_deref(), *head_dim)?;
+                        for (x, heads) in [(&mut q, *n_heads), (&mut k, *n_kv_heads)] {
+                            let rope = Rope {
+                                n_heads: heads,
+                                head_dim: *head_dim,
+                                base: r.theta,
+                                pairing: r.pairing,
+                                freq_factors: factors.as_deref(),
+                            };
+                            rope.apply(x, self.n_past);
+                        }
+                    }
                     let heads = Heads {
                         n_heads: *n_heads,
                         n_kv_heads: *n_kv_heads,
@@ -224,6 +227,26 @@ impl<'a> CpuSession<'a> {
         }
         self.n_past += n;
         Ok(values[graph.logits].take().expect("graph produces logits"))
+    }
+
+    /// A RoPE's frequency factors (`head_dim / 2` of them), where it has them.
+    fn rope_factors(
+        &self,
+        name: Option<&str>,
+        head_dim: usize,
+    ) -> Result<Option<Vec<f32>>, ModelError> {
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let f = self.dense(name)?;
+        if f.len() != head_dim / 2 {
+            return Err(self.invalid(format!(
+                "{name} has {} values, expected head_dim / 2 = {}",
+                f.len(),
+                head_dim / 2
+            )));
+        }
+        Ok(Some(f))
     }
 
     fn invalid(&self, detail: String) -> ModelError {

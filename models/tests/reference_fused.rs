@@ -1,7 +1,8 @@
 //! The fusion pass keeps the model's function: the CPU reference of the fused graph (whose
 //! fused ops are the unfused ops composed) gives the same logits as the unfused graph, bit for
 //! bit, on the tiny Qwen2 files; and it does fuse there (one gate/up GEMM and two residual
-//! GEMMs per layer, no SwiGLU or Add left, every RMSNorm folded into its projections).
+//! GEMMs per layer, no SwiGLU or Add left, every RMSNorm folded into its projections, both
+//! RoPEs of every layer folded into its attention).
 
 mod common;
 
@@ -52,9 +53,18 @@ fn fused_graph_gives_the_unfused_logits() {
             )),
             4 * n_layer + 1
         );
+        // Both RoPEs of every layer folded into its attention.
+        assert_eq!(count(&fused, &|op| matches!(op, Op::Rope { .. })), 0);
+        assert_eq!(
+            count(&fused, &|op| matches!(
+                op,
+                Op::Attention { rope: Some(_), .. }
+            )),
+            n_layer
+        );
         assert_eq!(
             fused.graph.nodes.len(),
-            model.graph.nodes.len() - 4 * n_layer - (2 * n_layer + 1)
+            model.graph.nodes.len() - 4 * n_layer - (2 * n_layer + 1) - 2 * n_layer
         );
         let tokens: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 1000).collect();
         let opts = ReferenceOptions::llama_cpp();

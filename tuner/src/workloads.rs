@@ -218,6 +218,7 @@ mod tests {
                     n_kv_heads: 1,
                     head_dim: 64,
                     sliding_window,
+                    rope: None,
                 },
                 &[x, x, x],
             );

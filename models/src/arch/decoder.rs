@@ -200,6 +200,7 @@ impl Blocks<'_> {
                 n_kv_heads: c.n_head_kv,
                 head_dim: c.head_dim,
                 sliding_window: a.sliding_window,
+                rope: None,
             },
             &[q, k, v],
         );

@@ -39,11 +39,11 @@ use rocky_compiler::templates::gemv;
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
 use rocky_compiler::templates::rope::RopeWorkload;
-use rocky_compiler::KvTypes;
 use rocky_compiler::{
     default_schedule, dispatch_grid, instantiate, ActType, DeviceCaps, GemmWorkload, Schedule,
     WeightFormat, WeightLayout, Workload,
 };
+use rocky_compiler::{KvType, KvTypes};
 use rocky_models::arch::Model;
 use rocky_models::formats::GgmlType;
 use rocky_models::fuse::{fuse, FuseOptions};
@@ -302,6 +302,7 @@ impl GpuWeights {
         // Norms stay unfolded, so their weights are listed (folded, a projection reads them).
         let every_pair = FuseOptions {
             norm: false,
+            rope: false,
             ..FuseOptions::ALL
         };
         let graph = fuse(&model.graph, every_pair, &same);
@@ -687,6 +688,7 @@ impl<'m> Executor<'m> {
         // into): no folded norm.
         let prefill_fusions = FuseOptions {
             norm: false,
+            rope: false,
             ..options.fuse
         };
         let graph = fuse(&model.graph, prefill_fusions, &|gate, up| {
@@ -701,9 +703,11 @@ impl<'m> Executor<'m> {
         };
         let prefill_program = Program::new(ctx, graph, options.ubatch, n_sets, "activations")?;
         let decode = program::decode_fusions().map_err(ExecError::Unsupported)?;
-        let step_graph = fuse(&model.graph, step_fusions(decode, &caps), &|gate, up| {
-            weights.combined(gate, up)
-        });
+        let step_graph = fuse(
+            &model.graph,
+            step_fusions(decode, &caps, options.kv),
+            &|gate, up| weights.combined(gate, up),
+        );
         let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
         let kv_width = (cfg.n_head_kv * cfg.head_dim) as u32;
         options
@@ -1069,23 +1073,34 @@ impl<'m> Executor<'m> {
                     n_kv_heads,
                     head_dim,
                     sliding_window,
+                    rope,
                     ..
                 } => {
                     let kv_width = (n_kv_heads * head_dim) as u32;
-                    // One write kernel for both caches where their types agree, else K's
-                    // then V's (`record/attention.rs` binds each to its cache).
                     let kv = self.options.kv;
-                    let types = if kv.k == kv.v {
-                        vec![kv.k]
+                    if let Some(r) = rope {
+                        // The folded RoPEs and the KV writes: one kernel (`record/attention.rs`).
+                        w.push(Workload::RopeNeox(
+                            RopeWorkload::new(rows, *n_heads as u32, *head_dim as u32, r.theta)
+                                .with_pairing(r.pairing)
+                                .with_freq_factors(r.freq_factors.is_some())
+                                .with_kv_write(*n_kv_heads as u32, kv),
+                        ));
                     } else {
-                        vec![kv.k, kv.v]
-                    };
-                    for ty in types {
-                        w.push(Workload::KvWrite(KvWriteWorkload {
-                            m: rows,
-                            kv_width,
-                            ty,
-                        }));
+                        // One write kernel for both caches where their types agree, else K's
+                        // then V's (`record/attention.rs` binds each to its cache).
+                        let types = if kv.k == kv.v {
+                            vec![kv.k]
+                        } else {
+                            vec![kv.k, kv.v]
+                        };
+                        for ty in types {
+                            w.push(Workload::KvWrite(KvWriteWorkload {
+                                m: rows,
+                                kv_width,
+                                ty,
+                            }));
+                        }
                     }
                     w.push(Workload::Attention(AttentionWorkload {
                         m: rows,
@@ -1467,11 +1482,15 @@ fn folded_norm_weight(op: &Op) -> Option<&str> {
 /// more than the norm's dispatch is likely to (Mesa 25.0.7's Valhall compiler: the 3B's gate/up
 /// and q GEMVs from 2 threads to 1 and load/store cycles 49 -> 62, the vocabulary projection
 /// 52 -> 185 cycles with 12:113 spills). `ROCKY_FUSE` with `norm` still folds them there.
-fn step_fusions(decode: FuseOptions, caps: &DeviceCaps) -> FuseOptions {
+///
+/// The RoPEs fold into the attention's KV write (one kernel for two RoPEs and two KV writes)
+/// where both caches are f32 or f16: a q8_0 cache quantizes whole blocks in its own kernel.
+fn step_fusions(decode: FuseOptions, caps: &DeviceCaps, kv: KvTypes) -> FuseOptions {
     let forced = FuseOptions::env_override().ok().flatten().is_some();
     let registers_to_spare = caps.register_budget > 64 || forced;
     FuseOptions {
         norm: decode.norm && gemv_enabled(caps) && registers_to_spare,
+        rope: decode.rope && ![kv.k, kv.v].contains(&KvType::Q8_0),
         ..decode
     }
 }

@@ -1,5 +1,6 @@
-//! Attention nodes: the new K and V rows written into the layer's cache, then attention over
-//! it; split over the KV length (flash-decoding), its pieces write partials that the combine
+//! Attention nodes: the new K and V rows written into the layer's cache (in a decode step with
+//! folded RoPEs, rotated on the way: one kernel for both RoPEs and both writes), then attention
+//! over it; split over the KV length (flash-decoding), its pieces write partials that the combine
 //! kernel merges into the output.
 
 use super::{Kernel, NodeRecorder};
@@ -7,6 +8,7 @@ use crate::executor::{split_kv, w_attention, ExecError};
 use rocky_compiler::templates::attention::AttentionPush;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::kv_cache::KvWritePush;
+use rocky_compiler::templates::rope::RopePush;
 use rocky_compiler::{Schedule, Workload};
 use rocky_models::graph::Op;
 
@@ -56,6 +58,49 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             )?;
         }
         Ok(())
+    }
+
+    /// The folded RoPEs and the KV writes in one dispatch (a decode step's `Attention` with
+    /// `rope`): q rotated in place, k rotated into the K cache, v copied into the V cache.
+    pub(super) fn rope_kv_write(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {
+        let exec = self.exec;
+        let layer = self.layer();
+        let Op::Attention {
+            rope: Some(rope), ..
+        } = &self.node.op
+        else {
+            unreachable!("an attention node with a folded RoPE")
+        };
+        let mut named = vec![("x", self.input(0)?)];
+        if let Some(f) = &rope.freq_factors {
+            named.push(("freqs", exec.weights.get(f).whole()?));
+        }
+        named.extend([
+            ("k", self.input(1)?),
+            ("v", self.input(2)?),
+            ("k_cache", exec.kv[layer].0.whole()),
+            ("v_cache", exec.kv[layer].1.whole()),
+        ]);
+        let (pipeline, push) = exec.position_reader(
+            self.replayed,
+            kernel.key,
+            kernel.pipeline,
+            RopePush {
+                m: self.rows,
+                pos0: self.pos0,
+            }
+            .to_bytes(),
+            &mut named,
+        );
+        self.emit(
+            kernel.label,
+            kernel.actual,
+            kernel.origin,
+            pipeline,
+            named,
+            &push,
+            kernel.groups,
+        )
     }
 
     pub(super) fn attention(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {

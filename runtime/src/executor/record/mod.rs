@@ -80,6 +80,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                     self.gemm(&kernel)?
                 }
                 (Op::Attention { .. }, Workload::KvWrite(_)) => self.kv_write(&kernel)?,
+                (Op::Attention { .. }, Workload::RopeNeox(_)) => self.rope_kv_write(&kernel)?,
                 (Op::Attention { .. }, Workload::Attention(_)) => self.attention(&kernel)?,
                 _ => self.glue(&kernel)?,
             }
