@@ -157,13 +157,33 @@ fn every_cache_type_decodes_split_and_unsplit() {
         for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
             let d = attention::default_schedule(&w, &caps);
             assert!(attention::split_kv::is_split(&d), "{}", d.name(&w));
-            for s in [d, AttentionSchedule { kv_splits: 0, ..d }] {
+            // Merged in the last piece (the desktop default; the key-split kernel of Mali's
+            // default too), by the combine kernel, and unsplit.
+            assert_eq!(
+                d.fused_combine,
+                !caps.shared_memory_is_slow,
+                "{}",
+                d.name(&w)
+            );
+            let fused = AttentionSchedule {
+                fused_combine: true,
+                ..d
+            };
+            let separate = AttentionSchedule {
+                fused_combine: false,
+                ..d
+            };
+            let unsplit = AttentionSchedule {
+                kv_splits: 0,
+                ..separate
+            };
+            for s in [fused, separate, unsplit] {
                 check(&c, &s, &caps, sg);
                 checked += 1;
             }
         }
     }
-    assert_eq!(checked, 16);
+    assert_eq!(checked, 24);
 }
 
 #[test]
@@ -258,6 +278,49 @@ fn run_form(
         let mut partials = bytes_f32(&vec![f32::NAN; values]);
         let mut grid = attention::dispatch_grid(&c.w, s);
         grid[2] = splits;
+        if s.fused_combine {
+            // The last piece of each tile merges the pieces: no combine kernel; the counters
+            // start at zero and must be left at zero for the next dispatch.
+            let tiles = attention::split_kv::counters_for(grid) as usize;
+            let mut counters = bytes_u32(&vec![0; tiles]);
+            let mut bufs: Vec<BufferData> = [&mut q, &mut kc, &mut vc, &mut partials]
+                .into_iter()
+                .enumerate()
+                .map(|(binding, bytes)| BufferData {
+                    binding: binding as u32,
+                    bytes,
+                })
+                .collect();
+            bufs.push(BufferData {
+                binding: attention::split_kv::BINDING_FUSED_OUT,
+                bytes: &mut out,
+            });
+            bufs.push(BufferData {
+                binding: attention::split_kv::BINDING_COUNTERS,
+                bytes: &mut counters,
+            });
+            if let Some(args) = args {
+                bufs.push(BufferData {
+                    binding: attention::split_kv::BINDING_COUNTERS + 1,
+                    bytes: args,
+                });
+            }
+            execute(&module, &mut bufs, &push, grid, sg)
+                .unwrap_or_else(|e| panic!("{}: {e}", module.name));
+            drop(bufs);
+            assert!(
+                counters.iter().all(|&b| b == 0),
+                "{}: the arrival counters were not reset",
+                module.name
+            );
+            let out = f32s(&out);
+            assert!(
+                out[c.m_run * qw..].iter().all(|&v| v == SENTINEL),
+                "{}: rows past the runtime m were written",
+                module.name
+            );
+            return out[..c.m_run * qw].to_vec();
+        }
         run_ir(
             &module,
             [&mut q, &mut kc, &mut vc, &mut partials],
@@ -841,11 +904,15 @@ fn decode_attention_reading_its_position_from_a_buffer_matches_the_push_form() {
             let c = case(w, 1, pos0, 11 + u64::from(pos0));
             for (caps, sg) in [(desktop_vk12(), 32), (mali_vk12(), 16)] {
                 let default = attention::default_schedule(&w, &caps);
-                let unsplit = AttentionSchedule {
-                    kv_splits: 0,
+                let separate = AttentionSchedule {
+                    fused_combine: false,
                     ..default
                 };
-                for s in [default, unsplit] {
+                let unsplit = AttentionSchedule {
+                    kv_splits: 0,
+                    ..separate
+                };
+                for s in [default, separate, unsplit] {
                     let expected = attention::reference_for(
                         &c.w, &s, c.m_run, c.pos0, &c.q, &c.k_cache, &c.v_cache,
                     );
@@ -865,5 +932,5 @@ fn decode_attention_reading_its_position_from_a_buffer_matches_the_push_form() {
             }
         }
     }
-    assert_eq!(checked, 24);
+    assert_eq!(checked, 36);
 }

@@ -105,14 +105,22 @@ fn whole_attention_spaces_pass_spirv_val_for_vulkan_1_2() {
                     ("f16_qk", s.f16_qk as u32),
                     ("f16_pv", s.f16_pv as u32),
                     ("split", (s.kv_splits > 1) as u32),
+                    ("fused_combine", s.fused_combine as u32),
                 ]);
                 match attention::instantiate(&w, s, caps) {
                     Ok(k) => {
                         let names: Vec<&str> =
                             k.meta.bindings.iter().map(|b| b.name.as_str()).collect();
                         let numbers: Vec<u32> = k.meta.bindings.iter().map(|b| b.binding).collect();
-                        let out = if s.kv_splits > 1 { "partials" } else { "out" };
-                        if names != ["q", "k_cache", "v_cache", out] || numbers != [0, 1, 2, 3] {
+                        let want: &[&str] = if s.fused_combine {
+                            &["q", "k_cache", "v_cache", "partials", "out", "counters"]
+                        } else if s.kv_splits > 1 {
+                            &["q", "k_cache", "v_cache", "partials"]
+                        } else {
+                            &["q", "k_cache", "v_cache", "out"]
+                        };
+                        let in_order: Vec<u32> = (0..want.len() as u32).collect();
+                        if names != want || numbers != in_order {
                             failures
                                 .push(format!("{}: bindings {names:?} {numbers:?}", k.meta.name));
                         }
@@ -239,7 +247,9 @@ fn default_schedules_are_valid_and_follow_the_device_class() {
                     assert!(s.is_key_split(), "{s:?}");
                     assert!(k.meta.shared_bytes <= 4096, "{s:?}");
                 } else {
-                    assert_eq!(k.meta.shared_bytes, 0, "{s:?}");
+                    // Nothing but the fused combine's last-piece flag.
+                    let flag = if s.fused_combine { 4 } else { 0 };
+                    assert_eq!(k.meta.shared_bytes, flag, "{s:?}");
                 }
                 assert!(s.register_estimate(&w) <= 64);
             } else {
@@ -475,9 +485,17 @@ fn the_decode_steps_args_forms_pass_spirv_val() {
         let Schedule::Attention(a) = split else {
             panic!("attention has an attention schedule")
         };
-        let unsplit = Schedule::Attention(AttentionSchedule { kv_splits: 0, ..a });
+        let separate = AttentionSchedule {
+            fused_combine: false,
+            ..a
+        };
+        let unsplit = Schedule::Attention(AttentionSchedule {
+            kv_splits: 0,
+            ..separate
+        });
         let cases = [
             (attention, split),
+            (attention, Schedule::Attention(separate)),
             (attention, unsplit),
             (
                 Workload::RopeNeox(RopeWorkload::new(1, 16, 128, 1e6)),
@@ -513,5 +531,5 @@ fn the_decode_steps_args_forms_pass_spirv_val() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 10);
 }

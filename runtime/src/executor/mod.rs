@@ -636,6 +636,9 @@ pub struct Executor<'m> {
     counters: Vec<Buffer>,
     /// Per set of activation slots, the partials of split-KV attention (`split_kv.rs`).
     attn_scratch: Vec<Buffer>,
+    /// Per set, the arrival counters of split-KV attention whose last piece merges the
+    /// pieces (`fused_combine`; zero between dispatches).
+    attn_counters: Vec<Buffer>,
     /// The device's compute units where known (split-KV attention sizes its grid by them).
     compute_units: Option<u32>,
     cache: Option<PipelineCache>,
@@ -750,6 +753,7 @@ impl<'m> Executor<'m> {
             scratch: Vec::new(),
             counters: Vec::new(),
             attn_scratch: Vec::new(),
+            attn_counters: Vec::new(),
             compute_units: crate::compute_units(ctx.info()),
             cache: PipelineCache::open_default(ctx).ok(),
             ring: StreamRing::default(),
@@ -794,6 +798,7 @@ impl<'m> Executor<'m> {
             .iter()
             .chain(&self.counters)
             .chain(&self.attn_scratch)
+            .chain(&self.attn_counters)
         {
             if buffer.size() > 4 {
                 plan.push((buffer.label().to_string(), buffer.size()));

@@ -10,10 +10,14 @@ use super::{ExecError, Executor};
 use crate::Buffer;
 use rocky_compiler::templates::attention::combine::instantiate_combine;
 use rocky_compiler::templates::attention::split_kv::{
-    is_split, scratch_values, splits_for, MAX_KV_SPLITS, SPLIT_MAX_M,
+    counters_for, is_split, scratch_values, splits_for, MAX_KV_SPLITS, SPLIT_MAX_M,
 };
 use rocky_compiler::templates::attention::{AttentionSchedule, AttentionWorkload};
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
+
+/// `ROCKY_FUSED_COMBINE=0` merges split-KV pieces with the combine kernel even where the
+/// schedule merges them in its last piece (A/B measurements of the fused combine).
+pub const FUSED_COMBINE_ENV: &str = "ROCKY_FUSED_COMBINE";
 
 /// The environment variable that overrides split-KV decode attention.
 pub const KV_SPLITS_ENV: &str = "ROCKY_KV_SPLITS";
@@ -47,7 +51,11 @@ pub(crate) fn apply_override(
     let forced = kv_splits_override().map_err(ExecError::Unsupported)?;
     let out = match forced {
         None => a,
-        Some(1) => AttentionSchedule { kv_splits: 0, ..a },
+        Some(1) => AttentionSchedule {
+            kv_splits: 0,
+            fused_combine: false,
+            ..a
+        },
         Some(n) if aw.m <= SPLIT_MAX_M && !a.is_tiled() => {
             let split = AttentionSchedule { kv_splits: n, ..a };
             if split.validate(aw, caps).is_ok() {
@@ -57,6 +65,15 @@ pub(crate) fn apply_override(
             }
         }
         Some(_) => a,
+    };
+    // `ROCKY_FUSED_COMBINE=0`: the pieces merged by the combine kernel (A/B runs).
+    let out = if is_split(&out) && std::env::var(FUSED_COMBINE_ENV).as_deref() == Ok("0") {
+        AttentionSchedule {
+            fused_combine: false,
+            ..out
+        }
+    } else {
+        out
     };
     Ok(Schedule::Attention(out))
 }
@@ -84,8 +101,9 @@ pub(crate) fn step_splits(
 }
 
 impl Executor<'_> {
-    /// For a split attention schedule: builds its combine kernel and makes every set's
-    /// scratch large enough for its partials at the full ubatch.
+    /// For a split attention schedule: builds its combine kernel (or, where its last piece
+    /// merges the pieces, makes every set's arrival counters large enough and zero) and makes
+    /// every set's scratch large enough for its partials at the full ubatch.
     pub(crate) fn prepare_split_kv(
         &mut self,
         label: &str,
@@ -103,7 +121,26 @@ impl Executor<'_> {
             label: label.to_string(),
             reason: r.to_string(),
         };
-        if !self.reduce_pipelines.contains_key(&(*w, *s)) {
+        if a.fused_combine {
+            let tiles = counters_for(rocky_compiler::templates::attention::dispatch_grid(aw, a));
+            // Zero, always (a counter read before any kernel reset it must be 0).
+            while self.attn_counters.len() < n_sets {
+                let set = self.attn_counters.len();
+                self.attn_counters.push(Buffer::from_slice(
+                    &self.ctx,
+                    &[0u32],
+                    &format!("split-KV arrival counters[{set}]"),
+                )?);
+            }
+            for set in 0..n_sets {
+                if self.attn_counters[set].size() < 4 * u64::from(tiles) {
+                    let name = self.attn_counters[set].label().to_string();
+                    // Zero: the kernels leave their counters as they found them.
+                    self.attn_counters[set] =
+                        Buffer::from_slice(&self.ctx, &vec![0u32; tiles as usize], &name)?;
+                }
+            }
+        } else if !self.reduce_pipelines.contains_key(&(*w, *s)) {
             let kernel = instantiate_combine(aw, a, &self.caps).map_err(refused)?;
             let p = crate::ComputePipeline::from_kernel(&self.ctx, self.cache.as_ref(), &kernel)?;
             self.reduce_pipelines.insert((*w, *s), p);

@@ -18,7 +18,7 @@ use super::schedule::AttentionSchedule;
 use super::split_kv::{is_split, ml_offset_vec4, scratch_elem};
 use super::workload::AttentionWorkload;
 use crate::caps::DeviceCaps;
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Unroll};
+use crate::ir::{Access, Buffer, Builtin, KernelBuilder, Module, Scalar, Type, Unroll, Value};
 use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
 use crate::templates::{compile, push_bytes, MAX_GRID_DIM};
@@ -104,38 +104,55 @@ pub fn combine_ir(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
     b.if_(ok, || {
         let head = b.div(c, b.c_u32(w.head_dim / 4));
         let splits = b.min(splits, b.c_u32(s.kv_splits));
-        // Record of piece z: ml0 + (z·m_w + row)·n_heads + head.
-        let ml_at = |z| {
-            b.add(
-                b.c_u32(ml_offset_vec4(w, s)),
-                b.add(b.muli(b.add(b.muli(z, w.m), row), w.n_heads), head),
-            )
-        };
-        let mx = b.var_init("mx", b.c_f32(super::kernel::NEG_BIG));
-        b.for_range(b.c_u32(0), splits, 1, Unroll::Never, |z| {
-            let rec = b.load(partials, ml_at(z));
-            b.store_var(mx, b.max(b.load_var(mx), b.extract(rec, 0)));
-        });
-        let big_m = b.load_var(mx);
-        let sum = b.var_init("sum", b.c_f32(0.0));
-        let o = b.var_init("o", b.lit(v4, 0.0));
-        b.for_range(b.c_u32(0), splits, 1, Unroll::Never, |z| {
-            let rec = b.load(partials, ml_at(z));
-            let e = b.exp(b.sub(b.extract(rec, 0), big_m));
-            b.store_var(sum, b.fma(b.extract(rec, 1), e, b.load_var(sum)));
-            let at = b.add(b.muli(b.add(b.muli(z, w.m), row), row_u4), c);
-            let part = b.load(partials, at);
-            b.store_var(o, b.fma(b.splat(e, 4), part, b.load_var(o)));
-        });
-        let l = b.load_var(sum);
-        let inv = b.select(b.gt(l, b.c_f32(0.0)), b.div(b.c_f32(1.0), l), b.c_f32(0.0));
-        b.store(
-            out,
-            b.add(b.muli(row, row_u4), c),
-            b.mul(b.load_var(o), b.splat(inv, 4)),
-        );
+        let merged = merge_vec4(&b, w, s, partials, splits, row, head, c);
+        b.store(out, b.add(b.muli(row, row_u4), c), merged);
     });
     b.finish()
+}
+
+/// Output vec4 `c` (of the row's `q_width / 4`; head `head`'s) of query row `row`, merged from
+/// the partials of `splits` pieces (at most the schedule's `kv_splits`) as the module
+/// documentation says: the combine kernel's body, and the fused combine's
+/// (`split_kv::combine_in_last_piece`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn merge_vec4(
+    b: &KernelBuilder,
+    w: &AttentionWorkload,
+    s: &AttentionSchedule,
+    partials: Buffer,
+    splits: Value,
+    row: Value,
+    head: Value,
+    c: Value,
+) -> Value {
+    let v4 = Type::vec(Scalar::F32, 4);
+    let row_u4 = w.q_width() / 4;
+    // Record of piece z: ml0 + (z·m_w + row)·n_heads + head.
+    let ml_at = |z| {
+        b.add(
+            b.c_u32(ml_offset_vec4(w, s)),
+            b.add(b.muli(b.add(b.muli(z, w.m), row), w.n_heads), head),
+        )
+    };
+    let mx = b.var_init("mx", b.c_f32(super::kernel::NEG_BIG));
+    b.for_range(b.c_u32(0), splits, 1, Unroll::Never, |z| {
+        let rec = b.load(partials, ml_at(z));
+        b.store_var(mx, b.max(b.load_var(mx), b.extract(rec, 0)));
+    });
+    let big_m = b.load_var(mx);
+    let sum = b.var_init("sum", b.c_f32(0.0));
+    let o = b.var_init("o", b.lit(v4, 0.0));
+    b.for_range(b.c_u32(0), splits, 1, Unroll::Never, |z| {
+        let rec = b.load(partials, ml_at(z));
+        let e = b.exp(b.sub(b.extract(rec, 0), big_m));
+        b.store_var(sum, b.fma(b.extract(rec, 1), e, b.load_var(sum)));
+        let at = b.add(b.muli(b.add(b.muli(z, w.m), row), row_u4), c);
+        let part = b.load(partials, at);
+        b.store_var(o, b.fma(b.splat(e, 4), part, b.load_var(o)));
+    });
+    let l = b.load_var(sum);
+    let inv = b.select(b.gt(l, b.c_f32(0.0)), b.div(b.c_f32(1.0), l), b.c_f32(0.0));
+    b.mul(b.load_var(o), b.splat(inv, 4))
 }
 
 /// The combine in f64 over `partials` (scratch order, see `split_kv.rs`) of `splits` pieces:

@@ -84,15 +84,35 @@ pub(crate) fn kv_reads(w: &AttentionWorkload) -> (KvRead, KvRead) {
 }
 
 impl Interface {
+    /// The interface with binding 3 the output.
     pub(crate) fn declare(b: &KernelBuilder, w: &AttentionWorkload) -> Interface {
-        Self::declare_as(b, w, "out")
+        Self::declare_out(b, w, |b, v4| {
+            b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly)
+        })
     }
 
-    /// The interface with binding 3 named `out_name` (`partials` in the split-KV kernel).
+    /// The interface of the row-wise and key-split kernels under `s`: binding 3 is the output,
+    /// or with split keys the partials (coherent where the last piece merges them itself).
     pub(crate) fn declare_as(
         b: &KernelBuilder,
         w: &AttentionWorkload,
-        out_name: &str,
+        s: &AttentionSchedule,
+    ) -> Interface {
+        Self::declare_out(b, w, |b, v4| {
+            if s.fused_combine {
+                b.coherent_buffer(BINDING_OUT, "partials", v4)
+            } else if split_kv::is_split(s) {
+                b.buffer(BINDING_OUT, "partials", v4, Access::WriteOnly)
+            } else {
+                b.buffer(BINDING_OUT, "out", v4, Access::WriteOnly)
+            }
+        })
+    }
+
+    fn declare_out(
+        b: &KernelBuilder,
+        w: &AttentionWorkload,
+        binding_3: impl Fn(&KernelBuilder, Type) -> Buffer,
     ) -> Interface {
         let v4 = Type::vec(Scalar::F32, 4);
         let (kr, vr) = kv_reads(w);
@@ -109,7 +129,7 @@ impl Interface {
             vr.binding_type(),
             Access::ReadOnly,
         );
-        let out = b.buffer(BINDING_OUT, out_name, v4, Access::WriteOnly);
+        let out = binding_3(b, v4);
         let p_m = b.push_field("m", Type::U32);
         let p_pos0 = b.push_field("pos0", Type::U32);
         Interface {
@@ -167,7 +187,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare_as(&b, w, if split { "partials" } else { "out" });
+    } = Interface::declare_as(&b, w, s);
     let (k_read, v_read) = kv_reads(w);
 
     let tpr = s.threads_per_row;
@@ -395,6 +415,9 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
             run_sum,
         }
         .emit(&b);
+        if s.fused_combine {
+            split_kv::combine_in_last_piece(&b, w, s, out, m);
+        }
         return b.finish();
     }
     b.if_(b.lt(query, m), || {

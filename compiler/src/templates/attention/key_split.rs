@@ -95,7 +95,7 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
         out,
         m,
         pos0,
-    } = Interface::declare_as(&b, w, if split { "partials" } else { "out" });
+    } = Interface::declare_as(&b, w, s);
     let (k_read, v_read) = kv_reads(w);
 
     let lay = KeySplitLayout::of(w, s);
@@ -375,6 +375,9 @@ pub(crate) fn build(w: &AttentionWorkload, s: &AttentionSchedule) -> Module {
                 run_sum: run_sum[i],
             }
             .emit(&b);
+        }
+        if s.fused_combine {
+            split_kv::combine_in_last_piece(&b, w, s, out, m);
         }
         return b.finish();
     }

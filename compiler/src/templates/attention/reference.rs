@@ -233,6 +233,7 @@ pub fn reference(
         tile_keys: 0,
         lane_rows: 0,
         kv_splits: 0,
+        fused_combine: false,
     };
     reference_for(w, &f32_math, m, pos0, q, k_cache, v_cache)
 }

@@ -88,10 +88,20 @@ pub struct AttentionSchedule {
     /// records, and omitted from the JSON at 0): one workgroup walks all keys.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub kv_splits: u32,
+    /// With `kv_splits`: the last piece of each workgroup's key range to finish merges the
+    /// pieces itself (`split_kv::combine_in_last_piece`, counted in through an atomic counter
+    /// per workgroup tile), so no combine dispatch, and no barrier before it, follows. Omitted
+    /// from the JSON when false (older records: the combine kernel).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fused_combine: bool,
 }
 
 fn is_zero(x: &u32) -> bool {
     *x == 0
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 impl AttentionSchedule {
@@ -155,6 +165,12 @@ impl AttentionSchedule {
 
     /// Bytes of workgroup memory: the f16 K and V tiles, and the reduction slots.
     pub fn shared_bytes(&self, w: &AttentionWorkload) -> u32 {
+        // The fused combine's flag: whether this workgroup arrived last.
+        let flag = if self.fused_combine { 4 } else { 0 };
+        flag + self.shared_bytes_before_the_combine(w)
+    }
+
+    fn shared_bytes_before_the_combine(&self, w: &AttentionWorkload) -> u32 {
         if self.is_key_split() {
             return super::key_split::KeySplitLayout::of(w, self).bytes(self.kv_block);
         }
@@ -234,7 +250,11 @@ impl AttentionSchedule {
                 String::new()
             }
         ) + &if super::split_kv::is_split(self) {
-            format!("_split{}", self.kv_splits)
+            format!(
+                "_split{}{}",
+                self.kv_splits,
+                if self.fused_combine { "_fc" } else { "" }
+            )
         } else {
             String::new()
         } + &if w.kv.is_default() {
@@ -247,6 +267,9 @@ impl AttentionSchedule {
     /// Checks the schedule against the workload and the device.
     pub fn validate(&self, w: &AttentionWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         let bad = |s: String| Err(Refusal::Schedule(s));
+        if self.fused_combine && !super::split_kv::is_split(self) {
+            return bad("fused_combine merges split-KV pieces: it needs kv_splits >= 2".into());
+        }
         if !(1..=64).contains(&self.rows) {
             return bad(format!("rows {} must be in 1..=64", self.rows));
         }
@@ -402,6 +425,22 @@ impl AttentionSchedule {
 /// blocks 8..64, every lane split head_dim allows, GQA grouping on/off (when there is a group),
 /// staging on/off, both reductions, f32 math, packed-f16 p·v, or packed f16 for both products
 /// (where the device has f16; f16 q·k alone saves less than p·v and is left out).
+/// A split schedule's twin that merges its pieces in the last one (`fused_combine`).
+fn push_fused(
+    out: &mut Vec<AttentionSchedule>,
+    s: AttentionSchedule,
+    w: &AttentionWorkload,
+    caps: &DeviceCaps,
+) {
+    let fused = AttentionSchedule {
+        fused_combine: true,
+        ..s
+    };
+    if super::split_kv::is_split(&s) && fused.validate(w, caps).is_ok() {
+        out.push(fused);
+    }
+}
+
 /// Workgroups under 16 threads (they waste subgroups), rows beyond the next power of two of m
 /// and 64-key blocks without staging (their unstaged loads gain nothing over 32) are left out.
 /// First, where shared memory is on-chip and shuffles exist, the tiled schedules: rows 1..16,
@@ -451,6 +490,7 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     tile_keys,
                                     lane_rows: 0,
                                     kv_splits: 0,
+                                    fused_combine: false,
                                 };
                                 if s.threads(w) >= 32.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
@@ -496,11 +536,13 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                     tile_keys: 0,
                                     lane_rows,
                                     kv_splits,
+                                    fused_combine: false,
                                 };
                                 if s.threads(w) >= 16.min(caps.max_workgroup_invocations)
                                     && s.validate(w, caps).is_ok()
                                 {
                                     out.push(s);
+                                    push_fused(&mut out, s, w, caps);
                                 }
                             }
                         }
@@ -541,12 +583,14 @@ pub fn search_space(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<AttentionSc
                                         tile_keys: 0,
                                         kv_splits,
                                         lane_rows: 0,
+                                        fused_combine: false,
                                     };
                                     if s.threads(w) < 16.min(caps.max_workgroup_invocations) {
                                         continue;
                                     }
                                     if s.validate(w, caps).is_ok() {
                                         out.push(s);
+                                        push_fused(&mut out, s, w, caps);
                                     }
                                 }
                             }
@@ -590,6 +634,7 @@ pub fn seed_schedules(w: &AttentionWorkload, caps: &DeviceCaps) -> Vec<Attention
             tile_keys,
             lane_rows: 0,
             kv_splits: 0,
+            fused_combine: false,
         })
         .filter(|s| {
             s.threads(w) >= 32.min(caps.max_workgroup_invocations) && s.validate(w, caps).is_ok()
@@ -635,6 +680,7 @@ fn key_split_default(
         tile_keys: 0,
         lane_rows,
         kv_splits: 0,
+        fused_combine: false,
     }
 }
 
@@ -699,6 +745,7 @@ pub fn default_schedule(w: &AttentionWorkload, caps: &DeviceCaps) -> AttentionSc
             tile_keys: 0,
             lane_rows: 0,
             kv_splits: 0,
+            fused_combine: false,
         });
         candidates.push(AttentionSchedule {
             rows: 1,

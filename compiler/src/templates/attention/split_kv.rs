@@ -24,7 +24,7 @@
 use super::kernel::NEG_BIG;
 use super::schedule::AttentionSchedule;
 use super::workload::AttentionWorkload;
-use crate::ir::{Buffer, Builtin, KernelBuilder, Scalar, Type, Value, Var};
+use crate::ir::{Access, Buffer, Builtin, KernelBuilder, Scalar, Type, Value, Var};
 
 /// Query rows up to which a workload may split its keys: decode steps (m = 1) and small
 /// batches. A prefill ubatch has m × heads workgroups already and keeps the plain kernel.
@@ -44,6 +44,17 @@ pub const DEFAULT_KV_SPLITS: u32 = 32;
 /// Workgroups per compute unit the rule aims for (two, so one's memory waits overlap the
 /// other's arithmetic).
 const WORKGROUPS_PER_UNIT: u32 = 2;
+
+/// A fused-combine kernel's (`fused_combine`) further bindings: the attention output (f32
+/// vec4, m × q_width) and the arrival counters (u32, one per workgroup tile: x + y·grid x of
+/// the dispatch; zero before the dispatch, and zero again after it).
+pub const BINDING_FUSED_OUT: u32 = 4;
+pub const BINDING_COUNTERS: u32 = 5;
+
+/// Counters a fused-combine dispatch with `grid` needs.
+pub fn counters_for(grid: [u32; 3]) -> u32 {
+    grid[0] * grid[1]
+}
 
 /// Whether `s` splits the keys.
 pub fn is_split(s: &AttentionSchedule) -> bool {
@@ -96,8 +107,13 @@ pub fn with_default_splits(
     if w.m > SPLIT_MAX_M || s.is_tiled() || is_split(&s) {
         return s;
     }
+    // The last piece merges the pieces: no combine dispatch after it. Not where workgroup
+    // memory is ordinary memory that the driver allocates per dispatch and workgroup instance
+    // (panvk): the flag would take the Mali key-split kernel past 4 KiB of it, so Mali keeps
+    // the combine kernel until a board measures both.
     let split = AttentionSchedule {
         kv_splits: DEFAULT_KV_SPLITS,
+        fused_combine: !caps.shared_memory_is_slow,
         ..s
     };
     if split.validate(w, caps).is_ok() {
@@ -194,6 +210,81 @@ impl PartialStore<'_> {
             });
         });
     }
+}
+
+/// The fused combine (`fused_combine`): called by the whole workgroup after its piece's
+/// partials are stored. The workgroup counts itself in at its tile's counter; the last of the
+/// tile's `NumWorkgroups.z` pieces to arrive resets the counter and merges every piece's
+/// partials of its rows and heads into `out` (`combine::merge_vec4`, the combine kernel's
+/// arithmetic). Nobody waits: the last one finds the others' partials written (their device
+/// barrier before counting in, its own after), so no forward-progress guarantee is needed.
+pub(crate) fn combine_in_last_piece(
+    b: &KernelBuilder,
+    w: &AttentionWorkload,
+    s: &AttentionSchedule,
+    partials: Buffer,
+    m: Value,
+) {
+    let out = b.buffer(
+        BINDING_FUSED_OUT,
+        "out",
+        Type::vec(Scalar::F32, 4),
+        Access::WriteOnly,
+    );
+    let counters = b.coherent_buffer(BINDING_COUNTERS, "counters", Type::U32);
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    let threads = s.threads(w);
+    // Every invocation's partials reach device scope before the workgroup counts in.
+    b.device_memory_barrier();
+    b.barrier();
+    let flag = b.shared_array("last_piece", Type::U32, 1);
+    b.if_(b.eq(tid, b.c_u32(0)), || {
+        let tile = b.add(
+            b.mul(
+                b.builtin(Builtin::WorkgroupId(1)),
+                b.builtin(Builtin::NumWorkgroups(0)),
+            ),
+            b.builtin(Builtin::WorkgroupId(0)),
+        );
+        let pieces = b.builtin(Builtin::NumWorkgroups(2));
+        let arrived = b.atomic_add(counters, tile, b.c_u32(1));
+        let last = b.eq(arrived, b.sub(pieces, b.c_u32(1)));
+        b.if_(last, || {
+            // Back to zero (adding -pieces in wrapping u32 arithmetic).
+            b.atomic_add(counters, tile, b.sub(b.c_u32(0), pieces));
+        });
+        b.store_shared(flag, b.c_u32(0), b.select(last, b.c_u32(1), b.c_u32(0)));
+    });
+    b.barrier();
+    b.if_(b.eq(b.load_shared(flag, b.c_u32(0)), b.c_u32(1)), || {
+        // See the other pieces' partials (their release, our acquire).
+        b.device_memory_barrier();
+        let splits = b.min(b.builtin(Builtin::NumWorkgroups(2)), b.c_u32(s.kv_splits));
+        let first_row = b.muli(b.builtin(Builtin::WorkgroupId(0)), s.rows);
+        let head_y = b.builtin(Builtin::WorkgroupId(1));
+        let (hg, quads) = (s.heads_per_workgroup(w), w.head_dim / 4);
+        let total = s.rows * hg * quads;
+        for it in 0..total.div_ceil(threads) {
+            let idx = b.addi(tid, it * threads);
+            b.if_(b.lt(idx, b.c_u32(total)), || {
+                let r = b.div(idx, b.c_u32(hg * quads));
+                let rest = b.rem(idx, b.c_u32(hg * quads));
+                let hh = b.div(rest, b.c_u32(quads));
+                let head = if s.group_heads {
+                    b.add(b.muli(head_y, w.group()), hh)
+                } else {
+                    head_y
+                };
+                let row = b.add(first_row, r);
+                let c = b.add(b.muli(head, quads), b.rem(rest, b.c_u32(quads)));
+                b.if_(b.lt(row, m), || {
+                    let merged =
+                        super::combine::merge_vec4(b, w, s, partials, splits, row, head, c);
+                    b.store(out, b.add(b.muli(row, w.q_width() / 4), c), merged);
+                });
+            });
+        }
+    });
 }
 
 /// The partials of `splits` pieces in scratch order, for tests and the combine's reference:

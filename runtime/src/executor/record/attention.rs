@@ -155,6 +155,24 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         named.push(("partials", scratch));
         let mut grid = kernel.groups;
         grid[2] = pieces;
+        if a.fused_combine {
+            // The last piece of each tile merges the pieces into the output: one dispatch.
+            let tiles = rocky_compiler::templates::attention::split_kv::counters_for(grid);
+            named.push(("out", self.output()?));
+            named.push((
+                "counters",
+                exec.attn_counters[self.set].range(0, 4 * u64::from(tiles))?,
+            ));
+            return self.emit(
+                kernel.label,
+                seen,
+                kernel.origin,
+                pipeline,
+                named,
+                &push,
+                grid,
+            );
+        }
         self.emit(
             kernel.label,
             seen,
