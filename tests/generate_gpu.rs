@@ -259,8 +259,9 @@ fn synth_gemma3_tiny_decode_past_the_sliding_window_matches_cpu() {
 
 /// Split-KV decode attention forced on (`ROCKY_KV_SPLITS=5`: five pieces at every step,
 /// most of them empty at these lengths, and with Gemma 3's sliding window pieces holding only
-/// masked keys) and off gives the CPU reference's greedy tokens both ways, so the same tokens.
-/// Only this test sets the variable; other tests of this binary that run meanwhile may decode
+/// masked keys; merged by the combine kernel and, `ROCKY_FUSED_COMBINE=1`, by the last piece)
+/// and off gives the CPU reference's greedy tokens every way, so the same tokens.
+/// Only this test sets the variables; other tests of this binary that run meanwhile may decode
 /// with five pieces too, which their own CPU comparison covers.
 #[test]
 fn split_kv_decode_on_and_off_give_the_same_tokens() {
@@ -269,11 +270,22 @@ fn split_kv_decode_on_and_off_give_the_same_tokens() {
         (shared().join("models/qwen2-tiny-q8_0.gguf"), 30, 10, 8),
     ] {
         std::env::set_var("ROCKY_KV_SPLITS", "5");
+        // The pieces merged by the combine kernel, then by the last piece to finish.
+        std::env::set_var("ROCKY_FUSED_COMBINE", "0");
         let (on, splits_on) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        std::env::set_var("ROCKY_FUSED_COMBINE", "1");
+        let (fused, splits_fused) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        std::env::remove_var("ROCKY_FUSED_COMBINE");
         std::env::set_var("ROCKY_KV_SPLITS", "0");
         let (off, splits_off) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
         std::env::remove_var("ROCKY_KV_SPLITS");
-        assert_eq!((splits_on, splits_off), (5, 0), "{}", path.display());
+        assert_eq!(
+            (splits_on, splits_fused, splits_off),
+            (5, 5, 0),
+            "{}",
+            path.display()
+        );
         assert_eq!(on, off, "{}", path.display());
+        assert_eq!(fused, off, "{}", path.display());
     }
 }

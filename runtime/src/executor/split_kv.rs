@@ -16,7 +16,8 @@ use rocky_compiler::templates::attention::{AttentionSchedule, AttentionWorkload}
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 
 /// `ROCKY_FUSED_COMBINE=0` merges split-KV pieces with the combine kernel even where the
-/// schedule merges them in its last piece (A/B measurements of the fused combine).
+/// schedule merges them in its last piece, `1` in the last piece even where the schedule has
+/// the combine kernel (A/B measurements and tests of the fused combine).
 pub const FUSED_COMBINE_ENV: &str = "ROCKY_FUSED_COMBINE";
 
 /// The environment variable that overrides split-KV decode attention.
@@ -66,14 +67,21 @@ pub(crate) fn apply_override(
         }
         Some(_) => a,
     };
-    // `ROCKY_FUSED_COMBINE=0`: the pieces merged by the combine kernel (A/B runs).
-    let out = if is_split(&out) && std::env::var(FUSED_COMBINE_ENV).as_deref() == Ok("0") {
-        AttentionSchedule {
-            fused_combine: false,
-            ..out
+    // `ROCKY_FUSED_COMBINE`: 0 merges the pieces with the combine kernel, 1 in their last
+    // piece (where that validates), for A/B runs and tests.
+    let out = match std::env::var(FUSED_COMBINE_ENV).as_deref() {
+        Ok(v @ ("0" | "1")) if is_split(&out) => {
+            let forced = AttentionSchedule {
+                fused_combine: v == "1",
+                ..out
+            };
+            if forced.validate(aw, caps).is_ok() {
+                forced
+            } else {
+                out
+            }
         }
-    } else {
-        out
+        _ => out,
     };
     Ok(Schedule::Attention(out))
 }
