@@ -15,7 +15,9 @@ use crate::measure::{
 use rocky_compiler::templates::attention::combine::{
     combine_grid, instantiate_combine, CombinePush,
 };
-use rocky_compiler::templates::attention::split_kv::{is_split, scratch_values, splits_for};
+use rocky_compiler::templates::attention::split_kv::{
+    counters_for, is_split, scratch_values, splits_for, BINDING_COUNTERS, BINDING_FUSED_OUT,
+};
 use rocky_compiler::templates::attention::workload::{
     BINDING_K_CACHE, BINDING_OUT, BINDING_Q, BINDING_V_CACHE,
 };
@@ -112,8 +114,9 @@ pub struct AttentionOnGpu {
     k_cache: Buffer,
     v_cache: Buffer,
     out: Buffer,
-    /// Split-KV schedules: the combine kernel and the partials' scratch.
-    combine: Option<(ComputePipeline, Buffer)>,
+    /// Split-KV schedules: the partials' scratch, and the combine kernel or (where the last
+    /// piece merges the pieces, `fused_combine`) the arrival counters, zero between runs.
+    split: Option<SplitParts>,
     /// Pieces of the keys a split dispatch uses (1 without splits): by default what the
     /// runtime's rule picks for the workload's longest ubatch on this device
     /// (`split_kv::splits_for`); tests set it to force a count.
@@ -121,6 +124,17 @@ pub struct AttentionOnGpu {
     pub timeout: Duration,
     /// GPU timestamps unless the caller chooses the host clock (devices without them).
     pub timing: TimingMethod,
+}
+
+/// What a split-KV schedule binds and runs besides the attention kernel.
+struct SplitParts {
+    scratch: Buffer,
+    merge: Merge,
+}
+
+enum Merge {
+    Kernel(ComputePipeline),
+    InLastPiece { counters: Buffer },
 }
 
 impl AttentionOnGpu {
@@ -141,15 +155,22 @@ impl AttentionOnGpu {
         // NaN first, so an output the kernel never writes cannot pass a check.
         let nan = vec![f32::NAN; w.m as usize * w.q_width() as usize];
         let out = Buffer::from_slice(ctx, &nan, "out").map_err(device_error)?;
-        let combine = if is_split(s) {
-            let kernel =
-                instantiate_combine(w, s, &rocky_runtime::device_caps(ctx.info(), ctx.caps()))
-                    .map_err(GpuError::Refused)?;
-            let p = ComputePipeline::from_kernel(ctx, cache, &kernel).map_err(device_error)?;
+        let split = if is_split(s) {
             // NaN too: a partial the split kernel never writes cannot pass either.
             let nan = vec![f32::NAN; scratch_values(w, s) as usize];
             let scratch = Buffer::from_slice(ctx, &nan, "partials").map_err(device_error)?;
-            Some((p, scratch))
+            let merge = if s.fused_combine {
+                let tiles = counters_for(dispatch_grid(w, s)) as usize;
+                let counters = Buffer::from_slice(ctx, &vec![0u32; tiles], "counters")
+                    .map_err(device_error)?;
+                Merge::InLastPiece { counters }
+            } else {
+                let caps = rocky_runtime::device_caps(ctx.info(), ctx.caps());
+                let kernel = instantiate_combine(w, s, &caps).map_err(GpuError::Refused)?;
+                let p = ComputePipeline::from_kernel(ctx, cache, &kernel).map_err(device_error)?;
+                Merge::Kernel(p)
+            };
+            Some(SplitParts { scratch, merge })
         } else {
             None
         };
@@ -170,7 +191,7 @@ impl AttentionOnGpu {
             k_cache,
             v_cache,
             out,
-            combine,
+            split,
             splits,
             timeout: DEFAULT_TIMEOUT,
             timing: TimingMethod::Gpu,
@@ -184,9 +205,21 @@ impl AttentionOnGpu {
                 BINDING_Q => self.q.whole(),
                 BINDING_K_CACHE => self.k_cache.whole(),
                 BINDING_V_CACHE => self.v_cache.whole(),
-                BINDING_OUT => match &self.combine {
-                    Some((_, scratch)) => scratch.whole(),
+                BINDING_OUT => match &self.split {
+                    Some(parts) => parts.scratch.whole(),
                     None => self.out.whole(),
+                },
+                BINDING_FUSED_OUT => self.out.whole(),
+                BINDING_COUNTERS => match &self.split {
+                    Some(SplitParts {
+                        merge: Merge::InLastPiece { counters },
+                        ..
+                    }) => counters.whole(),
+                    _ => {
+                        return Err(GpuError::Internal(
+                            "arrival counters bound without the fused combine".into(),
+                        ))
+                    }
                 },
                 other => {
                     return Err(GpuError::Internal(format!(
@@ -205,7 +238,11 @@ impl AttentionOnGpu {
         grid[2] = self.splits.clamp(1, grid[2]);
         rec.dispatch(&self.pipeline, &bindings, &push, grid)
             .map_err(device_error)?;
-        if let Some((combine, scratch)) = &self.combine {
+        if let Some(SplitParts {
+            scratch,
+            merge: Merge::Kernel(combine),
+        }) = &self.split
+        {
             // The recorder orders it after the split dispatch (it reads what that wrote).
             let push = CombinePush {
                 m: self.w.m,
@@ -226,8 +263,8 @@ impl AttentionOnGpu {
     /// The split kernel's partials after a run (scratch order, see `split_kv.rs`); `None`
     /// without splits.
     pub fn partials(&self) -> Result<Option<Vec<f32>>, GpuError> {
-        match &self.combine {
-            Some((_, scratch)) => Ok(Some(
+        match &self.split {
+            Some(SplitParts { scratch, .. }) => Ok(Some(
                 scratch
                     .download_f32(0, scratch_values(&self.w, &self.s) as usize)
                     .map_err(device_error)?,

@@ -263,8 +263,13 @@ fn split_kv_attention_matches_the_cpu_reference_on_the_device() {
             tile_keys: 0,
             lane_rows: 1,
             kv_splits: default.kv_splits,
+            fused_combine: false,
         };
-        for d in [default, key_split] {
+        // Both kernels with the pieces merged by the combine kernel and in the last piece.
+        let variants = [default, key_split].into_iter().flat_map(|d| {
+            [false, true].map(|fused_combine| AttentionSchedule { fused_combine, ..d })
+        });
+        for d in variants {
             let inputs = AttentionInputs::random(&w, Some(kv - m), 70 + i as u64);
             let kernel = instantiate(&Workload::Attention(w), &Schedule::Attention(d), &caps)
                 .unwrap_or_else(|e| panic!("{d:?}: {e}"));
@@ -321,5 +326,5 @@ fn split_kv_attention_matches_the_cpu_reference_on_the_device() {
         }
     }
     eprintln!("checked {checked} split-KV runs on the device");
-    assert_eq!(checked, 30);
+    assert_eq!(checked, 60);
 }
