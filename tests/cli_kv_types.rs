@@ -69,11 +69,12 @@ fn prefill_verbose_prints_the_cache_per_token_of_every_type() {
     ]);
     let e = stderr(&o);
     assert!(o.status.success(), "{e}");
-    // 4 layers × 128 values: f32 2048 B, f16 1024 B, q8_0 4 × (128 + 16) = 576 B, for K or V.
+    // 4 layers × 128 values: f32 2048 B, f16 1024 B, q8_0 4 × (128 + 16) = 576 B, for K or V
+    // (llama.cpp's q8_0: 4 × 128 × 34/32 = 544 B; rocky's 4 scales take a 16-byte unit).
     for line in [
-        "f32          2048 B",
-        "f16          1024 B",
-        "q8_0          576 B",
+        "f32          2048 B for K or V,       4096 B both\n",
+        "f16          1024 B for K or V,       2048 B both\n",
+        "q8_0          576 B for K or V,       1152 B both (llama.cpp's 544 B: rocky pads",
     ] {
         assert!(e.contains(line), "no '{line}' in:\n{e}");
     }

@@ -5,8 +5,10 @@
 //! again after restoring a KV snapshot. Per type pair:
 //! - the GPU equals the CPU reference with the same types (`ReferenceOptions::with_kv`);
 //! - f32 K and V: within 2e-4 of llama.cpp's log-probabilities with `-fa off -ctk f32 -ctv f32`;
-//! - q8_0: about as far from llama.cpp's f32 answer as llama.cpp's own q8_0 cache (see
-//!   models/tests/reference_kv_types.rs for the bound).
+//! - q8_0: as far from llama.cpp's f32 answer as llama.cpp's own q8_0 cache without its
+//!   Hadamard rotation (the arithmetic rocky's cache does; rocky does not rotate), to within
+//!   the issue's 2e-4 (see models/tests/reference_kv_types.rs, which also checks the reference's
+//!   q8_0 blocks against llama.cpp's rounding for rounding).
 
 mod common;
 
@@ -25,10 +27,11 @@ use std::time::Duration;
 
 /// llama.cpp's bound of issue 37, in log-probability.
 const F32_MAX_DELTA: f64 = 2e-4;
-/// The q8_0 bound against llama.cpp's own q8_0 distance (models/tests/reference_kv_types.rs).
-const Q8_0_FACTOR: f64 = 2.0;
+/// How much farther than llama.cpp's q8_0 cache without rotation rocky's may be from the f32
+/// answer (models/tests/reference_kv_types.rs).
+const Q8_0_DISTANCE_SLACK: f64 = 2e-4;
 
-/// Per run (cache type name): (prompt ids, llama.cpp's top log-probabilities).
+/// Per run (f32, f16, q8_0, q8_0-norot): (prompt ids, llama.cpp's top log-probabilities).
 type Runs = HashMap<String, Vec<(Vec<u32>, Vec<(usize, f64)>)>>;
 
 fn fixture() -> Runs {
@@ -53,7 +56,7 @@ fn fixture() -> Runs {
                 )
             })
             .collect();
-        out.insert(run["cache_type_k"].as_str().unwrap().to_string(), prompts);
+        out.insert(run["run"].as_str().unwrap().to_string(), prompts);
     }
     out
 }
@@ -144,7 +147,8 @@ fn gpu_with_each_cache_type_matches_the_reference_and_llama_cpp() {
     ];
     // The 9- and 120-token prompts: one ubatch, and two with a partial one.
     for (i, (ids, llama_f32)) in runs["f32"].iter().enumerate().take(2) {
-        let llama_q8: HashMap<usize, f64> = runs["q8_0"][i].1.iter().copied().collect();
+        // llama.cpp's q8_0 cache without its rotation: the same blocks as rocky's.
+        let llama_q8: HashMap<usize, f64> = runs["q8_0-norot"][i].1.iter().copied().collect();
         let shared: Vec<(usize, f64)> = llama_f32
             .iter()
             .filter(|(id, _)| llama_q8.contains_key(id))
@@ -162,7 +166,7 @@ fn gpu_with_each_cache_type_matches_the_reference_and_llama_cpp() {
             let d_f32 = max_delta(&shared, &ours);
             println!(
                 "n={} {kv}: GPU vs CPU reference max|Δlogit| {d_ref:.2e}; from llama.cpp's f32 \
-                 answer {d_f32:.2e} (llama.cpp's q8_0 cache {llama_q8_dist:.2e})",
+                 answer {d_f32:.2e} (llama.cpp's q8_0 cache, unrotated: {llama_q8_dist:.2e})",
                 ids.len()
             );
             match kv {
@@ -179,7 +183,7 @@ fn gpu_with_each_cache_type_matches_the_reference_and_llama_cpp() {
                     assert!(d_ref <= 5e-4, "{kv}: GPU vs CPU {d_ref}");
                     if kv == KvTypes::Q8_0 {
                         assert!(
-                            d_f32 <= Q8_0_FACTOR * llama_q8_dist,
+                            d_f32 <= llama_q8_dist + Q8_0_DISTANCE_SLACK,
                             "{kv}: {d_f32} from llama.cpp's f32 answer, llama.cpp's q8_0 {llama_q8_dist}"
                         );
                     }

@@ -8,7 +8,7 @@ use crate::formats;
 use crate::gguf::GgufFile;
 use crate::graph::{FoldedNorm, Graph, Op, RopePairing};
 use rayon::prelude::*;
-use rocky_compiler::KvTypes;
+use rocky_compiler::{KvType, KvTypes};
 
 /// Options that make the reference imitate a backend's storage choices. The default is an
 /// f16 cache with f32 attention (llama.cpp's `-fa off`).
@@ -26,6 +26,19 @@ pub struct ReferenceOptions {
     /// kernels accumulate in f32): it tells llama.cpp's own rounding apart from a bug when
     /// comparing with goldens made that way.
     pub flash_f16: bool,
+    /// llama.cpp's Walsh-Hadamard rotation around a quantized cache (llama.cpp PR 21038, on
+    /// by default in 0c1e570; `LLAMA_ATTN_ROT_DISABLE=1` turns it off), for heads of a
+    /// multiple of 64: with a quantized K, Q and K are multiplied by the orthonormal Hadamard
+    /// matrix of the largest power of two dividing head_dim (at least 64) before K enters
+    /// the cache, which leaves q·k unchanged but spreads K's outliers over its q8_0 blocks;
+    /// with a quantized V, V by the one of size 64 and the attention output back by it.
+    /// Not what rocky's GPU computes (it does not rotate): it tells llama.cpp's rotation apart
+    /// from a rounding difference when comparing with its q8_0 caches.
+    pub kv_rotation: bool,
+    /// Q rounded to q8_0 blocks (per head) before q·k over a q8_0 K, as llama.cpp's CPU
+    /// backend does: ggml dots a q8_0 row with its `vec_dot_type`, q8_0, in flash attention
+    /// (`q_to_vec_dot`) and in `mul_mat` alike. Not what rocky computes (its Q stays f32).
+    pub q8_0_query: bool,
 }
 
 impl ReferenceOptions {
@@ -34,6 +47,7 @@ impl ReferenceOptions {
         ReferenceOptions {
             kv: KvTypes::F16,
             flash_f16: false,
+            ..ReferenceOptions::default()
         }
     }
 
@@ -42,6 +56,7 @@ impl ReferenceOptions {
         ReferenceOptions {
             kv,
             flash_f16: false,
+            ..ReferenceOptions::default()
         }
     }
 
@@ -50,6 +65,7 @@ impl ReferenceOptions {
         ReferenceOptions {
             kv: KvTypes::F16,
             flash_f16: true,
+            ..ReferenceOptions::default()
         }
     }
 }
@@ -359,18 +375,76 @@ impl<'a> CpuSession<'a> {
         sliding_window: Option<usize>,
     ) -> Vec<f32> {
         let kv_width = heads.n_kv_heads * heads.head_dim;
-        k = self.options.kv.k.round_trip(&k, kv_width);
-        v = self.options.kv.v.round_trip(&v, kv_width);
+        let opts = self.options;
+        let (rotate_k, rotate_v) = opts.rotations(heads.head_dim);
+        let mut q = q.to_vec();
+        if let Some(n) = rotate_k {
+            hadamard_rotate(&mut q, n);
+            hadamard_rotate(&mut k, n);
+        }
+        if let Some(n) = rotate_v {
+            hadamard_rotate(&mut v, n);
+        }
+        if opts.q8_0_query && opts.kv.k == KvType::Q8_0 {
+            q = KvType::Q8_0.round_trip(&q, heads.head_dim);
+        }
+        k = opts.kv.k.round_trip(&k, kv_width);
+        v = opts.kv.v.round_trip(&v, kv_width);
         let (kc, vc) = &mut self.kv[layer];
         kc.extend_from_slice(&k);
         vc.extend_from_slice(&v);
         // llama.cpp (0c1e570) takes its f32 tiled kernel for 64 query rows or more
         // (`GGML_FA_TILE_Q`) and the f16-accumulating one below that.
         let rows = q.len() / (heads.n_heads * heads.head_dim);
-        if self.options.flash_f16 && rows < LLAMA_CPP_FA_TILE_Q {
-            return attend_flash_f16(q, kc, vc, self.n_past, heads, sliding_window);
+        let mut out = if opts.flash_f16 && rows < LLAMA_CPP_FA_TILE_Q {
+            attend_flash_f16(&q, kc, vc, self.n_past, heads, sliding_window)
+        } else {
+            attend(&q, kc, vc, self.n_past, heads, sliding_window)
+        };
+        if let Some(n) = rotate_v {
+            // H is symmetric and H·H = I: the output back in V's own basis.
+            hadamard_rotate(&mut out, n);
         }
-        attend(q, kc, vc, self.n_past, heads, sliding_window)
+        out
+    }
+}
+
+impl ReferenceOptions {
+    /// The Hadamard sizes [`ReferenceOptions::kv_rotation`] rotates K (with Q) and V by for
+    /// heads of `head_dim`, as llama.cpp chooses them (`llama_kv_cache::build_input_k_rot`
+    /// and `build_input_v_rot`): none for an unquantized type or a head_dim not a multiple
+    /// of 64.
+    fn rotations(&self, head_dim: usize) -> (Option<usize>, Option<usize>) {
+        let on = |t: KvType| self.kv_rotation && t == KvType::Q8_0 && head_dim % 64 == 0;
+        let mut n_k = 64;
+        while head_dim % (2 * n_k) == 0 {
+            n_k *= 2;
+        }
+        (on(self.kv.k).then_some(n_k), on(self.kv.v).then_some(64))
+    }
+}
+
+/// Each run of `n` values of `x` (a power of two dividing its length) multiplied by the
+/// orthonormal Walsh-Hadamard matrix of size `n` (Sylvester's order: entry (i, j) is
+/// (-1)^popcount(i & j) / √n), computed as ggml's CPU backend does
+/// (`ggml_compute_forward_fwht`): scaled by 1/√n first, then the butterflies, strides 1, 2,
+/// 4, ...
+pub fn hadamard_rotate(x: &mut [f32], n: usize) {
+    assert!(n.is_power_of_two() && x.len() % n == 0);
+    let scale = 1.0 / (n as f32).sqrt();
+    for run in x.chunks_mut(n) {
+        run.iter_mut().for_each(|v| *v *= scale);
+        let mut len = 1;
+        while len < n {
+            for i in (0..n).step_by(2 * len) {
+                for j in i..i + len {
+                    let (a, b) = (run[j], run[j + len]);
+                    run[j] = a + b;
+                    run[j + len] = a - b;
+                }
+            }
+            len *= 2;
+        }
     }
 }
 
@@ -739,5 +813,39 @@ mod tests {
         }
         // A window as long as the prompt is plain causal attention.
         assert_eq!(mean_of_visible(5, Some(5)), mean_of_visible(5, None));
+    }
+
+    #[test]
+    fn hadamard_rotation_is_sylvesters_orthonormal_matrix() {
+        for n in [64usize, 128] {
+            // Two runs of n values: each is rotated on its own.
+            let x: Vec<f32> = (0..2 * n)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+                .collect();
+            let mut y = x.clone();
+            hadamard_rotate(&mut y, n);
+            for (run, out) in x.chunks(n).zip(y.chunks(n)) {
+                for (i, &o) in out.iter().enumerate() {
+                    let want: f64 = run
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &v)| {
+                            let sign = if (i & j).count_ones() % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            };
+                            sign * v as f64 / (n as f64).sqrt()
+                        })
+                        .sum();
+                    assert!((o as f64 - want).abs() < 1e-5, "n {n} i {i}: {o} vs {want}");
+                }
+            }
+            // Its own inverse: rotating twice gives the values back.
+            hadamard_rotate(&mut y, n);
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() < 1e-5);
+            }
+        }
     }
 }

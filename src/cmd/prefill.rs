@@ -171,7 +171,8 @@ pub fn run(args: Args) -> CmdResult {
 
 /// The memory plan of `--verbose`, on standard error (stdout keeps the results).
 /// Bytes of KV cache per token (all layers, K and V) of each cache type, the session's marked:
-/// what `--cache-type-k/-v` trade (rocky's GPU layout; q8_0 rows padded to 16 bytes).
+/// what `--cache-type-k/-v` trade (rocky's GPU layout; q8_0 rows padded to 16 bytes, so where
+/// that pads, also llama.cpp's 34 bytes per 32 values for comparison).
 fn print_kv_per_token(config: &ModelConfig, chosen: KvTypes) {
     let kv_width = (config.n_head_kv * config.head_dim) as u32;
     let layers = config.n_layer as u64;
@@ -181,8 +182,17 @@ fn print_kv_per_token(config: &ModelConfig, chosen: KvTypes) {
     );
     for ty in KvType::ALL {
         let bytes = layers * u64::from(ty.row_bytes(kv_width));
+        let ggml = match ty {
+            KvType::Q8_0 => layers * u64::from(kv_width) / 32 * 34,
+            _ => bytes,
+        };
+        let note = if ggml != bytes {
+            format!(" (llama.cpp's {ggml} B: rocky pads each position's scales to 16 bytes)")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "  {:<6} {:>10} B for K or V, {:>10} B both",
+            "  {:<6} {:>10} B for K or V, {:>10} B both{note}",
             ty.name(),
             bytes,
             2 * bytes
