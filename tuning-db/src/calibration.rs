@@ -60,7 +60,7 @@ pub struct Calibration {
     pub device: DeviceFingerprint,
     /// rocky's compiler version (the kernels whose statistics were costed).
     pub compiler_version: String,
-    /// The model run (file name and shape, as `rocky predict` names it).
+    /// The model run (its file name).
     pub model: String,
     /// Prompt tokens of the measured prefill.
     pub n_prompt: u32,

@@ -18,7 +18,7 @@ fn calibration(
     Calibration {
         device,
         compiler_version: "0.1.0+gemm1+glue1+attn1".into(),
-        model: "rocky qwen2.5-3b-q4_k_m.gguf pp512 ub 64".into(),
+        model: "qwen2.5-3b-q4_k_m.gguf".into(),
         n_prompt: 512,
         ubatch: 64,
         measured_tok_s: measured,
