@@ -258,3 +258,156 @@ fn llama_cpps_dispatch_list_has_its_graphs_dispatches_and_costs_its_shaders() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `rocky predict … --json` of the tiny model at 40 tokens, ubatch 32, with `extra` flags.
+fn predict_tiny(db: &std::path::Path, extra: &[&str]) -> Value {
+    let m = tiny();
+    let mut args = vec![
+        "predict",
+        m.to_str().unwrap(),
+        "-p",
+        "40",
+        "-ub",
+        "32",
+        "--decode",
+        "0",
+        "--json",
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = rocky(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn tok_s(p: &Value) -> f64 {
+    p["prefill"]["result"]["tok_per_s"].as_f64().unwrap()
+}
+
+/// A figure measured on a device becomes a calibration in the tuning database; `rocky db
+/// export` carries it and `rocky db import` gives it to another database, where `rocky predict`
+/// on the same device uses it (and reproduces the figure) instead of the built-in fit, naming
+/// it; `--calibration builtin` still gives the built-in prediction. A malformed calibration
+/// line fails the import with its line and field named, and imports nothing.
+#[test]
+fn a_measured_figure_becomes_a_calibration_that_export_carries_and_predict_uses() {
+    let dir = scratch("calibration");
+    let (board, other) = (dir.join("board.sled"), dir.join("other.sled"));
+    // No database yet: the built-in constants, said so; nothing is created by reading.
+    let builtin = predict_tiny(&board, &[]);
+    assert_eq!(builtin["calibration"]["source"], "builtin");
+    assert!(!board.exists());
+    let before = tok_s(&builtin);
+    // A "measured" figure a third of the prediction: the fit starts from the built-in
+    // constants, so its "before" is the prediction above (an independent run).
+    let measured = before / 3.0;
+    let m = format!("{measured}");
+    let fitted = predict_tiny(
+        &board,
+        &[
+            "--fit-pp",
+            &m,
+            "--fit",
+            "auto",
+            "--save-calibration",
+            "--measured-by",
+            "a test's stand-in figure",
+        ],
+    );
+    assert_eq!(fitted["calibration"]["source"], "fit_saved");
+    let fit_before = fitted["fit"]["predicted_before_tok_s"].as_f64().unwrap();
+    assert!(
+        (fit_before - before).abs() <= 1e-9 * before,
+        "{fit_before} vs {before}"
+    );
+    assert!((tok_s(&fitted) - measured).abs() <= 1e-6 * measured);
+    let record = &fitted["calibration"]["record"];
+    assert_eq!(record["measured_tok_s"].as_f64().unwrap(), measured);
+    assert_eq!(record["predicted_tok_s"].as_f64().unwrap(), fit_before);
+    assert_eq!(record["ubatch"], 32);
+    assert_eq!(record["n_prompt"], 40);
+    assert_eq!(record["model"], "qwen2-tiny-q4_k_m.gguf");
+    assert_eq!(record["measured_by"], "a test's stand-in figure");
+    // Slower than predicted: the efficiency is what is fitted, 1/3 of the built-in one where
+    // every dispatch is compute-bound at both.
+    assert_eq!(record["fitted"], "efficiency");
+
+    // Export from the board's database, import into another.
+    let file = dir.join("board.jsonl");
+    let out = rocky(&[
+        "db",
+        "export",
+        "-o",
+        file.to_str().unwrap(),
+        "--db",
+        board.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 cost-model calibrations"),
+        "{}",
+        text(&out)
+    );
+    let exported = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(exported.lines().count(), 1, "{exported}");
+    let line: Value = serde_json::from_str(exported.trim()).unwrap();
+    assert_eq!(line["format"], "rocky-calibration");
+    assert_eq!(&line["calibration"], record);
+    let out = rocky(&[
+        "db",
+        "import",
+        file.to_str().unwrap(),
+        "--db",
+        other.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("cost-model calibrations: 1 new"),
+        "{}",
+        text(&out)
+    );
+    // Same device and driver: the imported calibration is used, named, and reproduces the
+    // figure it was fitted to.
+    let used = predict_tiny(&other, &[]);
+    assert_eq!(used["calibration"]["source"], "database");
+    assert_eq!(&used["calibration"]["record"], record);
+    assert!(used["calibration"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("a test's stand-in figure"));
+    assert!((tok_s(&used) - measured).abs() <= 1e-6 * measured);
+    // The built-in fit on request gives the built-in prediction back.
+    let again = predict_tiny(&other, &["--calibration", "builtin"]);
+    assert_eq!(again["calibration"]["source"], "builtin");
+    assert!((tok_s(&again) - before).abs() <= 1e-9 * before);
+
+    // A malformed calibration (a figure that is not a number): refused, named, nothing stored.
+    let mut bad = line.clone();
+    bad["calibration"]["measured_tok_s"] = "fast".into();
+    let bad_file = dir.join("bad.jsonl");
+    std::fs::write(&bad_file, format!("\n{bad}\n")).unwrap();
+    let third = dir.join("third.sled");
+    let out = rocky(&[
+        "db",
+        "import",
+        bad_file.to_str().unwrap(),
+        "--db",
+        third.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("bad.jsonl, line 2"), "{t}");
+    assert!(t.contains("measured_tok_s"), "{t}");
+    assert!(t.contains("nothing was imported"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+    assert_eq!(
+        predict_tiny(&third, &[])["calibration"]["source"],
+        "builtin"
+    );
+
+    // Storing needs a measured figure and a device of its own.
+    let out = rocky(&["predict", tiny().to_str().unwrap(), "--save-calibration"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    std::fs::remove_dir_all(dir).ok();
+}

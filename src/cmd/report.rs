@@ -360,7 +360,7 @@ fn profile_token_ids(n: usize, n_vocab: usize) -> String {
 fn shown_command(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
-            if a.len() > 80 {
+            if a.len() > 80 && a.chars().all(|c| c.is_ascii_digit() || c == ',') {
                 format!("<{} token ids>", a.split(',').count())
             } else if a.contains(' ') {
                 format!("'{a}'")

@@ -293,8 +293,9 @@ pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
 }
 
 fn parse_calibration(value: serde_json::Value) -> Result<ExportCalibration, String> {
-    let line: ExportCalibration =
-        serde_json::from_value(value).map_err(|e| format!("bad calibration: {e}"))?;
+    // The path names the field at fault ("calibration.measured_tok_s: invalid type ...").
+    let line: ExportCalibration = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("bad calibration: {}: {}", e.path(), e.inner()))?;
     validate_calibration(&line.calibration).map_err(|e| format!("calibration: {e}"))?;
     Ok(line)
 }

@@ -237,6 +237,10 @@ fn a_malformed_calibration_fails_the_import_naming_its_line_and_field_and_import
             }),
         ),
         (
+            "calibration.measured_tok_s: invalid type: string \"fast\"",
+            Box::new(|v| v["calibration"]["measured_tok_s"] = "fast".into()),
+        ),
+        (
             "unknown field `clock_mhz`",
             Box::new(|v| v["calibration"]["constants"]["clock_mhz"] = 1000.into()),
         ),
