@@ -411,3 +411,146 @@ fn a_measured_figure_becomes_a_calibration_that_export_carries_and_predict_uses(
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// A made-up final-code listing of a mul_mmq-shaped shader (an outer loop holding three loops)
+/// with its statistics after it, as BIFROST_MESA_DEBUG=shaders and GGML_VK_PIPELINE_STATS=1
+/// print them: load/store instructions 1 before the loop, 1 + 2 + 3 + 5 in it, 7 after.
+const SHADER_DUMP: &str = "\
+shader: MESA_SHADER_COMPUTE
+block0 {
+        r0 = LOAD.i32 r1, offset:0
+} -> block1  from
+block1 {
+        r0 = LOAD.i32 r1, offset:0
+        BRANCHZ.i16.eq r0.h00, u256 -> block6
+} -> block6 block2  from block0 block5
+block2 {
+        r0 = LOAD.i32 r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        BRANCHZ.i16.eq r0.h00, u256 -> block2
+} -> block2 block3  from block1 block2
+block3 {
+        r0 = LOAD.i32 r1, offset:0
+        r0 = LD_PKA.i32 r1, offset:0
+        r0 = LEA_PKA r1, u2
+        BRANCHZ.i16.eq r0.h00, u256 -> block3
+} -> block3 block4  from block2 block3
+block4 {
+        r0 = LOAD.i32 r1, offset:0
+        r0 = LOAD.i32 r1, offset:0
+        r0 = LOAD.i32 r1, offset:0
+        r0 = LOAD.i32 r1, offset:0
+        r0 = LOAD.i32 r1, offset:0
+        r0 = IDPADD.s32 r0, r1, r2
+        BRANCHZ.i16.eq r0.h00, u256 -> block4
+} -> block4 block5  from block3 block4
+block5 {
+        BRANCHZ.i16.eq u256, u256 -> block1
+} -> block1  from block4
+block6 {
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+        STORE.i32 r0, r1, offset:0
+}
+   LOAD.i32 r0, r1, offset:0
+   NOP.end
+ggml_vulkan: pipeline stats for matmul_q4_k_q8_1_1:
+ggml_vulkan:   Instructions: 25
+ggml_vulkan:   Cycles: 19
+ggml_vulkan:   FMA: 0.1
+ggml_vulkan:   CVT: 0.1
+ggml_vulkan:   SFU: 0.1
+ggml_vulkan:   Load/store: 19
+ggml_vulkan:   Threads: 1
+ggml_vulkan:   Loops: 4
+ggml_vulkan:   Spills: 0
+";
+
+/// `--shader-dump` weights mul_mmq's loops by their trips: at ubatch 64 (the m tile: 128
+/// threads, 64 x 64) the A-load loop runs 64 / (128 x 8 / 32) = 2 times, the B-load loop
+/// 64 / (128 x 16 / 32) = 1, the k-step loop 4, per trip of the outer loop, which runs K / 128
+/// times: for K = 1024, (8 x (2x2 + 1x3 + 4x5 + 1) + (1 + 7)) / 19 = 232 / 19, where the whole
+/// shader weighted by K / 32 gives 32. A listing whose counts are not its statistics' is not
+/// used (the encoded disassembly after the last block is no block's).
+#[test]
+fn llama_cpps_matmul_loops_are_weighted_by_their_trips_from_the_drivers_code() {
+    let Some(py) = python() else { return };
+    let dir = scratch("loops");
+    let dump = dir.join("dump.log");
+    std::fs::write(&dump, SHADER_DUMP).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/llama_predict.py");
+    let shape = r#"{"hidden":1024,"layers":1,"heads":8,"kv_heads":8,"head_dim":128,"ffn":2048,"vocab":1000}"#;
+    let run = |extra: &[&str]| -> Value {
+        let list = dir.join("list.json");
+        let out = std::process::Command::new(py)
+            .arg(&script)
+            .args(["--stats", dump.to_str().unwrap(), "--shape", shape])
+            .args(["-p", "64", "--ubatch", "64", "-o", list.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&std::fs::read(&list).unwrap()).unwrap()
+    };
+    let attn_q = |l: &Value| -> f64 {
+        l["dispatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["op"] == "attn_q")
+            .unwrap()["loop_factor"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(attn_q(&run(&[])), 32.0);
+    let weighted = run(&["--shader-dump", dump.to_str().unwrap()]);
+    assert!(
+        (attn_q(&weighted) - 232.0 / 19.0).abs() < 1e-12,
+        "{weighted}"
+    );
+    // FFN down: K = 2048, 16 outer trips: (16 x 28 + 8) / 19.
+    let down = weighted["dispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["op"] == "ffn_down")
+        .unwrap()["loop_factor"]
+        .as_f64()
+        .unwrap();
+    assert!((down - 456.0 / 19.0).abs() < 1e-12, "{down}");
+    // Statistics that do not match the listing: the listing is not used.
+    let wrong = dir.join("wrong.log");
+    std::fs::write(
+        &wrong,
+        SHADER_DUMP.replace("Load/store: 19", "Load/store: 20"),
+    )
+    .unwrap();
+    let l = run(&["--shader-dump", wrong.to_str().unwrap()]);
+    assert_eq!(attn_q(&l), 32.0);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The built-in constant reproduces the figure it was fitted to from the committed list.
+#[test]
+fn the_built_in_calibration_reproduces_the_seed_figure_from_its_list() {
+    let list = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "docs/measurements/2026-12-06-predict-calibration-data/llama-3b-pp512-ub64-loops.json",
+    );
+    let out = rocky(&[
+        "predict",
+        "--dispatches",
+        list.to_str().unwrap(),
+        "--calibration",
+        "builtin",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tps = p["prefill"]["result"]["tok_per_s"].as_f64().unwrap();
+    // SEED_LS_RATE is rounded to 5 digits: within 0.01 %.
+    assert!((tps - 21.0).abs() < 21.0e-4, "{tps}");
+}

@@ -146,8 +146,11 @@ pub const SEED_FIGURE: &str = "the seed's llama.cpp Vulkan on panvk (Mesa 26.1.3
 
 /// Load/store thread-operations per core-cycle fitted to [`SEED_FIGURE`] with llama.cpp's
 /// shaders compiled by Mesa 26.1.6 (`rocky predict --dispatches llama.json --fit-pp 21.0 --fit
-/// ls-rate`); Mesa's statistics assume 1.
-pub const SEED_LS_RATE: f64 = 5.846;
+/// ls-rate`); Mesa's statistics assume 1. The list weights llama.cpp's matmul loops by their
+/// real trips, read from the driver's final code (`tools/llama_predict.py --shader-dump`,
+/// docs/measurements/2026-12-06-predict-calibration.md: 3.4946); with every part of the
+/// shader weighted by K / 32, as first assumed, the fit was 5.846.
+pub const SEED_LS_RATE: f64 = 3.4946;
 
 /// One dispatch (or `count` identical ones) as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
