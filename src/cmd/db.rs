@@ -287,6 +287,7 @@ fn show(db: &TuningDb, text: Option<&str>, as_json: bool) -> CmdResult {
 
 fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
     let s = db.stats().map_err(db_error)?;
+    let calibrations = db.calibrations(None).map_err(db_error)?.len();
     if as_json {
         let out = json!({
             "devices": s.devices,
@@ -295,6 +296,7 @@ fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
             "trials": s.trials,
             "ok_trials": s.ok_trials,
             "failures": s.failures,
+            "calibrations": calibrations,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
@@ -308,6 +310,7 @@ fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
         for (kind, n) in &s.failures {
             println!("  failed {kind}: {n}");
         }
+        println!("cost-model calibrations: {calibrations}");
     }
     Ok(())
 }
