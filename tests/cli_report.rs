@@ -66,8 +66,8 @@ fn the_report_holds_every_section_with_its_real_output() {
         "## 4. Model",
         "## 5. Bench",
         "## 6. Prefill profile (16 tokens)",
-        "## 7. Tuning database",
-        "## 8. Predicted (the Mali cost model: a prediction, not a measurement)",
+        "## 7. Predicted (the Mali cost model: a prediction, not a measurement), calibrated on the bench's measured figure",
+        "## 8. Tuning database",
     ] {
         assert!(report.contains(heading), "no {heading:?} in:\n{report}");
     }
@@ -86,6 +86,34 @@ fn the_report_holds_every_section_with_its_real_output() {
     assert!(
         report.contains("```jsonl\n{"),
         "no tuning records:\n{report}"
+    );
+    // The bench's measured figure calibrated the model: the prediction section reproduces the
+    // tuned row's t/s (read here from the report's own bench table), and the exported records
+    // carry the calibration with that figure, measured on the bench's device.
+    let bench_row = report
+        .lines()
+        .find(|l| l.contains("| Vulkan tuned |") && l.contains("| pp16 |"))
+        .unwrap_or_else(|| panic!("no tuned pp16 row:\n{report}"));
+    let measured: f64 = bench_row
+        .rsplit('|')
+        .nth(1)
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no t/s in {bench_row}"));
+    let line = report
+        .lines()
+        .find(|l| l.contains("\"format\":\"rocky-calibration\""))
+        .unwrap_or_else(|| panic!("no calibration in the records:\n{report}"));
+    let c: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(c["calibration"]["measured_tok_s"].as_f64(), Some(measured));
+    assert_eq!(c["calibration"]["ubatch"], 16);
+    assert!(c["calibration"]["measured_by"]
+        .as_str()
+        .unwrap()
+        .contains("Vulkan tuned row"));
+    assert!(
+        report.contains(&format!("predicted prefill: {measured:.1} tok/s")),
+        "the calibrated prediction is not the measured {measured}:\n{report}"
     );
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_dir_all(&db);

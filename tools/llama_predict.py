@@ -8,6 +8,10 @@ model, fed with llama.cpp's OWN shaders' Valhall statistics.
     tools/llama_predict.py --stats stats.log --model M.gguf -p 512 --ubatch 64 -o list.json
     rocky predict --dispatches list.json [--fit-pp 21.0]
 
+With the driver's final code too (BIFROST_MESA_DEBUG=shaders on the same run, into the same
+log), `--shader-dump stats.log` weights each mul_mmq loop by its trip count instead of the
+whole shader by K / 32 (docs/measurements/2026-12-06-predict-calibration.md).
+
 Where the numbers come from:
 - per-pipeline statistics (Cycles, per-pipe cycles, Threads = occupancy, Spills, Registers):
   the driver's own, printed by llama.cpp for every pipeline it compiled (`--stats`);
@@ -41,6 +45,17 @@ QUANT_VALUES_PER_THREAD = 4  # quantize_q8_1: one vec4 per invocation
 FA_THREADS = 64  # scalar flash attention: 4 subgroups of 16
 FA_ROWS = 4  # query rows per workgroup (n_kv < 1024: reduce_block_rows)
 FA_COLS = 32  # keys per main-loop step (head_dim 128 or 64: D & 8 == 0)
+# mul_mmq's loops as Debian's ggml 0.27 builds them (read from its SPIR-V and, with
+# --shader-dump, from the driver's own NIR and final code): an outer loop over K in steps of
+# BK * BK_STEP = 128, holding the A-tile load loop (BM / loadstride_a trips), the B-tile load
+# loop (BN / loadstride_b trips) and the k_step loop (BK_STEP = 4 trips) in that order; the
+# driver's statistics count each body ONCE. Without --shader-dump the whole shader is weighted
+# by K / 32 (every part as if it ran once per 32 values of K), an upper bound.
+MMQ_BK_STEP = 4
+LOAD_VEC_B = 16
+# A values per load (4 * QUANT_R_MMQ): Q4_K's 8 read from the driver's NIR (the m tile's A loop
+# steps by 32 rows = 128 threads * 8 / 32); other types stood in by it.
+LOAD_VEC_A = {"q4_k": 8}
 
 GGML_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0",
               10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k", 30: "bf16"}
@@ -185,6 +200,110 @@ def mmq_variant(n):
     return "s" if n <= 32 else ("m" if n <= 64 else "l")
 
 
+VALHALL_LS = ("LOAD", "STORE", "LD_PKA", "LEA_PKA")  # load/store-unit opcodes (285 = 285)
+
+
+def parse_shader_dump(path):
+    """{pipeline: loop profile} from llama.cpp's stderr with BIFROST_MESA_DEBUG=shaders and
+    GGML_VK_PIPELINE_STATS=1: each pipeline's statistics follow its shader's dump, whose last
+    block listing is the final code. The profile: load/store instructions (the pipe that bounds
+    every llama.cpp matmul) of the whole shader, of each loop (by back edges), and the loops'
+    nesting, in code order."""
+    try:
+        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError as e:
+        fail(f"--shader-dump {path}: {e}")
+    out, listing, cur = {}, [], None
+    for line in lines:
+        m = re.match(r"ggml_vulkan: pipeline stats for (\S+):", line)
+        if m:
+            if listing:
+                out[m.group(1)] = loop_profile(listing)
+            listing = []
+            continue
+        if line.startswith("shader: "):
+            listing = []
+        m = re.match(r"^(block\d+) \{", line)
+        if m:
+            if m.group(1) == "block0":
+                listing = []  # a later listing of the same shader replaces the earlier
+            cur = {"name": m.group(1), "ls": 0, "n": 0, "succ": []}
+            listing.append(cur)
+            continue
+        if line.startswith("}") and cur is not None:
+            # "} -> block3 block2  from block1", or a bare "}" for the exit block; the
+            # encoded disassembly that follows belongs to no block.
+            m = re.match(r"^\}\s*->(.*?)(from.*)?$", line)
+            cur["succ"] = re.findall(r"block\d+", m.group(1)) if m else []
+            cur = None
+            continue
+        if cur is not None and line.strip():
+            op = re.search(r"(?:= |^\s+)([A-Z_0-9]+)", line)
+            if op:
+                cur["n"] += 1
+                cur["ls"] += op.group(1) in VALHALL_LS
+    if not out:
+        fail(f"--shader-dump {path}: no shader listing followed by 'pipeline stats for' (run "
+             "llama.cpp with BIFROST_MESA_DEBUG=shaders GGML_VK_PIPELINE_STATS=1)")
+    return out
+
+
+def loop_profile(blocks):
+    idx = {b["name"]: i for i, b in enumerate(blocks)}
+    preds = {b["name"]: [] for b in blocks}
+    for b in blocks:
+        for t in b["succ"]:
+            if t in preds:
+                preds[t].append(b["name"])
+    loops = []
+    for i, b in enumerate(blocks):
+        for h in b["succ"]:
+            if h in idx and idx[h] <= i:  # a back edge to the loop's header
+                body, stack = {h, b["name"]}, [b["name"]]
+                while stack:
+                    x = stack.pop()
+                    if x != h:
+                        for p in preds[x]:
+                            if p not in body:
+                                body.add(p)
+                                stack.append(p)
+                loops.append({"first": idx[h], "body": body,
+                              "ls": sum(blocks[idx[x]]["ls"] for x in body)})
+    loops.sort(key=lambda l: l["first"])
+    return {"ls": sum(b["ls"] for b in blocks), "instructions": sum(b["n"] for b in blocks),
+            "loops": [{"ls": l["ls"], "first": l["first"],
+                       "inside": [j for j, o in enumerate(loops)
+                                  if o is not l and l["body"] < o["body"]]}
+                      for l in loops]}
+
+
+def mmq_loop_factor(profile, wtype, variant, k):
+    """How many times the loops repeat what the statistics count once, for a mul_mmq of K = k,
+    from its loop profile: (outer trips x trip-weighted load/store per outer iteration + the
+    code outside the loop) / the statistics' load/store. None when the profile is not mul_mmq's
+    shape (one outer loop holding three)."""
+    loops = profile["loops"]
+    outer = [i for i, l in enumerate(loops) if not l["inside"]]
+    if len(outer) != 1 or len(loops) != 4 or profile["ls"] <= 0:
+        return None
+    inner = [l for l in loops if l["inside"] == [outer[0]]]
+    if len(inner) != 3:
+        return None
+    bm, bn, threads = MMQ_TILES[variant]
+    trips_a = math.ceil(bm / (threads * LOAD_VEC_A.get(wtype, LOAD_VEC_A["q4_k"]) / 32))
+    trips_b = math.ceil(bn / (threads * LOAD_VEC_B / 32))
+    a, b, kstep = (l["ls"] for l in inner)
+    o = loops[outer[0]]["ls"]
+    per_iter = trips_a * a + trips_b * b + MMQ_BK_STEP * kstep + (o - a - b - kstep)
+    outside = profile["ls"] - o
+    return (math.ceil(k / (MMQ_BK * MMQ_BK_STEP)) * per_iter + outside) / profile["ls"]
+
+
+# {pipeline: loop profile} of --shader-dump; empty without it.
+PROFILES = {}
+STAND_IN_PROFILES = []
+
+
 def matmul(S, op, wtype, m_rows, k, n):
     """One mul_mmq dispatch: m_rows outputs of W (m_rows x k) for n tokens."""
     variant = mmq_variant(n)
@@ -194,7 +313,21 @@ def matmul(S, op, wtype, m_rows, k, n):
                        f"matmul_{wtype}", "matmul_q4_k_q8_1"))
     inv = math.ceil(m_rows / bm) * math.ceil(n / bn) * threads
     nbytes = wbytes(wtype, m_rows, k) + n * k * 1.125 + n * m_rows * 4
-    return dispatch(op, name, st, inv, math.ceil(k / MMQ_BK), nbytes, 2.0 * m_rows * k * n)
+    loops = math.ceil(k / MMQ_BK)
+    prof = PROFILES.get(name)
+    if prof is None and PROFILES:
+        # Another type's profile of the same tile stands in (same template, same loops).
+        same = sorted(p for p in PROFILES if p.endswith(f"_q8_1_{MMQ_SUFFIX[variant]}"))
+        if same:
+            prof = PROFILES[same[0]]
+            note = f"{name} loops <- {same[0]}"
+            if note not in STAND_IN_PROFILES:
+                STAND_IN_PROFILES.append(note)
+    if prof is not None:
+        weighted = mmq_loop_factor(prof, wtype, variant, k)
+        if weighted is not None:
+            loops = weighted
+    return dispatch(op, name, st, inv, loops, nbytes, 2.0 * m_rows * k * n)
 
 
 def quantize(S, op, n, k):
@@ -276,8 +409,29 @@ def main():
     ap.add_argument("--name", help="what the list is (default from the inputs)")
     ap.add_argument("--statistics", default="llama.cpp's pipelines on Mesa 26.1.6 panvk "
                     "(mali-shim26), GGML_VK_PIPELINE_STATS")
+    ap.add_argument("--shader-dump", help="the same run's stderr with BIFROST_MESA_DEBUG=shaders "
+                    "too: weight mul_mmq's loops by their real trips (from the driver's final "
+                    "code) instead of K / 32 for the whole shader")
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args()
+    if a.shader_dump:
+        # A listing is taken for its pipeline only where it is that pipeline's code: its
+        # instruction and load/store counts are the statistics printed after it.
+        dump_stats = parse_stats(a.shader_dump)
+        for name, prof in parse_shader_dump(a.shader_dump).items():
+            st = dump_stats.get(name, {})
+            if (st.get("Instructions"), st.get("Load/store")) == (prof["instructions"], prof["ls"]):
+                PROFILES[name] = prof
+            else:
+                print(f"{name}: the listing before its statistics is not its code "
+                      f"({prof['instructions']} instructions, {prof['ls']} load/store against "
+                      f"{st.get('Instructions')} and {st.get('Load/store')}): not used",
+                      file=sys.stderr)
+        for name, prof in sorted(PROFILES.items()):
+            if name.startswith("matmul_"):
+                print(f"{name}: load/store {prof['ls']} of {prof['instructions']} instructions; "
+                      f"loops (code order, load/store, inside): "
+                      + ", ".join(f"{l['ls']} in {l['inside']}" for l in prof["loops"]))
     if a.p < 1 or a.ubatch < 1:
         fail("-p and --ubatch must be at least 1")
     S = Stats(parse_stats(a.stats))
@@ -305,7 +459,9 @@ def main():
     for u in range(n_ub):
         pos0 = u * a.ubatch
         ds += ubatch(S, sh, types, min(a.ubatch, a.p - pos0), pos0, u + 1 == n_ub)
-    notes = "; ".join(S.stand_ins)
+    notes = "; ".join(S.stand_ins + STAND_IN_PROFILES)
+    if a.shader_dump:
+        a.statistics += "; mul_mmq loops weighted by their trips (--shader-dump)"
     lst = {
         "name": a.name or f"llama.cpp {label} pp{a.p} ub {a.ubatch}",
         "statistics": a.statistics + (f"; stand-ins: {notes}" if notes else ""),

@@ -146,8 +146,11 @@ pub const SEED_FIGURE: &str = "the seed's llama.cpp Vulkan on panvk (Mesa 26.1.3
 
 /// Load/store thread-operations per core-cycle fitted to [`SEED_FIGURE`] with llama.cpp's
 /// shaders compiled by Mesa 26.1.6 (`rocky predict --dispatches llama.json --fit-pp 21.0 --fit
-/// ls-rate`); Mesa's statistics assume 1.
-pub const SEED_LS_RATE: f64 = 5.846;
+/// ls-rate`); Mesa's statistics assume 1. The list weights llama.cpp's matmul loops by their
+/// real trips, read from the driver's final code (`tools/llama_predict.py --shader-dump`,
+/// docs/measurements/2026-12-06-predict-calibration.md: 3.4946); with every part of the
+/// shader weighted by K / 32, as first assumed, the fit was 5.846.
+pub const SEED_LS_RATE: f64 = 3.4946;
 
 /// One dispatch (or `count` identical ones) as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -360,6 +363,59 @@ pub enum FitParam {
     LoadStoreRate,
 }
 
+impl FitParam {
+    /// The constant's field name in [`Constants`] (and in a stored calibration).
+    pub fn name(self) -> &'static str {
+        match self {
+            FitParam::DispatchCost => "dispatch_s",
+            FitParam::Efficiency => "efficiency",
+            FitParam::LoadStoreRate => "ls_rate",
+        }
+    }
+
+    /// From [`FitParam::name`].
+    pub fn from_name(name: &str) -> Option<FitParam> {
+        [
+            FitParam::DispatchCost,
+            FitParam::Efficiency,
+            FitParam::LoadStoreRate,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+}
+
+/// The order [`fit_first`] tries constants in when a board's figure calibrates the model: the
+/// achieved fraction of the issue rate first (it scales every compute-bound dispatch), then the
+/// load/store rate (only load/store-bound ones), then a per-dispatch cost (only adds time).
+pub const FIT_ORDER: [FitParam; 3] = [
+    FitParam::Efficiency,
+    FitParam::LoadStoreRate,
+    FitParam::DispatchCost,
+];
+
+/// [`fit`] of the first of `order` that has a solution, with the constant it fitted; the error
+/// lists why each failed. Still one figure, one constant.
+pub fn fit_first(
+    t: &Target,
+    base: &Constants,
+    list: &DispatchList,
+    measured_tok_s: f64,
+    order: &[FitParam],
+) -> Result<(Constants, FitParam), FitError> {
+    let mut why = Vec::new();
+    for &param in order {
+        match fit(t, base, list, measured_tok_s, param) {
+            Ok(c) => return Ok((c, param)),
+            Err(e) => why.push(format!("{}: {e}", param.name())),
+        }
+    }
+    Err(FitError(format!(
+        "no single constant reproduces {measured_tok_s} tok/s ({})",
+        why.join("; ")
+    )))
+}
+
 /// Why a fit has no solution.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FitError(pub String);
@@ -497,14 +553,7 @@ pub fn fit(
         }
         c.ls_rate = hi;
     }
-    let note = format!(
-        "{} fitted to {what} ({measured_tok_s} tok/s)",
-        match param {
-            FitParam::DispatchCost => "dispatch_s",
-            FitParam::Efficiency => "efficiency",
-            FitParam::LoadStoreRate => "ls_rate",
-        }
-    );
+    let note = format!("{} fitted to {what} ({measured_tok_s} tok/s)", param.name());
     c.fitted = if base.fitted.is_empty() {
         note
     } else {
@@ -747,6 +796,41 @@ mod tests {
         assert!((c.ls_rate - 2.0).abs() < 1e-9, "{c:?}");
         // Faster than the FMA pipe allows (20 ms): no rate explains it.
         assert!(fit(&t, &exact(), &list, 1000.0, FitParam::LoadStoreRate).is_err());
+    }
+
+    #[test]
+    fn fit_first_takes_the_first_constant_that_reproduces_the_figure() {
+        let t = Target::g610_mc4();
+        // 10 dispatches of FMA 2, load/store 8 cycles: 80 ms at ls_rate 1, efficiency 1.
+        let mut d = one(4.0e6, 8.0, 1.0, 0.0);
+        d.pipes = Some([2.0, 1.0, 1.0, 8.0]);
+        d.count = 10.0;
+        let list = DispatchList {
+            name: "order".into(),
+            statistics: String::new(),
+            tokens: 10.0,
+            submits: 0.0,
+            dispatches: vec![d],
+        };
+        // Slower than the model (100 ms): efficiency 0.8 reproduces it.
+        let (c, p) = fit_first(&t, &exact(), &list, 100.0, &FIT_ORDER).unwrap();
+        assert_eq!(p, FitParam::Efficiency);
+        assert!((c.efficiency - 0.8).abs() < 1e-9, "{c:?}");
+        // Faster (40 ms): no efficiency ≤ 1 explains it; the load/store rate 2 does.
+        let (c, p) = fit_first(&t, &exact(), &list, 250.0, &FIT_ORDER).unwrap();
+        assert_eq!(p, FitParam::LoadStoreRate);
+        assert!((c.ls_rate - 2.0).abs() < 1e-9, "{c:?}");
+        assert_eq!(c.efficiency, 1.0);
+        // Faster than the FMA pipe allows (10 ms): nothing; the error names every attempt.
+        let e = fit_first(&t, &exact(), &list, 2000.0, &FIT_ORDER)
+            .unwrap_err()
+            .to_string();
+        for name in ["efficiency", "ls_rate", "dispatch_s"] {
+            assert!(e.contains(name), "{e}");
+        }
+        for p in FIT_ORDER {
+            assert_eq!(FitParam::from_name(p.name()), Some(p));
+        }
     }
 
     #[test]

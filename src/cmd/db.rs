@@ -217,6 +217,11 @@ fn list(db: &TuningDb, as_json: bool) -> CmdResult {
             ranking.source
         );
     }
+    // Calibrations of the Mali cost model: a figure measured on the device, the prediction
+    // before the fit, the fitted constant; `rocky predict` uses the newest of its device.
+    for c in db.calibrations(None).map_err(db_error)? {
+        println!("calibration: {}", c.describe());
+    }
     Ok(())
 }
 
@@ -282,6 +287,7 @@ fn show(db: &TuningDb, text: Option<&str>, as_json: bool) -> CmdResult {
 
 fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
     let s = db.stats().map_err(db_error)?;
+    let calibrations = db.calibrations(None).map_err(db_error)?.len();
     if as_json {
         let out = json!({
             "devices": s.devices,
@@ -290,6 +296,7 @@ fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
             "trials": s.trials,
             "ok_trials": s.ok_trials,
             "failures": s.failures,
+            "calibrations": calibrations,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
@@ -303,6 +310,7 @@ fn stats(db: &TuningDb, as_json: bool) -> CmdResult {
         for (kind, n) in &s.failures {
             println!("  failed {kind}: {n}");
         }
+        println!("cost-model calibrations: {calibrations}");
     }
     Ok(())
 }
@@ -329,9 +337,15 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
                 .map_err(db_error)?
                 .into_iter()
                 .map(|(k, _)| k.device);
+            let with_calibrations = db
+                .calibrations(None)
+                .map_err(db_error)?
+                .into_iter()
+                .map(|c| c.device);
             let found: BTreeSet<DeviceFingerprint> = with_records
                 .chain(with_choices)
                 .chain(with_seeds)
+                .chain(with_calibrations)
                 .filter(|d| d.describe().to_lowercase().contains(&text))
                 .collect();
             if found.is_empty() {
@@ -345,7 +359,7 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
     let file = std::fs::File::create(output)
         .map_err(|e| CliError::output(format!("cannot create {}: {e}", output.display())))?;
     let mut writer = BufWriter::new(file);
-    let (mut records, mut graph_choices, mut seeds) = (0, 0, 0);
+    let (mut records, mut graph_choices, mut seeds, mut calibrations) = (0, 0, 0, 0);
     for device in devices {
         let filter = ExportFilter {
             device,
@@ -357,10 +371,11 @@ fn export(db: &TuningDb, output: &Path, device: Option<&str>, all_trials: bool) 
         records += written.records;
         graph_choices += written.graph_choices;
         seeds += written.seed_rankings;
+        calibrations += written.calibrations;
     }
     println!(
-        "exported {records} records, {graph_choices} graph choices and {seeds} seed rankings \
-         (unmeasured) to {}",
+        "exported {records} records, {graph_choices} graph choices, {seeds} seed rankings \
+         (unmeasured) and {calibrations} cost-model calibrations to {}",
         output.display()
     );
     Ok(())
@@ -374,7 +389,8 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
         import_jsonl(&db, BufReader::new(input), &file.display().to_string()).map_err(db_error)?;
     println!(
         "imported {} lines into {}: {} new records, {} improved, {} kept local, {} trials added, {} duplicates skipped; \
-         graph choices: {} new, {} improved, {} kept local; seed rankings (unmeasured): {} stored, {} kept local",
+         graph choices: {} new, {} improved, {} kept local; seed rankings (unmeasured): {} stored, {} kept local; \
+         cost-model calibrations: {} new, {} already present, {} kept local",
         summary.lines,
         db_path.display(),
         summary.new_keys,
@@ -386,7 +402,10 @@ fn import(db_path: &Path, file: &Path) -> CmdResult {
         summary.graph_choices_improved,
         summary.graph_choices_kept_local,
         summary.seed_rankings_added,
-        summary.seed_rankings_kept_local
+        summary.seed_rankings_kept_local,
+        summary.calibrations_added,
+        summary.calibrations_duplicate,
+        summary.calibrations_kept_local
     );
     Ok(())
 }

@@ -5,6 +5,11 @@
 //! traffic, plus fixed costs (`rocky_predict`). Nothing is timed: on the Mali shims nothing can
 //! be. With `--dispatches FILE` the same model costs a dispatch list made elsewhere
 //! (tools/llama_predict.py makes llama.cpp's from its `GGML_VK_PIPELINE_STATS` output).
+//!
+//! The constants: the built-in fit to the one real Mali figure, unless the tuning database
+//! holds a calibration of this device and driver (a figure measured here, e.g. by `rocky
+//! report`'s bench, with `--fit-pp … --save-calibration`), which then replaces it, named with
+//! its source.
 
 use super::gpu::{self, device_error, GpuArgs};
 use crate::error::{CliError, CmdResult};
@@ -12,10 +17,14 @@ use rocky_compiler::templates::{self, attention, eltwise, embedding, kv_cache, r
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_engine::Model;
 use rocky_predict::{
-    fit, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
+    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
+    FIT_ORDER,
 };
 use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
 use rocky_tuner::static_cost::{self, CostModel};
+use rocky_tuning_db::{
+    Calibration, CalibrationConstants, CalibrationTarget, DeviceFingerprint, TuningDb,
+};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,7 +32,9 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
     rocky predict qwen2.5-3b-q4_k_m.gguf -p 512 -ub 64 --decode 16\n  \
-    rocky predict --dispatches llama-3b-ub64.json --fit-pp 21.0 --json\n\n\
+    rocky predict --dispatches llama-3b-ub64.json --fit-pp 21.0 --json\n  \
+    rocky predict qwen2.5-3b-q4_k_m.gguf -p 512 -ub 64 --fit-pp 31.2 --fit auto --save-calibration \
+    --measured-by 'rocky bench -p 512 -ub 64, tuned row'\n\n\
     Run it where the driver reports Valhall statistics (panvk 26.x: a board, or \
     ../shared/tools/mali-shim26 under qemu). Elsewhere the cycles come from rocky's own IR \
     model and the table says so. Every figure is a PREDICTION of a model, never a measurement; \
@@ -47,9 +58,25 @@ pub struct Args {
     #[arg(long)]
     pub fit_pp: Option<f64>,
     /// With --fit-pp: which constant to fit: dispatch (the per-dispatch cost), ls-rate (the
-    /// load/store unit's rate against Mesa's assumed 1 per cycle) or efficiency.
+    /// load/store unit's rate against Mesa's assumed 1 per cycle), efficiency, or auto (the
+    /// first of efficiency, ls-rate, dispatch that reproduces the figure).
     #[arg(long, default_value = "dispatch")]
     pub fit: String,
+    /// Which constants to predict with: auto (the tuning database's newest calibration of this
+    /// device and driver version, else the built-in fit), builtin (the built-in fit to the
+    /// seed's figure), or gpu (the newest calibration of the same GPU under any driver
+    /// version, e.g. a board's for the shim). With --fit-pp the fit always starts from the
+    /// built-in constants.
+    #[arg(long, default_value = "auto")]
+    pub calibration: String,
+    /// With --fit-pp on a MODEL: store the fit in the tuning database (--db) as a calibration
+    /// of this device and driver (`rocky db export` carries it), so later predictions here use
+    /// it. The figure must have been measured on this device with the same prompt and ubatch.
+    #[arg(long, requires = "fit_pp")]
+    pub save_calibration: bool,
+    /// With --save-calibration: how the --fit-pp figure was measured, stored with it.
+    #[arg(long, requires = "save_calibration")]
+    pub measured_by: Option<String>,
     /// The load/store unit's thread-operations per core-cycle [default: the seed calibration's].
     #[arg(long)]
     pub ls_rate: Option<f64>,
@@ -92,7 +119,70 @@ pub fn run(args: Args) -> CmdResult {
         target.bandwidth = gbs * 1e9;
         target.bandwidth_from = "--bandwidth-gbs".into();
     }
-    let mut constants = Constants::seed_calibrated();
+    let choice = CalibrationChoice::parse(&args.calibration)?;
+    if args.save_calibration && args.model.is_none() {
+        return Err(CliError::usage(
+            "--save-calibration needs a MODEL run on the device the figure was measured on \
+             (not --dispatches): the calibration is stored for that device and driver",
+        ));
+    }
+    let (prefill, decode, device) = match (&args.dispatches, &args.model) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::input(format!("--dispatches {}: {e}", path.display())))?;
+            let list: DispatchList = serde_json::from_str(&text).map_err(|e| {
+                CliError::input(format!(
+                    "--dispatches {}: not a dispatch list ({e}); tools/llama_predict.py writes one",
+                    path.display()
+                ))
+            })?;
+            check_list(&list, path)?;
+            (list, None, None)
+        }
+        (None, Some(model)) => {
+            let (prefill, decode, device) = rocky_lists(&args, model)?;
+            if let Some((cores, from)) = &device.cores {
+                target = target.with_cores(*cores, from.clone());
+            }
+            (prefill, decode, Some(device))
+        }
+        (None, None) => {
+            return Err(CliError::usage(
+                "rocky predict needs a MODEL, or --dispatches FILE",
+            ))
+        }
+    };
+    // The constants: a calibration from the database, or the built-in fit (always the latter
+    // under a fit: one figure, one constant, from the same start every time).
+    let db_path = super::gpu::db_path(args.gpu.db.as_deref());
+    let (mut constants, mut source) = (Constants::seed_calibrated(), CalibrationSource::Builtin);
+    if args.fit_pp.is_none() {
+        if let Some(found) = find_calibration(choice, device.as_ref(), db_path.as_deref())? {
+            constants = constants_of(&found.0);
+            if args.clock_mhz.is_none() {
+                target.clock_hz = found.0.target.clock_hz;
+                target.clock_from = "the calibration's (its constants were fitted at it)".into();
+            }
+            if args.bandwidth_gbs.is_none() {
+                target.bandwidth = found.0.target.bandwidth;
+                target.bandwidth_from =
+                    "the calibration's (its constants were fitted at it)".into();
+            }
+            source = CalibrationSource::Database(Box::new(found.0), found.1);
+        }
+    }
+    let builtin_note = match (&source, &device, &db_path) {
+        (CalibrationSource::Database(..), _, _) => String::new(),
+        _ if args.fit_pp.is_some() => "; the fit starts from the built-in constants".into(),
+        (_, None, _) => "; --dispatches: no device to look a calibration up for".into(),
+        _ if choice == CalibrationChoice::Builtin => "; --calibration builtin".into(),
+        (_, Some(d), Some(path)) => format!(
+            "; no calibration of {} in the tuning database {}",
+            d.fingerprint.describe(),
+            path.display()
+        ),
+        (_, Some(_), None) => "; no tuning database".into(),
+    };
     if let Some(e) = args.efficiency {
         positive("--efficiency", e)?;
         constants.efficiency = e;
@@ -116,32 +206,6 @@ pub fn run(args: Args) -> CmdResult {
         positive("--half-occupancy-efficiency", h)?;
         constants.half_occupancy_efficiency = h;
     }
-    let (prefill, decode) = match (&args.dispatches, &args.model) {
-        (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::input(format!("--dispatches {}: {e}", path.display())))?;
-            let list: DispatchList = serde_json::from_str(&text).map_err(|e| {
-                CliError::input(format!(
-                    "--dispatches {}: not a dispatch list ({e}); tools/llama_predict.py writes one",
-                    path.display()
-                ))
-            })?;
-            check_list(&list, path)?;
-            (list, None)
-        }
-        (None, Some(model)) => {
-            let (prefill, decode, cores) = rocky_lists(&args, model)?;
-            if let Some((cores, from)) = cores {
-                target = target.with_cores(cores, from);
-            }
-            (prefill, decode)
-        }
-        (None, None) => {
-            return Err(CliError::usage(
-                "rocky predict needs a MODEL, or --dispatches FILE",
-            ))
-        }
-    };
     if let Some(prefix) = &args.save_dispatches {
         let mut lists = vec![("prefill", &prefill)];
         if let Some(d) = &decode {
@@ -155,20 +219,83 @@ pub fn run(args: Args) -> CmdResult {
             })?;
         }
     }
+    let mut fitted: Option<Fitted> = None;
     if let Some(measured) = args.fit_pp {
-        let param = match args.fit.as_str() {
-            "dispatch" => FitParam::DispatchCost,
-            "ls-rate" => FitParam::LoadStoreRate,
-            "efficiency" => FitParam::Efficiency,
+        let order: &[FitParam] = match args.fit.as_str() {
+            "dispatch" => &[FitParam::DispatchCost],
+            "ls-rate" => &[FitParam::LoadStoreRate],
+            "efficiency" => &[FitParam::Efficiency],
+            "auto" => &FIT_ORDER,
             other => {
                 return Err(CliError::usage(format!(
-                    "--fit {other}: use dispatch, ls-rate or efficiency"
+                    "--fit {other}: use dispatch, ls-rate, efficiency or auto"
                 )))
             }
         };
+        let before = prefill.predict(&target, &constants).tok_per_s;
+        let base = describe_constants(&constants);
         // The other constants stay as they are: the seed calibration's, or the flags'.
-        constants = fit(&target, &constants, &prefill, measured, param)
-            .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
+        let (c, param) = if order.len() == 1 {
+            fit(&target, &constants, &prefill, measured, order[0]).map(|c| (c, order[0]))
+        } else {
+            fit_first(&target, &constants, &prefill, measured, order)
+        }
+        .map_err(|e| CliError::input(format!("--fit-pp {measured}: {e}")))?;
+        constants = c;
+        fitted = Some(Fitted {
+            measured,
+            before,
+            base,
+            param,
+        });
+    }
+    if let (true, Some(f), Some(d)) = (args.save_calibration, &fitted, &device) {
+        let record = Calibration {
+            device: d.fingerprint.clone(),
+            compiler_version: rocky_compiler::compiler_version().to_string(),
+            model: args.model.as_ref().and_then(|m| m.file_name()).map_or_else(
+                || prefill.name.clone(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            n_prompt: args.n_prompt as u32,
+            ubatch: d.ubatch as u32,
+            measured_tok_s: f.measured,
+            measured_by: args
+                .measured_by
+                .clone()
+                .unwrap_or_else(|| "given to rocky predict --fit-pp".into()),
+            predicted_tok_s: f.before,
+            base: f.base.clone(),
+            fitted: f.param.name().into(),
+            constants: CalibrationConstants {
+                efficiency: constants.efficiency,
+                ls_rate: constants.ls_rate,
+                dispatch_s: constants.dispatch_s,
+                submit_s: constants.submit_s,
+                half_occupancy_efficiency: constants.half_occupancy_efficiency,
+            },
+            target: CalibrationTarget {
+                cores: target.cores,
+                clock_hz: target.clock_hz,
+                bandwidth: target.bandwidth,
+            },
+            statistics: prefill.statistics.clone(),
+            host: rocky_tuner::host_name(),
+            date: rocky_tuning_db::Trial::now_unix_s(),
+        };
+        let path = db_path.as_deref().ok_or_else(|| {
+            CliError::usage(
+                "--save-calibration: no tuning database location: pass --db PATH or set ROCKY_DB",
+            )
+        })?;
+        let db = TuningDb::open(path).map_err(super::gpu::db_error)?;
+        db.add_calibration(&record).map_err(super::gpu::db_error)?;
+        eprintln!(
+            "predict: stored the calibration in {} (`rocky db export` carries it): {}",
+            path.display(),
+            record.describe()
+        );
+        source = CalibrationSource::Saved(Box::new(record), path.to_path_buf());
     }
     let pp = prefill.predict(&target, &constants);
     let tg = decode.as_ref().map(|d| {
@@ -177,12 +304,51 @@ pub fn run(args: Args) -> CmdResult {
         let bound = target.bandwidth_bound_tok_s(bytes / d.tokens.max(1.0));
         (p, bound)
     });
+    let calibration_text = match &source {
+        CalibrationSource::Builtin if fitted.is_some() => {
+            "fitted here to the --fit-pp figure (not stored)".to_string() + &builtin_note
+        }
+        CalibrationSource::Builtin => format!(
+            "built-in ({}){builtin_note}",
+            Constants::seed_calibrated().fitted
+        ),
+        CalibrationSource::Database(c, path) => format!(
+            "from the tuning database {}: {}",
+            path.display(),
+            c.describe()
+        ),
+        CalibrationSource::Saved(c, path) => format!(
+            "fitted here and stored in the tuning database {}: {}",
+            path.display(),
+            c.describe()
+        ),
+    };
     if args.json {
         let out = json!({
             "prediction": true,
             "note": "a model's prediction, not a measurement",
             "target": target,
             "constants": constants,
+            "calibration": {
+                "source": match &source {
+                    CalibrationSource::Builtin if fitted.is_some() => "fit",
+                    CalibrationSource::Builtin => "builtin",
+                    CalibrationSource::Database(..) => "database",
+                    CalibrationSource::Saved(..) => "fit_saved",
+                },
+                "text": calibration_text,
+                "record": match &source {
+                    CalibrationSource::Database(c, _) | CalibrationSource::Saved(c, _) => Some(c),
+                    CalibrationSource::Builtin => None,
+                },
+            },
+            "fit": fitted.as_ref().map(|f| json!({
+                "measured_tok_s": f.measured,
+                "predicted_before_tok_s": f.before,
+                "error_before": rocky_predict::relative_error(f.before, f.measured),
+                "base": f.base,
+                "fitted": f.param.name(),
+            })),
             "prefill": { "name": prefill.name, "statistics": prefill.statistics, "result": pp },
             "decode": tg.as_ref().map(|(p, bound)| json!({
                 "result": p,
@@ -215,6 +381,17 @@ pub fn run(args: Args) -> CmdResult {
         constants.half_occupancy_efficiency,
         if constants.fitted.is_empty() { "priors" } else { &constants.fitted }
     );
+    println!("  calibration: {calibration_text}");
+    if let Some(f) = &fitted {
+        println!(
+            "  fit: measured {:.2} tok/s (given); the model predicted {:.2} tok/s before the fit ({:+.1}%, with {}); fitted {}",
+            f.measured,
+            f.before,
+            100.0 * rocky_predict::relative_error(f.before, f.measured),
+            f.base,
+            f.param.name()
+        );
+    }
     println!("prefill: {} [{}]", prefill.name, prefill.statistics);
     print_table(&pp);
     println!(
@@ -239,6 +416,110 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
     Ok(())
+}
+
+/// What a --fit-pp did.
+struct Fitted {
+    measured: f64,
+    /// The prediction before the fit.
+    before: f64,
+    /// The constants it started from, in words.
+    base: String,
+    param: FitParam,
+}
+
+/// Where the constants came from.
+enum CalibrationSource {
+    /// The built-in fit to the seed's figure (or a fit made here and not stored).
+    Builtin,
+    /// A calibration from the tuning database at the path.
+    Database(Box<Calibration>, PathBuf),
+    /// Fitted here and stored in the tuning database at the path.
+    Saved(Box<Calibration>, PathBuf),
+}
+
+/// `--calibration`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CalibrationChoice {
+    Auto,
+    Builtin,
+    Gpu,
+}
+
+impl CalibrationChoice {
+    fn parse(s: &str) -> Result<CalibrationChoice, CliError> {
+        match s {
+            "auto" => Ok(CalibrationChoice::Auto),
+            "builtin" => Ok(CalibrationChoice::Builtin),
+            "gpu" => Ok(CalibrationChoice::Gpu),
+            other => Err(CliError::usage(format!(
+                "--calibration {other}: use auto, builtin or gpu"
+            ))),
+        }
+    }
+}
+
+/// The calibration `choice` picks from the database at `db` for `device`, with the database's
+/// path. A database that does not exist holds none (it is not created).
+fn find_calibration(
+    choice: CalibrationChoice,
+    device: Option<&DeviceRun>,
+    db: Option<&std::path::Path>,
+) -> Result<Option<(Calibration, PathBuf)>, CliError> {
+    let (Some(device), Some(path)) = (device, db) else {
+        return Ok(None);
+    };
+    if choice == CalibrationChoice::Builtin || !path.exists() {
+        return Ok(None);
+    }
+    let db = TuningDb::open(path).map_err(super::gpu::db_error)?;
+    let found = match choice {
+        CalibrationChoice::Gpu => db.calibration_for_gpu(&device.fingerprint),
+        _ => db.calibration_for_device(&device.fingerprint),
+    }
+    .map_err(super::gpu::db_error)?;
+    Ok(found.map(|c| (c, path.to_path_buf())))
+}
+
+/// The model's constants of a stored calibration.
+fn constants_of(c: &Calibration) -> Constants {
+    Constants {
+        efficiency: c.constants.efficiency,
+        dispatch_s: c.constants.dispatch_s,
+        submit_s: c.constants.submit_s,
+        half_occupancy_efficiency: c.constants.half_occupancy_efficiency,
+        ls_rate: c.constants.ls_rate,
+        fitted: format!(
+            "{} fitted to {:.2} tok/s measured on {} ({}), tuning database",
+            c.fitted,
+            c.measured_tok_s,
+            c.device.describe(),
+            c.measured_by
+        ),
+    }
+}
+
+/// The constants in one line.
+fn describe_constants(c: &Constants) -> String {
+    format!(
+        "efficiency {:.4}, ls_rate {:.3}, dispatch {:.1} µs, submit {:.1} µs ({})",
+        c.efficiency,
+        c.ls_rate,
+        c.dispatch_s * 1e6,
+        c.submit_s * 1e6,
+        if c.fitted.is_empty() {
+            "priors"
+        } else {
+            &c.fitted
+        }
+    )
+}
+
+/// The device a MODEL's prediction ran on: its identity, ubatch and core count.
+struct DeviceRun {
+    fingerprint: DeviceFingerprint,
+    ubatch: usize,
+    cores: Option<(u32, String)>,
 }
 
 fn positive(flag: &str, v: f64) -> Result<(), CliError> {
@@ -322,13 +603,12 @@ struct KernelCost {
     from_driver: bool,
 }
 
-/// rocky's prefill and decode dispatch lists of `model` on the device, and the core count the
-/// driver reports.
-#[allow(clippy::type_complexity)]
+/// rocky's prefill and decode dispatch lists of `model` on the device, and the device's identity,
+/// the ubatch and the core count the driver reports.
 fn rocky_lists(
     args: &Args,
     path: &std::path::Path,
-) -> Result<(DispatchList, Option<DispatchList>, Option<(u32, String)>), CliError> {
+) -> Result<(DispatchList, Option<DispatchList>, DeviceRun), CliError> {
     if args.n_prompt == 0 {
         return Err(CliError::usage("-p must be at least 1"));
     }
@@ -431,7 +711,12 @@ fn rocky_lists(
             dispatches: merge(dispatches),
         }
     });
-    Ok((prefill, decode, cores))
+    let device = DeviceRun {
+        fingerprint: rocky_tuner::fingerprint(ctx.info()),
+        ubatch,
+        cores,
+    };
+    Ok((prefill, decode, device))
 }
 
 /// "Mali-G610 MC4" → 4.

@@ -4,6 +4,12 @@
 //! (tuned, default and optionally the CPU reference), a prefill profile and the tuning
 //! database, in one Markdown file.
 //!
+//! It also calibrates the Mali cost model: the bench's measured prefill tok/s (the tuned row
+//! at the report's first prompt length and ubatch) goes to `rocky predict --fit-pp … --fit auto
+//! --save-calibration`, which prints the model's prediction of the same run before and after
+//! the fit and stores the calibration in the tuning database; the database export at the end
+//! carries it (`rocky db import` of the report's records gives it to everyone).
+//!
 //! Each section runs as a child `rocky` process with its output captured, so a section that
 //! fails (a driver out of memory, a missing device) still leaves its error text in the report
 //! and the others run: on a board that misbehaves the errors are the point. A section that
@@ -126,18 +132,10 @@ pub fn run(args: Args) -> CmdResult {
         format!("Prefill profile ({profile_tokens} tokens)"),
         profile,
     ));
-    // Only a database that exists is exported (no database is not a failure: the board has
-    // not been tuned yet).
-    let db_file = super::gpu::db_path(args.db.as_deref());
-    let has_db = db_file.as_deref().is_some_and(Path::exists);
-    if has_db {
-        let mut db = vec!["db".to_string()];
-        db.extend(db_args.iter().cloned());
-        db.extend(["export".into(), "-o".into(), export.display().to_string()]);
-        sections.push(("Tuning database".into(), db));
-    }
     // What the Mali cost model predicts for the same prompt and ubatch, beside the measured
-    // bench above (last, so the other sections keep their numbers): a board's report calibrates the model (`rocky predict --fit-pp`).
+    // bench above (after the measuring sections, so they keep their numbers); with the bench's
+    // figure it is calibrated on it (the arguments are added once the bench has run).
+    let db_file = super::gpu::db_path(args.db.as_deref());
     let mut predict = vec![
         "predict".to_string(),
         model_path.clone(),
@@ -150,10 +148,12 @@ pub fn run(args: Args) -> CmdResult {
     ];
     predict.extend(device_args.iter().cloned());
     predict.extend(db_args.iter().cloned());
-    sections.push((
-        "Predicted (the Mali cost model: a prediction, not a measurement)".into(),
-        predict,
-    ));
+    sections.push((PREDICT_TITLE.into(), predict));
+    // The database is exported last, so its records include the calibration just made.
+    let mut db = vec!["db".to_string()];
+    db.extend(db_args.iter().cloned());
+    db.extend(["export".into(), "-o".into(), export.display().to_string()]);
+    sections.push((DB_TITLE.into(), db));
 
     let mut report = String::new();
     let _ = writeln!(
@@ -168,21 +168,66 @@ pub fn run(args: Args) -> CmdResult {
     let _ = writeln!(report, "## 1. System\n\n```text\n{}```\n", system_facts());
     let timeout = Duration::from_secs(args.section_timeout.max(1));
     let mut failed = Vec::new();
-    for (i, (title, argv)) in sections.iter().enumerate() {
+    let mut measured: Option<(f64, String)> = None;
+    let mut number = 1;
+    let mut has_db = false;
+    for (title, argv) in sections.iter() {
+        let (mut argv, mut title) = (argv.clone(), title.clone());
+        let mut fit_args: Vec<String> = Vec::new();
+        if title == DB_TITLE {
+            // Only a database that exists is exported (no database is not a failure: the
+            // board has not been tuned yet).
+            has_db = db_file.as_deref().is_some_and(Path::exists);
+            if !has_db {
+                continue;
+            }
+        }
+        if title == PREDICT_TITLE {
+            if let (Some((tok_s, how)), Some(_)) = (&measured, &db_file) {
+                title = format!("{PREDICT_TITLE}, calibrated on the bench's measured figure");
+                fit_args = vec![
+                    "--fit-pp".into(),
+                    format!("{tok_s}"),
+                    "--fit".into(),
+                    "auto".into(),
+                    "--save-calibration".into(),
+                    "--measured-by".into(),
+                    how.clone(),
+                ];
+                argv.extend(fit_args.iter().cloned());
+            }
+        }
         eprintln!("report: {title} …");
-        let outcome = run_section(&exe, argv, timeout);
+        let mut outcome = run_section(&exe, &argv, timeout);
+        if !fit_args.is_empty() && !outcome.ok() {
+            // The fit failed (no single constant reproduces the figure, said in its output):
+            // keep that, and still give the prediction with the constants as they are.
+            number += 1;
+            failed.push(title.clone());
+            write_section(&mut report, number, &title, &argv, &outcome);
+            title = PREDICT_TITLE.to_string();
+            argv.truncate(argv.len() - fit_args.len());
+            eprintln!("report: {title} …");
+            outcome = run_section(&exe, &argv, timeout);
+        }
+        if title == "Bench" && outcome.ok() {
+            measured = measured_prefill(&outcome.output, prompt_lengths[0], args.ubatch).map(
+                |(tok_s, backend, device)| {
+                    (
+                        tok_s,
+                        format!(
+                            "rocky bench -p {} --ubatch {} -r {}: the {backend} row's mean on {device} (rocky report)",
+                            prompt_lengths[0], args.ubatch, args.reps
+                        ),
+                    )
+                },
+            );
+        }
         if !outcome.ok() {
             failed.push(title.clone());
         }
-        let _ = writeln!(
-            report,
-            "## {}. {title}\n\n`rocky {}` — {}, {:.1} s\n\n```text\n{}```\n",
-            i + 2,
-            shown_command(argv),
-            outcome.status,
-            outcome.seconds,
-            fenced(&outcome.output)
-        );
+        number += 1;
+        write_section(&mut report, number, &title, &argv, &outcome);
     }
     match std::fs::read_to_string(&export) {
         Ok(records) if !records.trim().is_empty() => {
@@ -200,8 +245,8 @@ pub fn run(args: Args) -> CmdResult {
             });
             let _ = writeln!(
                 report,
-                "## {}. Tuning database\n\nNo tuning records at {where_} (run `rocky tune MODEL` first to include them).",
-                sections.len() + 2
+                "## {}. {DB_TITLE}\n\nNo tuning records at {where_} (run `rocky tune MODEL` first to include them).",
+                number + 1
             );
         }
     }
@@ -216,7 +261,7 @@ pub fn run(args: Args) -> CmdResult {
         eprintln!(
             "report: wrote {} ({} sections)",
             args.output.display(),
-            sections.len() + 1
+            number
         );
     } else {
         eprintln!(
@@ -226,6 +271,65 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
     Ok(())
+}
+
+/// The title of the prediction's section.
+const PREDICT_TITLE: &str = "Predicted (the Mali cost model: a prediction, not a measurement)";
+/// The title of the database export's section.
+const DB_TITLE: &str = "Tuning database";
+
+/// Appends one section: its heading, command, status and output.
+fn write_section(report: &mut String, number: usize, title: &str, argv: &[String], o: &Outcome) {
+    let _ = writeln!(
+        report,
+        "## {number}. {title}\n\n`rocky {}` — {}, {:.1} s\n\n```text\n{}```\n",
+        shown_command(argv),
+        o.status,
+        o.seconds,
+        fenced(&o.output)
+    );
+}
+
+/// The measured prefill tok/s of `rocky bench --md`'s output at `n_prompt` and `ubatch`: the
+/// tuned GPU row's mean, else the default GPU row's, with the row's backend and device. `None`
+/// when the table has no such row (the bench failed, or printed something else).
+fn measured_prefill(
+    bench_md: &str,
+    n_prompt: usize,
+    ubatch: usize,
+) -> Option<(f64, String, String)> {
+    let cells = |line: &str| -> Vec<String> {
+        line.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let mut lines = bench_md.lines().filter(|l| l.trim_start().starts_with('|'));
+    let header = cells(lines.next()?);
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let (backend, device, ub, test, ts) = (
+        col("backend")?,
+        col("device")?,
+        col("ubatch")?,
+        col("test")?,
+        col("t/s")?,
+    );
+    let test_name = format!("pp{n_prompt}");
+    let rows: Vec<Vec<String>> = lines
+        .map(cells)
+        .filter(|r| r.len() == header.len())
+        .filter(|r| r[test] == test_name && r[ub] == ubatch.to_string())
+        .collect();
+    for wanted in ["Vulkan tuned", "Vulkan default"] {
+        if let Some(r) = rows.iter().find(|r| r[backend] == wanted) {
+            let mean: f64 = r[ts].split_whitespace().next()?.parse().ok()?;
+            if mean.is_finite() && mean > 0.0 {
+                return Some((mean, wanted.to_string(), r[device].clone()));
+            }
+        }
+    }
+    None
 }
 
 fn parse_lengths(list: &str) -> Result<Vec<usize>, CliError> {
@@ -256,7 +360,7 @@ fn profile_token_ids(n: usize, n_vocab: usize) -> String {
 fn shown_command(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
-            if a.len() > 80 {
+            if a.len() > 80 && a.chars().all(|c| c.is_ascii_digit() || c == ',') {
                 format!("<{} token ids>", a.split(',').count())
             } else if a.contains(' ') {
                 format!("'{a}'")
@@ -449,5 +553,44 @@ fn mali_firmware() -> String {
         format!("none under {}", root.display())
     } else {
         found.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rocky bench --md` as its renderer writes it (the snapshot its own test pins).
+    const BENCH_MD: &str = include_str!("../../tests/snapshots/bench-table.md");
+
+    #[test]
+    fn the_measured_figure_is_the_tuned_rows_mean_at_the_prompt_and_ubatch() {
+        // The snapshot's tuned row: 1536.00 ± 724.08 t/s at pp512, ubatch 512, on an H200.
+        let (tok_s, backend, device) = measured_prefill(BENCH_MD, 512, 512).unwrap();
+        assert_eq!(tok_s, 1536.0);
+        assert_eq!(backend, "Vulkan tuned");
+        assert_eq!(device, "NVIDIA H200");
+        // Without a tuned row, the default row; another prompt or ubatch: none.
+        let no_tuned: String = BENCH_MD
+            .lines()
+            .filter(|l| !l.contains("Vulkan tuned"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let (tok_s, backend, _) = measured_prefill(&no_tuned, 512, 512).unwrap();
+        assert_eq!((tok_s, backend.as_str()), (1024.0, "Vulkan default"));
+        assert_eq!(measured_prefill(BENCH_MD, 64, 512), None);
+        assert_eq!(measured_prefill(BENCH_MD, 512, 64), None);
+        // The CPU reference is never taken for the GPU's figure.
+        let cpu_only: String = BENCH_MD
+            .lines()
+            .filter(|l| !l.contains("Vulkan"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(measured_prefill(&cpu_only, 512, 512), None);
+        // A failed bench's output (no table) gives nothing.
+        assert_eq!(
+            measured_prefill("error: out of device memory\n", 512, 512),
+            None
+        );
     }
 }

@@ -10,12 +10,17 @@
 //! - `"rocky-seed-ranking"` ([`ExportSeedRanking`]): an UNMEASURED ranking of a kernel
 //!   record's candidates (`rocky tune --static`, see [`crate::seeds`]), last. It only seeds a
 //!   board's live search; importing it never changes a key's best trial.
+//! - `"rocky-calibration"` ([`ExportCalibration`]): a calibration of the Mali cost model (a
+//!   figure measured on a device, the prediction before the fit, the fitted constants; see
+//!   [`crate::calibration`]), last. Files from before calibrations were exported have none and
+//!   import as before; an older rocky refuses a file with one by its `format`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
+use crate::calibration::{validate_calibration, Calibration};
 use crate::error::DbError;
 use crate::fingerprint::DeviceFingerprint;
 use crate::record::{validate_trial, GraphChoice, Provenance, RecordKey, StoredTrial, Trial};
@@ -28,7 +33,9 @@ pub const EXPORT_FORMAT: &str = "rocky-tuning-record";
 pub const GRAPH_CHOICE_FORMAT: &str = "rocky-graph-choice";
 /// Tag of every exported seed-ranking line.
 pub const SEED_RANKING_FORMAT: &str = "rocky-seed-ranking";
-/// Version of the exported line formats (both kinds); import accepts exactly this.
+/// Tag of every exported calibration line.
+pub const CALIBRATION_FORMAT: &str = "rocky-calibration";
+/// Version of the exported line formats (every kind); import accepts exactly this.
 pub const EXPORT_VERSION: u32 = 1;
 
 /// One exported line: the key, its best trial and where that came from, and optionally every
@@ -87,12 +94,22 @@ pub struct ExportSeedRanking {
     pub ranking: SeedRanking,
 }
 
+/// One exported calibration of the cost model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportCalibration {
+    pub format: String,
+    pub version: u32,
+    pub calibration: Calibration,
+}
+
 /// One parsed and validated line of an export file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExportLine {
     Record(ExportRecord),
     GraphChoice(ExportGraphChoice),
     SeedRanking(ExportSeedRanking),
+    Calibration(ExportCalibration),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -128,6 +145,13 @@ pub struct ImportSummary {
     pub seed_rankings_added: usize,
     /// Seed-ranking lines not stored because the local ranking was as new or newer.
     pub seed_rankings_kept_local: usize,
+    /// Calibrations stored (the database did not hold them).
+    pub calibrations_added: usize,
+    /// Calibration lines already stored (importing twice is a no-op).
+    pub calibrations_duplicate: usize,
+    /// Calibration lines not stored because a different calibration is stored under the same
+    /// device, moment, host and run (the local one is kept).
+    pub calibrations_kept_local: usize,
 }
 
 /// What [`export_jsonl`] wrote.
@@ -139,11 +163,15 @@ pub struct ExportSummary {
     pub graph_choices: usize,
     /// Seed-ranking lines (unmeasured).
     pub seed_rankings: usize,
+    /// Calibration lines.
+    pub calibrations: usize,
 }
 
 /// Writes one [`ExportRecord`] per key that passes `filter`, then one [`ExportGraphChoice`]
 /// per stored graph choice of the filtered device (none when `filter.workload_kind` is set),
-/// then one [`ExportSeedRanking`] per stored seed ranking that passes `filter`.
+/// then one [`ExportSeedRanking`] per stored seed ranking that passes `filter`, then one
+/// [`ExportCalibration`] per stored calibration of the filtered device (none when
+/// `filter.workload_kind` is set: a calibration belongs to no kernel template).
 pub fn export_jsonl<W: Write>(
     db: &TuningDb,
     mut writer: W,
@@ -210,6 +238,17 @@ pub fn export_jsonl<W: Write>(
         write_line(serde_json::to_string(&line).expect("seed rankings serialize"))?;
         summary.seed_rankings += 1;
     }
+    if filter.workload_kind.is_none() {
+        for calibration in db.calibrations(filter.device.as_ref())? {
+            let line = ExportCalibration {
+                format: CALIBRATION_FORMAT.into(),
+                version: EXPORT_VERSION,
+                calibration,
+            };
+            write_line(serde_json::to_string(&line).expect("calibrations serialize"))?;
+            summary.calibrations += 1;
+        }
+    }
     writer.flush().map_err(|source| DbError::Io {
         context: "writing the export".into(),
         source,
@@ -226,11 +265,13 @@ pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
         serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
     let format = value.get("format").and_then(|v| v.as_str());
     let kind = match format {
-        Some(EXPORT_FORMAT | GRAPH_CHOICE_FORMAT | SEED_RANKING_FORMAT) => format,
+        Some(EXPORT_FORMAT | GRAPH_CHOICE_FORMAT | SEED_RANKING_FORMAT | CALIBRATION_FORMAT) => {
+            format
+        }
         _ => {
             return Err(format!(
-                "`format` is {:?}, expected \"{EXPORT_FORMAT}\", \"{GRAPH_CHOICE_FORMAT}\" or \
-                 \"{SEED_RANKING_FORMAT}\" (is this a rocky export?)",
+                "`format` is {:?}, expected \"{EXPORT_FORMAT}\", \"{GRAPH_CHOICE_FORMAT}\", \
+                 \"{SEED_RANKING_FORMAT}\" or \"{CALIBRATION_FORMAT}\" (is this a rocky export?)",
                 value.get("format")
             ))
         }
@@ -246,8 +287,17 @@ pub fn parse_export_line(line: &str) -> Result<ExportLine, String> {
     match kind {
         Some(EXPORT_FORMAT) => parse_record(value).map(ExportLine::Record),
         Some(GRAPH_CHOICE_FORMAT) => parse_graph_choice(value).map(ExportLine::GraphChoice),
+        Some(CALIBRATION_FORMAT) => parse_calibration(value).map(ExportLine::Calibration),
         _ => parse_seed_ranking(value).map(ExportLine::SeedRanking),
     }
+}
+
+fn parse_calibration(value: serde_json::Value) -> Result<ExportCalibration, String> {
+    // The path names the field at fault ("calibration.measured_tok_s: invalid type ...").
+    let line: ExportCalibration = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("bad calibration: {}: {}", e.path(), e.inner()))?;
+    validate_calibration(&line.calibration).map_err(|e| format!("calibration: {e}"))?;
+    Ok(line)
 }
 
 fn parse_seed_ranking(value: serde_json::Value) -> Result<ExportSeedRanking, String> {
@@ -310,6 +360,7 @@ pub fn import_jsonl<R: BufRead>(
     let mut records = Vec::new();
     let mut graph_choices = Vec::new();
     let mut seed_rankings = Vec::new();
+    let mut calibrations = Vec::new();
     let mut summary = ImportSummary::default();
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| line_error(i + 1, format!("cannot read: {e}")))?;
@@ -321,13 +372,45 @@ pub fn import_jsonl<R: BufRead>(
             ExportLine::Record(r) => records.push(r),
             ExportLine::GraphChoice(c) => graph_choices.push(c),
             ExportLine::SeedRanking(r) => seed_rankings.push(r),
+            ExportLine::Calibration(c) => calibrations.push(c.calibration),
         }
     }
     let trials = merge_records(db, records, source_name, &mut summary)?;
     let choices = merge_graph_choices(db, graph_choices, &mut summary)?;
     let seeds = merge_seed_rankings(db, seed_rankings, &mut summary)?;
-    db.insert_import_atomically(&trials, &choices, &seeds)?;
+    let calibrations = merge_calibrations(db, calibrations, &mut summary)?;
+    db.insert_import_atomically(&trials, &choices, &seeds, &calibrations)?;
     Ok(summary)
+}
+
+/// The imported calibrations the database does not hold yet (each once). A calibration is a
+/// measurement: it is added, never merged; one whose key (device, moment, host, run) is taken
+/// by a different stored calibration keeps the stored one.
+fn merge_calibrations(
+    db: &TuningDb,
+    lines: Vec<Calibration>,
+    summary: &mut ImportSummary,
+) -> Result<Vec<Calibration>, DbError> {
+    let mut new: Vec<Calibration> = Vec::new();
+    for c in lines {
+        if let Some(pending) = new.iter().find(|p| p.key() == c.key()) {
+            if *pending == c {
+                summary.calibrations_duplicate += 1;
+            } else {
+                summary.calibrations_kept_local += 1;
+            }
+            continue;
+        }
+        match db.has_calibration(&c)? {
+            Some(true) => summary.calibrations_duplicate += 1,
+            Some(false) => summary.calibrations_kept_local += 1,
+            None => {
+                summary.calibrations_added += 1;
+                new.push(c);
+            }
+        }
+    }
+    Ok(new)
 }
 
 /// The imported seed rankings newer than the stored (or pending) ranking of their key; at

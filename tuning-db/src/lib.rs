@@ -8,8 +8,11 @@
 //! - [`exchange`]: export (kernel records and graph choices) and the all-or-nothing,
 //!   faster-wins import;
 //! - [`seeds`]: unmeasured seed rankings (`rocky tune --static`), never winners;
+//! - [`calibration`]: calibrations of the Mali cost model (`rocky predict`): a measured
+//!   figure, the prediction before the fit, the fitted constants;
 //! - [`paths`]: the default database location; [`presets`]: shipped records.
 
+pub mod calibration;
 pub mod error;
 pub mod exchange;
 pub mod fingerprint;
@@ -19,11 +22,14 @@ pub mod record;
 pub mod seeds;
 pub mod store;
 
+pub use calibration::{
+    validate_calibration, Calibration, CalibrationConstants, CalibrationTarget, FITTED_CONSTANTS,
+};
 pub use error::DbError;
 pub use exchange::{
     export_jsonl, import_jsonl, parse_export_line, ExportFilter, ExportGraphChoice, ExportLine,
-    ExportRecord, ExportSeedRanking, ExportSummary, ImportSummary, EXPORT_FORMAT, EXPORT_VERSION,
-    GRAPH_CHOICE_FORMAT, SEED_RANKING_FORMAT,
+    ExportRecord, ExportSeedRanking, ExportSummary, ImportSummary, CALIBRATION_FORMAT,
+    EXPORT_FORMAT, EXPORT_VERSION, GRAPH_CHOICE_FORMAT, SEED_RANKING_FORMAT,
 };
 pub use fingerprint::DeviceFingerprint;
 pub use paths::default_db_path;

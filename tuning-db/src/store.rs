@@ -8,6 +8,9 @@
 //! - `seed_rankings`: `RecordKey::encode()` → JSON [`crate::seeds::SeedRanking`]: unmeasured
 //!   rankings, never read by `best` or `lookup_for_device` (added without a format bump: an
 //!   older rocky simply does not open the tree).
+//! - `calibrations`: [`crate::calibration::Calibration`]s of the Mali cost model (measured
+//!   figure, prediction, fitted constants), keyed by device, date and what was measured; added
+//!   without a format bump, like the seed rankings.
 //! - `meta`: `format_version` → decimal string.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +33,7 @@ pub const FORMAT_VERSION: u32 = 1;
 const TRIALS: &str = "trials";
 const GRAPH_CHOICES: &str = "graph_choices";
 const SEED_RANKINGS: &str = "seed_rankings";
+const CALIBRATIONS: &str = "calibrations";
 const META: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
 
@@ -40,6 +44,8 @@ pub struct TuningDb {
     graph_choices: sled::Tree,
     /// Unmeasured seed rankings (`crate::seeds`), apart from the trials.
     pub(crate) seed_rankings: sled::Tree,
+    /// Calibrations of the cost model (`crate::calibration`).
+    pub(crate) calibrations: sled::Tree,
 }
 
 /// What the database knows for a (device, compiler version, workload).
@@ -105,6 +111,7 @@ impl TuningDb {
             trials: db.open_tree(TRIALS)?,
             graph_choices: db.open_tree(GRAPH_CHOICES)?,
             seed_rankings: db.open_tree(SEED_RANKINGS)?,
+            calibrations: db.open_tree(CALIBRATIONS)?,
             db,
             path,
         })
@@ -336,14 +343,16 @@ impl TuningDb {
         Ok(out)
     }
 
-    /// Stores an import in one sled transaction over the three trees, so trials, graph choices
-    /// and seed rankings land together or not at all, then flushes. Graph choices and seed
-    /// rankings replace the stored ones (the caller has already decided they are better).
+    /// Stores an import in one sled transaction over the four trees, so trials, graph choices,
+    /// seed rankings and calibrations land together or not at all, then flushes. Graph choices
+    /// and seed rankings replace the stored ones (the caller has already decided they are
+    /// better); calibrations are new ones.
     pub(crate) fn insert_import_atomically(
         &self,
         trials: &[(RecordKey, StoredTrial)],
         graph_choices: &[StoredGraphChoice],
         seed_rankings: &[(RecordKey, crate::seeds::SeedRanking)],
+        calibrations: &[crate::calibration::Calibration],
     ) -> Result<(), DbError> {
         // Ids are drawn before the transaction: its closure may run more than once, and
         // the keys it writes must be the same each time.
@@ -363,11 +372,21 @@ impl TuningDb {
         for (key, ranking) in seed_rankings {
             seed_batch.insert(key.encode(), crate::seeds::encode(ranking));
         }
-        (&self.trials, &self.graph_choices, &self.seed_rankings)
-            .transaction(|(trials, choices, seeds)| {
+        let mut calibration_batch = sled::Batch::default();
+        for c in calibrations {
+            calibration_batch.insert(c.key(), crate::calibration::encode(c));
+        }
+        (
+            &self.trials,
+            &self.graph_choices,
+            &self.seed_rankings,
+            &self.calibrations,
+        )
+            .transaction(|(trials, choices, seeds, calibrations)| {
                 trials.apply_batch(&trial_batch)?;
                 choices.apply_batch(&choice_batch)?;
                 seeds.apply_batch(&seed_batch)?;
+                calibrations.apply_batch(&calibration_batch)?;
                 Ok(())
             })
             .map_err(|e: TransactionError<Infallible>| match e {
