@@ -389,6 +389,47 @@ fn the_official_openai_client_runs_an_agent_loop() {
     }
 }
 
+/// The validity sweep through the official client (tools/serve-agents.py --sweep), on
+/// the tiny random-weight file: every `required` and named call and every `json_schema` reply
+/// validates (Python's `jsonschema`); every `json_object` reply parses, or, where max_tokens
+/// cut it, says so with finish_reason "length" and is the start of a JSON object (the script
+/// completes it and parses it: a judge apart from the server's grammar). Random weights almost
+/// never close a string the grammar leaves open (a key of `json_object`), so most of those are
+/// cut: as OpenAI's JSON mode documents, the grammar keeps every token valid and
+/// finish_reason tells whether the JSON ended.
+#[test]
+fn the_official_client_sweep_validates_every_kind_and_cut_json_says_length() {
+    let server = Server::start(&tools_model(), &["--cpu", "--ctx", "1024"]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/serve-agents.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(server.url(""))
+        .args(["--sweep", "6", "--max-tokens", "96"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "(python3 needs the openai and jsonschema packages: tools/setup.sh installs them)\n{text}"
+    );
+    let rows: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for kind in ["required", "named", "json_schema", "json_object"] {
+        let row = rows
+            .iter()
+            .find(|r| r["kind"] == kind && r.get("of").is_some())
+            .unwrap_or_else(|| panic!("no count for {kind}: {text}"));
+        let cut = row["cut_by_max_tokens_honestly"].as_u64().unwrap_or(0);
+        assert_eq!(row["valid"].as_u64().unwrap() + cut, 6, "{text}");
+    }
+}
+
 #[test]
 fn fields_are_honoured_or_refused_by_name() {
     let model = tools_model();
