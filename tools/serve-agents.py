@@ -164,6 +164,8 @@ def sweep(client, model, n, only, max_tokens):
                     assert m.content.startswith("{") and json_prefix_ok(m.content), \
                         "cut, and not the start of a JSON object"
                     cut += 1
+                    print(json.dumps({"kind": kind, "seed": seed, "ok": "cut, valid prefix",
+                                      "tokens": r.usage.completion_tokens}), flush=True)
                     continue
                 assert finish in ("stop", "tool_calls"), f"finish_reason {finish}"
                 if kind in ("required", "named"):
@@ -176,6 +178,8 @@ def sweep(client, model, n, only, max_tokens):
                 else:
                     assert isinstance(json.loads(m.content), dict)
                 good += 1
+                print(json.dumps({"kind": kind, "seed": seed, "ok": finish,
+                                  "tokens": r.usage.completion_tokens}), flush=True)
             except Exception as e:  # noqa: BLE001 - every way a reply can fail counts
                 failures += 1
                 print(json.dumps({"kind": kind, "seed": seed, "error": repr(e),
