@@ -10,13 +10,13 @@ transcripts can be compared.
   3. the model answers in text (tool_choice "none").
 
 usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME]
-                         [--sweep N [--kinds K,..] [--max-tokens 256]] [--speed N]
+                         [--sweep N [--kinds K,..] [--max-tokens 256] [--first-seed 1]] [--speed N]
 
 Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
 OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
 streamed and plain calls that differ).
 
---sweep N instead sends seeds 1..N (temperature 1) four ways: tool_choice "required" with the
+--sweep N instead sends seeds 1..N (--first-seed K: K..K+N-1; temperature 1) four ways: tool_choice "required" with the
 two tools, a named function, response_format json_schema (strict), json_object; every reply
 must be a call of a listed tool whose arguments validate against its schema, a JSON value
 valid against the schema, or a JSON object (needs the jsonschema package). Prints the counts.
@@ -137,7 +137,7 @@ def speed(client, model, n):
                               mean["json_schema"] / mean["unconstrained"], 4)}))
 
 
-def sweep(client, model, n, only, max_tokens):
+def sweep(client, model, n, only, max_tokens, first=1):
     import jsonschema
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
@@ -153,7 +153,7 @@ def sweep(client, model, n, only, max_tokens):
         if kind not in only:
             continue
         good = cut = 0
-        for seed in range(1, n + 1):
+        for seed in range(first, first + n):
             r = client.chat.completions.create(model=model, messages=ask, seed=seed, temperature=1,
                                                max_tokens=max_tokens, **extra)
             m = r.choices[0].message
@@ -201,13 +201,14 @@ def main():
     p.add_argument("--kinds", default="required,named,json_schema,json_object",
                    help="which kinds --sweep sends (comma-separated)")
     p.add_argument("--max-tokens", type=int, default=256, help="max_tokens of --sweep's requests")
+    p.add_argument("--first-seed", type=int, default=1, help="--sweep's seeds start here")
     p.add_argument("--speed", type=int,
                    help="N interleaved pairs: decode tok/s unconstrained and with a json_schema")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
     a.model = a.model or client.models.list().data[0].id
     if a.sweep:
-        return sweep(client, a.model, a.sweep, a.kinds.split(","), a.max_tokens)
+        return sweep(client, a.model, a.sweep, a.kinds.split(","), a.max_tokens, a.first_seed)
     if a.speed:
         return speed(client, a.model, a.speed)
     messages = [{"role": "developer", "content": "Use the tools."},
