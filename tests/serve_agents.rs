@@ -288,9 +288,25 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
     let ids = [785u32, 6722, 315, 9625, 374];
     let logits = prefill_logits(&model, &ids);
     let server = Server::start(&model, &["--cpu", "--ctx", "256"]);
+    // The ids a reported token text can be (its bytes read as UTF-8, as the server writes it).
+    let tokenizer = rocky_models::tokenizer::Tokenizer::from_gguf(
+        &rocky_models::gguf::GgufFile::open(&model).unwrap(),
+    )
+    .unwrap();
+    let ids_of = |text: &str| -> Vec<usize> {
+        (0..logits.len())
+            .filter(|&id| {
+                String::from_utf8_lossy(&tokenizer.token_bytes(id as u32).unwrap_or_default())
+                    == text
+            })
+            .collect()
+    };
     // Greedy and sampled (temperature and top-k do not change what is reported: the
     // distribution before the draw's own filters, as llama-server's n_probs reports it).
-    for (temperature, seed) in [(0.0, 1), (1.0, 3), (1.5, 4)] {
+    // Random weights at temperature 1-2 draw mostly outside the top 5: the chosen token's
+    // value is checked against the reference wherever it was drawn.
+    let mut outside_top = 0;
+    for (temperature, seed) in [(0.0, 1), (1.0, 3), (1.5, 4), (1.0, 5), (2.0, 6), (2.0, 7)] {
         let (status, v) = server.post_json(
             "/v1/completions",
             &json!({"prompt": ids, "max_tokens": 1, "temperature": temperature, "seed": seed,
@@ -323,9 +339,21 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
         let at = top.iter().find(|t| t.0 == token).map(|t| t.1);
         if let Some(want) = at {
             assert!((got - want).abs() < 1e-6);
+        } else {
+            outside_top += 1;
         }
+        let candidates = ids_of(token);
+        assert!(!candidates.is_empty(), "{token:?} is no token's text");
+        assert!(
+            candidates
+                .iter()
+                .any(|&id| (got - log_softmax(&logits, id)).abs() < 1e-4),
+            "seed {seed}: {token:?} reported {got}, the reference's log-softmax of {candidates:?}: {:?}",
+            candidates.iter().map(|&id| log_softmax(&logits, id)).collect::<Vec<_>>()
+        );
         assert_eq!(v["choices"][0]["text"].as_str().unwrap(), token);
     }
+    assert!(outside_top > 0, "no draw outside the top 5 was checked");
     // Chat's shape: content entries with top_logprobs.
     let (status, v) = server.post_json(
         "/v1/chat/completions",
