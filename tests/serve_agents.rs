@@ -196,12 +196,26 @@ fn json_schema_replies_validate_and_streamed_calls_reassemble() {
                     "seed": seed, "temperature": 1, "max_tokens": 200}),
         );
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        // The grammar's share in `timings`: one mask per drawn token, the end token's too,
+        // its time within the request's.
+        let t = &v["timings"];
+        let tokens = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert_eq!(t["constraint_masks"].as_u64(), Some(tokens + 1), "{t}");
+        let spent = t["constraint_ms"].as_f64().unwrap();
+        let total = t["prompt_ms"].as_f64().unwrap() + t["predicted_ms"].as_f64().unwrap();
+        assert!(spent > 0.0 && spent < total, "{t}");
         let text = v["choices"][0]["message"]["content"].as_str().unwrap();
         let reply: Value = serde_json::from_str(text)
             .unwrap_or_else(|e| panic!("seed {seed}: not JSON ({e}): {text}"));
         pairs.push((schema.clone(), reply));
     }
     assert_eq!(invalid(&pairs), Vec::<String>::new());
+    // Unconstrained, no grammar to time.
+    let plain = chat(
+        &server,
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+    );
+    assert!(plain["timings"].get("constraint_ms").is_none(), "{plain}");
 
     // The same required call streamed: the deltas, joined by index as OpenAI's clients do,
     // are the non-streaming call.
