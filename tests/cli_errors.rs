@@ -283,7 +283,14 @@ fn a_weight_format_rocky_cannot_compute_is_named_for_prefill_and_tune() {
     let q2k = model_with_type(&dir, tensor, GgmlType::Q2K);
     let db = dir.join("tuning.sled");
     for args in [
-        vec!["prefill", s(&q2k), "--token-ids", "1,2,3"],
+        vec![
+            "prefill",
+            s(&q2k),
+            "--token-ids",
+            "1,2,3",
+            "--backend",
+            "gpu",
+        ],
         tune_args(s(&q2k), s(&db)),
     ] {
         let o = rocky(&args);
@@ -309,7 +316,14 @@ fn a_weight_format_rocky_cannot_compute_is_named_for_prefill_and_tune() {
 fn a_bf16_weight_prefills_on_the_gpu() {
     let dir = Temp::new("bf16");
     let bf16 = model_with_type(&dir, "blk.0.ffn_up.weight", GgmlType::BF16);
-    let o = rocky(&["prefill", s(&bf16), "--token-ids", "1,2,3"]);
+    let o = rocky(&[
+        "prefill",
+        s(&bf16),
+        "--token-ids",
+        "1,2,3",
+        "--backend",
+        "gpu",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -322,7 +336,7 @@ fn iq4_weights_prefill_and_other_i_quants_are_refused() {
     let tensor = "blk.0.ffn_up.weight";
     for ty in [GgmlType::IQ4NL, GgmlType::IQ4XS] {
         let m = model_with_type(&dir, tensor, ty);
-        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3"]);
+        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3", "--backend", "gpu"]);
         assert_eq!(o.status.code(), Some(0), "{ty}: {}", text(&o));
     }
     for id in [19u32, 21, 22] {
@@ -330,7 +344,7 @@ fn iq4_weights_prefill_and_other_i_quants_are_refused() {
             let at = type_field_offset(b, tensor);
             b[at..at + 4].copy_from_slice(&id.to_le_bytes());
         });
-        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3"]);
+        let o = rocky(&["prefill", s(&m), "--token-ids", "1,2,3", "--backend", "gpu"]);
         assert_error(
             &o,
             3,
@@ -354,7 +368,14 @@ fn a_ggml_type_rocky_does_not_know_is_named_with_its_tensor() {
     });
     let db = dir.join("tuning.sled");
     for args in [
-        vec!["prefill", s(&iq2), "--token-ids", "1,2,3"],
+        vec![
+            "prefill",
+            s(&iq2),
+            "--token-ids",
+            "1,2,3",
+            "--backend",
+            "gpu",
+        ],
         tune_args(s(&iq2), s(&db)),
     ] {
         let o = rocky(&args);

@@ -11,7 +11,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// Runs rocky in a sandbox: its own XDG_RUNTIME_DIR and a tuning database that does not exist.
+/// Runs `rocky generate ARGS` in a sandbox: its own XDG_RUNTIME_DIR and a tuning database that
+/// does not exist. Without `--cpu`, on the GPU path, named (`--device auto`): where the only
+/// Vulkan device is a CPU implementation (lavapipe in CI) the default is rocky's CPU path.
 fn rocky(args: &[&str]) -> Output {
     let dir = std::env::temp_dir().join(format!(
         "rocky-cli-generate-{}-{:?}",
@@ -22,6 +24,11 @@ fn rocky(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_rocky"))
         .arg("generate")
         .args(args)
+        .args(if args.contains(&"--cpu") || args.contains(&"--device") {
+            &[][..]
+        } else {
+            &["--device", "auto"][..]
+        })
         .env("XDG_RUNTIME_DIR", &dir)
         .env("ROCKY_DB", dir.join("none.sled"))
         .output()

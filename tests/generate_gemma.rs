@@ -332,6 +332,9 @@ fn gemma3_270m_greedy32_on_the_gpu_matches_llama_cpp() {
                 "--temp",
                 "0",
                 "--json",
+                // The GPU path even where lavapipe alone would default to the CPU one.
+                "--device",
+                "auto",
             ])
             .args(["--token-ids", &ids.join(",")])
             .env("XDG_RUNTIME_DIR", &dir)

@@ -196,12 +196,26 @@ fn json_schema_replies_validate_and_streamed_calls_reassemble() {
                     "seed": seed, "temperature": 1, "max_tokens": 200}),
         );
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        // The grammar's share in `timings`: one mask per drawn token, the end token's too,
+        // its time within the request's.
+        let t = &v["timings"];
+        let tokens = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert_eq!(t["constraint_masks"].as_u64(), Some(tokens + 1), "{t}");
+        let spent = t["constraint_ms"].as_f64().unwrap();
+        let total = t["prompt_ms"].as_f64().unwrap() + t["predicted_ms"].as_f64().unwrap();
+        assert!(spent > 0.0 && spent < total, "{t}");
         let text = v["choices"][0]["message"]["content"].as_str().unwrap();
         let reply: Value = serde_json::from_str(text)
             .unwrap_or_else(|e| panic!("seed {seed}: not JSON ({e}): {text}"));
         pairs.push((schema.clone(), reply));
     }
     assert_eq!(invalid(&pairs), Vec::<String>::new());
+    // Unconstrained, no grammar to time.
+    let plain = chat(
+        &server,
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+    );
+    assert!(plain["timings"].get("constraint_ms").is_none(), "{plain}");
 
     // The same required call streamed: the deltas, joined by index as OpenAI's clients do,
     // are the non-streaming call.
@@ -288,9 +302,25 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
     let ids = [785u32, 6722, 315, 9625, 374];
     let logits = prefill_logits(&model, &ids);
     let server = Server::start(&model, &["--cpu", "--ctx", "256"]);
+    // The ids a reported token text can be (its bytes read as UTF-8, as the server writes it).
+    let tokenizer = rocky_models::tokenizer::Tokenizer::from_gguf(
+        &rocky_models::gguf::GgufFile::open(&model).unwrap(),
+    )
+    .unwrap();
+    let ids_of = |text: &str| -> Vec<usize> {
+        (0..logits.len())
+            .filter(|&id| {
+                String::from_utf8_lossy(&tokenizer.token_bytes(id as u32).unwrap_or_default())
+                    == text
+            })
+            .collect()
+    };
     // Greedy and sampled (temperature and top-k do not change what is reported: the
     // distribution before the draw's own filters, as llama-server's n_probs reports it).
-    for (temperature, seed) in [(0.0, 1), (1.0, 3), (1.5, 4)] {
+    // Random weights at temperature 1-2 draw mostly outside the top 5: the chosen token's
+    // value is checked against the reference wherever it was drawn.
+    let mut outside_top = 0;
+    for (temperature, seed) in [(0.0, 1), (1.0, 3), (1.5, 4), (1.0, 5), (2.0, 6), (2.0, 7)] {
         let (status, v) = server.post_json(
             "/v1/completions",
             &json!({"prompt": ids, "max_tokens": 1, "temperature": temperature, "seed": seed,
@@ -323,9 +353,21 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
         let at = top.iter().find(|t| t.0 == token).map(|t| t.1);
         if let Some(want) = at {
             assert!((got - want).abs() < 1e-6);
+        } else {
+            outside_top += 1;
         }
+        let candidates = ids_of(token);
+        assert!(!candidates.is_empty(), "{token:?} is no token's text");
+        assert!(
+            candidates
+                .iter()
+                .any(|&id| (got - log_softmax(&logits, id)).abs() < 1e-4),
+            "seed {seed}: {token:?} reported {got}, the reference's log-softmax of {candidates:?}: {:?}",
+            candidates.iter().map(|&id| log_softmax(&logits, id)).collect::<Vec<_>>()
+        );
         assert_eq!(v["choices"][0]["text"].as_str().unwrap(), token);
     }
+    assert!(outside_top > 0, "no draw outside the top 5 was checked");
     // Chat's shape: content entries with top_logprobs.
     let (status, v) = server.post_json(
         "/v1/chat/completions",
@@ -386,6 +428,47 @@ fn the_official_openai_client_runs_an_agent_loop() {
             "seed {seed} (python3 needs the openai package: tools/setup.sh installs it):\n{text}"
         );
         assert!(text.contains("\"finish_reason\": \"tool_calls\""), "{text}");
+    }
+}
+
+/// The validity sweep through the official client (tools/serve-agents.py --sweep), on
+/// the tiny random-weight file: every `required` and named call and every `json_schema` reply
+/// validates (Python's `jsonschema`); every `json_object` reply parses, or, where max_tokens
+/// cut it, says so with finish_reason "length" and is the start of a JSON object (the script
+/// completes it and parses it: a judge apart from the server's grammar). Random weights almost
+/// never close a string the grammar leaves open (a key of `json_object`), so most of those are
+/// cut: as OpenAI's JSON mode documents, the grammar keeps every token valid and
+/// finish_reason tells whether the JSON ended.
+#[test]
+fn the_official_client_sweep_validates_every_kind_and_cut_json_says_length() {
+    let server = Server::start(&tools_model(), &["--cpu", "--ctx", "1024"]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/serve-agents.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(server.url(""))
+        .args(["--sweep", "6", "--max-tokens", "96"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "(python3 needs the openai and jsonschema packages: tools/setup.sh installs them)\n{text}"
+    );
+    let rows: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for kind in ["required", "named", "json_schema", "json_object"] {
+        let row = rows
+            .iter()
+            .find(|r| r["kind"] == kind && r.get("of").is_some())
+            .unwrap_or_else(|| panic!("no count for {kind}: {text}"));
+        let cut = row["cut_by_max_tokens_honestly"].as_u64().unwrap_or(0);
+        assert_eq!(row["valid"].as_u64().unwrap() + cut, 6, "{text}");
     }
 }
 

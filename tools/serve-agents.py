@@ -9,16 +9,24 @@ transcripts can be compared.
      assistant's tool_calls in the history;
   3. the model answers in text (tool_choice "none").
 
-usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME] [--sweep N [--kinds K,..]]
+usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME]
+                         [--sweep N [--kinds K,..] [--max-tokens 256] [--first-seed 1]] [--speed N]
 
 Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
 OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
 streamed and plain calls that differ).
 
---sweep N instead sends seeds 1..N (temperature 1) four ways: tool_choice "required" with the
+--sweep N instead sends seeds 1..N (--first-seed K: K..K+N-1; temperature 1) four ways: tool_choice "required" with the
 two tools, a named function, response_format json_schema (strict), json_object; every reply
 must be a call of a listed tool whose arguments validate against its schema, a JSON value
 valid against the schema, or a JSON object (needs the jsonschema package). Prints the counts.
+A reply cut by max_tokens is honest only where it says so, as OpenAI's JSON mode does:
+finish_reason "length" and text that is the start of a valid JSON object (checked here by
+completing it, not by the server's grammar); the tool and json_schema kinds must end.
+
+--speed N instead sends N pairs of the same chat request (max_tokens 24, seed 3), unconstrained
+and with a json_schema, interleaved, and prints each reply's decode tok/s (the server's
+`timings`: llama-server's and rocky's) and, where the server reports it, the grammar's share.
 """
 import argparse
 import json
@@ -55,7 +63,81 @@ PERSON = {"type": "object", "properties": {
     "required": ["name", "age", "tags"], "additionalProperties": False}
 
 
-def sweep(client, model, n, only):
+def json_prefix_ok(text):
+    """Whether `text` is the start of some valid JSON document: closed here (an open string,
+    escape, literal, number, key or value completed, then the open brackets) and parsed."""
+    stack, in_str, esc, uni = [], False, False, 0
+    for ch in text:
+        if in_str:
+            if uni:
+                if ch not in "0123456789abcdefABCDEF":
+                    return False
+                uni -= 1
+            elif esc:
+                if ch == "u":
+                    uni = 4
+                elif ch not in '"\\/bfnrt':
+                    return False
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+            elif ord(ch) < 0x20:
+                return False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            if not stack or stack.pop() != ch:
+                return False
+    tail = ""
+    if in_str:
+        tail = ("0" * uni) + ("n" if esc and not uni else "") + '"'
+    closers = "".join(reversed(stack))
+    literal_tails = [w[k:] for w in ("true", "false", "null") for k in range(1, len(w))]
+    for mid in ["", "0", ":0", '"k":0', "e0", ".0"] + literal_tails:
+        for mid2 in ["", ":0"]:
+            try:
+                json.loads(text + tail + mid + mid2 + closers)
+                return True
+            except ValueError:
+                pass
+    return False
+
+
+def speed(client, model, n):
+    ask = [{"role": "user", "content": "Describe a person as JSON."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True,
+                                                  "schema": PERSON}}
+    rates = {"unconstrained": [], "json_schema": []}
+    for i in range(n):
+        for kind in ("unconstrained", "json_schema"):
+            extra = {"response_format": fmt} if kind == "json_schema" else {}
+            r = client.chat.completions.create(model=model, messages=ask, seed=3, temperature=1,
+                                               max_tokens=24, **extra)
+            t = (r.model_extra or {}).get("timings") or {}
+            steps = max(t.get("predicted_n", 0) - 1, 1)
+            rate = steps / (t["predicted_ms"] / 1e3) if t.get("predicted_ms") else None
+            rates[kind].append(rate)
+            row = {"pair": i + 1, "kind": kind, "tokens": r.usage.completion_tokens,
+                   "finish_reason": r.choices[0].finish_reason,
+                   "decode_tok_s": rate and round(rate, 3)}
+            if "constraint_ms" in t:
+                row["grammar_ms"] = round(t["constraint_ms"], 2)
+                row["grammar_masks"] = t["constraint_masks"]
+                row["grammar_share_of_decode"] = round(t["constraint_ms"] / (
+                    t["predicted_ms"] + t["prompt_ms"]), 5)
+            print(json.dumps(row), flush=True)
+    mean = {k: sum(v) / len(v) for k, v in rates.items() if v and None not in v}
+    if len(mean) == 2:
+        print(json.dumps({"mean_decode_tok_s": mean,
+                          "constrained_over_unconstrained": round(
+                              mean["json_schema"] / mean["unconstrained"], 4)}))
+
+
+def sweep(client, model, n, only, max_tokens, first=1):
     import jsonschema
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
@@ -70,12 +152,22 @@ def sweep(client, model, n, only):
     for kind, extra in kinds.items():
         if kind not in only:
             continue
-        good = 0
-        for seed in range(1, n + 1):
+        good = cut = 0
+        for seed in range(first, first + n):
             r = client.chat.completions.create(model=model, messages=ask, seed=seed, temperature=1,
-                                               max_tokens=256, **extra)
+                                               max_tokens=max_tokens, **extra)
             m = r.choices[0].message
+            finish = r.choices[0].finish_reason
             try:
+                if kind == "json_object" and finish == "length":
+                    # Cut by max_tokens: it must say so and be the start of a JSON object.
+                    assert m.content.startswith("{") and json_prefix_ok(m.content), \
+                        "cut, and not the start of a JSON object"
+                    cut += 1
+                    print(json.dumps({"kind": kind, "seed": seed, "ok": "cut, valid prefix",
+                                      "tokens": r.usage.completion_tokens}), flush=True)
+                    continue
+                assert finish in ("stop", "tool_calls"), f"finish_reason {finish}"
                 if kind in ("required", "named"):
                     (call,) = m.tool_calls
                     assert kind == "required" or call.function.name == "add"
@@ -86,11 +178,16 @@ def sweep(client, model, n, only):
                 else:
                     assert isinstance(json.loads(m.content), dict)
                 good += 1
+                print(json.dumps({"kind": kind, "seed": seed, "ok": finish,
+                                  "tokens": r.usage.completion_tokens}), flush=True)
             except Exception as e:  # noqa: BLE001 - every way a reply can fail counts
                 failures += 1
                 print(json.dumps({"kind": kind, "seed": seed, "error": repr(e),
                                   "reply": m.model_dump(exclude_none=True)}))
-        print(json.dumps({"kind": kind, "valid": good, "of": n}))
+        row = {"kind": kind, "valid": good, "of": n}
+        if kind == "json_object":
+            row["cut_by_max_tokens_honestly"] = cut
+        print(json.dumps(row), flush=True)
     sys.exit(1 if failures else 0)
 
 
@@ -103,11 +200,17 @@ def main():
     p.add_argument("--sweep", type=int, help="validate N seeds of each constrained kind")
     p.add_argument("--kinds", default="required,named,json_schema,json_object",
                    help="which kinds --sweep sends (comma-separated)")
+    p.add_argument("--max-tokens", type=int, default=256, help="max_tokens of --sweep's requests")
+    p.add_argument("--first-seed", type=int, default=1, help="--sweep's seeds start here")
+    p.add_argument("--speed", type=int,
+                   help="N interleaved pairs: decode tok/s unconstrained and with a json_schema")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
     a.model = a.model or client.models.list().data[0].id
     if a.sweep:
-        return sweep(client, a.model, a.sweep, a.kinds.split(","))
+        return sweep(client, a.model, a.sweep, a.kinds.split(","), a.max_tokens, a.first_seed)
+    if a.speed:
+        return speed(client, a.model, a.speed)
     messages = [{"role": "developer", "content": "Use the tools."},
                 {"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
     common = dict(model=a.model, tools=TOOLS, seed=a.seed, temperature=1, max_tokens=128)

@@ -15,6 +15,7 @@ use llguidance::{Matcher, ParserFactory};
 use rocky_generate::Constraint;
 use rocky_models::tokenizer::{TokenKind, Tokenizer};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The vocabulary's token trie and llguidance's parser factory: built once per model (on the
 /// first constrained request), shared by every grammar.
@@ -60,6 +61,8 @@ impl Grammars {
         Ok(Guide {
             matcher,
             eos: self.factory.tok_env().tok_trie().eos_token(),
+            spent: Duration::ZERO,
+            masks: 0,
         })
     }
 }
@@ -70,10 +73,21 @@ pub struct Guide {
     /// The trie's end token: allowed where the grammar may end, which lets the model's own
     /// end-of-generation tokens through.
     eos: u32,
+    /// Time in [`Constraint::mask`] and [`Constraint::accept`] so far: the grammar's share of
+    /// the decode steps, reported in the reply's `timings`.
+    spent: Duration,
+    /// Masks computed so far (one per sampled token).
+    masks: usize,
 }
 
-impl Constraint for Guide {
-    fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+impl Guide {
+    /// The time the grammar took (mask, applying it and advancing the parser) and the number
+    /// of masks it computed.
+    pub fn cost(&self) -> (Duration, usize) {
+        (self.spent, self.masks)
+    }
+
+    fn mask_timed(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
         let mask = self
             .matcher
             .compute_mask_or_eos()
@@ -103,9 +117,22 @@ impl Constraint for Guide {
         }
         Ok(())
     }
+}
+
+impl Constraint for Guide {
+    fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+        let start = Instant::now();
+        let r = self.mask_timed(logits, end);
+        self.spent += start.elapsed();
+        self.masks += 1;
+        r
+    }
 
     fn accept(&mut self, token: u32) -> Result<(), String> {
-        self.matcher.consume_token(token).map_err(|e| e.to_string())
+        let start = Instant::now();
+        let r = self.matcher.consume_token(token).map_err(|e| e.to_string());
+        self.spent += start.elapsed();
+        r
     }
 }
 

@@ -358,14 +358,22 @@ fn usage(s: &Summary) -> Value {
 }
 
 /// llama-server's names for the same figures, for measuring prefix reuse.
+/// Where a grammar constrained the reply, also its share: `constraint_ms` (masks and parser
+/// steps, part of prompt_ms and predicted_ms: the first mask follows the prefill) over
+/// `constraint_masks` masks.
 fn timings(s: &Summary) -> Value {
-    json!({
+    let mut t = json!({
         "cache_n": s.cached_tokens,
         "prompt_n": s.prompt_tokens - s.cached_tokens,
         "prompt_ms": s.prompt_ms,
         "predicted_n": s.completion_tokens,
         "predicted_ms": s.predicted_ms,
-    })
+    });
+    if let Some((ms, masks)) = s.constraint {
+        t["constraint_ms"] = json!(ms);
+        t["constraint_masks"] = json!(masks);
+    }
+    t
 }
 
 /// A call as OpenAI returns it; `index` and the id are per answer.

@@ -238,13 +238,7 @@ impl ToolStream {
             let text = std::mem::take(&mut self.held);
             let body = text.trim_start();
             let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body);
-            // Several calls may be separated by ';' (llama.cpp reads them so too).
-            let calls: Option<Vec<ToolCall>> = body
-                .split(';')
-                .filter(|c| !c.trim().is_empty())
-                .map(|c| parse_call(c, self.format))
-                .collect();
-            match calls {
+            match llama_calls(body, self.format) {
                 Some(calls) if !calls.is_empty() => {
                     calls.into_iter().for_each(|c| self.call(c, out))
                 }
@@ -267,6 +261,25 @@ fn partial_prefix(text: &str, marker: &str) -> usize {
 }
 
 /// `{"name": …, "arguments" (or "parameters"): {…}}`; None where it is not a call.
+/// The calls of a Llama 3.x answer: JSON objects one after another, optionally separated by
+/// ';' (llama.cpp reads several calls so). Each object ends where the JSON says, so a ';' in an
+/// argument's string stays in the string. `None` where any part is not a call.
+fn llama_calls(body: &str, format: ToolFormat) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    let mut rest = body;
+    loop {
+        rest = rest.trim_start_matches(|c: char| c == ';' || c.is_whitespace());
+        if rest.is_empty() {
+            return Some(calls);
+        }
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        values.next()?.ok()?;
+        let end = values.byte_offset();
+        calls.push(parse_call(&rest[..end], format)?);
+        rest = &rest[end..];
+    }
+}
+
 fn parse_call(text: &str, format: ToolFormat) -> Option<ToolCall> {
     let v: Value = serde_json::from_str(text.trim()).ok()?;
     let name = v.get("name")?.as_str()?.to_string();
@@ -361,6 +374,35 @@ mod tests {
         assert_eq!(
             streamed(ToolFormat::LlamaJson, "Hello {there}", 2),
             vec![Piece::Content("Hello {there}".into())]
+        );
+    }
+
+    /// A ';' inside an argument is the argument's (it split the call in two, which then read
+    /// as text: seed 55 of the 100-seed sweep); between calls it separates them. The expected
+    /// arguments are serde_json's reading of the same objects.
+    #[test]
+    fn llama_json_calls_split_at_semicolons_between_objects_only() {
+        let one = r#"{"name": "get_weather", "parameters": {"city": "); Lives;x"}}"#;
+        let two = r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#;
+        let args = |text: &str| {
+            let v: Value = serde_json::from_str(text).unwrap();
+            v["parameters"].to_string()
+        };
+        for step in [1, 3, 1000] {
+            assert_eq!(
+                streamed(ToolFormat::LlamaJson, one, step),
+                vec![call("get_weather", &args(one))]
+            );
+            assert_eq!(
+                streamed(ToolFormat::LlamaJson, &format!("{one}; {two}"), step),
+                vec![call("get_weather", &args(one)), call("add", &args(two))]
+            );
+        }
+        // Not a call after the ';': the whole answer is text, as before.
+        let text = format!("{one}; hello");
+        assert_eq!(
+            streamed(ToolFormat::LlamaJson, &text, 4),
+            vec![Piece::Content(text.clone())]
         );
     }
 

@@ -112,6 +112,9 @@ pub struct Summary {
     pub finish_reason: &'static str,
     pub prompt_ms: f64,
     pub predicted_ms: f64,
+    /// Of the prefill and decode time, the grammar's (its masks and parser steps) and the
+    /// number of masks, where the request had a constraint.
+    pub constraint: Option<(f64, usize)>,
 }
 
 impl Summary {
@@ -127,6 +130,7 @@ impl Summary {
             },
             prompt_ms: g.prefill.as_secs_f64() * 1e3,
             predicted_ms: g.decode.as_secs_f64() * 1e3,
+            constraint: None,
         }
     }
 }
@@ -217,8 +221,16 @@ fn serve_one(model: &mut Model, state: &mut State, job: Job) {
         Ok(g) => {
             cached.finish(&prompt, &g.tokens, model.evaluator.n_past());
             // One line per request on standard error: what was reused and why it ended.
+            let mut summary = Summary::of(&g);
+            summary.constraint = guide.as_ref().map(|guide| {
+                let (spent, masks) = guide.cost();
+                (spent.as_secs_f64() * 1e3, masks)
+            });
+            let grammar = summary.constraint.map_or(String::new(), |(ms, masks)| {
+                format!(" (grammar: {ms:.1} ms over {masks} masks)")
+            });
             eprintln!(
-                "request: {} prompt tokens ({} cached) in {:.1} ms, {} generated in {:.1} ms, stopped by {}",
+                "request: {} prompt tokens ({} cached) in {:.1} ms, {} generated in {:.1} ms{grammar}, stopped by {}",
                 g.prompt_tokens,
                 g.reused_tokens,
                 g.prefill.as_secs_f64() * 1e3,
@@ -235,7 +247,7 @@ fn serve_one(model: &mut Model, state: &mut State, job: Job) {
             m.generated_tokens.fetch_add(g.tokens.len() as u64, Relaxed);
             m.prompt_us.fetch_add(g.prefill.as_micros() as u64, Relaxed);
             m.decode_us.fetch_add(g.decode.as_micros() as u64, Relaxed);
-            let _ = events.send(Event::Done(Summary::of(&g)));
+            let _ = events.send(Event::Done(summary));
         }
         Err(e) => {
             model.evaluator.reset();

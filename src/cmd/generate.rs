@@ -56,7 +56,8 @@ pub struct Args {
     /// Print one JSON object (text, token ids, timings) instead of streaming the text.
     #[arg(long)]
     pub json: bool,
-    /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
+    /// Run on the CPU reference (f32, all cores) instead of the GPU: the oracle, and the
+    /// default where every Vulkan device is a CPU implementation (see --device).
     #[arg(long)]
     pub cpu: bool,
     /// Time every dispatch of the decode steps with GPU timestamps and print the per-op table
@@ -129,7 +130,15 @@ pub fn run(args: Args) -> CmdResult {
             let _ = stdout.flush();
         }
     };
-    let (generation, backend, ubatch, decode_time, profile) = if args.cpu {
+    let cpu_instead = if args.cpu {
+        None
+    } else {
+        gpu::cpu_instead(&args.gpu, args.profile)
+    };
+    if let Some(why) = &cpu_instead {
+        gpu::note_cpu_path(why);
+    }
+    let (generation, backend, ubatch, decode_time, profile) = if args.cpu || cpu_instead.is_some() {
         let mut ev = model.cpu_evaluator_with(n_ctx, args.gpu.kv());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
         (g, "cpu", None, None, None)

@@ -16,9 +16,13 @@ use std::time::Duration;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct GpuArgs {
-    /// Vulkan device: index or part of its name (see `rocky devices`); default: the best GPU.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    /// Vulkan device: index or part of its name (see `rocky devices`), or `auto` for the best
+    /// one. Default: the best GPU; where every Vulkan device is a CPU implementation (lavapipe),
+    /// generate, serve and prefill run on rocky's own CPU path instead, which is several times
+    /// faster there, unless a device (`auto` included) or a GPU-only option (--ubatch, --db,
+    /// --math, --profile, ...) is named.
+    #[arg(long)]
+    pub device: Option<String>,
     /// Tokens per ubatch (1 to 4096); default: the one `rocky tune` chose for this model and
     /// device, else 512.
     #[arg(long, short = 'u')]
@@ -126,6 +130,18 @@ pub fn exec_error(e: ExecError) -> CliError {
 }
 
 impl GpuArgs {
+    /// Whether an option only the GPU path uses was given (the KV cache types are both
+    /// paths'): asking for one asks for the GPU.
+    pub fn names_gpu_options(&self) -> bool {
+        self.ubatch.is_some()
+            || self.cb_budget_mib.is_some()
+            || self.cb_max_dispatches.is_some()
+            || self.math != MathArg::Auto
+            || self.force_shared_memory
+            || self.db.is_some()
+            || self.weight_layout != "auto"
+    }
+
     /// The KV cache types of `--cache-type-k/-v`.
     pub fn kv(&self) -> KvTypes {
         KvTypes::new(self.cache_type_k, self.cache_type_v)
@@ -134,10 +150,10 @@ impl GpuArgs {
     /// The engine's options of these flags (`profile`: `--profile`).
     /// (The engine checks the ranges of the numbers; [`session_error`] words its refusals.)
     pub fn options(&self, profile: bool) -> Result<EngineOptions, CliError> {
-        let device: DeviceSelector = self
-            .device
+        let named = self.device.as_deref().unwrap_or("auto");
+        let device: DeviceSelector = named
             .parse()
-            .map_err(|e| CliError::usage(format!("--device {}: {e}", self.device)))?;
+            .map_err(|e| CliError::usage(format!("--device {named}: {e}")))?;
         let weight_layout = match self.weight_layout.as_str() {
             "auto" => LayoutChoice::Auto,
             name => LayoutChoice::Force(name.parse().map_err(CliError::usage)?),
@@ -155,6 +171,38 @@ impl GpuArgs {
             kv: self.kv(),
         })
     }
+}
+
+/// Why generate, serve and prefill run on rocky's CPU path though neither `--cpu` nor
+/// `--backend cpu` asked for it: no `--device` was given, nor an option only the GPU path has
+/// (`--ubatch`, `--db`, `--math`, ...; `gpu_only`: the command's own, such as `--profile`),
+/// and the device rocky would pick is a CPU implementation of Vulkan (lavapipe, SwiftShader). The best device is a CPU one only where every usable device is, and
+/// there rocky's CPU path is 5-9x faster than its kernels on the CPU driver; llama.cpp likewise
+/// skips CPU Vulkan devices unless they are named. `None`: the GPU path, as before (where the
+/// devices cannot be listed, the session's own error says why).
+pub fn cpu_instead(args: &GpuArgs, gpu_only: bool) -> Option<String> {
+    if args.device.is_some() || args.names_gpu_options() || gpu_only {
+        return None;
+    }
+    let devices = rocky_runtime::probe_devices().ok()?;
+    let best = rocky_runtime::select_device(&devices, &DeviceSelector::Best).ok()?;
+    let d = &devices[best];
+    d.is_cpu.then(|| {
+        let only = if devices.len() == 1 {
+            format!("the only Vulkan device, {}, is", d.name)
+        } else {
+            format!("every Vulkan device ({} of them) is", devices.len())
+        };
+        format!(
+            "{only} a CPU implementation; --device {} to use it",
+            d.index
+        )
+    })
+}
+
+/// The line on standard error saying which path runs, where [`cpu_instead`] chose the CPU.
+pub fn note_cpu_path(why: &str) {
+    eprintln!("running on rocky's CPU path: {why}");
 }
 
 /// Opens `model` on the device of `args` with `n_ctx` KV positions, the upload shown as a

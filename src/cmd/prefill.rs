@@ -29,9 +29,10 @@ pub struct Args {
     pub model: PathBuf,
     #[command(flatten)]
     pub prompt: PromptArgs,
-    /// Where to compute.
-    #[arg(long, value_enum, default_value = "gpu")]
-    pub backend: Backend,
+    /// Where to compute. Default: gpu, but cpu where every Vulkan device is a CPU
+    /// implementation and no --device is named (see --device).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     #[command(flatten)]
     pub gpu: super::gpu::GpuArgs,
     /// Write the last position's logits here (little-endian f32, one per vocabulary entry).
@@ -66,7 +67,17 @@ pub fn run(args: Args) -> CmdResult {
     let mut ubatch = None;
     let mut stats = None;
     let mut no_gpu_profile = None;
-    let logits = match args.backend {
+    let backend = match args.backend {
+        Some(b) => b,
+        None => match super::gpu::cpu_instead(&args.gpu, args.profile || args.verbose) {
+            Some(why) => {
+                super::gpu::note_cpu_path(&why);
+                Backend::Cpu
+            }
+            None => Backend::Gpu,
+        },
+    };
+    let logits = match backend {
         Backend::Cpu => reference::forward(
             model.file(),
             model.arch(),
@@ -117,7 +128,7 @@ pub fn run(args: Args) -> CmdResult {
     if args.json {
         let out = json!({
             "model": args.model,
-            "backend": format!("{:?}", args.backend).to_lowercase(),
+            "backend": format!("{backend:?}").to_lowercase(),
             "n_tokens": ids.len(),
             "ubatch": ubatch.map(|u| u.0),
             "ubatch_origin": ubatch.map(|u| u.1),
@@ -136,7 +147,7 @@ pub fn run(args: Args) -> CmdResult {
             ids.len(),
             seconds,
             tok_s,
-            args.backend,
+            backend,
             ubatch.map_or(String::new(), |(u, origin)| format!(
                 ", ubatch {u} ({origin})"
             ))

@@ -55,7 +55,8 @@ pub struct Args {
     /// Largest request body, MiB: larger ones are refused (413) before they are tokenized.
     #[arg(long, default_value_t = 8.0)]
     pub max_body_mib: f64,
-    /// Run on the CPU reference (f32, all cores) instead of the GPU: slow, the oracle.
+    /// Run on the CPU reference (f32, all cores) instead of the GPU: the oracle, and the
+    /// default where every Vulkan device is a CPU implementation (see --device).
     #[arg(long)]
     pub cpu: bool,
     #[command(flatten)]
@@ -131,7 +132,15 @@ pub fn run(args: Args) -> CmdResult {
         let mut served = rocky_serve::Model::of(&model, evaluator).map_err(gpu::load_error)?;
         rocky_serve::run(&options, &mut served).map_err(|e| CliError::output(e.to_string()))
     };
-    if args.cpu {
+    let cpu_instead = if args.cpu {
+        None
+    } else {
+        gpu::cpu_instead(&args.gpu, false)
+    };
+    if let Some(why) = &cpu_instead {
+        gpu::note_cpu_path(why);
+    }
+    if args.cpu || cpu_instead.is_some() {
         serve(&mut model.cpu_evaluator_with(args.ctx, args.gpu.kv()))
     } else {
         let mut session = gpu::open_session(&args.gpu, &model, args.ctx, false)?;

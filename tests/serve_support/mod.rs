@@ -32,7 +32,19 @@ fn sandbox() -> PathBuf {
 
 impl Server {
     /// Starts `rocky serve MODEL --port 0 ARGS…` and waits for its "listening on" line.
+    /// Without `--cpu`, on the GPU path, named (`--device auto`): where the only Vulkan device
+    /// is a CPU implementation (lavapipe in CI) the default is rocky's CPU path.
     pub fn start(model: &Path, args: &[&str]) -> Server {
+        let named = if args.contains(&"--cpu") || args.contains(&"--device") {
+            &[][..]
+        } else {
+            &["--device", "auto"][..]
+        };
+        Server::start_as_given(model, &[args, named].concat())
+    }
+
+    /// [`Server::start`] with `args` only: the device as rocky chooses it without flags.
+    pub fn start_as_given(model: &Path, args: &[&str]) -> Server {
         let dir = sandbox();
         let mut child = Command::new(env!("CARGO_BIN_EXE_rocky"))
             .arg("serve")
