@@ -16,6 +16,7 @@ gen() { # LABEL MODEL PROMPT_TOKENS [ENV/ARGS...]
 for m in q05 q3; do ROCKY_DB=/tmp/none.sled timeout 60 $R generate $m.gguf --token-ids $(ids 8) -n 17 --temp 0 --profile > $OUT/profile-$m-d0.txt 2>&1; done
 ROCKY_DB=/tmp/none.sled timeout 60 $R generate q3.gguf --token-ids $(ids 2048) -n 17 --temp 0 --ctx 4096 --profile > $OUT/profile-q3-d2048.txt 2>&1
 t profiles
+for f in $OUT/profile-*.txt; do echo "== $f"; grep -E "^(decode|GPU time|attention:)" $f; head -40 $f | grep -E "^[a-z_.]+ +[0-9]+ +[0-9.]+" | head -14; done
 gen warm q05 8; gen warm q3 8
 round() {
   for m in q05 q3; do
@@ -25,13 +26,16 @@ round() {
 }
 for r in $(seq 1 ${ROUNDS:-2}); do round $r; done
 t kv
-for d in 2048 8192; do for ty in f16 q8_0; do ARGS="--cache-type-k $ty --cache-type-v $ty" gen q3-kv$ty-d$d q3 $d; done; done
+[ -n "${NOKV:-}" ] || for d in 2048 8192; do for ty in f16 q8_0; do ARGS="--cache-type-k $ty --cache-type-v $ty" gen q3-kv$ty-d$d q3 $d; done; done
 t gemv
 dfonly='{"gemv":{"threads":64,"cols":2,"chunks_per_thread":8,"vector_width":4,"reduce":"subgroup","accumulate":"f32","math":"fma_f32","dot_first":true}}'
 quads='{"gemv":{"threads":64,"cols":2,"chunks_per_thread":8,"vector_width":4,"reduce":"subgroup","accumulate":"f32","math":"fma_f32","quad_loads":true}}'
+if [ -z "${NOGEMV:-}" ]; then
 timeout 90 $R bench-gemv --runs 5 --norm --schedule "$dfonly" --md > $OUT/gemv-df.md 2>&1
 timeout 60 $R bench-gemv --runs 5 --schedule "$quads" --md > $OUT/gemv-quads.md 2>&1
+fi
 t sweep
+if [ -z "${NOSWEEP:-}" ]; then
 timeout 170 $R bench-gemv --runs 5 --shapes 3B --formats Q4_K,Q6_K --sweep 16 --json > $OUT/gemv-sweep.json 2>$OUT/gemv-sweep.err
 python3 - <<'PY' $OUT/gemv-sweep.json > $OUT/sweep-best.txt
 import json,sys
@@ -45,4 +49,5 @@ for k,rows in by.items():
     for r in rows[:4]: print('   best %.1f us %.0f%%' % (r['cold']['median_ms']*1e3, r['percent_of_copy']), json.dumps(r['schedule']))
 PY
 cat $OUT/sweep-best.txt
+fi
 t done

@@ -107,13 +107,14 @@ pub fn with_default_splits(
     if w.m > SPLIT_MAX_M || s.is_tiled() || is_split(&s) {
         return s;
     }
-    // The last piece merges the pieces: no combine dispatch after it. Not where workgroup
-    // memory is ordinary memory that the driver allocates per dispatch and workgroup instance
-    // (panvk): the flag would take the Mali key-split kernel past 4 KiB of it, so Mali keeps
-    // the combine kernel until a board measures both.
+    // The pieces are merged by the combine kernel, not in the last piece (`fused_combine`,
+    // left to the tuner): on an H100 the fused merge made decode slower (Qwen2.5-3B Q4_K_M tg
+    // 231 against 259 tok/s at depth 0, 206 against 245 at 2048; 0.5B 602 against 637), the
+    // one last workgroup of a tile merging every head's pieces in series where the combine
+    // kernel spreads them over many (docs/measurements/2026-12-06-decode-fusions.md).
     let split = AttentionSchedule {
         kv_splits: DEFAULT_KV_SPLITS,
-        fused_combine: !caps.shared_memory_is_slow,
+        fused_combine: false,
         ..s
     };
     if split.validate(w, caps).is_ok() {
