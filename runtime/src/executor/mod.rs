@@ -1500,12 +1500,7 @@ const FOLD_NORM_MAX_WIDTH: usize = 1024;
 /// (633-637 against 560-574 tok/s) and slowed the 3B's (hidden 2048) by 4 % (256-258 against
 /// 268): there its folded GEMVs cost more than the norm dispatches they replace (cold, q
 /// 8.2 -> 10.4 µs, gate/up 27.5 -> 32.8 µs; docs/measurements/2026-12-06-decode-fusions.md).
-fn step_fusions(
-    decode: FuseOptions,
-    caps: &DeviceCaps,
-    kv: KvTypes,
-    hidden: usize,
-) -> FuseOptions {
+fn step_fusions(decode: FuseOptions, caps: &DeviceCaps, kv: KvTypes, hidden: usize) -> FuseOptions {
     let forced = FuseOptions::env_override().ok().flatten().is_some();
     let registers_to_spare = caps.register_budget > 64 || forced;
     let narrow = hidden <= FOLD_NORM_MAX_WIDTH || forced;
