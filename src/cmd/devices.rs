@@ -52,10 +52,16 @@ fn yes_no(b: bool) -> &'static str {
 
 /// One device as an aligned block of `label  value` lines.
 fn describe(out: &mut String, d: &DeviceInfo, is_default: bool) {
-    let mark = if is_default {
-        "   (default: used when --device is not given)"
-    } else {
-        ""
+    // A CPU implementation is only the default Vulkan device: where it is the best there is,
+    // prefill, generate and serve take rocky's own CPU path unless --device names it
+    // (`gpu::cpu_instead`); bench, tune and the kernel commands still use it.
+    let mark = match (is_default, d.device_type) {
+        (true, DeviceType::Cpu) => {
+            "   (default Vulkan device; prefill, generate and serve run rocky's CPU path unless \
+             --device or a GPU-only option asks for it)"
+        }
+        (true, _) => "   (default: used when --device is not given)",
+        _ => "",
     };
     let _ = writeln!(out, "device {}: {}{mark}", d.index, d.name);
     let mut line = |label: &str, value: String| {
