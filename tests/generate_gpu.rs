@@ -9,9 +9,7 @@
 mod common;
 
 use common::shared;
-use rocky_compiler::{
-    default_schedule, instantiate, search_space, DeviceCaps, Math, Precision, Schedule, Workload,
-};
+use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_engine::{Database, EngineOptions, Model, Session};
 use rocky_generate::{
     generate, EndOfGeneration, EvalError, Evaluator, GenerateOptions, SamplerParams, Vocabulary,
@@ -36,7 +34,8 @@ fn environment() {
     });
 }
 
-/// Default schedules with f32 FMA math and f32 accumulation (as in tests/gpu_prefill.rs).
+/// `common::f32_math::F32Math` (default schedules with f32 FMA math and f32 accumulation),
+/// counting the GEMV workloads asked for.
 struct F32Math;
 
 thread_local! {
@@ -49,21 +48,7 @@ impl ScheduleSource for F32Math {
         if matches!(w, Workload::Gemv(_)) {
             GEMV_ASKED.with(|c| c.set(c.get() + 1));
         }
-        let d = default_schedule(w, caps);
-        let Schedule::Gemm(mut g) = d else {
-            return (d, ScheduleOrigin::Default);
-        };
-        g.math = Math::FmaF32;
-        g.accumulate = Precision::F32;
-        let s = Schedule::Gemm(g);
-        if instantiate(w, &s, caps).is_ok() {
-            return (s, ScheduleOrigin::Default);
-        }
-        let alt = search_space(w, caps)
-            .into_iter()
-            .find(|s| matches!(s, Schedule::Gemm(g) if g.math == Math::FmaF32 && g.accumulate == Precision::F32))
-            .expect("an f32 schedule exists");
-        (alt, ScheduleOrigin::Default)
+        common::f32_math::F32Math.schedule(w, caps)
     }
 }
 

@@ -114,19 +114,6 @@ pub fn fuse(
     same_format: &dyn Fn(&str, &str) -> bool,
 ) -> Graph {
     let mut nodes: Vec<Option<Node>> = graph.nodes.iter().cloned().map(Some).collect();
-    let uses = |nodes: &[Option<Node>], v: ValueId| -> usize {
-        let reads = nodes
-            .iter()
-            .flatten()
-            .map(|n| n.inputs.iter().filter(|&&i| i == v).count())
-            .sum::<usize>();
-        reads + usize::from(v == graph.logits)
-    };
-    let producer = |nodes: &[Option<Node>], v: ValueId| -> Option<usize> {
-        nodes
-            .iter()
-            .position(|n| n.as_ref().is_some_and(|n| n.output == v))
-    };
     for i in 0..nodes.len() {
         let Some(node) = nodes[i].clone() else {
             continue;
@@ -164,8 +151,8 @@ pub fn fuse(
                     && gnorm == unorm
                     && (gk, gnf) == (uk, unf)
                     && *gnf == width
-                    && uses(&nodes, g) == 1
-                    && uses(&nodes, u) == 1
+                    && uses(&nodes, g, graph.logits) == 1
+                    && uses(&nodes, u, graph.logits) == 1
                     && same_format(gw, uw);
                 if !fits {
                     continue;
@@ -195,7 +182,7 @@ pub fn fuse(
                         p.op,
                         Op::Linear { residual: false, out_features, .. } if out_features == width
                     );
-                    (plain && uses(&nodes, v) == 1 && node.inputs[1 - side] != v)
+                    (plain && uses(&nodes, v, graph.logits) == 1 && node.inputs[1 - side] != v)
                         .then_some((side, pi))
                 });
                 let Some((side, pi)) = candidate else {
@@ -225,6 +212,23 @@ pub fn fuse(
         logits: graph.logits,
         n_values: graph.n_values,
     }
+}
+
+/// How often `v` is read: by the remaining nodes' inputs, and once more if it is the result.
+fn uses(nodes: &[Option<Node>], v: ValueId, logits: ValueId) -> usize {
+    let reads = nodes
+        .iter()
+        .flatten()
+        .map(|n| n.inputs.iter().filter(|&&i| i == v).count())
+        .sum::<usize>();
+    reads + usize::from(v == logits)
+}
+
+/// The index of the remaining node that computes `v`.
+fn producer(nodes: &[Option<Node>], v: ValueId) -> Option<usize> {
+    nodes
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| n.output == v))
 }
 
 /// Folds each `RmsNorm` whose every reader is a projection without a folded norm into those
@@ -288,19 +292,6 @@ fn fold_norms(nodes: &mut [Option<Node>], logits: ValueId) {
 /// are RoPEs of that attention's head counts with the same parameters and nothing else reads
 /// their outputs (Gemma's query scale between RoPE and attention, say, keeps them apart).
 fn fold_ropes(nodes: &mut [Option<Node>], logits: ValueId) {
-    let producer = |nodes: &[Option<Node>], v: ValueId| {
-        nodes
-            .iter()
-            .position(|n| n.as_ref().is_some_and(|n| n.output == v))
-    };
-    let readers = |nodes: &[Option<Node>], v: ValueId| {
-        nodes
-            .iter()
-            .flatten()
-            .map(|n| n.inputs.iter().filter(|&&i| i == v).count())
-            .sum::<usize>()
-            + usize::from(v == logits)
-    };
     for i in 0..nodes.len() {
         let Some(Node {
             op:
@@ -344,7 +335,7 @@ fn fold_ropes(nodes: &mut [Option<Node>], logits: ValueId) {
             && theta.to_bits() == k_theta.to_bits()
             && pairing == k_pairing
             && freq_factors == k_factors;
-        if !same || readers(nodes, qn.output) != 1 || readers(nodes, kn.output) != 1 {
+        if !same || uses(nodes, qn.output, logits) != 1 || uses(nodes, kn.output, logits) != 1 {
             continue;
         }
         let node = nodes[i].as_mut().expect("the attention");

@@ -386,17 +386,12 @@ pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
     b.if_(inside, || {
         let i = b.rem(j, b.c_u32(half));
         let group = b.div(j, b.c_u32(half));
-        // ggml's angle: θ = pos, then i times θ *= theta_scale (f32, correctly rounded).
         let pos = b.add(b.push(p_pos0), row);
-        let theta = b.var_init("theta", b.convert(pos, Type::F32));
-        let scale = b.c_f32(w.theta_scale());
-        b.for_range(b.c_u32(0), i, 1, Unroll::Never, |_| {
-            b.store_var(theta, b.mul(b.load_var(theta), scale));
-        });
+        let theta = ggml_theta(&b, pos, i, w.theta_scale());
         // ggml's rope cache: theta / freq_factors[i] (f32 division).
         let angle = match freqs {
-            Some(f) => b.div(b.load_var(theta), b.load(f, i)),
-            None => b.load_var(theta),
+            Some(f) => b.div(theta, b.load(f, i)),
+            None => theta,
         };
         let (sin, cos) = sin_cos(&b, angle);
         let row_base = b.muli(row, w.row_width());
@@ -415,8 +410,8 @@ pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
                     }
                 };
                 let (x0, x1) = (b.load(x, lo), b.load(x, hi));
-                b.store(x, lo, b.sub(b.mul(x0, cos), b.mul(x1, sin)));
-                b.store(x, hi, b.add(b.mul(x0, sin), b.mul(x1, cos)));
+                b.store(x, lo, rotated_lo(&b, x0, x1, (sin, cos)));
+                b.store(x, hi, rotated_hi(&b, x0, x1, (sin, cos)));
             };
             if w.n_heads % s.heads_per_thread == 0 {
                 rotate();
@@ -477,13 +472,8 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
         // (sin, cos) of pairs 2u and 2u+1 at this row's position, as `kernel_ir` builds them.
         let angles = |u: Value| -> [(Value, Value); 2] {
             let p0 = b.shli(u, 1);
-            let theta = b.var_init("theta", b.convert(pos, Type::F32));
-            let scale = b.c_f32(w.theta_scale());
-            b.for_range(b.c_u32(0), p0, 1, Unroll::Never, |_| {
-                b.store_var(theta, b.mul(b.load_var(theta), scale));
-            });
-            let t0 = b.load_var(theta);
-            let t1 = b.mul(t0, scale);
+            let t0 = ggml_theta(&b, pos, p0, w.theta_scale());
+            let t1 = b.mul(t0, b.c_f32(w.theta_scale()));
             let with_factor = |t: Value, pair: Value| match freqs {
                 Some(f) => b.div(t, b.load(f, pair)),
                 None => t,
@@ -492,12 +482,6 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
                 sin_cos(&b, with_factor(t0, p0)),
                 sin_cos(&b, with_factor(t1, b.addi(p0, 1))),
             ]
-        };
-        let rotate = |x0: Value, x1: Value, (sin, cos): (Value, Value)| {
-            (
-                b.sub(b.mul(x0, cos), b.mul(x1, sin)),
-                b.add(b.mul(x0, sin), b.mul(x1, cos)),
-            )
         };
         let is_q = b.lt(j, b.c_u32(q_threads));
         b.if_else(
@@ -509,7 +493,7 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
                 let sc = angles(u);
                 for (t, (lo, hi)) in pair_offsets(u).into_iter().enumerate() {
                     let (lo, hi) = (b.add(base, lo), b.add(base, hi));
-                    let (y0, y1) = rotate(b.load(x, lo), b.load(x, hi), sc[t]);
+                    let (y0, y1) = rotate(&b, b.load(x, lo), b.load(x, hi), sc[t]);
                     b.store(x, lo, y0);
                     b.store(x, hi, y1);
                 }
@@ -529,6 +513,7 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
                         let mut out: Vec<(Value, Value)> = Vec::new();
                         for (t, (lo, hi)) in pair_offsets(u).into_iter().enumerate() {
                             let (y0, y1) = rotate(
+                                &b,
                                 b.load(k_src, b.add(src, lo)),
                                 b.load(k_src, b.add(src, hi)),
                                 sc[t],
@@ -556,6 +541,31 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
         );
     });
     b.finish()
+}
+
+/// ggml's angle of pair `i` at `pos`: θ = pos, then `i` times θ *= theta_scale (f32, correctly
+/// rounded), as [`ggml_angle`] computes it on the CPU.
+fn ggml_theta(b: &KernelBuilder, pos: Value, i: Value, theta_scale: f32) -> Value {
+    let theta = b.var_init("theta", b.convert(pos, Type::F32));
+    let scale = b.c_f32(theta_scale);
+    b.for_range(b.c_u32(0), i, 1, Unroll::Never, |_| {
+        b.store_var(theta, b.mul(b.load_var(theta), scale));
+    });
+    b.load_var(theta)
+}
+
+/// The pair (x0, x1) turned by the angle of `(sin, cos)`: both kernels' one rotation, its first
+/// element ([`rotated_lo`]) and its second ([`rotated_hi`]).
+fn rotate(b: &KernelBuilder, x0: Value, x1: Value, sc: (Value, Value)) -> (Value, Value) {
+    (rotated_lo(b, x0, x1, sc), rotated_hi(b, x0, x1, sc))
+}
+
+fn rotated_lo(b: &KernelBuilder, x0: Value, x1: Value, (sin, cos): (Value, Value)) -> Value {
+    b.sub(b.mul(x0, cos), b.mul(x1, sin))
+}
+
+fn rotated_hi(b: &KernelBuilder, x0: Value, x1: Value, (sin, cos): (Value, Value)) -> Value {
+    b.add(b.mul(x0, sin), b.mul(x1, cos))
 }
 
 /// Stores two pairs of neighbouring values `((e, a), (e + 1, b))` of position `pos` into a

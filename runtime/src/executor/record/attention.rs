@@ -35,27 +35,12 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             (2, &exec.kv[layer].1, types.v),
         ];
         for (input, cache, _) in targets.into_iter().filter(|t| t.2 == kw.ty) {
-            let mut named = vec![("src", self.input(input)?), ("cache", cache.whole())];
-            let (pipeline, push) = exec.position_reader(
-                self.replayed,
-                kernel.key,
-                kernel.pipeline,
-                KvWritePush {
-                    m: self.rows,
-                    pos0: self.pos0,
-                }
-                .to_bytes(),
-                &mut named,
-            );
-            self.emit(
-                kernel.label,
-                kernel.actual,
-                kernel.origin,
-                pipeline,
-                named,
-                &push,
-                kernel.groups,
-            )?;
+            let named = vec![("src", self.input(input)?), ("cache", cache.whole())];
+            let push = KvWritePush {
+                m: self.rows,
+                pos0: self.pos0,
+            };
+            self.emit_reading_position(kernel, named, push.to_bytes())?;
         }
         Ok(())
     }
@@ -81,26 +66,11 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             ("k_cache", exec.kv[layer].0.whole()),
             ("v_cache", exec.kv[layer].1.whole()),
         ]);
-        let (pipeline, push) = exec.position_reader(
-            self.replayed,
-            kernel.key,
-            kernel.pipeline,
-            RopePush {
-                m: self.rows,
-                pos0: self.pos0,
-            }
-            .to_bytes(),
-            &mut named,
-        );
-        self.emit(
-            kernel.label,
-            kernel.actual,
-            kernel.origin,
-            pipeline,
-            named,
-            &push,
-            kernel.groups,
-        )
+        let push = RopePush {
+            m: self.rows,
+            pos0: self.pos0,
+        };
+        self.emit_reading_position(kernel, named, push.to_bytes())
     }
 
     pub(super) fn attention(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {

@@ -41,26 +41,11 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                 if let Some(f) = freq_factors {
                     named.push(("freqs", exec.weights.get(f).whole()?));
                 }
-                let (pipeline, push) = exec.position_reader(
-                    self.replayed,
-                    kernel.key,
-                    kernel.pipeline,
-                    RopePush {
-                        m: rows,
-                        pos0: self.pos0,
-                    }
-                    .to_bytes(),
-                    &mut named,
-                );
-                return self.emit(
-                    kernel.label,
-                    kernel.actual,
-                    kernel.origin,
-                    pipeline,
-                    named,
-                    &push,
-                    kernel.groups,
-                );
+                let push = RopePush {
+                    m: rows,
+                    pos0: self.pos0,
+                };
+                return self.emit_reading_position(kernel, named, push.to_bytes());
             }
             (Op::SwiGlu { .. } | Op::GeGlu { .. }, _) => {
                 named.push(("gate", self.input(0)?));

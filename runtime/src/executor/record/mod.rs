@@ -109,6 +109,29 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         self.slot(self.node.output, self.rows, 0)
     }
 
+    /// Emits `kernel` with its whole grid where it reads the step's position (RoPE, the KV
+    /// writes): its args form with `m` and `pos0` in the step-args buffer when the step is
+    /// recorded for replay, else its push constants (`Executor::position_reader`).
+    pub fn emit_reading_position(
+        &mut self,
+        kernel: &Kernel<'s>,
+        mut named: Vec<(&'static str, BufferRange<'s>)>,
+        push: Vec<u8>,
+    ) -> Result<(), ExecError> {
+        let (pipeline, push) =
+            self.exec
+                .position_reader(self.replayed, kernel.key, kernel.pipeline, push, &mut named);
+        self.emit(
+            kernel.label,
+            kernel.actual,
+            kernel.origin,
+            pipeline,
+            named,
+            &push,
+            kernel.groups,
+        )
+    }
+
     /// Emits one dispatch (bindings by name) and logs it for the profile.
     #[allow(clippy::too_many_arguments)]
     pub fn emit(
