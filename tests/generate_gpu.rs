@@ -106,13 +106,14 @@ fn prompt(n: usize) -> Vec<u32> {
 }
 
 /// Greedy generation of `n_new` tokens after a `n_prompt`-token prompt at `ubatch`, on both.
-/// Returns the tokens and the largest `kv_splits` of the decode steps' attention schedules.
+/// Returns the tokens, the largest `kv_splits` of the decode steps' attention schedules and
+/// the decode step's stacked Q/K/V projections (labelled `attn_qkv`, `attn_qk` or `attn_kv`).
 fn gpu_decode_matches_cpu(
     path: &Path,
     n_prompt: usize,
     n_new: usize,
     ubatch: usize,
-) -> (Vec<u32>, u32) {
+) -> (Vec<u32>, u32, usize) {
     let model = Model::open(path).unwrap();
     let ids = prompt(n_prompt);
     let n_ctx = n_prompt + n_new;
@@ -156,6 +157,16 @@ fn gpu_decode_matches_cpu(
         })
         .max()
         .unwrap_or(0);
+    let stacked = gpu
+        .inner
+        .schedules_used()
+        .iter()
+        .filter(|(label, _, _, _)| {
+            ["attn_qkv", "attn_qk", "attn_kv"]
+                .iter()
+                .any(|s| label.ends_with(s))
+        })
+        .count();
     // The session's ubatch (at most the context) is its own again after the decode steps.
     assert_eq!(gpu.inner.ubatch(), ubatch.min(n_ctx));
     assert_eq!(gpu.inner.n_past(), n_prompt + n_new - 1);
@@ -195,12 +206,19 @@ fn gpu_decode_matches_cpu(
         again.tokens, want.tokens,
         "{name}: second generation on one executor"
     );
-    (got.tokens, kv_splits)
+    (got.tokens, kv_splits, stacked)
 }
 
+/// Every layer's Q, K and V (one type in this file) as one stacked GEMV in the decode step,
+/// whose slices the fused RoPE and KV write read as views.
 #[test]
 fn synth_qwen2_tiny_q8_0_decode_matches_cpu() {
-    gpu_decode_matches_cpu(&common::synth(Shape::Tiny, Quant::Q8_0), 20, 16, 8);
+    let path = common::synth(Shape::Tiny, Quant::Q8_0);
+    let (_, _, stacked) = gpu_decode_matches_cpu(&path, 20, 16, 8);
+    if std::env::var_os("ROCKY_FUSE").is_none() {
+        let layers = Model::open(&path).unwrap().arch().config.n_layer;
+        assert_eq!(stacked, layers, "one Q/K/V stack per layer");
+    }
 }
 
 #[test]
@@ -257,12 +275,12 @@ fn split_kv_decode_on_and_off_give_the_same_tokens() {
         std::env::set_var("ROCKY_KV_SPLITS", "5");
         // The pieces merged by the combine kernel, then by the last piece to finish.
         std::env::set_var("ROCKY_FUSED_COMBINE", "0");
-        let (on, splits_on) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        let (on, splits_on, _) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
         std::env::set_var("ROCKY_FUSED_COMBINE", "1");
-        let (fused, splits_fused) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        let (fused, splits_fused, _) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
         std::env::remove_var("ROCKY_FUSED_COMBINE");
         std::env::set_var("ROCKY_KV_SPLITS", "0");
-        let (off, splits_off) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
+        let (off, splits_off, _) = gpu_decode_matches_cpu(&path, n_prompt, n_new, ubatch);
         std::env::remove_var("ROCKY_KV_SPLITS");
         assert_eq!(
             (splits_on, splits_fused, splits_off),

@@ -5,6 +5,13 @@
 //!   up weights with silu(gate)·up in its epilogue (one read of h, no SwiGLU dispatch). Only
 //!   where both projections have no bias, the same shape and the same block format (the
 //!   backend combines the two tensors into one), and nothing else reads their outputs.
+//! - `Linear(h, W₀), Linear(h, W₁), …` → `LinearStack(h) → Slice, Slice, …`: projections of
+//!   one input (the attention's Q, K and V) as one projection over their stacked rows, each
+//!   reader taking its columns through a `Slice`. Only runs of projections (in graph order)
+//!   whose tensors the backend holds as one row-stacked tensor (same block format and K; the
+//!   backend also checks that each part can be bound where it starts), without residual, all
+//!   with a bias or none. At one row a slice is a view: the decode step saves two launches and
+//!   reads the input once; only the decode step's program asks for it.
 //! - `Add(r, Linear(x))` → `Linear(x)` with `residual: true` and inputs `[x, r]`: the residual
 //!   add in the GEMM's epilogue. Only where nothing else reads the projection's output.
 //! - `Linear(RmsNorm(x))` → `Linear(x)` with `norm: Some(..)` (and the same for `LinearSwiGlu`):
@@ -19,7 +26,7 @@
 //! The fused graph computes the same values as the unfused one: the CPU reference evaluates
 //! the fused ops as the unfused ops composed (see `reference.rs` and the tests).
 
-use crate::graph::{FoldedNorm, FoldedRope, Graph, Node, Op, ValueId};
+use crate::graph::{FoldedNorm, FoldedRope, Graph, Node, Op, StackPart, ValueId};
 
 /// Which fusions to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +39,9 @@ pub struct FuseOptions {
     /// The query's and key's RoPE folded into the attention (its KV write: executors apply it
     /// to the decode step's program alone).
     pub rope: bool,
+    /// Projections of one input stacked into one (`LinearStack` with `Slice`s: executors apply
+    /// it to the decode step's program alone, where a slice of one row is a view).
+    pub stack: bool,
 }
 
 impl FuseOptions {
@@ -40,12 +50,14 @@ impl FuseOptions {
         residual: true,
         norm: true,
         rope: true,
+        stack: true,
     };
     pub const NONE: FuseOptions = FuseOptions {
         swiglu: false,
         residual: false,
         norm: false,
         rope: false,
+        stack: false,
     };
 
     /// The default: the residual fusion only. The SwiGLU fusion is correct but whether it is
@@ -57,11 +69,12 @@ impl FuseOptions {
         residual: true,
         norm: false,
         rope: false,
+        stack: false,
     };
 
     /// The setting of `ROCKY_FUSE`, which overrides the tuned choice (for A/B measurements):
     /// `None` when unset or empty, `1` fuses everything, `0` nothing, else a comma-separated
-    /// list of `swiglu`, `residual`, `norm`, `rope`: only those. Anything else is an error.
+    /// list of `swiglu`, `residual`, `norm`, `rope`, `stack`: only those. Anything else is an error.
     pub fn env_override() -> Result<Option<FuseOptions>, String> {
         let Ok(v) = std::env::var("ROCKY_FUSE") else {
             return Ok(None);
@@ -83,10 +96,11 @@ impl FuseOptions {
                         "residual" => f.residual = true,
                         "norm" => f.norm = true,
                         "rope" => f.rope = true,
+                        "stack" => f.stack = true,
                         _ => {
                             return Err(format!(
                                 "ROCKY_FUSE={list:?}: use 1 (fuse), 0 (do not), or a \
-                                 comma-separated list of swiglu, residual, norm, rope"
+                                 comma-separated list of swiglu, residual, norm, rope, stack"
                             ))
                         }
                     }
@@ -106,13 +120,30 @@ impl FuseOptions {
     }
 }
 
-/// The fused graph. `same_format(a, b)`: whether weight tensors `a` and `b` have the same
-/// block format and byte size (so one combined tensor can hold both).
-pub fn fuse(
-    graph: &Graph,
-    options: FuseOptions,
-    same_format: &dyn Fn(&str, &str) -> bool,
-) -> Graph {
+/// What the backend holds (or can hold) as one tensor of several tensors' rows: what decides
+/// whether ops that read those tensors can fuse.
+pub trait Combined {
+    /// Gate and up as one tensor (the gate rows, then the up rows).
+    fn gate_up(&self, gate: &str, up: &str) -> bool;
+    /// A stack's weights as one tensor (their rows in order) and, where the parts have biases,
+    /// their biases as one vector; the backend may also require each part's output columns to
+    /// start where it can view them.
+    fn stack(&self, weights: &[&str], biases: &[&str]) -> bool;
+}
+
+/// A closure answering for any list of tensors (tests; rules that need nothing else).
+impl<F: Fn(&[&str]) -> bool> Combined for F {
+    fn gate_up(&self, gate: &str, up: &str) -> bool {
+        self(&[gate, up])
+    }
+
+    fn stack(&self, weights: &[&str], biases: &[&str]) -> bool {
+        self(weights) && (biases.is_empty() || self(biases))
+    }
+}
+
+/// The fused graph, fusing only tensors that `combined` says are (or can be) one.
+pub fn fuse(graph: &Graph, options: FuseOptions, combined: &dyn Combined) -> Graph {
     let mut nodes: Vec<Option<Node>> = graph.nodes.iter().cloned().map(Some).collect();
     for i in 0..nodes.len() {
         let Some(node) = nodes[i].clone() else {
@@ -153,7 +184,7 @@ pub fn fuse(
                     && *gnf == width
                     && uses(&nodes, g, graph.logits) == 1
                     && uses(&nodes, u, graph.logits) == 1
-                    && same_format(gw, uw);
+                    && combined.gate_up(gw, uw);
                 if !fits {
                     continue;
                 }
@@ -200,6 +231,10 @@ pub fn fuse(
             _ => {}
         }
     }
+    let mut n_values = graph.n_values;
+    if options.stack {
+        nodes = stack_projections(nodes, graph.logits, combined, &mut n_values);
+    }
     if options.norm {
         fold_norms(&mut nodes, graph.logits);
     }
@@ -210,7 +245,7 @@ pub fn fuse(
         nodes: nodes.into_iter().flatten().collect(),
         tokens: graph.tokens,
         logits: graph.logits,
-        n_values: graph.n_values,
+        n_values,
     }
 }
 
@@ -262,6 +297,9 @@ fn fold_norms(nodes: &mut [Option<Node>], logits: ValueId) {
                     }
                     | Op::LinearSwiGlu {
                         in_features, norm, ..
+                    }
+                    | Op::LinearStack {
+                        in_features, norm, ..
                     } => norm.is_none() && *in_features == width,
                     _ => false,
                 }
@@ -277,7 +315,10 @@ fn fold_norms(nodes: &mut [Option<Node>], logits: ValueId) {
         for j in readers {
             let n = nodes[j].as_mut().expect("a reader");
             n.inputs[0] = inputs[0];
-            if let Op::Linear { norm, .. } | Op::LinearSwiGlu { norm, .. } = &mut n.op {
+            if let Op::Linear { norm, .. }
+            | Op::LinearSwiGlu { norm, .. }
+            | Op::LinearStack { norm, .. } = &mut n.op
+            {
                 *norm = Some(FoldedNorm {
                     weight: weight.clone(),
                     eps,
@@ -353,13 +394,184 @@ fn fold_ropes(nodes: &mut [Option<Node>], logits: ValueId) {
     }
 }
 
-/// [`fuse`] for the tensors of `file`: gate and up fuse where their GGUF types and sizes match.
+/// [`fuse`] for the tensors of `file`: tensors combine where their GGUF types and row lengths
+/// match (and, for gate and up, their sizes).
 pub fn fuse_for_file(graph: &Graph, file: &crate::gguf::GgufFile, options: FuseOptions) -> Graph {
-    let same = |a: &str, b: &str| match (file.tensor(a), file.tensor(b)) {
-        (Some(a), Some(b)) => a.ggml_type == b.ggml_type && a.size == b.size && a.dims == b.dims,
-        _ => false,
+    struct SameRows<'f>(&'f crate::gguf::GgufFile);
+    impl SameRows<'_> {
+        fn tensors(&self, names: &[&str]) -> Option<Vec<&crate::gguf::TensorInfo>> {
+            names.iter().map(|n| self.0.tensor(n)).collect()
+        }
+    }
+    impl Combined for SameRows<'_> {
+        fn gate_up(&self, gate: &str, up: &str) -> bool {
+            self.tensors(&[gate, up]).is_some_and(|t| {
+                t[0].ggml_type == t[1].ggml_type && t[0].size == t[1].size && t[0].dims == t[1].dims
+            })
+        }
+        fn stack(&self, weights: &[&str], biases: &[&str]) -> bool {
+            self.tensors(weights).is_some_and(|t| {
+                t.windows(2).all(|p| {
+                    p[0].ggml_type == p[1].ggml_type && p[0].dims.first() == p[1].dims.first()
+                })
+            }) && self.tensors(biases).is_some()
+        }
+    }
+    fuse(graph, options, &SameRows(file))
+}
+
+/// The projections of one input that run as one (see the module's `LinearStack`): for each
+/// value, its plain projections (no residual, no folded norm yet) in graph order, cut into
+/// runs that `combined` accepts whole (the longest one from the first projection on, then the
+/// same for the rest); each run of two or more becomes a `LinearStack` at its first projection's place,
+/// followed by one `Slice` per part that keeps the part's output value, so readers are
+/// untouched. New values (the stacks' outputs) are numbered from `n_values` on.
+fn stack_projections(
+    nodes: Vec<Option<Node>>,
+    logits: ValueId,
+    combined: &dyn Combined,
+    n_values: &mut usize,
+) -> Vec<Option<Node>> {
+    let plain = |n: &Node| match &n.op {
+        Op::Linear {
+            residual: false,
+            norm: None,
+            in_features,
+            bias,
+            ..
+        } if n.inputs.len() == 1 && n.output != logits => Some((*in_features, bias.is_some())),
+        _ => None,
     };
-    fuse(graph, options, &same)
+    let tensors = |n: &Node| match &n.op {
+        Op::Linear { weight, bias, .. } => (weight.clone(), bias.clone()),
+        _ => unreachable!("a plain projection"),
+    };
+    // Runs of node indices, each to become one stack.
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    let mut done = vec![false; nodes.len()];
+    for i in 0..nodes.len() {
+        let Some(first) = nodes[i].as_ref() else {
+            continue;
+        };
+        let Some(shape) = plain(first) else {
+            continue;
+        };
+        if done[i] {
+            continue;
+        }
+        let group: Vec<usize> = (i..nodes.len())
+            .filter(|&j| {
+                nodes[j]
+                    .as_ref()
+                    .is_some_and(|n| n.inputs == first.inputs && plain(n) == Some(shape))
+            })
+            .collect();
+        for &j in &group {
+            done[j] = true;
+        }
+        // The longest prefix the backend holds as one, then the same for what is left: the
+        // backend's combined buffers are whole runs (Q+K+V, not Q+K inside it).
+        let mut rest = &group[..];
+        while rest.len() >= 2 {
+            let holds = |run: &[usize]| {
+                let parts: Vec<(String, Option<String>)> = run
+                    .iter()
+                    .map(|&r| tensors(nodes[r].as_ref().unwrap()))
+                    .collect();
+                let weights: Vec<&str> = parts.iter().map(|(w, _)| w.as_str()).collect();
+                let biases: Vec<&str> = parts.iter().filter_map(|(_, b)| b.as_deref()).collect();
+                combined.stack(&weights, &biases)
+            };
+            match (2..=rest.len()).rev().find(|&len| holds(&rest[..len])) {
+                Some(len) => {
+                    runs.push(rest[..len].to_vec());
+                    rest = &rest[len..];
+                }
+                None => rest = &rest[1..],
+            }
+        }
+    }
+    let mut nodes = nodes;
+    // The first part's place → the stack and its slices (every part's readers come after it).
+    let mut replacement: std::collections::HashMap<usize, Vec<Node>> = Default::default();
+    for run in runs {
+        let parts_nodes: Vec<Node> = run.iter().map(|&j| nodes[j].take().unwrap()).collect();
+        let in_features = match &parts_nodes[0].op {
+            Op::Linear { in_features, .. } => *in_features,
+            _ => unreachable!("a plain projection"),
+        };
+        let parts: Vec<StackPart> = parts_nodes
+            .iter()
+            .map(|n| match &n.op {
+                Op::Linear {
+                    weight,
+                    bias,
+                    out_features,
+                    ..
+                } => StackPart {
+                    weight: weight.clone(),
+                    bias: bias.clone(),
+                    out_features: *out_features,
+                },
+                _ => unreachable!("a plain projection"),
+            })
+            .collect();
+        let stacked = *n_values;
+        *n_values += 1;
+        let labels: Vec<&str> = parts_nodes.iter().map(|n| n.label.as_str()).collect();
+        let mut at = vec![Node {
+            op: Op::LinearStack {
+                parts: parts.clone(),
+                in_features,
+                norm: None,
+            },
+            inputs: parts_nodes[0].inputs.clone(),
+            output: stacked,
+            label: stacked_label(&labels),
+        }];
+        let mut offset = 0;
+        for (part, node) in parts.iter().zip(&parts_nodes) {
+            at.push(Node {
+                op: Op::Slice {
+                    offset,
+                    width: part.out_features,
+                },
+                inputs: vec![stacked],
+                output: node.output,
+                label: node.label.clone(),
+            });
+            offset += part.out_features;
+        }
+        replacement.insert(run[0], at);
+    }
+    let mut out = Vec::with_capacity(nodes.len() + replacement.len());
+    for (i, node) in nodes.into_iter().enumerate() {
+        match replacement.remove(&i) {
+            Some(at) => out.extend(at.into_iter().map(Some)),
+            None => out.push(node),
+        }
+    }
+    out
+}
+
+/// `blk.0.attn_q`, `blk.0.attn_k`, `blk.0.attn_v` → `blk.0.attn_qkv`: the labels' common
+/// prefix, then what follows it in each.
+fn stacked_label(labels: &[&str]) -> String {
+    let first = labels[0];
+    let common = labels[1..].iter().fold(first.len(), |len, l| {
+        first
+            .bytes()
+            .zip(l.bytes())
+            .take(len)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    let common = first[..common].rfind(['.', '_']).map_or(0, |i| i + 1);
+    let mut label = first[..common].to_string();
+    for l in labels {
+        label.push_str(&l[common..]);
+    }
+    label
 }
 
 /// `blk.3.ffn_gate` + `blk.3.ffn_up` → `blk.3.ffn_gate_up`.
@@ -418,16 +630,26 @@ mod tests {
         g.finish(tokens, y)
     }
 
+    /// Combining rules for the tests: everything combines, nothing does.
+    fn any(_: &[&str]) -> bool {
+        true
+    }
+
+    fn never(_: &[&str]) -> bool {
+        false
+    }
+
     const GEMM_FUSIONS: FuseOptions = FuseOptions {
         norm: false,
         rope: false,
+        stack: false,
         ..FuseOptions::ALL
     };
 
     #[test]
     fn gate_up_and_residual_fuse_into_two_gemms() {
         let g = ffn(false);
-        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
+        let f = fuse(&g, GEMM_FUSIONS, &any);
         let ops: Vec<&Op> = f.nodes.iter().map(|n| &n.op).collect();
         assert_eq!(f.nodes.len(), 4, "{ops:?}");
         let gu = &f.nodes[2];
@@ -446,7 +668,7 @@ mod tests {
     #[test]
     fn the_norm_folds_into_every_projection_that_reads_it() {
         let g = ffn(false);
-        let f = fuse(&g, FuseOptions::ALL, &|_, _| true);
+        let f = fuse(&g, FuseOptions::ALL, &any);
         // embedding, gate/up (the norm folded in), down with the residual.
         assert_eq!(f.nodes.len(), 3, "{:?}", f.nodes);
         let gu = &f.nodes[1];
@@ -465,9 +687,10 @@ mod tests {
             &g,
             FuseOptions {
                 swiglu: false,
+                stack: false,
                 ..FuseOptions::ALL
             },
-            &|_, _| true,
+            &any,
         );
         let normed = f
             .nodes
@@ -494,14 +717,14 @@ mod tests {
         let h = b.push("norm", norm, &[x]);
         let q = b.push("q", linear("q", false), &[h]);
         let y = b.push("add", Op::Add { width: 16 }, &[q, h]);
-        let f = fuse(&b.finish(tokens, y), FuseOptions::ALL, &|_, _| true);
+        let f = fuse(&b.finish(tokens, y), FuseOptions::ALL, &any);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
         assert!(f
             .nodes
             .iter()
             .all(|n| !matches!(&n.op, Op::Linear { norm: Some(_), .. })));
         // Off: nothing folds.
-        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
+        let f = fuse(&g, GEMM_FUSIONS, &any);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
     }
 
@@ -529,18 +752,25 @@ mod tests {
                 ..FuseOptions::NONE
             }))
         );
+        assert_eq!(
+            FuseOptions::parse("stack"),
+            Ok(Some(FuseOptions {
+                stack: true,
+                ..FuseOptions::NONE
+            }))
+        );
         assert!(FuseOptions::parse("swiglu,nrom").is_err());
     }
 
     #[test]
     fn no_fusion_where_formats_differ_an_output_is_shared_or_it_is_off() {
         let g = ffn(false);
-        let f = fuse(&g, GEMM_FUSIONS, &|_, _| false);
+        let f = fuse(&g, GEMM_FUSIONS, &never);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::SwiGlu { .. })));
         assert!(!f.nodes.iter().any(|n| matches!(n.op, Op::Add { .. })));
         // The gate is read by another op too: the SwiGLU stays; the first add still fuses.
         let g = ffn(true);
-        let f = fuse(&g, GEMM_FUSIONS, &|_, _| true);
+        let f = fuse(&g, GEMM_FUSIONS, &any);
         assert!(f.nodes.iter().any(|n| matches!(n.op, Op::SwiGlu { .. })));
         assert_eq!(
             f.nodes
@@ -549,7 +779,178 @@ mod tests {
                 .count(),
             1
         );
-        let f = fuse(&ffn(false), FuseOptions::NONE, &|_, _| true);
+        let f = fuse(&ffn(false), FuseOptions::NONE, &any);
         assert_eq!(f.nodes.len(), ffn(false).nodes.len());
+    }
+
+    /// An attention block's projections: norm, then Q (16 wide), K and V (8 wide each, with
+    /// biases where `biases`) of the norm, into the attention.
+    fn qkv(biases: [bool; 3]) -> Graph {
+        let (mut g, tokens) = GraphBuilder::new();
+        let x = g.push(
+            "emb",
+            Op::Embedding {
+                table: "t".into(),
+                width: 16,
+            },
+            &[tokens],
+        );
+        let norm = Op::RmsNorm {
+            weight: "n".into(),
+            eps: 1e-6,
+            width: 16,
+        };
+        let h = g.push("blk.0.attn_norm", norm, &[x]);
+        let proj = |name: &str, out_features, bias: bool| Op::Linear {
+            weight: name.into(),
+            bias: bias.then(|| format!("{name}.bias")),
+            in_features: 16,
+            out_features,
+            residual: false,
+            norm: None,
+        };
+        let q = g.push("blk.0.attn_q", proj("q", 16, biases[0]), &[h]);
+        let k = g.push("blk.0.attn_k", proj("k", 8, biases[1]), &[h]);
+        let v = g.push("blk.0.attn_v", proj("v", 8, biases[2]), &[h]);
+        let attention = Op::Attention {
+            layer: 0,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 4,
+            sliding_window: None,
+            rope: None,
+        };
+        let y = g.push("blk.0.attn", attention, &[q, k, v]);
+        g.finish(tokens, y)
+    }
+
+    fn stack_only() -> FuseOptions {
+        FuseOptions {
+            stack: true,
+            ..FuseOptions::NONE
+        }
+    }
+
+    #[test]
+    fn projections_of_one_input_stack_into_one_with_a_slice_per_part() {
+        let g = qkv([true; 3]);
+        let f = fuse(&g, stack_only(), &any);
+        let ops: Vec<&Op> = f.nodes.iter().map(|n| &n.op).collect();
+        // embedding, norm, the stack, three slices, the attention.
+        assert_eq!(f.nodes.len(), 7, "{ops:?}");
+        let stack = &f.nodes[2];
+        assert_eq!(stack.label, "blk.0.attn_qkv");
+        let Op::LinearStack {
+            parts,
+            in_features: 16,
+            norm: None,
+        } = &stack.op
+        else {
+            panic!("{stack:?}")
+        };
+        let got: Vec<(&str, Option<&str>, usize)> = parts
+            .iter()
+            .map(|p| (p.weight.as_str(), p.bias.as_deref(), p.out_features))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("q", Some("q.bias"), 16),
+                ("k", Some("k.bias"), 8),
+                ("v", Some("v.bias"), 8)
+            ]
+        );
+        assert_eq!(stack.inputs, vec![g.nodes[1].output]);
+        // A new value for the stack; the slices keep the parts' values, so the attention
+        // reads what it read.
+        assert_eq!(f.n_values, g.n_values + 1);
+        assert_eq!(stack.output, g.n_values);
+        let slices: Vec<(usize, usize, usize, &str)> = f.nodes[3..6]
+            .iter()
+            .map(|n| match n.op {
+                Op::Slice { offset, width } => {
+                    assert_eq!(n.inputs, vec![stack.output]);
+                    (offset, width, n.output, n.label.as_str())
+                }
+                _ => panic!("{n:?}"),
+            })
+            .collect();
+        let (q, k, v) = (g.nodes[2].output, g.nodes[3].output, g.nodes[4].output);
+        assert_eq!(
+            slices,
+            [
+                (0, 16, q, "blk.0.attn_q"),
+                (16, 8, k, "blk.0.attn_k"),
+                (24, 8, v, "blk.0.attn_v")
+            ]
+        );
+        assert_eq!(f.nodes[6].inputs, vec![q, k, v]);
+        // With the norm fold, the stack takes the norm.
+        let f = fuse(
+            &g,
+            FuseOptions {
+                norm: true,
+                ..stack_only()
+            },
+            &any,
+        );
+        assert!(!f.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })));
+        assert!(f.nodes.iter().any(|n| matches!(
+            &n.op,
+            Op::LinearStack { norm: Some(FoldedNorm { weight, .. }), .. } if weight == "n"
+        )));
+    }
+
+    #[test]
+    fn a_stack_takes_only_the_runs_the_backend_holds_as_one_tensor() {
+        let g = qkv([true; 3]);
+        // V in another format: Q and K stack, V stays a projection.
+        let f = fuse(&g, stack_only(), &|names: &[&str]| !names.contains(&"v"));
+        let stacks: Vec<Vec<&str>> = f
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::LinearStack { parts, .. } => {
+                    Some(parts.iter().map(|p| p.weight.as_str()).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stacks, [vec!["q", "k"]]);
+        assert!(f
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, Op::Linear { weight, .. } if weight == "v")));
+        // Only the whole run is one tensor (as the upload combines it): it stacks whole.
+        let f = fuse(&g, stack_only(), &|names: &[&str]| names.len() == 3);
+        assert!(f.nodes.iter().any(|n| matches!(
+            &n.op,
+            Op::LinearStack { parts, .. } if parts.len() == 3
+        )));
+        // Nothing combines: nothing changes; some parts with a bias and some without: the
+        // biased ones stack apart from the others (here Q alone, so only K and V).
+        let f = fuse(&g, stack_only(), &never);
+        assert_eq!(f.nodes, g.nodes);
+        let f = fuse(&qkv([true, false, false]), stack_only(), &any);
+        assert!(f.nodes.iter().any(|n| matches!(
+            &n.op,
+            Op::LinearStack { parts, .. } if parts.len() == 2 && parts[0].weight == "k"
+        )));
+        // Off: nothing stacks.
+        let f = fuse(&g, FuseOptions::NONE, &any);
+        assert_eq!(f.nodes, g.nodes);
+    }
+
+    #[test]
+    fn stacked_labels_keep_the_common_prefix_once() {
+        assert_eq!(
+            stacked_label(&["blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v"]),
+            "blk.0.attn_qkv"
+        );
+        assert_eq!(
+            stacked_label(&["blk.1.ffn_gate", "blk.1.ffn_up"]),
+            "blk.1.ffn_gateup"
+        );
+        assert_eq!(stacked_label(&["a", "b"]), "ab");
     }
 }

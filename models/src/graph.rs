@@ -29,6 +29,15 @@ pub struct FoldedRope {
     pub freq_factors: Option<String>,
 }
 
+/// One projection of a [`Op::LinearStack`]: `out_features × in_features` weights, and a bias
+/// where the projection has one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StackPart {
+    pub weight: String,
+    pub bias: Option<String>,
+    pub out_features: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
     /// Gather rows of an embedding table by token id (input: the token ids).
@@ -61,6 +70,20 @@ pub enum Op {
         out_features: usize,
         norm: Option<FoldedNorm>,
     },
+    /// Projections of one input side by side (made by the fusion pass, for the decode step):
+    /// each output row is `[x·W₀ᵀ (+b₀) | x·W₁ᵀ (+b₁) | …]`, part i `parts[i].out_features`
+    /// wide. The parts' weights share a block format and `in_features`, so the backend stacks
+    /// their rows into one tensor and runs one projection (the attention's Q, K and V as one
+    /// GEMV); their readers take each part through [`Op::Slice`]. Every part has a bias or none
+    /// has. `norm` as for `Linear`.
+    LinearStack {
+        parts: Vec<StackPart>,
+        in_features: usize,
+        norm: Option<FoldedNorm>,
+    },
+    /// Columns `offset .. offset + width` of each row of the input (one part of a
+    /// `LinearStack`'s output; backends may make it a view of its input).
+    Slice { offset: usize, width: usize },
     /// Rotary position embedding in place per head: pairs `i` and `i + head_dim/2` (NeoX) or
     /// `2i` and `2i + 1` (normal, Llama); pair i turns by pos · theta^(-2i/head_dim), divided
     /// by `freq_factors[i]` where the model has them (a `head_dim/2` f32 tensor: Llama 3's
@@ -106,7 +129,7 @@ pub enum Op {
     LastRow { width: usize },
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Node {
     pub op: Op,
     pub inputs: Vec<ValueId>,

@@ -173,6 +173,40 @@ impl<'a> CpuSession<'a> {
                     let u = self.linear(&x, up, *in_features, *out_features)?;
                     swiglu(&g, &u)
                 }
+                // The stacked projections as the separate ones composed: the folded norm, each
+                // part's projection and bias, the parts' rows side by side.
+                Op::LinearStack {
+                    parts,
+                    in_features,
+                    norm,
+                } => {
+                    let x = self.folded_norm(input(0), norm.as_ref(), *in_features)?;
+                    let width: usize = parts.iter().map(|p| p.out_features).sum();
+                    let mut y = vec![0f32; n * width];
+                    let mut offset = 0;
+                    for part in parts {
+                        let mut p =
+                            self.linear(&x, &part.weight, *in_features, part.out_features)?;
+                        if let Some(b) = &part.bias {
+                            let b = self.dense(b)?;
+                            p.chunks_mut(part.out_features)
+                                .for_each(|row| row.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+                        }
+                        for (dst, src) in y.chunks_mut(width).zip(p.chunks(part.out_features)) {
+                            dst[offset..offset + part.out_features].copy_from_slice(src);
+                        }
+                        offset += part.out_features;
+                    }
+                    y
+                }
+                Op::Slice { offset, width } => {
+                    let x = input(0);
+                    let row = x.len() / n;
+                    x.chunks(row)
+                        .flat_map(|r| &r[*offset..offset + width])
+                        .copied()
+                        .collect()
+                }
                 Op::Rope {
                     n_heads,
                     head_dim,

@@ -1,8 +1,8 @@
 //! The fusion pass keeps the model's function: the CPU reference of the fused graph (whose
 //! fused ops are the unfused ops composed) gives the same logits as the unfused graph, bit for
 //! bit, on the tiny Qwen2 files; and it does fuse there (one gate/up GEMM and two residual
-//! GEMMs per layer, no SwiGLU or Add left, every RMSNorm folded into its projections, both
-//! RoPEs of every layer folded into its attention).
+//! GEMMs per layer, no SwiGLU or Add left, Q/K/V stacked where they share a type, every
+//! RMSNorm folded into its projections, both RoPEs of every layer folded into its attention).
 
 mod common;
 
@@ -43,15 +43,71 @@ fn fused_graph_gives_the_unfused_logits() {
             )),
             0
         );
-        // Every RMSNorm folded into the projections that read it: two per layer (Q/K/V,
-        // gate/up) and the output norm.
+        // Q, K and V stacked where the file holds them in one type (a run in graph order cut
+        // where the type changes), with a slice per part.
+        let ty = |l: usize, p: &str| {
+            file.tensor(&format!("blk.{l}.attn_{p}.weight"))
+                .unwrap()
+                .ggml_type
+        };
+        let mut want_stacks: Vec<Vec<String>> = Vec::new();
+        let mut unstacked = 0;
+        for l in 0..n_layer {
+            let mut run: Vec<&str> = Vec::new();
+            for p in ["q", "k", "v"] {
+                if run.last().is_some_and(|&r| ty(l, r) != ty(l, p)) {
+                    if run.len() >= 2 {
+                        want_stacks.push(
+                            run.iter()
+                                .map(|r| format!("blk.{l}.attn_{r}.weight"))
+                                .collect(),
+                        );
+                    } else {
+                        unstacked += run.len();
+                    }
+                    run.clear();
+                }
+                run.push(p);
+            }
+            if run.len() >= 2 {
+                want_stacks.push(
+                    run.iter()
+                        .map(|r| format!("blk.{l}.attn_{r}.weight"))
+                        .collect(),
+                );
+            } else {
+                unstacked += run.len();
+            }
+        }
+        let got_stacks: Vec<Vec<String>> = fused
+            .graph
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::LinearStack { parts, .. } => {
+                    Some(parts.iter().map(|p| p.weight.clone()).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got_stacks, want_stacks, "{name}");
+        assert!(!got_stacks.is_empty(), "{name}: nothing stacked");
+        let stacked_parts: usize = want_stacks.iter().map(Vec::len).sum();
+        assert_eq!(
+            count(&fused, &|op| matches!(op, Op::Slice { .. })),
+            stacked_parts
+        );
+        // Every RMSNorm folded into the projections that read it: per layer the Q/K/V stacks
+        // and projections, gate/up; and the output norm.
         assert_eq!(count(&fused, &|op| matches!(op, Op::RmsNorm { .. })), 0);
         assert_eq!(
             count(&fused, &|op| matches!(
                 op,
-                Op::Linear { norm: Some(_), .. } | Op::LinearSwiGlu { norm: Some(_), .. }
+                Op::Linear { norm: Some(_), .. }
+                    | Op::LinearSwiGlu { norm: Some(_), .. }
+                    | Op::LinearStack { norm: Some(_), .. }
             )),
-            4 * n_layer + 1
+            want_stacks.len() + unstacked + n_layer + 1
         );
         // Both RoPEs of every layer folded into its attention.
         assert_eq!(count(&fused, &|op| matches!(op, Op::Rope { .. })), 0);
@@ -62,9 +118,11 @@ fn fused_graph_gives_the_unfused_logits() {
             )),
             n_layer
         );
+        // Gate/up: -2 per layer, residuals -2, norms -(2 per layer + 1), RoPEs -2, stacks +1 each.
         assert_eq!(
             fused.graph.nodes.len(),
             model.graph.nodes.len() - 4 * n_layer - (2 * n_layer + 1) - 2 * n_layer
+                + want_stacks.len()
         );
         let tokens: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 1000).collect();
         let opts = ReferenceOptions::llama_cpp();

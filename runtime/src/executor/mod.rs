@@ -16,6 +16,7 @@ mod program;
 mod record;
 mod slots;
 mod split_kv;
+mod weights;
 
 pub use decode::DECODE_REPLAY_ENV;
 pub use kv_snapshot::KvSnapshot;
@@ -23,6 +24,8 @@ pub use math::{ForcedMath, MathFamily};
 use program::Program;
 pub use program::{decode_fusions, UsedKernel};
 pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
+use weights::weight_format;
+pub use weights::{combined_name, gate_up_name, GpuWeights, LayoutChoice, WeightRef};
 
 use crate::budget::CommandBudget;
 use crate::replay::DispatchSink;
@@ -30,24 +33,21 @@ use crate::stream::{Stream, StreamRing, StreamStats};
 use crate::{
     device_caps, Buffer, BufferRange, ComputePipeline, Context, PipelineCache, RuntimeError,
 };
-use rocky_compiler::dequant::layout::to_device;
 use rocky_compiler::templates::attention::AttentionWorkload;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::embedding::EmbeddingWorkload;
-use rocky_compiler::templates::gemm::{combine_gate_up, default_layout, n_slices, Epilogue};
+use rocky_compiler::templates::gemm::{n_slices, Epilogue};
 use rocky_compiler::templates::gemv;
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
 use rocky_compiler::templates::rope::RopeWorkload;
 use rocky_compiler::{
     default_schedule, dispatch_grid, instantiate, ActType, DeviceCaps, GemmWorkload, Schedule,
-    WeightFormat, WeightLayout, Workload,
+    Workload,
 };
 use rocky_compiler::{KvType, KvTypes};
 use rocky_models::arch::Model;
-use rocky_models::formats::GgmlType;
 use rocky_models::fuse::{fuse, FuseOptions};
-use rocky_models::gguf::GgufFile;
 use rocky_models::graph::{Graph, Op};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -202,405 +202,6 @@ pub enum ExecError {
     },
 }
 
-/// A model's weights on the device. The gate and up tensors of every SwiGLU pair that can
-/// fuse (same block format and shape, see `rocky_models::fuse`) are uploaded as one combined
-/// buffer (named [`gate_up_name`]: the gate rows, then the up rows), which serves both graphs:
-/// the fused GEMM binds it whole, the separate gate and up GEMMs bind its two halves. So
-/// whether gate and up fuse is a choice of each executor ([`ExecutorOptions::fuse`]), made
-/// without uploading the model again.
-pub struct GpuWeights {
-    buffers: HashMap<String, (Buffer, GgmlType)>,
-    /// Tensors that live inside a combined buffer: name → (buffer name, byte offset, bytes).
-    aliases: HashMap<String, (String, u64, u64)>,
-    /// Device layout per buffer (GGUF unless listed); every GEMM of a buffer reads this one.
-    layouts: HashMap<String, WeightLayout>,
-    /// Host time of the upload, and the part of it spent repacking.
-    pub upload_time: Duration,
-    pub repack_time: Duration,
-}
-
-/// One weight tensor on the device: a whole buffer or a part of a combined one.
-#[derive(Clone, Copy)]
-pub struct WeightRef<'a> {
-    buffer: &'a Buffer,
-    offset: u64,
-    bytes: u64,
-    pub ty: GgmlType,
-}
-
-impl<'a> WeightRef<'a> {
-    /// The whole tensor as a binding.
-    pub fn whole(&self) -> Result<BufferRange<'a>, RuntimeError> {
-        self.buffer.range(self.offset, self.bytes)
-    }
-
-    /// `bytes` from `offset` within the tensor.
-    pub fn range(&self, offset: u64, bytes: u64) -> Result<BufferRange<'a>, RuntimeError> {
-        self.buffer.range(self.offset + offset, bytes)
-    }
-}
-
-/// The name of the combined gate/up tensor of a fused SwiGLU GEMM.
-pub fn gate_up_name(gate: &str, up: &str) -> String {
-    format!("{gate}+{up}")
-}
-
-/// Which device layout the weight upload gives each GEMM weight tensor.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LayoutChoice {
-    /// The compiler's default for the device and format (`default_layout`).
-    #[default]
-    Auto,
-    /// This layout wherever the format has it (the rest stay GGUF).
-    Force(WeightLayout),
-}
-
-impl GpuWeights {
-    /// Uploads every tensor the graph uses, the embedding table included (the gather runs on
-    /// the GPU, so no ubatch waits for the host; Qwen2.5 up to 3B ties it to the output
-    /// projection, which needs it on the device anyway).
-    pub fn upload(ctx: &Context, file: &GgufFile, model: &Model) -> Result<GpuWeights, ExecError> {
-        Self::upload_with_progress(ctx, file, model, &mut |_, _| {})
-    }
-
-    /// [`GpuWeights::upload_with_layouts`] with the default layouts.
-    pub fn upload_with_progress(
-        ctx: &Context,
-        file: &GgufFile,
-        model: &Model,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<GpuWeights, ExecError> {
-        Self::upload_with_layouts(ctx, file, model, LayoutChoice::Auto, progress)
-    }
-
-    /// [`GpuWeights::upload`], calling `progress(bytes done, bytes in all)` after each tensor
-    /// (a 3B model is ~2 GB: seconds to minutes on a board's memory bus), with each GEMM
-    /// weight in the layout `choice` picks ([`weight_layouts`]) and every fusable gate/up
-    /// pair in one combined buffer.
-    pub fn upload_with_layouts(
-        ctx: &Context,
-        file: &GgufFile,
-        model: &Model,
-        choice: LayoutChoice,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<GpuWeights, ExecError> {
-        let start = Instant::now();
-        // A combined gate/up tensor is bound whole by the fused GEMM: combine only pairs
-        // that fit one binding.
-        let max_range = u64::from(ctx.caps().max_storage_buffer_range);
-        let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
-        let same = |a: &str, b: &str| match (file.tensor(a), file.tensor(b)) {
-            (Some(a), Some(b)) => {
-                a.ggml_type == b.ggml_type
-                    && a.dims == b.dims
-                    && a.size == b.size
-                    && (2 * a.size).next_multiple_of(4) <= max_range
-            }
-            _ => false,
-        };
-        // The graph with every pair that can fuse fused: what decides the combined buffers.
-        // Norms stay unfolded, so their weights are listed (folded, a projection reads them).
-        let every_pair = FuseOptions {
-            norm: false,
-            rope: false,
-            ..FuseOptions::ALL
-        };
-        let graph = fuse(&model.graph, every_pair, &same);
-        let caps = device_caps(ctx.info(), ctx.caps());
-        let mut layouts = weight_layouts(file, &graph, choice, &caps);
-        let mut repack_time = Duration::ZERO;
-        // (buffer name, the tensors it holds: one, or gate and up combined row-wise)
-        let mut names: Vec<(String, Vec<&str>)> = Vec::new();
-        for node in &graph.nodes {
-            match &node.op {
-                Op::Embedding { table, .. } => names.push((table.clone(), vec![table])),
-                Op::RmsNorm { weight, .. } | Op::HeadRmsNorm { weight, .. } => {
-                    names.push((weight.clone(), vec![weight]))
-                }
-                Op::Rope {
-                    freq_factors: Some(f),
-                    ..
-                } => names.push((f.clone(), vec![f])),
-                Op::Linear { weight, bias, .. } => {
-                    names.push((weight.clone(), vec![weight]));
-                    if let Some(b) = bias {
-                        names.push((b.clone(), vec![b]));
-                    }
-                }
-                Op::LinearSwiGlu { gate, up, .. } => {
-                    names.push((gate_up_name(gate, up), vec![gate, up]))
-                }
-                _ => {}
-            }
-        }
-        names.sort_unstable();
-        names.dedup();
-        let tensors = names
-            .iter()
-            .map(|(_, parts)| {
-                parts
-                    .iter()
-                    .map(|&name| {
-                        file.tensor(name).ok_or_else(|| {
-                            ExecError::Unsupported(format!(
-                                "tensor {name} is missing from the model"
-                            ))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let total: u64 = tensors.iter().flatten().map(|t| t.size).sum();
-        let mut done = 0;
-        let mut buffers = HashMap::new();
-        let mut aliases = HashMap::new();
-        for ((name, names_of_parts), parts) in names.into_iter().zip(tensors) {
-            // Row combining comes first, before anything per format: the combined tensor is
-            // the gate rows then the up rows (`rocky_compiler::templates::gemm::combine_gate_up`).
-            let combined;
-            let data: &[u8] = match parts.as_slice() {
-                [one] => file.tensor_data(one),
-                [gate, up] => {
-                    combined = combine_gate_up(file.tensor_data(gate), file.tensor_data(up))
-                        .ok_or_else(|| {
-                            ExecError::Unsupported(format!("{name}: gate and up sizes differ"))
-                        })?;
-                    &combined
-                }
-                _ => unreachable!("one tensor or a gate/up pair"),
-            };
-            // Then the repack, row by row over all of the buffer's rows (for a combined
-            // tensor its 2n rows: each row is repacked on its own, so the gate/up order stays
-            // and the up rows start at the middle).
-            let repack_start = Instant::now();
-            let data = repack_for_upload(&name, &parts, data, &layouts)?;
-            repack_time += repack_start.elapsed();
-            let ty = parts[0].ggml_type;
-            match names_of_parts.as_slice() {
-                [gate, up] => {
-                    let half = data.len() as u64 / 2;
-                    if half % align == 0 {
-                        let buf = upload_bytes(ctx, &name, &data)?;
-                        aliases.insert(gate.to_string(), (name.clone(), 0, half));
-                        aliases.insert(up.to_string(), (name.clone(), half, half));
-                        buffers.insert(name, (buf, ty));
-                    } else {
-                        // The up half cannot be bound at an offset the device accepts: two
-                        // buffers (already repacked), and the pair never fuses.
-                        let layout = layouts.remove(&name);
-                        for (part, bytes) in [
-                            (*gate, &data[..half as usize]),
-                            (*up, &data[half as usize..]),
-                        ] {
-                            if let Some(l) = layout {
-                                layouts.insert(part.to_string(), l);
-                            }
-                            buffers.insert(part.to_string(), (upload_bytes(ctx, part, bytes)?, ty));
-                        }
-                    }
-                }
-                _ => {
-                    buffers.insert(name.clone(), (upload_bytes(ctx, &name, &data)?, ty));
-                }
-            }
-            done += parts.iter().map(|t| t.size).sum::<u64>();
-            progress(done, total);
-        }
-        Ok(GpuWeights {
-            buffers,
-            aliases,
-            layouts,
-            upload_time: start.elapsed(),
-            repack_time,
-        })
-    }
-
-    /// Whether `gate` and `up` share one combined buffer (so their GEMMs may fuse).
-    pub fn combined(&self, gate: &str, up: &str) -> bool {
-        let name = gate_up_name(gate, up);
-        self.aliases.get(gate).is_some_and(|(b, _, _)| *b == name)
-            && self.aliases.get(up).is_some_and(|(b, _, _)| *b == name)
-    }
-
-    /// Whether any gate/up pair is combined (whether fusing them is a choice at all).
-    pub fn has_combined(&self) -> bool {
-        !self.aliases.is_empty()
-    }
-
-    /// The device layout of tensor or buffer `name` (a tensor, a combined [`gate_up_name`],
-    /// or a tensor inside one).
-    pub fn layout(&self, name: &str) -> WeightLayout {
-        let buffer = self.aliases.get(name).map_or(name, |(b, _, _)| b.as_str());
-        self.layouts.get(buffer).copied().unwrap_or_default()
-    }
-
-    /// Buffers in a layout other than GGUF, with it (sorted by name).
-    pub fn repacked(&self) -> Vec<(&str, WeightLayout)> {
-        let mut v: Vec<_> = self
-            .layouts
-            .iter()
-            .filter(|(_, l)| !l.is_gguf())
-            .map(|(n, l)| (n.as_str(), *l))
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Bytes of every weight buffer, and the largest one (name, bytes).
-    pub fn footprint(&self) -> (u64, Option<(&str, u64)>) {
-        let total = self.buffers.values().map(|(b, _)| b.size()).sum();
-        let largest = self
-            .buffers
-            .iter()
-            .map(|(name, (b, _))| (name.as_str(), b.size()))
-            .max_by_key(|&(_, bytes)| bytes);
-        (total, largest)
-    }
-
-    /// Tensor or combined buffer `name` on the device.
-    fn get(&self, name: &str) -> WeightRef<'_> {
-        let (buffer, offset, bytes) = match self.aliases.get(name) {
-            Some((b, offset, bytes)) => (b.as_str(), *offset, Some(*bytes)),
-            None => (name, 0, None),
-        };
-        let (buffer, ty) = &self.buffers[buffer];
-        WeightRef {
-            buffer,
-            offset,
-            bytes: bytes.unwrap_or(buffer.size()),
-            ty: *ty,
-        }
-    }
-}
-
-/// The device layout of every GEMM weight buffer of `graph` (the fused graph) that is not
-/// GGUF: a `Linear`'s tensor, or a `LinearSwiGlu`'s combined gate/up tensor (named
-/// [`gate_up_name`]). A tensor the embedding gather also reads (tied output projections)
-/// stays GGUF, as does one whose format or row length has no other layout.
-fn weight_layouts(
-    file: &GgufFile,
-    graph: &Graph,
-    choice: LayoutChoice,
-    caps: &DeviceCaps,
-) -> HashMap<String, WeightLayout> {
-    let tables: Vec<&str> = graph
-        .nodes
-        .iter()
-        .filter_map(|n| match &n.op {
-            Op::Embedding { table, .. } => Some(table.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut out = HashMap::new();
-    for node in &graph.nodes {
-        let (name, parts, in_features) = match &node.op {
-            Op::Linear {
-                weight,
-                in_features,
-                ..
-            } => (weight.clone(), vec![weight.as_str()], *in_features),
-            Op::LinearSwiGlu {
-                gate,
-                up,
-                in_features,
-                ..
-            } => (
-                gate_up_name(gate, up),
-                vec![gate.as_str(), up.as_str()],
-                *in_features,
-            ),
-            _ => continue,
-        };
-        let Some(t) = file.tensor(parts[0]) else {
-            continue;
-        };
-        let Ok(format) = weight_format(t.ggml_type, parts[0]) else {
-            continue;
-        };
-        let layout = match choice {
-            LayoutChoice::Auto => default_layout(format, caps),
-            LayoutChoice::Force(l) => l,
-        };
-        let fits = layout.supports(format)
-            && (in_features as u64) % u64::from(format.block_elems()) == 0
-            && parts.iter().all(|p| {
-                file.tensor(p).is_some_and(|u| {
-                    u.ggml_type == t.ggml_type && u.dims.first() == Some(&(in_features as u64))
-                })
-            });
-        // A combined gate/up tensor is bound whole: it must still fit one binding once a
-        // partial last group has made its rows longer.
-        let rows: u64 = parts
-            .iter()
-            .filter_map(|p| file.tensor(p))
-            .map(|t| t.dims.iter().skip(1).product::<u64>())
-            .sum();
-        let bound = rows.saturating_mul(layout.row_bytes(format, in_features as u64));
-        let fits = fits
-            && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
-        if !layout.is_gguf() && fits && !parts.iter().any(|p| tables.contains(p)) {
-            out.insert(name, layout);
-        }
-    }
-    out
-}
-
-/// A device buffer holding `data`, padded to a multiple of 4 bytes (kernels read weights as
-/// u32 words).
-fn upload_bytes(ctx: &Context, name: &str, data: &[u8]) -> Result<Buffer, ExecError> {
-    let mut buf = Buffer::new(ctx, (data.len() as u64).next_multiple_of(4), name)?;
-    buf.upload_bytes(0, data)?;
-    Ok(buf)
-}
-
-/// The bytes of buffer `name` (holding the rows of `parts`, row-combined already) as the
-/// device holds them: as they are, or repacked into its layout (`dequant::layout`; the GGUF
-/// file is never rewritten).
-fn repack_for_upload<'a>(
-    name: &str,
-    parts: &[&rocky_models::gguf::TensorInfo],
-    data: &'a [u8],
-    layouts: &HashMap<String, WeightLayout>,
-) -> Result<std::borrow::Cow<'a, [u8]>, ExecError> {
-    let Some(&layout) = layouts.get(name) else {
-        return Ok(std::borrow::Cow::Borrowed(data));
-    };
-    let format = weight_format(parts[0].ggml_type, name)?;
-    let k = parts[0].dims[0];
-    let rows = parts
-        .iter()
-        .map(|t| t.dims.iter().skip(1).product::<u64>())
-        .sum();
-    to_device(format, layout, k, rows, data)
-        .map_err(|e| ExecError::Unsupported(format!("tensor {name}: {e}")))
-}
-
-fn weight_format(ty: GgmlType, tensor: &str) -> Result<WeightFormat, ExecError> {
-    Ok(match ty {
-        GgmlType::F32 => WeightFormat::F32,
-        GgmlType::F16 => WeightFormat::F16,
-        GgmlType::BF16 => WeightFormat::BF16,
-        GgmlType::Q8_0 => WeightFormat::Q8_0,
-        GgmlType::Q5_0 => WeightFormat::Q5_0,
-        GgmlType::Q4_0 => WeightFormat::Q4_0,
-        GgmlType::Q4_1 => WeightFormat::Q4_1,
-        GgmlType::Q5_1 => WeightFormat::Q5_1,
-        GgmlType::Q4K => WeightFormat::Q4K,
-        GgmlType::Q5K => WeightFormat::Q5K,
-        GgmlType::Q6K => WeightFormat::Q6K,
-        GgmlType::IQ4NL => WeightFormat::IQ4NL,
-        GgmlType::IQ4XS => WeightFormat::IQ4XS,
-        other => {
-            // The list comes from the compiler's formats, so it cannot go stale.
-            let gpu: Vec<&str> = WeightFormat::ALL.iter().map(|f| f.ggml_name()).collect();
-            return Err(ExecError::Unsupported(format!(
-                "tensor {tensor} is {other}, which has no GPU kernel yet (GPU formats: {}); run with --backend cpu or requantize",
-                gpu.join(", ")
-            )));
-        }
-    })
-}
-
 /// The prefill session: activations, KV cache, pipelines.
 pub struct Executor<'m> {
     ctx: Context,
@@ -688,15 +289,14 @@ impl<'m> Executor<'m> {
         // Gate and up fuse where this executor's options say so and the weights hold them
         // combined.
         // The prefill's linears are GEMMs (or one-row GEMVs the prefill does not fold norms
-        // into): no folded norm.
+        // into): no folded norm. No stacks: a slice of several rows is no view.
         let prefill_fusions = FuseOptions {
             norm: false,
             rope: false,
+            stack: false,
             ..options.fuse
         };
-        let graph = fuse(&model.graph, prefill_fusions, &|gate, up| {
-            weights.combined(gate, up)
-        });
+        let graph = fuse(&model.graph, prefill_fusions, weights.as_ref());
         // Several sets of activation slots when ubatches overlap (see `ExecutorOptions::overlap`
         // and `overlap_sets`): of n sets, set s holds ubatches s, s + n, ...
         let n_sets = if options.overlap {
@@ -709,7 +309,7 @@ impl<'m> Executor<'m> {
         let step_graph = fuse(
             &model.graph,
             step_fusions(decode, &caps, options.kv, cfg.n_embd),
-            &|gate, up| weights.combined(gate, up),
+            weights.as_ref(),
         );
         let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
         let kv_width = (cfg.n_head_kv * cfg.head_dim) as u32;
@@ -1062,6 +662,30 @@ impl<'m> Executor<'m> {
                         &self.caps,
                     ))
                 }
+                Op::LinearStack {
+                    parts,
+                    in_features,
+                    norm,
+                } => {
+                    let (name, bias, _) = linear_operands(&node.op);
+                    let ty = &self.weights.get(&name).ty;
+                    w.push(linear_workload(
+                        GemmWorkload {
+                            m: rows,
+                            n: parts.iter().map(|p| p.out_features as u32).sum(),
+                            k: *in_features as u32,
+                            act: ActType::F32,
+                            weight: weight_format(*ty, &name)?,
+                            layout: self.weights.layout(&name),
+                            bias: bias.is_some(),
+                            epilogue: Epilogue::None,
+                            rms_norm_eps_bits: norm.as_ref().map(|n| n.eps.to_bits()),
+                        },
+                        &self.caps,
+                    ))
+                }
+                // A view of its input (`record_node`): no kernel.
+                Op::Slice { .. } => {}
                 Op::Rope {
                     n_heads,
                     head_dim,
@@ -1408,6 +1032,19 @@ impl<'m> Executor<'m> {
             Op::Rope { .. } => {
                 row_offset_of.insert(node.output, input_offsets[0]);
             }
+            // A part of a stack's one row: a view at its first column (the upload combined
+            // the stack only where every part's offset is aligned; checked again here).
+            Op::Slice { offset, .. } => {
+                let off = input_offsets[0] + (*offset as u64) * 4;
+                if rows != 1 || off % align != 0 {
+                    return Err(ExecError::Unsupported(format!(
+                        "{}: a slice of {rows} rows at byte {off} is no view the device can bind (alignment {align}); run with ROCKY_FUSE set without stack",
+                        node.label
+                    )));
+                }
+                row_offset_of.insert(node.output, off);
+                return Ok(());
+            }
             _ => {}
         }
         record::NodeRecorder {
@@ -1456,16 +1093,25 @@ struct UbatchCursor {
 }
 
 /// The weight tensor, bias and residual flag of a linear node (the combined gate/up tensor of
-/// a fused one).
-fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
+/// a fused one; a stack's combined weights and biases).
+fn linear_operands(op: &Op) -> (String, Option<String>, bool) {
     match op {
         Op::Linear {
             weight,
             bias,
             residual,
             ..
-        } => (weight.clone(), bias.as_ref(), *residual),
+        } => (weight.clone(), bias.clone(), *residual),
         Op::LinearSwiGlu { gate, up, .. } => (gate_up_name(gate, up), None, false),
+        Op::LinearStack { parts, .. } => {
+            let weights: Vec<&str> = parts.iter().map(|p| p.weight.as_str()).collect();
+            let biases: Vec<&str> = parts.iter().filter_map(|p| p.bias.as_deref()).collect();
+            (
+                combined_name(&weights),
+                (!biases.is_empty()).then(|| combined_name(&biases)),
+                false,
+            )
+        }
         _ => unreachable!("only linear nodes have GEMM workloads"),
     }
 }
@@ -1473,7 +1119,7 @@ fn linear_operands(op: &Op) -> (String, Option<&String>, bool) {
 /// The weight of the RMSNorm folded into a linear node, if any.
 fn folded_norm_weight(op: &Op) -> Option<&str> {
     match op {
-        Op::Linear { norm, .. } | Op::LinearSwiGlu { norm, .. } => {
+        Op::Linear { norm, .. } | Op::LinearSwiGlu { norm, .. } | Op::LinearStack { norm, .. } => {
             norm.as_ref().map(|n| n.weight.as_str())
         }
         _ => None,
@@ -1597,30 +1243,4 @@ fn order_bindings<'a>(
                 })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod weight_format_tests {
-    use super::*;
-
-    /// Every type the CPU reference computes with has a GPU format, so no model reaches this
-    /// refusal through the CLI (the loader refuses other types first); it is checked here.
-    #[test]
-    fn a_type_without_gpu_kernels_is_named_with_the_gpu_formats() {
-        for ty in GgmlType::ALL.into_iter().filter(|t| t.can_dequantize()) {
-            assert!(weight_format(ty, "t").is_ok(), "{ty} has no GPU format");
-        }
-        let e = weight_format(GgmlType::Q2K, "blk.0.ffn_up.weight").unwrap_err();
-        let msg = e.to_string();
-        for part in [
-            "blk.0.ffn_up.weight",
-            "is Q2_K",
-            "no GPU kernel",
-            "BF16",
-            "Q5_1",
-            "--backend cpu",
-        ] {
-            assert!(msg.contains(part), "{part:?} missing from {msg}");
-        }
-    }
 }

@@ -35,7 +35,7 @@ impl SlotPlan {
 
 /// Ops that rewrite or view their input instead of producing a new buffer.
 fn aliases_input(op: &Op) -> bool {
-    matches!(op, Op::Rope { .. } | Op::LastRow { .. })
+    matches!(op, Op::Rope { .. } | Op::LastRow { .. } | Op::Slice { .. })
 }
 
 pub fn output_width(op: &Op) -> usize {
@@ -46,11 +46,13 @@ pub fn output_width(op: &Op) -> usize {
         | Op::GeGlu { width }
         | Op::Scale { width, .. }
         | Op::Add { width }
-        | Op::LastRow { width } => *width,
+        | Op::LastRow { width }
+        | Op::Slice { width, .. } => *width,
         Op::HeadRmsNorm {
             n_heads, head_dim, ..
         } => n_heads * head_dim,
         Op::Linear { out_features, .. } | Op::LinearSwiGlu { out_features, .. } => *out_features,
+        Op::LinearStack { parts, .. } => parts.iter().map(|p| p.out_features).sum(),
         Op::Rope {
             n_heads, head_dim, ..
         } => n_heads * head_dim,

@@ -1,14 +1,13 @@
-//! Linear nodes (a projection, or gate/up fused with SwiGLU): the GEMV template at one row,
+//! Linear nodes (a projection, gate/up fused with SwiGLU, or a stack of projections): the GEMV template at one row,
 //! else the GEMM over N-slices, with split-K through a reduce kernel or in place.
 
 use super::{refused, Kernel, NodeRecorder};
-use crate::executor::{folded_norm_weight, gate_up_name, linear_operands, ExecError};
+use crate::executor::{folded_norm_weight, linear_operands, ExecError};
 use crate::BufferRange;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::gemm::{n_slices, GemmPush};
 use rocky_compiler::templates::gemv;
 use rocky_compiler::{GemmWorkload, Schedule, Workload};
-use rocky_models::graph::Op;
 
 impl<'s> NodeRecorder<'s, '_, '_> {
     /// The GEMV template (at most 8 rows): the GEMM's bindings, push constants and N-slices,
@@ -19,6 +18,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         };
         let (align, max_range) = self.binding_limits();
         let (weight, bias, residual) = linear_operands(&self.node.op);
+        let bias = bias.as_deref();
         let wbuf = self.exec.weights.get(&weight);
         let slices = n_slices(gw, max_range, align).map_err(|r| refused(kernel.label, r))?;
         for slice in slices {
@@ -62,16 +62,8 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         };
         let (label, rows) = (kernel.label, self.rows);
         let (align, max_range) = self.binding_limits();
-        let (weight, bias, residual) = match &self.node.op {
-            Op::Linear {
-                weight,
-                bias,
-                residual,
-                ..
-            } => (weight.clone(), bias.as_ref(), *residual),
-            Op::LinearSwiGlu { gate, up, .. } => (gate_up_name(gate, up), None, false),
-            _ => unreachable!("a linear node"),
-        };
+        let (weight, bias, residual) = linear_operands(&self.node.op);
+        let bias = bias.as_deref();
         let residual = if residual { Some(self.input(1)?) } else { None };
         let exec = self.exec;
         let wbuf = exec.weights.get(&weight);

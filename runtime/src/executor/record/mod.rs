@@ -73,12 +73,14 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                 kernel_rows,
             };
             match (&self.node.op, &kernel.actual) {
-                (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemv(_)) => {
-                    self.gemv(&kernel)?
-                }
-                (Op::Linear { .. } | Op::LinearSwiGlu { .. }, Workload::Gemm(_)) => {
-                    self.gemm(&kernel)?
-                }
+                (
+                    Op::Linear { .. } | Op::LinearSwiGlu { .. } | Op::LinearStack { .. },
+                    Workload::Gemv(_),
+                ) => self.gemv(&kernel)?,
+                (
+                    Op::Linear { .. } | Op::LinearSwiGlu { .. } | Op::LinearStack { .. },
+                    Workload::Gemm(_),
+                ) => self.gemm(&kernel)?,
                 (Op::Attention { .. }, Workload::KvWrite(_)) => self.kv_write(&kernel)?,
                 (Op::Attention { .. }, Workload::RopeNeox(_)) => self.rope_kv_write(&kernel)?,
                 (Op::Attention { .. }, Workload::Attention(_)) => self.attention(&kernel)?,
