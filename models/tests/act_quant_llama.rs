@@ -174,6 +174,16 @@ fn the_q4_k_emulation_computes_ggmls_q8_k_integer_dot() {
             (got - f64::from(want)).abs() <= allowed,
             "k {k}: emulated {got}, ggml {want} (allowed {allowed:e})"
         );
+        // rocky's own rounding (blocks of 32) is another: the comparison tells them apart.
+        let rocky = ActivationQuant::RockyInt8.apply(GgmlType::Q4K, &x, k);
+        let mut wd = vec![0f32; k];
+        formats::dequantize(GgmlType::Q4K, &w, &mut wd).unwrap();
+        let rocky: f64 = rocky
+            .iter()
+            .zip(&wd)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        assert!((rocky - f64::from(want)).abs() > 10.0 * allowed, "k {k}");
         // And the rounding is not nothing: the exact dot differs by more than f32 noise.
         let exact: f64 = x
             .iter()
