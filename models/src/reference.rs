@@ -3,6 +3,7 @@
 //! being obviously right over being fast: weights are dequantized row by row with the canonical
 //! block decoders, sums of squares and softmax denominators are taken in f64.
 
+use crate::act_quant::ActivationQuant;
 use crate::arch::{Model, ModelConfig, ModelError};
 use crate::formats;
 use crate::gguf::GgufFile;
@@ -39,6 +40,10 @@ pub struct ReferenceOptions {
     /// backend does: ggml dots a q8_0 row with its `vec_dot_type`, q8_0, in flash attention
     /// (`q_to_vec_dot`) and in `mul_mat` alike. Not what rocky computes (its Q stays f32).
     pub q8_0_query: bool,
+    /// The projections' activations rounded as an integer-dot backend rounds them
+    /// (`crate::act_quant`): rocky's int8 GEMMs, or llama.cpp's CPU `vec_dot_type`s. Exact
+    /// (unrounded) by default.
+    pub activations: ActivationQuant,
 }
 
 impl ReferenceOptions {
@@ -78,7 +83,13 @@ pub struct CpuSession<'a> {
     /// Per layer: (K, V), each `n_past × n_kv_heads*head_dim`.
     kv: Vec<(Vec<f32>, Vec<f32>)>,
     n_past: usize,
+    /// Called with each projection's weight name and input (rows of its in_features, before
+    /// any activation rounding), see [`CpuSession::observe_linears`].
+    observer: Option<LinearObserver<'a>>,
 }
+
+/// What [`CpuSession::observe_linears`] calls: (weight tensor name, input rows, in_features).
+pub type LinearObserver<'a> = Box<dyn FnMut(&str, &[f32], usize) + Send + Sync + 'a>;
 
 impl<'a> CpuSession<'a> {
     pub fn new(file: &'a GgufFile, model: &'a Model, options: ReferenceOptions) -> Self {
@@ -88,6 +99,20 @@ impl<'a> CpuSession<'a> {
             options,
             kv: vec![(Vec::new(), Vec::new()); model.config.n_layer],
             n_past: 0,
+            observer: None,
+        }
+    }
+
+    /// Shows every projection's input to `observer` as the pass computes it (for measuring
+    /// the arithmetic of GEMMs on a model's real activations); the fused gate/up projection
+    /// shows its input once per weight.
+    pub fn observe_linears(&mut self, observer: LinearObserver<'a>) {
+        self.observer = Some(observer);
+    }
+
+    fn observe(&mut self, weight: &str, x: &[f32], k: usize) {
+        if let Some(o) = self.observer.as_mut() {
+            o(weight, x, k);
         }
     }
 
@@ -147,6 +172,7 @@ impl<'a> CpuSession<'a> {
                     norm,
                 } => {
                     let x = self.folded_norm(input(0), norm.as_ref(), *in_features)?;
+                    self.observe(weight, &x, *in_features);
                     let mut y = self.linear(&x, weight, *in_features, *out_features)?;
                     if let Some(b) = bias {
                         let b = self.dense(b)?;
@@ -169,6 +195,8 @@ impl<'a> CpuSession<'a> {
                     norm,
                 } => {
                     let x = self.folded_norm(input(0), norm.as_ref(), *in_features)?;
+                    self.observe(gate, &x, *in_features);
+                    self.observe(up, &x, *in_features);
                     let g = self.linear(&x, gate, *in_features, *out_features)?;
                     let u = self.linear(&x, up, *in_features, *out_features)?;
                     swiglu(&g, &u)
@@ -367,6 +395,7 @@ impl<'a> CpuSession<'a> {
             .ok_or_else(|| self.invalid(format!("tensor {weight} is missing")))?;
         let row_bytes = t.ggml_type.row_bytes(k as u64).unwrap() as usize;
         let data = self.file.tensor_data(t);
+        let x = &*self.options.activations.apply(t.ggml_type, x, k);
         let m = x.len() / k;
         let n_groups = n_out.div_ceil(GROUP);
         // Computed group-major ([group][m][GROUP]) then transposed into [m][n_out].

@@ -25,7 +25,7 @@ use rocky_runtime::executor::{
 };
 use rocky_runtime::{CommandBudget, Context, DeviceSelector};
 use rocky_tuner::graph::{
-    check_prompt, cpu_logits, model_shape_key, prefill_seconds, random_prompt, verify_device,
+    check_prompt, model_shape_key, prefill_seconds, random_prompt, verify_device, CpuReference,
     PrefillRig,
 };
 use rocky_tuner::logits_check::CHECK_TOKENS;
@@ -372,25 +372,31 @@ fn check_results(
         "bench: checking the GPU's results against the CPU reference on {} tokens",
         ids.len()
     );
-    let cpu = cpu_logits(file, model, &ids);
+    let cpu = CpuReference::new(file, model, &ids);
     let ubatch = args.ubatches.first().copied().unwrap_or(1).min(ids.len());
     let mut checks = Vec::new();
     for run in runs {
         let mut executor = rig
             .executor(ubatch, budget, run.fuse, run.overlap)
             .map_err(exec_error)?;
-        checks.push((
-            run.backend,
-            verify_device(&mut executor, run.source, &ids, &cpu),
-        ));
+        checks.push((run.backend, verify_device(&mut executor, run.source, &cpu)));
     }
     for (b, check) in checks {
         let check = check.map_err(exec_error)?;
-        if let Err(why) = check.result {
-            return Err(CliError::device(format!(
-                "the {b:?} backend's results do not match the CPU reference ({why}): this \
-                 device's results cannot be checked, so no figures are reported"
-            )));
+        match check.result {
+            Err(why) => {
+                return Err(CliError::device(format!(
+                    "the {b:?} backend's results do not match the CPU reference ({why}): this \
+                     device's results cannot be checked, so no figures are reported"
+                )))
+            }
+            Ok(a) => eprintln!(
+                "bench: the {b:?} backend agrees with the CPU reference: |Δlogit| {:.4}, \
+                 allowed {:.4} ({:.2} of it)",
+                a.max_abs_diff,
+                a.allowed,
+                a.error_ratio()
+            ),
         }
     }
     Ok(())

@@ -32,6 +32,9 @@ pub struct Agreement {
     /// max|reference logit|: the scale of the allowed error.
     pub scale: f32,
     pub tolerance: f32,
+    /// The error allowed: `tolerance × scale`, or more where the check was given a larger
+    /// floor ([`check_logits_with_floor`]).
+    pub allowed: f32,
     pub top1_reference: usize,
     pub top1_got: usize,
 }
@@ -39,12 +42,25 @@ pub struct Agreement {
 impl Agreement {
     /// Largest error over the allowed error (below 1 passes).
     pub fn error_ratio(&self) -> f32 {
-        self.max_abs_diff / (self.tolerance * self.scale)
+        self.max_abs_diff / self.allowed
     }
 }
 
 /// Checks `got` against `reference` (see the module documentation); `Err` says what is wrong.
 pub fn check_logits(reference: &[f32], got: &[f32], tolerance: f32) -> Result<Agreement, String> {
+    check_logits_with_floor(reference, got, tolerance, 0.0)
+}
+
+/// [`check_logits`] allowing an error of at least `floor` (`max(tolerance × max|logit|,
+/// floor)`): for results whose arithmetic is known to move the logits further than the
+/// tolerance does, by an amount measured on the same prompt (int8 activations:
+/// [`crate::graph::CpuReference`]).
+pub fn check_logits_with_floor(
+    reference: &[f32],
+    got: &[f32],
+    tolerance: f32,
+    floor: f32,
+) -> Result<Agreement, String> {
     if reference.is_empty() || got.len() != reference.len() {
         return Err(format!(
             "{} logits against a reference of {}",
@@ -71,18 +87,24 @@ pub fn check_logits(reference: &[f32], got: &[f32], tolerance: f32) -> Result<Ag
             (0, 0f32),
             |best, (i, d)| if d > best.1 { (i, d) } else { best },
         );
-    let allowed = tolerance * scale;
+    let allowed = (tolerance * scale).max(floor);
     let agreement = Agreement {
         max_abs_diff,
         scale,
         tolerance,
+        allowed,
         top1_reference: argmax(reference),
         top1_got: argmax(got),
     };
     if max_abs_diff > allowed {
+        let why = if allowed > tolerance * scale {
+            format!("the floor given for this arithmetic, over {tolerance} × max|logit| {scale:.4}")
+        } else {
+            format!("{tolerance} × max|logit| {scale:.4}")
+        };
         return Err(format!(
             "logit {max_i} is {}, the reference {} (|Δ| {max_abs_diff:.4} > allowed {allowed:.4} \
-             = {tolerance} × max|logit| {scale:.4})",
+             = {why})",
             got[max_i], reference[max_i]
         ));
     }
@@ -145,6 +167,24 @@ mod tests {
             .contains("all zero"));
         assert!(check_logits(&r, &r[1..], 0.05).is_err());
         assert!(check_logits(&[], &[], 0.05).is_err());
+    }
+
+    #[test]
+    fn a_floor_raises_the_allowance_and_never_lowers_it() {
+        let r = reference();
+        let mut got = r.clone();
+        got[3] += 0.8;
+        // 0.05 × max|logit| 10 = 0.5 < 0.8.
+        assert!(check_logits(&r, &got, 0.05).is_err());
+        let a = check_logits_with_floor(&r, &got, 0.05, 1.0).unwrap();
+        assert_eq!(a.allowed, 1.0);
+        assert!((a.error_ratio() - 0.8).abs() < 1e-5, "{a:?}");
+        // A floor below the tolerance's allowance changes nothing.
+        let e = check_logits_with_floor(&r, &got, 0.05, 0.1).unwrap_err();
+        assert!(e.contains("allowed 0.5000 = 0.05 × max|logit|"), "{e}");
+        got[3] += 0.5;
+        let e = check_logits_with_floor(&r, &got, 0.05, 1.0).unwrap_err();
+        assert!(e.contains("allowed 1.0000 = the floor"), "{e}");
     }
 
     #[test]
