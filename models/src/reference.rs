@@ -213,6 +213,7 @@ impl<'a> CpuSession<'a> {
                     let mut y = vec![0f32; n * width];
                     let mut offset = 0;
                     for part in parts {
+                        self.observe(&part.weight, &x, *in_features);
                         let mut p =
                             self.linear(&x, &part.weight, *in_features, part.out_features)?;
                         if let Some(b) = &part.bias {
