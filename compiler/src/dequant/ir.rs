@@ -8,8 +8,8 @@
 
 use super::layout::{AlignedGeometry, GROUP};
 use super::words::{
-    load_f16_as_f32, load_u16, load_u32, load_word, quad_lane, signed_bytes_to_ivec4, Align,
-    WordRun,
+    load_f16_as_f32, load_u16, load_u32, load_word, quad_lane, signed_bytes_to_ivec4,
+    unsigned_bytes_to_uvec4, Align, WordRun,
 };
 use super::{WeightFormat, WeightLayout, IQ4NL_VALUES, UNIT};
 use crate::ir::{Buffer, DotSign, KernelBuilder, Scalar, Type, Value};
@@ -61,6 +61,9 @@ pub struct Unit {
     min_h: Option<Value>,
     /// Q5_0: the 32 high bits.
     qh: Option<Value>,
+    /// Q5_0 opened by [`open_units`]: `qh` with its bits rearranged by [`q5_0_qh_by_byte`],
+    /// so that each chunk's 4 high bits take one shift-and (for [`Unit::chunk_f32_at`]).
+    qh_by_byte: Option<Value>,
     /// Byte offset of the unit's quant bytes (chunk c at +4c) and the shift selecting its
     /// nibble; for Q6_K also the qh bytes and their 2-bit shift.
     q_off: Option<Value>,
@@ -296,7 +299,9 @@ pub fn open_units(
                 let r = run(w, Some(ph), 0, bytes);
                 u.scale = Some(r.f16_as_f32_at(b, 0));
                 if fmt == WeightFormat::Q5_0 {
-                    u.qh = Some(r.u32_at(b, 2));
+                    let qh = r.u32_at(b, 2);
+                    u.qh = Some(qh);
+                    u.qh_by_byte = Some(q5_0_qh_by_byte(b, qh));
                     u.qs_run = Some((r, 6));
                 } else {
                     u.qs_run = Some((r, 2));
@@ -553,6 +558,7 @@ impl Unit {
             scale_hi_h: None,
             min_h: None,
             qh: None,
+            qh_by_byte: None,
             q_off: None,
             q_shift: None,
             qh_off: None,
@@ -707,8 +713,9 @@ fn open_units_aligned(
                 let mut u = Unit::blank(fmt, buf, bq, Align::Four);
                 u.scale = Some(d_of(ul));
                 if fmt == WeightFormat::Q5_0 {
-                    let qh = b.add(b.addi(hw, 4), b.addi(j, ul));
-                    u.qh = Some(load_word(b, buf, qh));
+                    let qh = load_word(b, buf, b.add(b.addi(hw, 4), b.addi(j, ul)));
+                    u.qh = Some(qh);
+                    u.qh_by_byte = Some(q5_0_qh_by_byte(b, qh));
                 }
                 u.qs_run = Some((bodies.clone(), geo.body * ul));
                 out.push(with_f16_scales(b, u, want_f16));
@@ -818,15 +825,47 @@ fn iq4nl_bytes(b: &KernelBuilder, nib: Value) -> Value {
     level[0]
 }
 
+/// Q5_0's high bits rearranged so that bit `4c + k` of `qh` (element k of chunk c) lands on
+/// bit `8k + chunk_bit(c)` ([`q5_0_chunk_bit`]): two delta swaps of the bit index (its bits 1
+/// and 4, then 0 and 3), 8 bitwise operations per unit. Each chunk's high bits are then one
+/// shift-and away from bit 4 of their bytes, instead of being spread one by one (4 masks, 3
+/// shifts, 3 ors per chunk): every bitwise operation and shift runs on Valhall's SFU.
+fn q5_0_qh_by_byte(b: &KernelBuilder, qh: Value) -> Value {
+    let delta_swap = |x: Value, delta: u32, mask: u32| {
+        let t = b.andi(b.xor(b.shri(x, delta), x), mask);
+        b.xor(b.xor(x, t), b.shli(t, delta))
+    };
+    delta_swap(delta_swap(qh, 14, 0x0000_CCCC), 7, 0x00AA_00AA)
+}
+
+/// The bit of each byte of [`q5_0_qh_by_byte`] that holds chunk `c`'s high bits.
+fn q5_0_chunk_bit(c: u32) -> u32 {
+    ((c & 1) << 2) | ((c >> 2) << 1) | ((c >> 1) & 1)
+}
+
+/// Bit 4 of byte k: the high bit of element k of chunk `c`, from [`q5_0_qh_by_byte`].
+fn q5_0_high_bits(b: &KernelBuilder, by_byte: Value, c: u32) -> Value {
+    let f = q5_0_chunk_bit(c);
+    let moved = match f.cmp(&4) {
+        std::cmp::Ordering::Less => b.shli(by_byte, 4 - f),
+        std::cmp::Ordering::Equal => by_byte,
+        std::cmp::Ordering::Greater => b.shri(by_byte, f - 4),
+    };
+    b.andi(moved, 0x1010_1010)
+}
+
 /// Re-centres 4 packed bytes holding `bits`-bit unsigned values q to the signed bytes q - 2^(bits-1).
 fn center_bytes(b: &KernelBuilder, q: Value, bits: u32) -> Value {
-    // For each byte: x = q ^ half flips the top bit; a set top bit means q < half, whose
-    // two's-complement byte also needs all bits above it: x | (top * (0xFF >> bits << 1)).
-    let top = 1u32 << (bits - 1);
-    let top4 = top * 0x0101_0101;
-    let x = b.xor(q, b.c_u32(top4));
-    let fill = (0xFFu32 << bits & 0xFF) / top;
-    b.or(x, b.muli(b.andi(x, top4), fill))
+    // For each byte: q + 0x80 - half stays in 0..0x100 (q < 2^bits <= 0x80), so the word add
+    // carries into no other byte; flipping bit 7 then subtracts 0x80 modulo 256, leaving the
+    // two's-complement byte q - half. Two integer operations per word, and no multiply: the
+    // former fill `x | ((x & top) * fill)` took an IMUL per word, which Valhall issues on
+    // its SFU (Mesa 25.0.7 and 26.1.6: 32 of the Q5_0 decode GEMV's 38 IMULs, SFU 41 cycles
+    // against load/store 45; docs/measurements/2026-12-06b-mali-decode-gemv.md).
+    debug_assert!((1..=7).contains(&bits));
+    let half = 1u32 << (bits - 1);
+    let biased = b.add(q, b.c_u32((0x80 - half) * 0x0101_0101));
+    b.xor(biased, b.c_u32(0x8080_8080))
 }
 
 impl Unit {
@@ -1058,14 +1097,53 @@ impl Unit {
         }
     }
 
+    /// Chunk `c`'s 4 quants as unsigned packed bytes and the offset that centres them (q -
+    /// offset is the signed quant), for the formats that store them offset (Q5_0, Q6_K,
+    /// Q4_0) and were opened by [`open_units`]; `None` for the others. The f32 path converts
+    /// these bytes and subtracts the offset as floats (exact for small integers, so the
+    /// product with the scale is the CPU dequantizer's), which takes the centring's
+    /// bitwise operations off Valhall's SFU; Q5_0's high bits come from
+    /// [`q5_0_qh_by_byte`] with one shift-and and join the nibbles with an add.
+    fn word_u8_at(&self, b: &KernelBuilder, c: u32) -> Option<(Value, f32)> {
+        let (qs, r) = self.qs_run.as_ref()?;
+        match self.format {
+            WeightFormat::Q5_0 => {
+                let by_byte = self.qh_by_byte?;
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                let nib = b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F);
+                Some((b.add(nib, q5_0_high_bits(b, by_byte, c)), 16.0))
+            }
+            WeightFormat::Q4_0 => {
+                let word = qs.u32_at(b, r + 4 * (c & 3));
+                Some((b.andi(b.shri(word, 4 * (c >> 2)), 0x0F0F_0F0F), 8.0))
+            }
+            WeightFormat::Q6K => {
+                let (qh, rh) = self.qh_run.as_ref()?;
+                let ql = qs.u32_at(b, r + 4 * c);
+                let qh = qh.u32_at(b, rh + 4 * c);
+                let low = b.andi(b.shr(ql, self.q_shift.unwrap()), 0x0F0F_0F0F);
+                let high = b.andi(b.shr(qh, self.qh_shift.unwrap()), 0x0303_0303);
+                Some((b.or(low, b.shli(high, 4)), 32.0))
+            }
+            _ => None,
+        }
+    }
+
     /// [`Unit::chunk_f32`] of a constant chunk `c` (any unit).
     pub fn chunk_f32_at(&self, b: &KernelBuilder, c: u32) -> Value {
         if self.qs_run.is_none() {
             return self.chunk_f32(b, b.c_u32(c));
         }
         let v4 = Type::vec(Scalar::F32, 4);
-        let q = b.convert(signed_bytes_to_ivec4(b, self.word_i8_at(b, c)), v4);
         let scale = self.chunk_scale_at(c, self.scale.unwrap(), self.scale_hi);
+        if let Some((word, offset)) = self.word_u8_at(b, c) {
+            let q = b.convert(unsigned_bytes_to_uvec4(b, word), v4);
+            return b.precise(|| {
+                let centred = b.sub(q, b.splat(b.c_f32(offset), 4));
+                b.mul(b.splat(scale, 4), centred)
+            });
+        }
+        let q = b.convert(signed_bytes_to_ivec4(b, self.word_i8_at(b, c)), v4);
         b.precise(|| {
             let v = b.mul(b.splat(scale, 4), q);
             match self.min {

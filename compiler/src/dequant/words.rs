@@ -87,6 +87,16 @@ pub fn signed_bytes_to_ivec4(b: &KernelBuilder, word: Value) -> Value {
     b.shr(b.shl(w, up), b.const_bits(iv4, 24))
 }
 
+/// The 4 bytes of `word` as a uvec4 (byte 0 in lane 0), zero-extended: drivers turn each lane
+/// into one byte-selecting conversion where it is converted to float (Valhall's
+/// `U8_TO_F32`).
+pub fn unsigned_bytes_to_uvec4(b: &KernelBuilder, word: Value) -> Value {
+    let uv4 = Type::vec(Scalar::U32, 4);
+    let w = b.splat(word, 4);
+    let up = b.construct(&[b.c_u32(24), b.c_u32(16), b.c_u32(8), b.c_u32(0)]);
+    b.shr(b.shl(w, up), b.const_bits(uv4, 24))
+}
+
 /// Bytes `[r0, r0 + len)` of a region starting at a 2-aligned byte offset, each loaded once
 /// and read as u32 ([`WordRun::u32_at`]) or u16 ([`WordRun::u16_at`]) at any even offset,
 /// where [`load_u32`] at a 2-aligned offset takes two loads that no driver can prove adjacent.

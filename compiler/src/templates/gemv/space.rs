@@ -99,7 +99,8 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     }
     if caps.shared_memory_is_slow && caps.subgroup_arithmetic {
         // Workgroup memory is ordinary memory allocated per dispatch (panvk): one subgroup
-        // per workgroup, a thread per unit, and two weight rows per workgroup at one row of X
+        // per workgroup, a thread per unit (a pair at one row of X, below), and two weight
+        // rows per workgroup at one row of X
         // (one where SwiGLU pairs gate and up rows, or X has more rows): on Mesa 25.0.7's
         // Valhall compiler 4 columns spill (Q6_K 24:378, Q5_0 9:26), 2 do not, and 1 runs
         // two threads in flight. Where shuffles are loops (panvk), a subgroup add is a loop
@@ -114,11 +115,18 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         } else {
             Reduce::OneSubgroup
         };
+        // Two units per thread at one row of X, where the row has an even number of units:
+        // a unit pair's header, scale and high-bit words are read once for both (Q4_K's
+        // pair shares its 32 quant bytes, which one unit alone reads whole), and the pair's
+        // index arithmetic (bitwise operations and shifts, which Valhall runs on its SFU)
+        // is done once. Compiler estimates (Mesa 25.0.7 and 26.1.6, no board measurement):
+        // docs/measurements/2026-12-06b-mali-decode-gemv.md.
+        let units_per_thread = if w.m == 1 && units % 2 == 0 { 2 } else { 1 };
         let s = GemvSchedule {
             threads: caps.subgroup_size,
             cols: if single_rows { 2 } else { 1 },
             chunks_per_thread: 8,
-            units_per_thread: 1,
+            units_per_thread,
             vector_width: if w.m <= 2 { 4 } else { 1 },
             reduce,
             accumulate: Precision::F32,
