@@ -64,8 +64,9 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
 }
 
 /// The decode step's GEMVs with the RMSNorm folded in (ROCKY_GEMV=1 here, so the step's
-/// linears are GEMVs): Q, K, V, gate/up (fused where gate and up match) and the output head,
-/// each fed by a norm. Their epilogue reads "<epilogue>+norm".
+/// linears are GEMVs): Q, K and V (stacked: the longest run from Q on that shares a type is one
+/// GEMV over their rows, then the same for the rest), gate/up (fused where gate and up match)
+/// and the output head, each fed by a norm. Their epilogue reads "<epilogue>+norm".
 fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
     let file = GgufFile::open(path).unwrap();
     let head = if file.tensor("output.weight").is_some() {
@@ -81,7 +82,25 @@ fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, Stri
         let weight = format!("gemv {}", t.ggml_type.to_string().to_lowercase());
         let bias = file.tensor(&format!("{base}.bias")).is_some();
         let epilogue = match base.split('.').collect::<Vec<_>>()[..] {
-            ["blk", _, "attn_q" | "attn_k" | "attn_v"] => "none+norm",
+            ["blk", layer, "attn_q"] => {
+                let parts: Vec<_> = ["attn_q", "attn_k", "attn_v"]
+                    .iter()
+                    .map(|p| file.tensor(&format!("blk.{layer}.{p}.weight")).unwrap())
+                    .collect();
+                let mut rest = &parts[..];
+                while let Some(first) = rest.first() {
+                    let len = rest
+                        .iter()
+                        .take_while(|t| t.ggml_type == first.ggml_type)
+                        .count();
+                    let n: u64 = rest[..len].iter().map(|t| t.dims[1]).sum();
+                    let weight = format!("gemv {}", first.ggml_type.to_string().to_lowercase());
+                    out.insert((1, n, first.dims[0], weight, bias, "none+norm".into()));
+                    rest = &rest[len..];
+                }
+                continue;
+            }
+            ["blk", _, "attn_k" | "attn_v"] => continue,
             ["blk", layer, "ffn_gate" | "ffn_up"] => {
                 let gate = file
                     .tensor(&format!("blk.{layer}.ffn_gate.weight"))
