@@ -394,30 +394,55 @@ fn fold_ropes(nodes: &mut [Option<Node>], logits: ValueId) {
     }
 }
 
-/// [`fuse`] for the tensors of `file`: tensors combine where their GGUF types and row lengths
-/// match (and, for gate and up, their sizes).
+/// What a file's tensors allow to combine into one tensor of their rows: gate and up of the
+/// same block format and shape; a stack's weights of one block format and row length, and its
+/// biases f32 vectors; each combined tensor at most `max_bytes` (a device's largest binding,
+/// as the upload sees it; `u64::MAX` for the CPU reference).
+pub struct CombinableInFile<'f> {
+    pub file: &'f crate::gguf::GgufFile,
+    pub max_bytes: u64,
+}
+
+impl CombinableInFile<'_> {
+    fn same_rows(&self, names: &[&str], same_shape: bool) -> bool {
+        let Some(tensors) = names
+            .iter()
+            .map(|n| self.file.tensor(n))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return false;
+        };
+        let bytes: u64 = tensors.iter().map(|t| t.size).sum();
+        tensors.windows(2).all(|p| {
+            p[0].ggml_type == p[1].ggml_type
+                && p[0].dims.first() == p[1].dims.first()
+                && (!same_shape || (p[0].dims == p[1].dims && p[0].size == p[1].size))
+        }) && bytes.next_multiple_of(4) <= self.max_bytes
+    }
+}
+
+impl Combined for CombinableInFile<'_> {
+    fn gate_up(&self, gate: &str, up: &str) -> bool {
+        self.same_rows(&[gate, up], true)
+    }
+
+    fn stack(&self, weights: &[&str], biases: &[&str]) -> bool {
+        let vectors = biases.iter().all(|b| {
+            self.file
+                .tensor(b)
+                .is_some_and(|t| t.ggml_type == crate::formats::GgmlType::F32 && t.dims.len() == 1)
+        });
+        self.same_rows(weights, false) && vectors
+    }
+}
+
+/// [`fuse`] for the tensors of `file` ([`CombinableInFile`], no size limit).
 pub fn fuse_for_file(graph: &Graph, file: &crate::gguf::GgufFile, options: FuseOptions) -> Graph {
-    struct SameRows<'f>(&'f crate::gguf::GgufFile);
-    impl SameRows<'_> {
-        fn tensors(&self, names: &[&str]) -> Option<Vec<&crate::gguf::TensorInfo>> {
-            names.iter().map(|n| self.0.tensor(n)).collect()
-        }
-    }
-    impl Combined for SameRows<'_> {
-        fn gate_up(&self, gate: &str, up: &str) -> bool {
-            self.tensors(&[gate, up]).is_some_and(|t| {
-                t[0].ggml_type == t[1].ggml_type && t[0].size == t[1].size && t[0].dims == t[1].dims
-            })
-        }
-        fn stack(&self, weights: &[&str], biases: &[&str]) -> bool {
-            self.tensors(weights).is_some_and(|t| {
-                t.windows(2).all(|p| {
-                    p[0].ggml_type == p[1].ggml_type && p[0].dims.first() == p[1].dims.first()
-                })
-            }) && self.tensors(biases).is_some()
-        }
-    }
-    fuse(graph, options, &SameRows(file))
+    let combinable = CombinableInFile {
+        file,
+        max_bytes: u64::MAX,
+    };
+    fuse(graph, options, &combinable)
 }
 
 /// The projections of one input that run as one (see the module's `LinearStack`): for each
@@ -442,8 +467,17 @@ fn stack_projections(
         } if n.inputs.len() == 1 && n.output != logits => Some((*in_features, bias.is_some())),
         _ => None,
     };
-    let tensors = |n: &Node| match &n.op {
-        Op::Linear { weight, bias, .. } => (weight.clone(), bias.clone()),
+    let part = |n: &Node| match &n.op {
+        Op::Linear {
+            weight,
+            bias,
+            out_features,
+            ..
+        } => StackPart {
+            weight: weight.clone(),
+            bias: bias.clone(),
+            out_features: *out_features,
+        },
         _ => unreachable!("a plain projection"),
     };
     // Runs of node indices, each to become one stack.
@@ -474,12 +508,12 @@ fn stack_projections(
         let mut rest = &group[..];
         while rest.len() >= 2 {
             let holds = |run: &[usize]| {
-                let parts: Vec<(String, Option<String>)> = run
+                let parts: Vec<StackPart> = run
                     .iter()
-                    .map(|&r| tensors(nodes[r].as_ref().unwrap()))
+                    .map(|&r| part(nodes[r].as_ref().unwrap()))
                     .collect();
-                let weights: Vec<&str> = parts.iter().map(|(w, _)| w.as_str()).collect();
-                let biases: Vec<&str> = parts.iter().filter_map(|(_, b)| b.as_deref()).collect();
+                let weights: Vec<&str> = parts.iter().map(|p| p.weight.as_str()).collect();
+                let biases: Vec<&str> = parts.iter().filter_map(|p| p.bias.as_deref()).collect();
                 combined.stack(&weights, &biases)
             };
             match (2..=rest.len()).rev().find(|&len| holds(&rest[..len])) {
@@ -500,22 +534,7 @@ fn stack_projections(
             Op::Linear { in_features, .. } => *in_features,
             _ => unreachable!("a plain projection"),
         };
-        let parts: Vec<StackPart> = parts_nodes
-            .iter()
-            .map(|n| match &n.op {
-                Op::Linear {
-                    weight,
-                    bias,
-                    out_features,
-                    ..
-                } => StackPart {
-                    weight: weight.clone(),
-                    bias: bias.clone(),
-                    out_features: *out_features,
-                },
-                _ => unreachable!("a plain projection"),
-            })
-            .collect();
+        let parts: Vec<StackPart> = parts_nodes.iter().map(part).collect();
         let stacked = *n_values;
         *n_values += 1;
         let labels: Vec<&str> = parts_nodes.iter().map(|n| n.label.as_str()).collect();

@@ -9,7 +9,7 @@ use rocky_compiler::templates::gemm::default_layout;
 use rocky_compiler::{DeviceCaps, WeightFormat, WeightLayout};
 use rocky_models::arch::Model;
 use rocky_models::formats::GgmlType;
-use rocky_models::fuse::{fuse, Combined, FuseOptions};
+use rocky_models::fuse::{fuse, CombinableInFile, Combined, FuseOptions};
 use rocky_models::gguf::GgufFile;
 use rocky_models::graph::{Graph, Op};
 use std::collections::HashMap;
@@ -84,47 +84,6 @@ fn rows_of(t: &rocky_models::gguf::TensorInfo) -> u64 {
     }
 }
 
-/// What the upload may combine (the fusion pass asks while the upload decides its buffers):
-/// gate and up of the same block format and shape, a stack's weights of one block format and
-/// row length and its biases (f32 vectors), each combined buffer within one binding.
-struct CanCombine<'f> {
-    file: &'f GgufFile,
-    max_range: u64,
-}
-
-impl CanCombine<'_> {
-    fn same_rows(&self, names: &[&str], same_shape: bool) -> bool {
-        let Some(tensors) = names
-            .iter()
-            .map(|n| self.file.tensor(n))
-            .collect::<Option<Vec<_>>>()
-        else {
-            return false;
-        };
-        let bytes: u64 = tensors.iter().map(|t| t.size).sum();
-        tensors.windows(2).all(|p| {
-            p[0].ggml_type == p[1].ggml_type
-                && p[0].dims.first() == p[1].dims.first()
-                && (!same_shape || (p[0].dims == p[1].dims && p[0].size == p[1].size))
-        }) && bytes.next_multiple_of(4) <= self.max_range
-    }
-}
-
-impl Combined for CanCombine<'_> {
-    fn gate_up(&self, gate: &str, up: &str) -> bool {
-        self.same_rows(&[gate, up], true)
-    }
-
-    fn stack(&self, weights: &[&str], biases: &[&str]) -> bool {
-        let vectors = biases.iter().all(|b| {
-            self.file
-                .tensor(b)
-                .is_some_and(|t| t.ggml_type == GgmlType::F32 && t.dims.len() == 1)
-        });
-        self.same_rows(weights, false) && vectors
-    }
-}
-
 /// What this upload combined: the fusion pass's question, answered by the buffers.
 impl Combined for GpuWeights {
     fn gate_up(&self, gate: &str, up: &str) -> bool {
@@ -184,9 +143,9 @@ impl GpuWeights {
         let start = Instant::now();
         // A combined tensor is bound whole by the fused kernel: combine only what fits one
         // binding.
-        let can = CanCombine {
+        let can = CombinableInFile {
             file,
-            max_range: u64::from(ctx.caps().max_storage_buffer_range),
+            max_bytes: u64::from(ctx.caps().max_storage_buffer_range),
         };
         let align = ctx.caps().min_storage_buffer_offset_alignment.max(4);
         // The graph with everything that can fuse fused: what decides the combined buffers.
