@@ -53,30 +53,13 @@ fn fused_graph_gives_the_unfused_logits() {
         let mut want_stacks: Vec<Vec<String>> = Vec::new();
         let mut unstacked = 0;
         for l in 0..n_layer {
-            let mut run: Vec<&str> = Vec::new();
-            for p in ["q", "k", "v"] {
-                if run.last().is_some_and(|&r| ty(l, r) != ty(l, p)) {
-                    if run.len() >= 2 {
-                        want_stacks.push(
-                            run.iter()
-                                .map(|r| format!("blk.{l}.attn_{r}.weight"))
-                                .collect(),
-                        );
-                    } else {
-                        unstacked += run.len();
-                    }
-                    run.clear();
+            for run in ["q", "k", "v"].chunk_by(|&a, &b| ty(l, a) == ty(l, b)) {
+                if run.len() >= 2 {
+                    let names = run.iter().map(|r| format!("blk.{l}.attn_{r}.weight"));
+                    want_stacks.push(names.collect());
+                } else {
+                    unstacked += 1;
                 }
-                run.push(p);
-            }
-            if run.len() >= 2 {
-                want_stacks.push(
-                    run.iter()
-                        .map(|r| format!("blk.{l}.attn_{r}.weight"))
-                        .collect(),
-                );
-            } else {
-                unstacked += run.len();
             }
         }
         let got_stacks: Vec<Vec<String>> = fused
