@@ -22,5 +22,5 @@ for r in 1 2 3; do for m in q05 q3; do
   if [ $m = q3 ]; then gen $m-d0-nostack $m 8 ROCKY_FUSE=swiglu,residual,rope; else gen $m-d0-nostack $m 8 $NOSTACK; fi
 done; done
 t sweep
-[ -n "${NOSWEEP:-}" ] || for m in q05 q3; do timeout 240 $R bench-gemv $m.gguf --sweep 24 2>&1 | tail -40; done
+[ -n "${NOSWEEP:-}" ] || timeout 300 $R bench-gemv --sweep 24 --md 2>&1 | tail -80
 t done
