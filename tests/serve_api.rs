@@ -183,6 +183,17 @@ fn a_second_turn_reuses_the_first_and_answers_as_a_fresh_run() {
         cached >= c1["usage"]["prompt_tokens"].as_u64().unwrap(),
         "{c1} then {c2}"
     );
+
+    // llama-server's benchmark fields (tools/serve-turns.py sends both to either server):
+    // accepted, and with ignore_eos the reply runs to max_tokens (the masking itself is
+    // checked in serve's worker tests).
+    let (status, v) = server.post_json(
+        "/v1/completions",
+        &json!({"prompt": turn1, "max_tokens": 20, "temperature": 0, "ignore_eos": true, "cache_prompt": true}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 20, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
 }
 
 #[test]

@@ -59,6 +59,9 @@ pub struct Work {
     pub response_format: Option<ResponseFormat>,
     /// Some(n): each token's log-probability and its n most likely alternatives.
     pub logprobs: Option<usize>,
+    /// llama-server's `ignore_eos`: the end-of-generation tokens are never drawn (their logits
+    /// are −∞, as llama-server biases them), so the reply runs to `max_tokens`.
+    pub ignore_eos: bool,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +148,7 @@ struct Common {
     stop: Option<Stop>,
     stream: Option<bool>,
     n: Option<u64>,
+    ignore_eos: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -293,6 +297,14 @@ pub fn chat(body: &[u8]) -> Result<Parsed, ApiError> {
         _ => None,
     };
     let mut parsed = common(b.common, PromptInput::Chat { messages, tools })?;
+    let constrained = response_format.is_some()
+        || matches!(choice, Some(ToolChoice::Required | ToolChoice::Named(_)));
+    if parsed.work.ignore_eos && constrained {
+        return Err(ApiError::bad_request(
+            "`ignore_eos` cannot go with `response_format` or a required `tool_choice`: a \
+             constrained answer ends where its grammar does",
+        ));
+    }
     parsed.work.tool_choice = choice.unwrap_or(ToolChoice::Auto);
     parsed.work.response_format = response_format;
     parsed.work.logprobs = logprobs;
@@ -514,6 +526,7 @@ fn common(c: Common, input: PromptInput) -> Result<Parsed, ApiError> {
             tool_choice: ToolChoice::Auto,
             response_format: None,
             logprobs: None,
+            ignore_eos: c.ignore_eos.unwrap_or(false),
         },
     })
 }
@@ -566,6 +579,18 @@ mod tests {
         );
         assert_eq!(p.work.stop, vec!["x"]);
         assert!(!p.work.stream);
+        assert!(!p.work.ignore_eos);
+    }
+
+    #[test]
+    fn ignore_eos_is_read_and_refused_beside_a_grammar() {
+        let p = completion(br#"{"prompt":"a","ignore_eos":true,"cache_prompt":true}"#).unwrap();
+        assert!(p.work.ignore_eos);
+        let p = chat(br#"{"messages":[{"role":"user","content":"a"}],"ignore_eos":true}"#).unwrap();
+        assert!(p.work.ignore_eos);
+        let both = br#"{"messages":[{"role":"user","content":"a"}],"ignore_eos":true,"response_format":{"type":"json_object"}}"#;
+        assert!(err(chat(both)).contains("`ignore_eos` cannot go with"));
+        assert!(err(completion(br#"{"prompt":"a","ignore_eos":1}"#)).contains("wrong type"));
     }
 
     #[test]

@@ -47,6 +47,8 @@ const SHARED: &[(&str, Rule)] = &[
     ("stop", Honoured),
     ("stream", Honoured),
     ("n", Honoured),
+    // llama-server's: end-of-generation tokens masked out (benchmarks: fixed reply lengths).
+    ("ignore_eos", Honoured),
     (
         "stream_options",
         Ignored("the usage is always in the last streamed chunk"),

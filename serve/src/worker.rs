@@ -201,10 +201,15 @@ fn serve_one(model: &mut Model, state: &mut State, job: Job) {
         // A closed channel: the client went away; stop spending the device on it.
         !events.is_closed()
     };
+    let mut no_end = NoEnd;
+    let constraint = match guide.as_mut() {
+        Some(g) => Some(g as &mut dyn rocky_generate::Constraint),
+        // `api` refuses ignore_eos with a grammar, so the two never meet.
+        None if job.work.ignore_eos => Some(&mut no_end as &mut dyn rocky_generate::Constraint),
+        None => None,
+    };
     let steering = Steering {
-        constraint: guide
-            .as_mut()
-            .map(|g| g as &mut dyn rocky_generate::Constraint),
+        constraint,
         logprobs: job.work.logprobs,
     };
     let result = generate_steered(
@@ -383,4 +388,36 @@ fn check(model: &Model, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
         .with_code("context_length_exceeded"));
     }
     Ok(ids)
+}
+
+
+/// `ignore_eos`: every end-of-generation token's logit set to −∞ (llama-server biases them
+/// so), so the reply runs to its token limit.
+struct NoEnd;
+
+impl rocky_generate::Constraint for NoEnd {
+    fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+        for &id in end {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        Ok(())
+    }
+    fn accept(&mut self, _token: u32) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoEnd;
+    use rocky_generate::Constraint;
+
+    #[test]
+    fn no_end_forbids_exactly_the_end_tokens() {
+        let mut logits = vec![1.0f32, 2.0, 3.0, 4.0];
+        NoEnd.mask(&mut logits, &[1, 3, 9]).unwrap();
+        assert_eq!(logits, [1.0, f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY]);
+    }
 }

@@ -54,6 +54,24 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
     out
 }
 
+/// Threads of the desktop default's workgroup.
+const DESKTOP_THREADS: u32 = 128;
+
+/// The desktop default's threads and chunks per thread for a row of `units` 32-element units:
+/// 128 threads, and the most chunks per thread (the fewest threads sharing a unit and its
+/// scales) with which one loop step still gives every thread a piece of the row, else two
+/// (the most threads a row of few units can keep busy). Measured on an H100 over whole decode
+/// steps (2026-12-06d): 128 threads against 64 with the chunks unchanged lifted Qwen2.5-0.5B
+/// (K = 896 and 4864) 6-15 %; on the 3B's K = 2048 that left half the threads idle (no gain),
+/// which four chunks per thread (two threads per unit) fills.
+fn desktop_threads(units: u32) -> (u32, u32) {
+    let chunks = [8, 4]
+        .into_iter()
+        .find(|&c| units * (8 / c) >= DESKTOP_THREADS)
+        .unwrap_or(2);
+    (DESKTOP_THREADS, chunks)
+}
+
 /// SwiGLU output columns from which the desktop default takes four columns per workgroup.
 const WIDE_SWIGLU_COLUMNS: u32 = 8192;
 
@@ -69,13 +87,6 @@ pub const SHARED_REDUCE_MAX_COLUMNS: u32 = 32768;
 /// occupy 64 threads, else threads sharing units.
 pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     let units = w.k / 32;
-    let chunks_per_thread = if units >= 64 {
-        8
-    } else if units >= 32 {
-        4
-    } else {
-        2
-    };
     if caps.lane_serial_memory && caps.subgroup_arithmetic {
         // CPU implementations (llvmpipe): a workgroup is a function call and a barrier a
         // coroutine switch, so one subgroup per workgroup (no barrier), a thread per unit and
@@ -147,8 +158,9 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     // SwiGLU GEMV ran at 4273 GFLOP/s with 4 columns against 3337 with 2, the best of 24
     // schedules; the narrower shapes measured best at 2 (2026-12-05c-h100-decode-replay.md).
     let wide_swiglu = w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS;
+    let (threads, chunks_per_thread) = desktop_threads(units);
     let s = GemvSchedule {
-        threads: 64,
+        threads,
         cols: if w.m > 4 {
             1
         } else if wide_swiglu && w.m == 1 {
@@ -166,14 +178,22 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         },
         accumulate: Precision::F32,
         math: Math::FmaF32,
-        // Dequantized weights and 4-byte loads, as measured on the H100 (2026-12-05c/d):
-        // `dot_first` and `quad_loads` are in the search space but unmeasured on a desktop GPU
-        // (docs/measurements/2026-12-05e-decode-norm.md: no device came for call O).
-        dot_first: false,
+        // Quantized weights dotted with X before their scales are applied (two operations per
+        // weight fewer): on an H100 over whole decode steps (2026-12-06d, three rounds) the
+        // 3B's decode rose 3-6 % with it, the 0.5B's stayed within noise. Quad loads did not
+        // help there (call U). Formats without quants (F16, F32) cannot dot first.
+        dot_first: w.weight.is_quantized(),
         quad_loads: false,
     };
     if s.validate(w, caps).is_ok() {
         return s;
+    }
+    let plain = GemvSchedule {
+        dot_first: false,
+        ..s
+    };
+    if plain.validate(w, caps).is_ok() {
+        return plain;
     }
     search_space(w, caps).into_iter().next().unwrap_or(s)
 }
