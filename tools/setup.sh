@@ -10,13 +10,17 @@
 # else ../shared), where present, adds the Mali driver shims and llama.cpp's references.
 # --mali: also the opt-in Mali tier of tools/test.sh --mali (the Mesa 26.1.6 shim, qemu-user,
 #   the aarch64 cross linker and Rust target); not part of CI's default run.
+# --no-test-assets: everything but the test models (README's main job needs none of them: on a
+#   loaded 2-core machine they took ~6 of its 21 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MALI=""
+TEST_ASSETS=1
 case "${1:-}" in
   --mali) MALI=1 ;;
+  --no-test-assets) TEST_ASSETS="" ;;
   "") ;;
-  *) echo "usage: tools/setup.sh [--mali]" >&2; exit 2 ;;
+  *) echo "usage: tools/setup.sh [--mali | --no-test-assets]" >&2; exit 2 ;;
 esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
@@ -72,4 +76,4 @@ if [ -n "$MALI" ]; then
     rustup target add aarch64-unknown-linux-gnu >/dev/null
   fi
 fi
-bash tools/prepare-test-assets.sh
+[ -z "$TEST_ASSETS" ] || bash tools/prepare-test-assets.sh
