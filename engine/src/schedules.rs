@@ -65,7 +65,9 @@ impl GemvPatch {
         static PATCH: std::sync::OnceLock<Option<GemvPatch>> = std::sync::OnceLock::new();
         PATCH
             .get_or_init(|| {
-                let text = std::env::var(GEMV_PATCH_ENV).ok().filter(|t| !t.is_empty())?;
+                let text = std::env::var(GEMV_PATCH_ENV)
+                    .ok()
+                    .filter(|t| !t.is_empty())?;
                 match GemvPatch::parse(&text) {
                     Ok(p) => Some(p),
                     Err(e) => {

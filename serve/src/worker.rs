@@ -390,7 +390,6 @@ fn check(model: &Model, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
     Ok(ids)
 }
 
-
 /// `ignore_eos`: every end-of-generation token's logit set to −∞ (llama-server biases them
 /// so), so the reply runs to its token limit.
 struct NoEnd;
