@@ -308,7 +308,7 @@ impl<'m> Executor<'m> {
         let decode = program::decode_fusions().map_err(ExecError::Unsupported)?;
         let step_graph = fuse(
             &model.graph,
-            step_fusions(decode, &caps, options.kv, cfg.n_embd),
+            step_fusions(decode, &caps, options.kv),
             weights.as_ref(),
         );
         let step_program = Program::new(ctx, step_graph, 1, 1, "decode activations")?;
@@ -1126,10 +1126,6 @@ fn folded_norm_weight(op: &Op) -> Option<&str> {
     }
 }
 
-/// Hidden widths up to which the decode step folds RMSNorms into its GEMVs (see
-/// [`step_fusions`]).
-const FOLD_NORM_MAX_WIDTH: usize = 1024;
-
 /// The decode step's fusions on this device: `decode` (`program::decode_fusions`), with the
 /// RMSNorm folded into the projections only where one-row linears run as GEMVs (the GEMM
 /// computes no folded norm) and registers are not scarce: with a register budget of 64 or
@@ -1141,17 +1137,16 @@ const FOLD_NORM_MAX_WIDTH: usize = 1024;
 /// The RoPEs fold into the attention's KV write (one kernel for two RoPEs and two KV writes)
 /// where both caches are f32 or f16: a q8_0 cache quantizes whole blocks in its own kernel.
 ///
-/// The norms fold only where the hidden width (the folded projections' K) is at most
-/// [`FOLD_NORM_MAX_WIDTH`]: on an H100 the fold sped the 0.5B's decode (hidden 896) up by 11 %
-/// (633-637 against 560-574 tok/s) and slowed the 3B's (hidden 2048) by 4 % (256-258 against
-/// 268): there its folded GEMVs cost more than the norm dispatches they replace (cold, q
-/// 8.2 -> 10.4 µs, gate/up 27.5 -> 32.8 µs; docs/measurements/2026-12-06-decode-fusions.md).
-fn step_fusions(decode: FuseOptions, caps: &DeviceCaps, kv: KvTypes, hidden: usize) -> FuseOptions {
+/// On an H100 the fold sped the 0.5B's decode (hidden 896) up by 11 %; the 3B's (hidden 2048)
+/// lost 4 % with the GEMV default of then (docs/measurements/2026-12-06-decode-fusions.md) and
+/// gains 1-3 % with today's (128 threads, dot-first: 345 -> 272 dispatches per step, the same
+/// tokens; docs/measurements/2026-12-06d-h100-gemv-defaults.md), so it no longer depends on
+/// the width.
+fn step_fusions(decode: FuseOptions, caps: &DeviceCaps, kv: KvTypes) -> FuseOptions {
     let forced = FuseOptions::env_override().ok().flatten().is_some();
     let registers_to_spare = caps.register_budget > 64 || forced;
-    let narrow = hidden <= FOLD_NORM_MAX_WIDTH || forced;
     FuseOptions {
-        norm: decode.norm && gemv_enabled(caps) && registers_to_spare && narrow,
+        norm: decode.norm && gemv_enabled(caps) && registers_to_spare,
         rope: decode.rope && ![kv.k, kv.v].contains(&KvType::Q8_0),
         ..decode
     }
