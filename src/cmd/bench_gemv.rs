@@ -5,11 +5,17 @@
 //! each weight once.
 //!
 //! Each GEMV is checked against the CPU reference on a seeded sample of columns before it is
-//! timed, then timed twice: `warm` (runs back to back: a weight smaller than the device's
-//! last-level cache is read from that cache from the second run on) and `cold` (the cache
-//! flushed by a copy larger than it before every run, as in a decode step, which streams every
-//! weight of the model once per token). Only the cold figure is a decode figure; the gap
-//! between the two says how much a benchmark in cache would flatter a GEMV.
+//! timed, then timed twice: `warm` (a run right after a run of the same GEMV: a weight smaller
+//! than the device's last-level cache is read from that cache) and `cold` (the cache flushed by
+//! a copy larger than it before the run, as in a decode step, which streams every weight of
+//! the model once per token). Only the cold figure is a decode figure; the gap between the two
+//! says how much a benchmark in cache would flatter a GEMV.
+//!
+//! The variants of one shape (default, `int8*`, `custom*`, a sweep) are all built and checked
+//! first, then timed in rounds, one warm and one cold run of each per round: every variant
+//! meets the same clocks, and the GPU does not idle between them. Timed one after the other
+//! with a pipeline build and a CPU check between them, an H100's later sweep rows ran 2-4×
+//! slower than the same schedules early (docs/measurements/2026-12-06d-h100-gemv-defaults.md).
 
 use super::kernel::gemm_gpu::{self, CacheFlush, GemmInputs, GemmOnGpu, Timing};
 use super::kernel::write_stdout;
@@ -244,28 +250,32 @@ pub fn run(args: Args) -> CmdResult {
             }
             // Random weights are made once per workload (a sweep times many schedules on them).
             let mut made: Vec<(GemmWorkload, GemmInputs)> = Vec::new();
-            for (variant, w, s) in variants {
-                if !made.iter().any(|(m, _)| *m == w) {
-                    made.push((w, GemmInputs::random(&w, 11)));
+            for (_, w, _) in &variants {
+                if !made.iter().any(|(m, _)| m == w) {
+                    made.push((*w, GemmInputs::random(w, 11)));
                 }
+            }
+            // Built and checked in batches that fit the device memory cap, each batch timed in
+            // interleaved rounds.
+            let mut batch: Vec<Prepared> = Vec::new();
+            let mut batch_bytes = 0u64;
+            for (variant, w, s) in variants {
                 let inputs = &made.iter().find(|(m, _)| *m == w).expect("made above").1;
+                let bytes = weight_bytes(&w);
+                if !batch.is_empty() && batch_bytes + bytes > BATCH_WEIGHT_BYTES {
+                    time_batch(&ctx, &mut batch, &flush, copy_gbps, runs, &args, &mut bench)?;
+                    batch_bytes = 0;
+                }
                 let target = Target {
                     w: &w,
                     s: &s,
                     inputs,
                     labels: (model, role, variant),
                 };
-                bench.rows.push(bench_one(
-                    &ctx,
-                    cache.as_ref(),
-                    &caps,
-                    target,
-                    &flush,
-                    copy_gbps,
-                    runs,
-                    &args,
-                )?);
+                batch.push(prepare(&ctx, cache.as_ref(), &caps, target, &args)?);
+                batch_bytes += bytes;
             }
+            time_batch(&ctx, &mut batch, &flush, copy_gbps, runs, &args, &mut bench)?;
         }
     }
     let text = if args.json {
@@ -284,22 +294,39 @@ struct Target<'a> {
     labels: (&'static str, &'static str, &'static str),
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench_one(
+/// Weight bytes a batch of variants may hold on the device at once (each variant owns a copy
+/// of its shape's weights): a 24-schedule sweep of the 3B's vocabulary-sized shapes would not
+/// fit a board's memory whole.
+const BATCH_WEIGHT_BYTES: u64 = 2 << 30;
+
+fn weight_bytes(w: &GemmWorkload) -> u64 {
+    w.layout.row_bytes(w.weight, u64::from(w.k)) * u64::from(w.weight_rows())
+}
+
+/// A GEMV built on the device and checked, waiting for its timing.
+struct Prepared {
+    gpu: GemmOnGpu,
+    w: GemmWorkload,
+    s: GemvSchedule,
+    labels: (&'static str, &'static str, &'static str),
+    /// The checked run's wall time (how long the clock settling runs it).
+    one_run: std::time::Duration,
+    max_error_ratio: f64,
+}
+
+/// Builds `target` on the device and checks one run against the CPU reference.
+fn prepare(
     ctx: &Context,
     cache: Option<&PipelineCache>,
     caps: &DeviceCaps,
     target: Target,
-    flush: &CacheFlush,
-    copy_gbps: f64,
-    runs: u32,
     args: &Args,
-) -> Result<Row, CliError> {
+) -> Result<Prepared, CliError> {
     let Target {
         w,
         s,
         inputs,
-        labels: (model, role, variant),
+        labels,
     } = target;
     let kernel = gemv::instantiate(w, s, caps)
         .map_err(|e| CliError::internal(format!("{} is refused on this device: {e}", s.name(w))))?;
@@ -317,39 +344,77 @@ fn bench_one(
             serde_json::to_string(&rocky_compiler::Schedule::Gemv(*s)).unwrap_or_default()
         ))
     })?;
-    // The pipeline build and the CPU check left the GPU idle: bring its clocks back up as the
-    // tuner does before each trial (in an H100 call without this, the first table's last rows
-    // ran 3-5x slower than a second table's; lowered clocks are the likely cause). Not with
-    // --quick: a CPU implementation has no such clocks.
-    if !args.quick {
-        // A sweep's rows follow each other with the GPU busy: a short settle each.
-        let least = if variant == "sweep" {
-            std::time::Duration::from_millis(30)
-        } else {
-            rocky_tuner::tune::GPU_MIN_WARMUP
-        };
-        rocky_tuner::settle_clocks(ctx, &gpu, one_run, least).map_err(CliError::device)?;
-    }
-    let warm = Timing::of(&gpu.time(ctx, runs)?, w.flops());
-    let cold = Timing::of(&gpu.time_cold(ctx, runs, flush)?, w.flops());
-    let weight_bytes = w.layout.row_bytes(w.weight, u64::from(w.k)) * u64::from(w.weight_rows());
-    let cold_gbps = weight_bytes as f64 / (cold.median_ms * 1e-3) / 1e9;
-    Ok(Row {
-        model,
-        role,
-        n: w.n,
-        k: w.k,
-        weight: w.weight.to_string(),
-        layout: w.layout.to_string(),
-        variant,
-        schedule: *s,
-        weight_bytes,
-        cold_gbps,
-        warm,
-        cold,
-        percent_of_copy: 100.0 * cold_gbps / copy_gbps,
+    Ok(Prepared {
+        gpu,
+        w: *w,
+        s: *s,
+        labels,
+        one_run,
         max_error_ratio: check.max_error_ratio,
     })
+}
+
+/// Times a batch of prepared GEMVs in `runs` interleaved rounds (one warm and one cold run of
+/// each per round), adds their rows to `bench` and empties the batch.
+fn time_batch(
+    ctx: &Context,
+    batch: &mut Vec<Prepared>,
+    flush: &CacheFlush,
+    copy_gbps: f64,
+    runs: u32,
+    args: &Args,
+    bench: &mut Bench,
+) -> Result<(), CliError> {
+    let Some(first) = batch.first() else {
+        return Ok(());
+    };
+    // The builds and checks left the GPU idle: bring its clocks up as the tuner does before a
+    // trial (not with --quick: a CPU implementation has no such clocks).
+    if !args.quick {
+        rocky_tuner::settle_clocks(
+            ctx,
+            &first.gpu,
+            first.one_run,
+            rocky_tuner::tune::GPU_MIN_WARMUP,
+        )
+        .map_err(CliError::device)?;
+    }
+    let mut warm = vec![Vec::new(); batch.len()];
+    let mut cold = vec![Vec::new(); batch.len()];
+    for _ in 0..runs {
+        for (i, p) in batch.iter().enumerate() {
+            // The second of two back-to-back runs reads the weight from the cache the first
+            // filled (where it fits).
+            let pair = p.gpu.time(ctx, 2)?;
+            warm[i].push(*pair.last().expect("two runs timed"));
+            cold[i].extend(p.gpu.time_cold(ctx, 1, flush)?);
+        }
+    }
+    for ((p, warm), cold) in batch.drain(..).zip(warm).zip(cold) {
+        let (model, role, variant) = p.labels;
+        let w = p.w;
+        let warm = Timing::of(&warm, w.flops());
+        let cold = Timing::of(&cold, w.flops());
+        let weight_bytes = weight_bytes(&w);
+        let cold_gbps = weight_bytes as f64 / (cold.median_ms * 1e-3) / 1e9;
+        bench.rows.push(Row {
+            model,
+            role,
+            n: w.n,
+            k: w.k,
+            weight: w.weight.to_string(),
+            layout: w.layout.to_string(),
+            variant,
+            schedule: p.s,
+            weight_bytes,
+            cold_gbps,
+            warm,
+            cold,
+            percent_of_copy: 100.0 * cold_gbps / copy_gbps,
+            max_error_ratio: p.max_error_ratio,
+        });
+    }
+    Ok(())
 }
 
 fn render(b: &Bench, markdown: bool) -> String {
