@@ -241,15 +241,27 @@ fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
     heap.into_iter().map(|r| r.1).collect()
 }
 
-/// The index of the largest logit, the first one on a tie (as llama.cpp's greedy sampler).
+/// The index of the largest logit, the first one on a tie (as llama.cpp's greedy sampler); a
+/// NaN is never the largest (0 where every logit is NaN).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    // The maximum over 16 independent lanes (a loop the compiler turns into vector compares:
+    // a greedy decode step scans 152k logits), then the first index holding it.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            if l > *m {
+                *m = l;
+            }
         }
     }
-    best as u32
+    let max = lanes
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 
 /// Probabilities of `logits` (max subtracted first; the sum in f64).
@@ -519,5 +531,21 @@ mod tests {
         for (c, p) in got.iter().zip(softmax(&tempered)) {
             assert_eq!(c.p, p);
         }
+    }
+
+    #[test]
+    fn argmax_takes_the_first_maximum_and_never_a_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 2.0, 3.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 1.0, 5.0]), 2);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), 0);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0);
+        // Past the 16-lane chunks: the maximum in the remainder, and a tie across both.
+        let mut v: Vec<f32> = (0..37).map(|i| (i % 5) as f32).collect();
+        assert_eq!(argmax(&v), 4);
+        v[36] = 9.0;
+        assert_eq!(argmax(&v), 36);
+        v[20] = 9.0;
+        assert_eq!(argmax(&v), 20);
     }
 }
