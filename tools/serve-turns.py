@@ -2,11 +2,13 @@
 """An agent's conversation against an OpenAI-compatible server: each turn resends everything so
 far plus a new user message, and prints the prompt tokens, the reused (cached) tokens and the
 prefill time the server reports (`timings`: rocky serve and llama-server both give prompt_n,
-prompt_ms and cache_n). Greedy, /v1/completions with the text written out, so rocky and
-llama.cpp get the same prompt.
+prompt_ms and cache_n). Greedy unless --temperature is given (then each server's own
+sampler with llama.cpp's default top-k/top-p/min-p and a fixed seed: the replies differ but run
+to the same length with ignore_eos, so their times compare), /v1/completions with the text
+written out, so rocky and llama.cpp get the same prompt.
 
 usage: serve-turns.py URL [--turns 5] [--words 120] [--max-tokens 16] [--format gemma|chatml]
-                        [--json-out FILE]
+                        [--temperature 0] [--json-out FILE]
 
 --format chatml writes the turns in Qwen's <|im_start|> format (the Qwen2.5 files), gemma in
 Gemma's <start_of_turn> format. --json-out appends one JSON object per turn (the server's
@@ -36,6 +38,7 @@ def main():
     ap.add_argument("--words", type=int, default=120)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--format", choices=["gemma", "chatml"], default="gemma")
+    ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--json-out")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
@@ -50,7 +53,8 @@ def main():
         topic = TOPICS[turn % len(TOPICS)]
         words = " ".join(f"{topic} step {i}," for i in range(a.words // 3))
         text += f"{user}Turn {turn}: tell me about {words}{end}{model}"
-        v, wall = post(a.url, {"prompt": text, "max_tokens": a.max_tokens, "temperature": 0,
+        v, wall = post(a.url, {"prompt": text, "max_tokens": a.max_tokens,
+                               "temperature": a.temperature, "seed": 1,
                                "cache_prompt": True, "ignore_eos": True})
         t = v.get("timings", {})
         usage = v["usage"]

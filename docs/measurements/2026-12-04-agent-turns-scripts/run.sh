@@ -9,6 +9,7 @@
 # Environment (defaults for this 2-core machine with lavapipe):
 #   ROCKY=target/release/rocky   LLAMA=/tmp/llama/bin   TURNS=6   WORDS=200 (≈500 tokens/turn)
 #   MAX_TOKENS=4   CTX=4096   NGL=99 (llama.cpp layers on the Vulkan device)   THREADS=2
+#   TEMPERATURE=0 (greedy; e.g. 0.8 to time each server's sampler too)
 #   ROCKY_ARGS=""  LLAMA_ARGS=""  (extra flags, e.g. a device selection)
 # On an H200: ROCKY=target/release/rocky LLAMA=/path/to/llama/bin THREADS=16 run.sh out
 set -euo pipefail
@@ -22,6 +23,7 @@ MAX_TOKENS=${MAX_TOKENS:-4}
 CTX=${CTX:-4096}
 NGL=${NGL:-99}
 THREADS=${THREADS:-2}
+TEMPERATURE=${TEMPERATURE:-0}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TURNS_PY=$HERE/../../../tools/serve-turns.py
 mkdir -p "$OUT"
@@ -41,7 +43,7 @@ wait_up() { # URL LOG PID
 
 turns() { # URL LABEL
     python3 "$TURNS_PY" "$1" --turns "$TURNS" --words "$WORDS" --max-tokens "$MAX_TOKENS" \
-        --format chatml --label "$2" --json-out "$OUT/turns.jsonl"
+        --format chatml --temperature "$TEMPERATURE" --label "$2" --json-out "$OUT/turns.jsonl"
 }
 
 {
@@ -50,7 +52,7 @@ turns() { # URL LABEL
     echo "rocky: $(git rev-parse --short HEAD) $ROCKY"
     echo "llama.cpp: $(head -1 "$LLAMA/../BUILDINFO" 2>/dev/null || echo "$LLAMA")"
     echo "model: $MODEL"
-    echo "turns $TURNS, words $WORDS, max_tokens $MAX_TOKENS, ctx $CTX"
+    echo "turns $TURNS, words $WORDS, max_tokens $MAX_TOKENS, ctx $CTX, temperature $TEMPERATURE"
 } | tee "$OUT/setup.txt"
 
 PORT=18441
