@@ -31,7 +31,8 @@ use crate::dequant::ir::{
 use crate::dequant::layout::{AlignedGeometry, GROUP};
 use crate::dequant::{WeightLayout, UNIT};
 use crate::ir::{
-    Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
+    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
+    Value, Var,
 };
 
 /// Chunks of 4 elements per 32-element unit.
@@ -751,7 +752,73 @@ impl<'a> Gemm<'a> {
         };
 
         let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        // half_units: both operands staged; each unit in two halves of 16 values, only a
+        // half's 4-word fragments live at once (see `GemmSchedule::half_units`).
+        let half_body = |ul: Value| {
+            let (xq, xd, wq, wsc) = (
+                xq.expect("half_units stages X"),
+                xd.expect("half_units stages X"),
+                wq.expect("half_units stages W"),
+                wsc.expect("half_units stages W"),
+            );
+            let x_slots: Vec<Value> = (0..s.tm)
+                .map(|i| b.add(b.muli(b.addi(self.ty, i * wg_m), upb), ul))
+                .collect();
+            let w_slots: Vec<Value> = (0..s.tn)
+                .map(|j| b.add(b.muli(b.addi(self.tx, j * wg_n), upb), ul))
+                .collect();
+            // (d, d·Σq) of each row; the columns' scales (lo, second).
+            let xds: Vec<Value> = x_slots.iter().map(|&sl| b.load_shared(xd, sl)).collect();
+            let wscs: Vec<Value> = w_slots.iter().map(|&sl| b.load_shared(wsc, sl)).collect();
+            for h in 0..2u32 {
+                let frag = |arr: SharedArray, slot: Value| -> Vec<Value> {
+                    let base = b.addi(b.muli(slot, CHUNKS), 4 * h);
+                    (0..4)
+                        .map(|c| b.load_shared(arr, b.addi(base, c)))
+                        .collect()
+                };
+                let xf: Vec<Vec<Value>> = x_slots.iter().map(|&sl| frag(xq, sl)).collect();
+                for j in 0..tn {
+                    let wf = frag(wq, w_slots[j]);
+                    let sc = wscs[j];
+                    let scale = if h == 1 && has_hi {
+                        b.extract(sc, 1)
+                    } else if nsc > 1 {
+                        b.extract(sc, 0)
+                    } else {
+                        sc
+                    };
+                    for (i, xw) in xf.iter().enumerate() {
+                        let dot = (0..4)
+                            .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
+                            .reduce(|a, d| b.add(a, d))
+                            .expect("four chunks");
+                        let dx = b.extract(xds[i], 0);
+                        let a = b.fma(
+                            b.mul(dx, scale),
+                            b.convert(dot, Type::F32),
+                            b.load_var(acc[i][j]),
+                        );
+                        b.store_var(acc[i][j], a);
+                    }
+                }
+            }
+            if has_min {
+                for (j, &sc) in wscs.iter().enumerate() {
+                    let min = b.extract(sc, 1);
+                    for i in 0..tm {
+                        let sx = b.extract(xds[i], 1);
+                        let a = b.fma(b.neg(min), sx, b.load_var(acc[i][j]));
+                        b.store_var(acc[i][j], a);
+                    }
+                }
+            }
+        };
         let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
+            if s.half_units {
+                half_body(ul);
+                return;
+            }
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
                 .map(|i| match (xq, xd) {

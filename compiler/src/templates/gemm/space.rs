@@ -101,6 +101,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         last_group_reduces: false,
                                         fold_per_slab: false,
                                         pack_a_f16: false,
+                                        half_units: false,
                                         accumulate,
                                         math,
                                     };
