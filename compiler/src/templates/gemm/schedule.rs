@@ -185,11 +185,15 @@ impl GemmSchedule {
         let mut bytes = 0;
         match self.math {
             Math::Int8Dot => {
+                // half_units double-buffers its tiles.
+                let bufs = if self.half_units { 2 } else { 1 };
                 if self.stage_a {
-                    bytes += self.bm * upb * (8 * 4 + 8);
+                    // half_units: two partial maxima and (d, two sums, a spare) per unit.
+                    let scales = if self.half_units { 2 * 4 + 4 * 4 } else { 8 };
+                    bytes += bufs * self.bm * upb * (8 * 4 + scales);
                 }
                 if self.stage_b {
-                    bytes += self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
+                    bytes += bufs * self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
                 }
             }
             Math::FmaF32 | Math::FmaF16Packed => {

@@ -139,6 +139,21 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                             }
                                         }
                                     }
+                                    // Int8 with both operands staged, each unit taken in
+                                    // halves (fits 4×4 micro-tiles in 64 registers), with
+                                    // the weights staged per row as word runs or per unit.
+                                    if math == Math::Int8Dot && stage_a && stage_b {
+                                        for wide_loads in [true, false] {
+                                            let h = GemmSchedule {
+                                                half_units: true,
+                                                wide_loads,
+                                                ..s
+                                            };
+                                            if h.validate(w, caps).is_ok() {
+                                                out.push(h);
+                                            }
+                                        }
+                                    }
                                     // X shared through subgroup shuffles instead of
                                     // shared memory (it pays where shared memory is slow)
                                     // with its own bk = 4·wg_n, tried once.
