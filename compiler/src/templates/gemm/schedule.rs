@@ -139,9 +139,11 @@ pub struct GemmSchedule {
     /// is taken in two halves of 16 values, each thread reading one 4-word fragment of its
     /// `tm` rows and one of each of its `tn` columns at a time from workgroup memory and
     /// adding each half's scaled dot product into its f32 accumulator. Only a half unit's
-    /// fragments are live at once (instead of every row's whole unit), so 4×4 micro-tiles
-    /// fit the register budget of Mali (64): per unit a thread reads `3·(tm + tn)` shared
-    /// words-quads for `32·tm·tn` products, and the bitwise dequantization and the
+    /// fragments are live at once (instead of every row's whole unit); each X unit is
+    /// quantized by two threads (16 values each), the tiles are double-buffered by slab
+    /// parity and output indices are recomputed after the K loop. On Mesa 26.1.6 2×4 tiles
+    /// compile without spills (4×4 still spill 28-49). Per unit a thread reads `3·(tm + tn)`
+    /// shared quads for `32·tm·tn` products, and the bitwise dequantization and the
     /// activation quantization are done once per workgroup tile instead of per lane.
     /// Omitted from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
