@@ -47,6 +47,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate,
         math,
     }

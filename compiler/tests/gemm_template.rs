@@ -42,6 +42,7 @@ fn sched() -> GemmSchedule {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }

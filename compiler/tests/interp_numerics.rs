@@ -541,6 +541,7 @@ fn packed_broadcasts_compute_the_product_of_x_rounded_to_f16() {
         }
         let plain = GemmSchedule {
             pack_a_f16: false,
+            half_units: false,
             ..packed
         };
         let mut inp = inputs(w, 300);
@@ -603,6 +604,7 @@ fn every_path_of_the_template_matches_the_reference() {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -719,6 +721,7 @@ fn shared_group_headers_match_the_reference() {
                     last_group_reduces: false,
                     fold_per_slab: false,
                     pack_a_f16: false,
+                    half_units: false,
                     accumulate,
                     math,
                 };
@@ -757,6 +760,7 @@ fn fused_epilogues_match_the_composed_reference() {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -910,6 +914,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };

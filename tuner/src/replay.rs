@@ -157,6 +157,7 @@ pub(crate) mod tests {
             last_group_reduces: false,
             fold_per_slab: false,
             pack_a_f16: false,
+            half_units: false,
             accumulate: Precision::F32,
             math: Math::FmaF32,
         })

@@ -57,6 +57,9 @@ pub const F16_HUGE_TILE_MIN_TILES: u32 = 32;
 /// ... and at least this many K slabs per workgroup (after the split across K).
 pub const F16_HUGE_TILE_MIN_SLABS: u32 = 16;
 
+/// Rows from which the int8 rule of devices with slow shuffles takes its 16-row tiles.
+pub const INT8_TILE_MIN_ROWS: u32 = 16;
+
 /// Workgroups the 32×32 split aims for.
 pub const F16_SMALL_GRID_TARGET: u32 = 128;
 
@@ -100,6 +103,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate,
         math,
     };
@@ -170,6 +174,40 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // spills: Q4_K 41.4 -> 25.4 (ls 22), Q6_K 29.4 -> 21.4 (ls 20), Q5_0 36.75 -> 28.75
         // (docs/measurements/2026-12-05b-mali-packed-broadcast.md). Not on CPU
         // implementations, whose shuffles are plain vector moves.
+        //
+        // Where the broadcasts and the bitwise dequantization both run on a slow unit (on
+        // Valhall cross-lane reads, shifts, masks and IMUL are SFU ops) and the device has
+        // 4×8-bit dot products: int8 math with both operands staged in workgroup memory, so
+        // each X unit is quantized (like ggml's Q8_1) and each weight unit unpacked to signed
+        // bytes once per workgroup tile, not once per lane; 2×4 micro-tiles read from it in
+        // half units (`half_units`). Mesa 26.1.6, M = 512, predicted cycles per product
+        // (busiest pipe, load/store at calibration A's rate) against the packed-broadcast f32
+        // tile below: Q4_K 0.0375 against 0.0496, Q6_K 0.0386 against 0.0681, Q5_0 0.0369
+        // against 0.0606, no spills (load/store-bound); 4×4 tiles spill 28-49 registers.
+        // Aligned Q8_0 keeps its 5-row f32 tile (0.0360, a tie)
+        // (docs/measurements/2026-12-06d-mali-gemm.md).
+        if caps.integer_dot_product
+            && caps.slow_subgroup_shuffle
+            && !caps.lane_serial_memory
+            && w.weight.is_quantized()
+            && w.weight != WeightFormat::Q8_0
+            && w.m >= INT8_TILE_MIN_ROWS
+        {
+            c.push(GemmSchedule {
+                bm: 16,
+                bn: 32,
+                bk: 64,
+                tm: 2,
+                tn: 4,
+                vector_width: 4,
+                stage_a: true,
+                stage_b: true,
+                half_units: true,
+                math: Math::Int8Dot,
+                accumulate: Precision::F32,
+                ..base
+            });
+        }
         let sg = caps.subgroup_size;
         let shuffled = GemmSchedule {
             bm: 16,
@@ -528,7 +566,11 @@ mod tests {
 
     #[test]
     fn mali_q8_0_aligned_takes_five_rows_per_thread_and_shared_headers() {
-        let caps = DeviceCaps::mali_g610();
+        // Without integer dot products (with them the int8 rule below comes first).
+        let caps = DeviceCaps {
+            integer_dot_product: false,
+            ..DeviceCaps::mali_g610()
+        };
         for (n, k, k_unroll) in [
             (2048, 2048, 4),
             (256, 2048, 4),
@@ -560,6 +602,63 @@ mod tests {
             // Other devices' defaults do not share headers.
             let desk = default_schedule(&w, &DeviceCaps::desktop_all_features());
             assert!(!desk.share_headers && !desk.shuffle_a, "{desk:?}");
+        }
+    }
+
+    #[test]
+    fn mali_prefill_gemms_take_staged_int8_tiles_in_half_units() {
+        let caps = DeviceCaps::mali_g610();
+        for (m, n, k, weight) in [
+            (512, 2048, 2048, WeightFormat::Q4K),
+            (64, 256, 2048, WeightFormat::Q4K),
+            (512, 11008, 2048, WeightFormat::Q4K),
+            (64, 2048, 11008, WeightFormat::Q6K),
+            (512, 896, 896, WeightFormat::Q5_0),
+            (32, 4864, 896, WeightFormat::Q5_0),
+        ] {
+            let w = GemmWorkload {
+                weight,
+                layout: default_layout(weight, &caps),
+                ..gemm(m, n, k)
+            };
+            let s = default_schedule(&w, &caps);
+            assert_eq!(s.math, Math::Int8Dot, "{m}x{n}x{k}: {s:?}");
+            assert!(s.half_units && s.stage_a && s.stage_b, "{s:?}");
+            assert_eq!((s.bm, s.bn, s.tm, s.tn), (16, 32, 2, 4), "{s:?}");
+            // The fused SwiGLU GEMM keeps it (tn is even).
+            let fused = GemmWorkload {
+                epilogue: super::super::workload::Epilogue::SwiGlu,
+                ..w
+            };
+            assert!(default_schedule(&fused, &caps).half_units);
+        }
+        // Decode-like rows, few rows, float and Q8_0 weights, and devices without integer
+        // dot products or with fast shuffles keep their float rules.
+        let q4k = gemm(512, 2048, 2048);
+        let no_dot = DeviceCaps {
+            integer_dot_product: false,
+            ..caps.clone()
+        };
+        let f16_weights = GemmWorkload {
+            weight: WeightFormat::F16,
+            ..q4k
+        };
+        let q8_0 = GemmWorkload {
+            weight: WeightFormat::Q8_0,
+            layout: WeightLayout::Aligned,
+            ..q4k
+        };
+        for (w, caps) in [
+            (gemm(1, 2048, 2048), &caps),
+            (gemm(8, 2048, 2048), &caps),
+            (f16_weights, &caps),
+            (q8_0, &caps),
+            (q4k, &no_dot),
+            (q4k, &DeviceCaps::lavapipe()),
+            (q4k, &DeviceCaps::desktop_all_features()),
+        ] {
+            let s = default_schedule(&w, caps);
+            assert_ne!(s.math, Math::Int8Dot, "{w:?} {s:?}");
         }
     }
 

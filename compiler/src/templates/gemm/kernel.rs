@@ -31,7 +31,8 @@ use crate::dequant::ir::{
 use crate::dequant::layout::{AlignedGeometry, GROUP};
 use crate::dequant::{WeightLayout, UNIT};
 use crate::ir::{
-    Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
+    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
+    Value, Var,
 };
 
 /// Chunks of 4 elements per 32-element unit.
@@ -96,6 +97,47 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
 /// The `row_off` of weight row `col` for the dequant fragments (`row_bytes` as [`Gemm`]
 /// holds it): bytes in the GGUF layout, 16-byte units in the aligned one (see
 /// `dequant::ir::WeightRows`).
+/// Part of a unit's quantization with the unit's `amax` known (the half-unit staging of
+/// `half_units`): the chunks' packed signed words, d and the chunks' sum of quants as an f32
+/// (an exact integer). The same operations as `dequant::ir::quantize_unit_q8` after its
+/// maximum, so the quants and d are the same bits.
+fn quantize_chunks_q8(
+    b: &KernelBuilder,
+    chunks: &[Value],
+    amax: Value,
+    with_sum: bool,
+) -> (Vec<Value>, Value, Value) {
+    let d = b.div(amax, b.c_f32(127.0));
+    let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
+    let idv = b.splat(id, 4);
+    let uv4 = Type::vec(Scalar::U32, 4);
+    let shifts = b.construct(&[b.c_u32(0), b.c_u32(8), b.c_u32(16), b.c_u32(24)]);
+    let words: Vec<Value> = chunks
+        .iter()
+        .map(|&c| {
+            let q = b.convert(b.round_even(b.mul(c, idv)), Type::vec(Scalar::I32, 4));
+            let u = b.shl(b.and(b.bitcast(q, uv4), b.const_bits(uv4, 0xFF)), shifts);
+            let (l0, l1, l2, l3) = (
+                b.extract(u, 0),
+                b.extract(u, 1),
+                b.extract(u, 2),
+                b.extract(u, 3),
+            );
+            b.or(b.or(l0, l1), b.or(l2, l3))
+        })
+        .collect();
+    if !with_sum {
+        return (words, d, b.c_f32(0.0));
+    }
+    let ones = b.c_u32(0x0101_0101);
+    let sum = words[1..]
+        .iter()
+        .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
+            b.add(s, b.dot4x8(w, ones, DotSign::Signed))
+        });
+    (words, d, b.convert(sum, Type::F32))
+}
+
 fn row_offset(b: &KernelBuilder, col: Value, row_bytes: Value) -> Value {
     b.mul(col, row_bytes)
 }
@@ -668,18 +710,38 @@ impl<'a> Gemm<'a> {
             })
             .collect();
 
+        // half_units double-buffers the tiles (slab parity): their addresses then vary with
+        // the K loop instead of being loop-invariant registers the driver keeps (and spills)
+        // across it.
+        let bufs = if s.half_units { 2 } else { 1 };
         let xq = s
             .stage_a
-            .then(|| b.shared_array("xq_tile", Type::U32, s.bm * upb * CHUNKS));
-        let xd = s
-            .stage_a
+            .then(|| b.shared_array("xq_tile", Type::U32, bufs * s.bm * upb * CHUNKS));
+        let xd = (s.stage_a && !s.half_units)
             .then(|| b.shared_array("xd_tile", Type::vec(Scalar::F32, 2), s.bm * upb));
+        // half_units: each X unit is quantized by two threads, 16 values each (16 live
+        // registers instead of 32): their partial maxima meet in `xa_tile`; `xd4_tile` holds
+        // per unit d, the two halves' sums of quants (exact integers) and a spare.
+        let xa = s
+            .half_units
+            .then(|| b.shared_array("xa_tile", Type::F32, bufs * s.bm * upb * 2));
+        let xd4 = s
+            .half_units
+            .then(|| b.shared_array("xd4_tile", Type::F32, bufs * s.bm * upb * 4));
         let wq = s
             .stage_b
-            .then(|| b.shared_array("wq_tile", Type::U32, s.bn * upb * CHUNKS));
+            .then(|| b.shared_array("wq_tile", Type::U32, bufs * s.bn * upb * CHUNKS));
         let wsc = s
             .stage_b
-            .then(|| b.shared_array("wsc_tile", sc_ty, s.bn * upb));
+            .then(|| b.shared_array("wsc_tile", sc_ty, bufs * s.bn * upb));
+        // The first slot of the buffer of unit `u`'s slab, for tiles of `rows` rows.
+        let buffer_slot = |u: Value, rows: u32| -> Value {
+            if bufs == 1 {
+                b.c_u32(0)
+            } else {
+                b.muli(b.andi(b.div(u, b.c_u32(upb)), 1), rows * upb)
+            }
+        };
 
         let load_x_chunks = |x_base: Value, u: Value| -> Vec<Value> {
             let first = b.add(x_base, b.muli(u, CHUNKS));
@@ -699,8 +761,62 @@ impl<'a> Gemm<'a> {
         let slab_units: RefCell<Vec<Vec<Rc<Unit>>>> = RefCell::new(Vec::new());
 
         let stage = |ub: Value| {
+            let (xoff, woff) = (buffer_slot(ub, s.bm), buffer_slot(ub, s.bn));
             if s.wide_loads && wq.is_none() {
                 *slab_units.borrow_mut() = self.open_slab(ub, false);
+            }
+            if let (Some(xq), Some(xa), Some(xd4)) = (xq, xa, xd4) {
+                // Two threads per (row, unit), one barrier between the halves' maxima and
+                // the quantization; every thread takes the same number of steps.
+                let total = s.bm * upb * 2;
+                let threads = s.threads();
+                let steps = total.div_ceil(threads);
+                b.for_range(b.c_u32(0), b.c_u32(steps), 1, Unroll::Hint, |it| {
+                    let idx = b.add(self.tid, b.muli(it, threads));
+                    let live = b.lt(idx, b.c_u32(total));
+                    let item = b.min(idx, b.c_u32(total - 1));
+                    let half = b.andi(item, 1);
+                    let slot = b.shri(item, 1);
+                    let r = b.div(slot, b.c_u32(upb));
+                    let ul = b.rem(slot, b.c_u32(upb));
+                    let xrow = b.min(b.add(self.m0, r), self.m_last);
+                    let first = b.add(
+                        b.add(b.mul(xrow, self.x_row_vec4s), b.muli(b.add(ub, ul), CHUNKS)),
+                        b.muli(half, 4),
+                    );
+                    let chunks: Vec<Value> = (0..4)
+                        .map(|c| {
+                            b.convert(b.load(self.x, b.addi(first, c)), Type::vec(Scalar::F32, 4))
+                        })
+                        .collect();
+                    let amax4 = chunks[1..]
+                        .iter()
+                        .fold(b.abs(chunks[0]), |a, &c| b.max(a, b.abs(c)));
+                    let part = b.max(
+                        b.max(b.extract(amax4, 0), b.extract(amax4, 1)),
+                        b.max(b.extract(amax4, 2), b.extract(amax4, 3)),
+                    );
+                    let xa_item = b.add(item, b.muli(xoff, 2));
+                    b.if_(live, || b.store_shared(xa, xa_item, part));
+                    b.barrier();
+                    b.if_(live, || {
+                        let other = b.load_shared(xa, b.xor(xa_item, b.c_u32(1)));
+                        let amax = b.max(part, other);
+                        let (words, d, sum) = quantize_chunks_q8(b, &chunks, amax, has_min);
+                        let slot = b.add(slot, xoff);
+                        let base = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
+                        for (c, w) in words.iter().enumerate() {
+                            b.store_shared(xq, b.addi(base, c as u32), *w);
+                        }
+                        // d at 0 (the first half) or the spare at 3 (the second); the
+                        // half's sum of quants at 1 + half.
+                        let four = b.muli(slot, 4);
+                        b.store_shared(xd4, b.add(four, b.muli(half, 3)), d);
+                        if has_min {
+                            b.store_shared(xd4, b.add(b.addi(four, 1), half), sum);
+                        }
+                    });
+                });
             }
             if let (Some(xq), Some(xd)) = (xq, xd) {
                 self.cooperative(s.bm * upb, |idx| {
@@ -721,7 +837,7 @@ impl<'a> Gemm<'a> {
                 self.cooperative(s.bn, |r| {
                     let units = open_units(b, self.rows, self.w_row_off(r), ub, upb, false);
                     for (ul, unit) in units.iter().enumerate() {
-                        let slot = b.addi(b.muli(r, upb), ul as u32);
+                        let slot = b.add(b.addi(b.muli(r, upb), ul as u32), woff);
                         for c in 0..CHUNKS {
                             b.store_shared(
                                 wq,
@@ -737,7 +853,7 @@ impl<'a> Gemm<'a> {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
                     let unit = open_unit(b, self.rows, self.w_row_off(r), b.add(ub, ul), false);
-                    let slot = b.add(b.muli(r, upb), ul);
+                    let slot = b.add(b.add(b.muli(r, upb), ul), woff);
                     for c in 0..CHUNKS {
                         b.store_shared(
                             wq,
@@ -751,7 +867,89 @@ impl<'a> Gemm<'a> {
         };
 
         let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        // half_units: both operands staged; each unit in two halves of 16 values, only a
+        // half's 4-word fragments live at once (see `GemmSchedule::half_units`).
+        let half_body = |u: Value, ul: Value| {
+            let (xq, xd4, wq, wsc) = (
+                xq.expect("half_units stages X"),
+                xd4.expect("half_units stages X"),
+                wq.expect("half_units stages W"),
+                wsc.expect("half_units stages W"),
+            );
+            // Every address is one base per operand plus a constant, so the loads take
+            // immediate offsets instead of a live address register each.
+            let x_slot0 = b.add(b.add(b.muli(self.ty, upb), ul), buffer_slot(u, s.bm));
+            let w_slot0 = b.add(b.add(b.muli(self.tx, upb), ul), buffer_slot(u, s.bn));
+            let x_word0 = b.muli(x_slot0, CHUNKS);
+            let w_word0 = b.muli(w_slot0, CHUNKS);
+            let x_slot = |i: u32| i * wg_m * upb;
+            let w_slot = |j: u32| j * wg_n * upb;
+            // (d, d·Σq) of each row; the columns' scales (lo, second).
+            let xds: Vec<(Value, Value)> = (0..s.tm)
+                .map(|i| {
+                    let four = b.muli(b.addi(x_slot0, x_slot(i)), 4);
+                    let d = b.load_shared(xd4, four);
+                    let sum = if has_min {
+                        let s0 = b.load_shared(xd4, b.addi(four, 1));
+                        let s1 = b.load_shared(xd4, b.addi(four, 2));
+                        b.mul(d, b.add(s0, s1))
+                    } else {
+                        b.c_f32(0.0)
+                    };
+                    (d, sum)
+                })
+                .collect();
+            let wscs: Vec<Value> = (0..s.tn)
+                .map(|j| b.load_shared(wsc, b.addi(w_slot0, w_slot(j))))
+                .collect();
+            for h in 0..2u32 {
+                let frag = |arr: SharedArray, word0: Value, slot: u32| -> Vec<Value> {
+                    (0..4)
+                        .map(|c| b.load_shared(arr, b.addi(word0, slot * CHUNKS + 4 * h + c)))
+                        .collect()
+                };
+                let xf: Vec<Vec<Value>> = (0..s.tm).map(|i| frag(xq, x_word0, x_slot(i))).collect();
+                for j in 0..tn {
+                    let wf = frag(wq, w_word0, w_slot(j as u32));
+                    let sc = wscs[j];
+                    let scale = if h == 1 && has_hi {
+                        b.extract(sc, 1)
+                    } else if nsc > 1 {
+                        b.extract(sc, 0)
+                    } else {
+                        sc
+                    };
+                    for (i, xw) in xf.iter().enumerate() {
+                        let dot = (0..4)
+                            .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
+                            .reduce(|a, d| b.add(a, d))
+                            .expect("four chunks");
+                        let dx = xds[i].0;
+                        let a = b.fma(
+                            b.mul(dx, scale),
+                            b.convert(dot, Type::F32),
+                            b.load_var(acc[i][j]),
+                        );
+                        b.store_var(acc[i][j], a);
+                    }
+                }
+            }
+            if has_min {
+                for (j, &sc) in wscs.iter().enumerate() {
+                    let min = b.extract(sc, 1);
+                    for i in 0..tm {
+                        let sx = xds[i].1;
+                        let a = b.fma(b.neg(min), sx, b.load_var(acc[i][j]));
+                        b.store_var(acc[i][j], a);
+                    }
+                }
+            }
+        };
         let unit_body = |u: Value, ul: Value, ul_const: Option<u32>| {
+            if s.half_units {
+                half_body(u, ul);
+                return;
+            }
             // Activations of the tm rows: packed words, d, d*Σq.
             let xs: Vec<(Vec<Value>, Value, Value)> = (0..s.tm)
                 .map(|i| match (xq, xd) {
@@ -933,9 +1131,40 @@ impl<'a> Gemm<'a> {
     }
 
     /// Output (i, j)'s row, its column in Y, and whether it is inside m × n.
+    /// Output row `i` of this thread's micro-tile. `half_units` recomputes it where it is
+    /// used (after the K loop) instead of keeping the value computed at the start live
+    /// across the loop: its 4×4 tiles have no registers to spare on Mali.
+    fn out_row(&self, i: usize) -> Value {
+        if !self.s.half_units {
+            return self.out_rows[i];
+        }
+        let b = self.b;
+        let wg_m = self.s.bm / self.s.tm;
+        let m0 = b.muli(b.builtin(Builtin::WorkgroupId(1)), self.s.bm);
+        let ty = b.builtin(Builtin::LocalInvocationId(2));
+        b.add(m0, b.addi(ty, i as u32 * wg_m))
+    }
+
+    /// Output column `j` of this thread's micro-tile (see [`Self::out_row`]).
+    fn out_col(&self, j: usize) -> Value {
+        if !self.s.half_units {
+            return self.out_cols[j];
+        }
+        let b = self.b;
+        let wg_n = self.s.bn / self.s.tn;
+        let tile_cols = if self.w.epilogue == Epilogue::SwiGlu {
+            self.s.bn / 2
+        } else {
+            self.s.bn
+        };
+        let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), tile_cols);
+        let tx = b.builtin(Builtin::LocalInvocationId(1));
+        b.add(n0, b.addi(tx, j as u32 * wg_n))
+    }
+
     fn output_at(&self, i: usize, j: usize) -> (Value, Value, Value) {
         let b = self.b;
-        let (row, col) = (self.out_rows[i], self.out_cols[j]);
+        let (row, col) = (self.out_row(i), self.out_col(j));
         let inside = b.logical_and(b.lt(row, self.m), b.lt(col, self.n));
         (row, b.add(self.n_offset, col), inside)
     }
@@ -958,8 +1187,8 @@ impl<'a> Gemm<'a> {
     /// (rows and columns outside m × n read a clamped, valid index; they are not stored).
     fn sum_partials(&self, partials: Buffer, i: usize, j: usize, half: u32) -> Value {
         let b = self.b;
-        let row = b.min(self.out_rows[i], self.m_last);
-        let ycol = b.add(self.n_offset, b.min(self.out_cols[j], self.n_last));
+        let row = b.min(self.out_row(i), self.m_last);
+        let ycol = b.add(self.n_offset, b.min(self.out_col(j), self.n_last));
         let mut sum = b.load(partials, self.partial_index(b.c_u32(0), row, ycol, half));
         for g in 1..self.s.k_groups {
             sum = b.add(

@@ -135,6 +135,19 @@ pub struct GemmSchedule {
     /// when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub pack_a_f16: bool,
+    /// Int8-dot math with both operands staged (`stage_a`, `stage_b`): each 32-element unit
+    /// is taken in two halves of 16 values, each thread reading one 4-word fragment of its
+    /// `tm` rows and one of each of its `tn` columns at a time from workgroup memory and
+    /// adding each half's scaled dot product into its f32 accumulator. Only a half unit's
+    /// fragments are live at once (instead of every row's whole unit); each X unit is
+    /// quantized by two threads (16 values each), the tiles are double-buffered by slab
+    /// parity and output indices are recomputed after the K loop. On Mesa 26.1.6 2×4 tiles
+    /// compile without spills (4×4 still spill 28-49). Per unit a thread reads `3·(tm + tn)`
+    /// shared quads for `32·tm·tn` products, and the bitwise dequantization and the
+    /// activation quantization are done once per workgroup tile instead of per lane.
+    /// Omitted from the serialization when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub half_units: bool,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -174,11 +187,15 @@ impl GemmSchedule {
         let mut bytes = 0;
         match self.math {
             Math::Int8Dot => {
+                // half_units double-buffers its tiles.
+                let bufs = if self.half_units { 2 } else { 1 };
                 if self.stage_a {
-                    bytes += self.bm * upb * (8 * 4 + 8);
+                    // half_units: two partial maxima and (d, two sums, a spare) per unit.
+                    let scales = if self.half_units { 2 * 4 + 4 * 4 } else { 8 };
+                    bytes += bufs * self.bm * upb * (8 * 4 + scales);
                 }
                 if self.stage_b {
-                    bytes += self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
+                    bytes += bufs * self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
                 }
             }
             Math::FmaF32 | Math::FmaF16Packed => {
@@ -225,6 +242,11 @@ impl GemmSchedule {
                 };
                 acc + 2 * tm + 2 * tn + 3 * tn + held(2) + wide + overhead
             }
+            Math::Int8Dot if self.half_units => {
+                // Accumulators, a half unit's 4-word fragment of each row with its two
+                // scales, one column's fragment and the columns' scales.
+                tm * tn + 6 * tm + 4 + 2 * tn + overhead
+            }
             Math::Int8Dot => {
                 let quantize = if self.stage_a { 0 } else { 32 };
                 tm * tn + 10 * tm + 8 + 3 * tn + quantize + wide + overhead
@@ -248,7 +270,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -276,6 +298,7 @@ impl GemmSchedule {
             },
             if self.fold_per_slab { "_fs" } else { "" },
             if self.pack_a_f16 { "_pk16" } else { "" },
+            if self.half_units { "_hu" } else { "" },
             if self.share_headers { "_sh" } else { "" },
             if self.last_group_reduces { "_lgr" } else { "" },
             acc,
@@ -432,6 +455,10 @@ impl GemmSchedule {
             && !(self.shuffle_a && self.math == Math::FmaF32 && w.act == ActType::F32)
         {
             return bad("pack_a_f16 needs shuffle_a, fma_f32 math and f32 activations".into());
+        }
+
+        if self.half_units && !(self.math == Math::Int8Dot && self.stage_a && self.stage_b) {
+            return bad("half_units needs int8_dot math with stage_a and stage_b".into());
         }
 
         if self.wide_loads {

@@ -101,6 +101,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         last_group_reduces: false,
                                         fold_per_slab: false,
                                         pack_a_f16: false,
+                                        half_units: false,
                                         accumulate,
                                         math,
                                     };
@@ -135,6 +136,21 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                                 if g.validate(w, caps).is_ok() {
                                                     out.push(g);
                                                 }
+                                            }
+                                        }
+                                    }
+                                    // Int8 with both operands staged, each unit taken in
+                                    // halves (fits 4×4 micro-tiles in 64 registers), with
+                                    // the weights staged per row as word runs or per unit.
+                                    if math == Math::Int8Dot && stage_a && stage_b {
+                                        for wide_loads in [true, false] {
+                                            let h = GemmSchedule {
+                                                half_units: true,
+                                                wide_loads,
+                                                ..s
+                                            };
+                                            if h.validate(w, caps).is_ok() {
+                                                out.push(h);
                                             }
                                         }
                                     }

@@ -70,6 +70,7 @@ pub fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
         last_group_reduces: false,
         fold_per_slab: false,
         pack_a_f16: false,
+        half_units: false,
         accumulate: s.accumulate,
         math: s.math,
     }
