@@ -295,8 +295,9 @@ fn dumped_spirv_passes_spirv_val() {
     assert_eq!(&bytes[..4], &0x0723_0203u32.to_le_bytes(), "SPIR-V magic");
     spirv_val(&path, vulkan_env(version)).unwrap();
 
-    // For a preset, without a device: Mali's default (f32 math, X broadcast as packed f16
-    // pairs, no staging).
+    // For a preset, without a device: Mali's prefill default where the device has integer
+    // dot products (the preset does, as Mesa 26.1 does): int8 math on both operands staged in
+    // workgroup memory, in half units (docs/measurements/2026-12-06d-mali-gemm.md).
     let path = temp_file("mali.spv");
     let v = json(&rocky(&[
         "kernel",
@@ -314,8 +315,10 @@ fn dumped_spirv_passes_spirv_val() {
         path.to_str().unwrap(),
         "--json",
     ]));
-    assert_eq!(v["schedule"]["gemm"]["math"], "fma_f32");
-    assert_eq!(v["schedule"]["gemm"]["pack_a_f16"], true);
+    assert_eq!(v["schedule"]["gemm"]["math"], "int8_dot");
+    assert_eq!(v["schedule"]["gemm"]["half_units"], true);
+    assert_eq!(v["schedule"]["gemm"]["stage_a"], true);
+    assert_eq!(v["schedule"]["gemm"]["stage_b"], true);
     spirv_val(
         &path,
         vulkan_env(v["kernel"]["spirv_version"].as_str().unwrap()),
