@@ -569,19 +569,46 @@ pub fn tune_graph(
     outcome
 }
 
+/// The default schedules' logits of the timed prompt, which every candidate's are checked
+/// against, and what widens that check where 8-bit activations are on either side.
+struct GraphReference<'m> {
+    logits: Vec<f32>,
+    /// Whether the default program ran int8 GEMMs.
+    int8: bool,
+    /// The CPU reference of the device check, for its int8 floor (computed on first use).
+    cpu: CpuReference<'m>,
+}
+
+impl GraphReference<'_> {
+    /// Checks a candidate's `logits` (`int8`: its program ran int8 GEMMs). Where either side
+    /// rounds its activations to 8 bits, each may be as far from the exact logits as
+    /// llama.cpp's own CPU arithmetic is on the check prompt ([`CpuReference`]), so the two may
+    /// differ by twice that: without it a tuned f32 GEMM on a device whose default is int8
+    /// (Mali, Mesa 26.1's prefill) would fail against the default on a 3B's noise alone.
+    fn check(&self, logits: &[f32], int8: bool) -> Result<Agreement, String> {
+        if self.int8 || int8 {
+            if let Ok(floor) = self.cpu.int8_floor() {
+                return check_logits_with_floor(&self.logits, logits, GRAPH_TOLERANCE, 2.0 * floor);
+            }
+        }
+        check_logits(&self.logits, logits, GRAPH_TOLERANCE)
+    }
+}
+
 /// The device check, then (when it passed) the default schedules' logits of `ids`, which must
 /// themselves be finite and not all zero.
-fn default_reference(
-    rig: &mut PrefillRig,
+fn default_reference<'m>(
+    rig: &mut PrefillRig<'m>,
     ubatch: usize,
     budget: &CommandBudget,
     ids: &[u32],
     seed: u64,
-) -> Result<(DeviceCheck, Option<Vec<f32>>), ExecError> {
+) -> Result<(DeviceCheck, Option<GraphReference<'m>>), ExecError> {
     let mut executor = rig.executor(ubatch, *budget, FuseOptions::DEFAULT, false)?;
+    let (file, model) = (rig.file, rig.model);
     let checked = (|| {
-        let short = check_prompt(rig.model, CHECK_TOKENS.min(rig.n_ctx), seed);
-        let cpu = CpuReference::new(rig.file, rig.model, &short);
+        let short = check_prompt(model, CHECK_TOKENS.min(rig.n_ctx), seed);
+        let cpu = CpuReference::new(file, model, &short);
         let mut check = verify_device(&mut executor, &DefaultSchedules, &cpu)?;
         if check.result.is_err() {
             return Ok((check, None));
@@ -594,7 +621,8 @@ fn default_reference(
             ));
             return Ok((check, None));
         }
-        Ok((check, Some(logits)))
+        let int8 = runs_int8_gemms(&executor);
+        Ok((check, Some(GraphReference { logits, int8, cpu })))
     })();
     rig.give_back(executor);
     checked
@@ -607,7 +635,7 @@ fn time_checked(
     ids: &[u32],
     schedules: &dyn ScheduleSource,
     runs: u32,
-    reference: &[f32],
+    reference: &GraphReference,
     fault: Option<GraphFault>,
 ) -> Result<(Vec<f64>, Option<String>, f32), ExecError> {
     let mut seconds = Vec::new();
@@ -620,7 +648,7 @@ fn time_checked(
         if fault == Some(GraphFault::Logits) {
             fault::corrupt_logits(&mut logits);
         }
-        match check_logits(reference, &logits, GRAPH_TOLERANCE) {
+        match reference.check(&logits, runs_int8_gemms(executor)) {
             Ok(a) => worst = worst.max(a.error_ratio()),
             Err(e) => {
                 worst = f32::INFINITY;
@@ -686,6 +714,65 @@ pub fn median(xs: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The graph step's check against the default schedules' logits: plain `GRAPH_TOLERANCE`
+    /// without int8 GEMMs, widened to twice llama.cpp's own distance from the exact logits
+    /// (measured by the CPU reference on the check prompt) where either side ran int8 GEMMs.
+    #[test]
+    fn int8_on_either_side_allows_twice_llama_cpps_distance() {
+        // The shared folder's tiny model, or the stand-in tools/prepare-test-assets.sh makes
+        // (as tests/common/shared_folder.rs finds them).
+        use std::path::PathBuf;
+        let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let assets = std::env::var_os("ROCKY_TEST_ASSETS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target/test-assets"));
+        let roots = [
+            std::env::var_os("ROCKY_SHARED").map(PathBuf::from),
+            Some(workspace.join("../shared")),
+            Some(assets.join("shared-standin")),
+        ];
+        let path = roots
+            .into_iter()
+            .flatten()
+            .map(|r| r.join("models/qwen2-tiny-q8_0.gguf"))
+            .find(|p| p.is_file())
+            .expect("the tiny Q8_0 Qwen2: the shared folder or tools/prepare-test-assets.sh");
+        let file = GgufFile::open(&path).unwrap();
+        let model = rocky_models::arch::load(&file).unwrap();
+        let ids = check_prompt(&model, CHECK_TOKENS, 3);
+        let cpu = CpuReference::new(&file, &model, &ids);
+        let exact = cpu.logits.clone().unwrap();
+        let floor = cpu.int8_floor().unwrap();
+        assert!(floor > 0.0, "8-bit activations move the logits");
+        let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let bound = GRAPH_TOLERANCE * scale;
+        let widened = bound.max(2.0 * floor);
+        // One logit that is not the top-1 moved down by `d`.
+        let top = crate::logits_check::argmax(&exact);
+        let moved = |d: f32| {
+            let mut got = exact.clone();
+            let other = (top + 1) % got.len();
+            got[other] -= d;
+            got
+        };
+        let reference = GraphReference {
+            logits: exact.clone(),
+            int8: false,
+            cpu,
+        };
+        assert!(reference.check(&moved(0.99 * bound), false).is_ok());
+        assert!(reference.check(&moved(1.01 * bound), false).is_err());
+        assert!(reference.check(&moved(0.99 * widened), true).is_ok());
+        assert!(reference.check(&moved(1.01 * widened), true).is_err());
+        // The default's own int8 widens it the same way.
+        let reference = GraphReference {
+            int8: true,
+            ..reference
+        };
+        assert!(reference.check(&moved(0.99 * widened), false).is_ok());
+        assert!(reference.check(&moved(1.01 * widened), false).is_err());
+    }
 
     fn budget(d: u32) -> CommandBudget {
         CommandBudget {

@@ -118,7 +118,7 @@ pub fn check_logits_with_floor(
     Ok(agreement)
 }
 
-fn argmax(v: &[f32]) -> usize {
+pub(crate) fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
