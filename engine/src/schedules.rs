@@ -36,7 +36,7 @@ impl ScheduleSource for SessionSchedules {
         .schedule(workload, caps);
         match (GemvPatch::from_env(), workload, schedule) {
             (Some(patch), Workload::Gemv(w), Schedule::Gemv(s)) => match patch.apply(&s) {
-                Some(p) if p.validate(w, caps).is_ok() => (Schedule::Gemv(p), origin),
+                Ok(p) if p.validate(w, caps).is_ok() => (Schedule::Gemv(p), origin),
                 _ => (schedule, origin),
             },
             _ => (schedule, origin),
@@ -82,10 +82,8 @@ impl GemvPatch {
     pub(crate) fn parse(text: &str) -> Result<GemvPatch, String> {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(fields)) => {
-                // Every field must be one a schedule has: apply it to a default to find out.
-                let probe = GemvPatch {
-                    fields: fields.clone(),
-                };
+                // Every field must be one a schedule has: apply it to a schedule to find out.
+                let patch = GemvPatch { fields };
                 let base = GemvSchedule {
                     threads: 64,
                     cols: 1,
@@ -98,17 +96,18 @@ impl GemvPatch {
                     dot_first: false,
                     quad_loads: false,
                 };
-                probe
-                    .merged(&base)
+                patch
+                    .apply(&base)
                     .map_err(|e| format!("not GEMV schedule fields: {e}"))?;
-                Ok(probe)
+                Ok(patch)
             }
             Ok(_) => Err("expected a JSON object of GEMV schedule fields".into()),
             Err(e) => Err(format!("not JSON: {e}")),
         }
     }
 
-    fn merged(&self, s: &GemvSchedule) -> Result<GemvSchedule, serde_json::Error> {
+    /// `s` with the patch's fields, or why they do not make a schedule.
+    pub(crate) fn apply(&self, s: &GemvSchedule) -> Result<GemvSchedule, serde_json::Error> {
         let mut value = serde_json::to_value(s)?;
         if let serde_json::Value::Object(map) = &mut value {
             for (k, v) in &self.fields {
@@ -116,11 +115,6 @@ impl GemvPatch {
             }
         }
         serde_json::from_value(value)
-    }
-
-    /// `s` with the patch's fields, or `None` where they do not make a schedule.
-    pub(crate) fn apply(&self, s: &GemvSchedule) -> Option<GemvSchedule> {
-        self.merged(s).ok()
     }
 }
 

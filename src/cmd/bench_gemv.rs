@@ -295,8 +295,8 @@ struct Target<'a> {
 }
 
 /// Weight bytes a batch of variants may hold on the device at once (each variant owns a copy
-/// of its shape's weights): a 24-schedule sweep of the 3B's vocabulary-sized shapes would not
-/// fit a board's memory whole.
+/// of its shape's weights): a 120-schedule sweep of the 3B's Q8_0 gate/up (48 MB a copy)
+/// would take 5.8 GB whole, more than a board can spare.
 const BATCH_WEIGHT_BYTES: u64 = 2 << 30;
 
 fn weight_bytes(w: &GemmWorkload) -> u64 {

@@ -1203,6 +1203,18 @@ pub fn quantize_unit_q8(
         b.max(b.extract(amax4, 0), b.extract(amax4, 1)),
         b.max(b.extract(amax4, 2), b.extract(amax4, 3)),
     );
+    let (words, d) = quantize_chunks_q8(b, chunks, amax);
+    let sum = if with_sum {
+        b.mul(d, b.convert(quants_sum(b, &words), Type::F32))
+    } else {
+        b.c_f32(0.0)
+    };
+    (words, d, sum)
+}
+
+/// The quantization of [`quantize_unit_q8`] with the chunks' `amax` already known (the GEMM's
+/// half-unit staging meets two threads' maxima first): the packed signed words and d.
+pub fn quantize_chunks_q8(b: &KernelBuilder, chunks: &[Value], amax: Value) -> (Vec<Value>, Value) {
     let d = b.div(amax, b.c_f32(127.0));
     let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
     let idv = b.splat(id, 4);
@@ -1222,18 +1234,17 @@ pub fn quantize_unit_q8(
             b.or(b.or(l0, l1), b.or(l2, l3))
         })
         .collect();
-    let sum = if with_sum {
-        let ones = b.c_u32(0x0101_0101);
-        let s = words[1..]
-            .iter()
-            .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
-                b.add(s, b.dot4x8(w, ones, DotSign::Signed))
-            });
-        b.mul(d, b.convert(s, Type::F32))
-    } else {
-        b.c_f32(0.0)
-    };
-    (words, d, sum)
+    (words, d)
+}
+
+/// Σq of packed signed words (i32): dot products with all-ones bytes.
+pub fn quants_sum(b: &KernelBuilder, words: &[Value]) -> Value {
+    let ones = b.c_u32(0x0101_0101);
+    words[1..]
+        .iter()
+        .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
+            b.add(s, b.dot4x8(w, ones, DotSign::Signed))
+        })
 }
 
 /// `acc` plus one unit's contribution to a dot product of int8 activations (`xw`, scale `dx`,

@@ -97,47 +97,6 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
 /// The `row_off` of weight row `col` for the dequant fragments (`row_bytes` as [`Gemm`]
 /// holds it): bytes in the GGUF layout, 16-byte units in the aligned one (see
 /// `dequant::ir::WeightRows`).
-/// Part of a unit's quantization with the unit's `amax` known (the half-unit staging of
-/// `half_units`): the chunks' packed signed words, d and the chunks' sum of quants as an f32
-/// (an exact integer). The same operations as `dequant::ir::quantize_unit_q8` after its
-/// maximum, so the quants and d are the same bits.
-fn quantize_chunks_q8(
-    b: &KernelBuilder,
-    chunks: &[Value],
-    amax: Value,
-    with_sum: bool,
-) -> (Vec<Value>, Value, Value) {
-    let d = b.div(amax, b.c_f32(127.0));
-    let id = b.select(b.ne(d, b.c_f32(0.0)), b.div(b.c_f32(1.0), d), b.c_f32(0.0));
-    let idv = b.splat(id, 4);
-    let uv4 = Type::vec(Scalar::U32, 4);
-    let shifts = b.construct(&[b.c_u32(0), b.c_u32(8), b.c_u32(16), b.c_u32(24)]);
-    let words: Vec<Value> = chunks
-        .iter()
-        .map(|&c| {
-            let q = b.convert(b.round_even(b.mul(c, idv)), Type::vec(Scalar::I32, 4));
-            let u = b.shl(b.and(b.bitcast(q, uv4), b.const_bits(uv4, 0xFF)), shifts);
-            let (l0, l1, l2, l3) = (
-                b.extract(u, 0),
-                b.extract(u, 1),
-                b.extract(u, 2),
-                b.extract(u, 3),
-            );
-            b.or(b.or(l0, l1), b.or(l2, l3))
-        })
-        .collect();
-    if !with_sum {
-        return (words, d, b.c_f32(0.0));
-    }
-    let ones = b.c_u32(0x0101_0101);
-    let sum = words[1..]
-        .iter()
-        .fold(b.dot4x8(words[0], ones, DotSign::Signed), |s, &w| {
-            b.add(s, b.dot4x8(w, ones, DotSign::Signed))
-        });
-    (words, d, b.convert(sum, Type::F32))
-}
-
 fn row_offset(b: &KernelBuilder, col: Value, row_bytes: Value) -> Value {
     b.mul(col, row_bytes)
 }
@@ -802,7 +761,13 @@ impl<'a> Gemm<'a> {
                     b.if_(live, || {
                         let other = b.load_shared(xa, b.xor(xa_item, b.c_u32(1)));
                         let amax = b.max(part, other);
-                        let (words, d, sum) = quantize_chunks_q8(b, &chunks, amax, has_min);
+                        let (words, d) = crate::dequant::ir::quantize_chunks_q8(b, &chunks, amax);
+                        // The half's sum of quants as an f32 (an exact integer).
+                        let sum = if has_min {
+                            b.convert(crate::dequant::ir::quants_sum(b, &words), Type::F32)
+                        } else {
+                            b.c_f32(0.0)
+                        };
                         let slot = b.add(slot, xoff);
                         let base = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
                         for (c, w) in words.iter().enumerate() {
