@@ -2,9 +2,10 @@
 //! (or a caller's own source instead), then every GEMM staged in shared memory where asked,
 //! then one math family forced where asked, in that order (as the CLI always layered them),
 //! and last, for A/B measurements, fields patched into every GEMV schedule from
-//! `ROCKY_GEMV_SCHEDULE` ([`GemvPatch`]).
+//! `ROCKY_GEMV_SCHEDULE` ([`GemvPatches`]).
 
 use crate::staging::ForcedSharedMemory;
+use rocky_compiler::templates::gemm::GemmWorkload;
 use rocky_compiler::templates::gemv::GemvSchedule;
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_runtime::executor::{ForcedMath, MathFamily, ScheduleOrigin, ScheduleSource};
@@ -34,41 +35,54 @@ impl ScheduleSource for SessionSchedules {
             family: self.math,
         }
         .schedule(workload, caps);
-        match (GemvPatch::from_env(), workload, schedule) {
-            (Some(patch), Workload::Gemv(w), Schedule::Gemv(s)) => match patch.apply(&s) {
-                Ok(p) if p.validate(w, caps).is_ok() => (Schedule::Gemv(p), origin),
-                _ => (schedule, origin),
-            },
+        match (GemvPatches::from_env(), workload, schedule) {
+            (Some(patches), Workload::Gemv(w), Schedule::Gemv(s)) => {
+                match patches.for_workload(w).map(|p| p.apply(&s)) {
+                    Some(Ok(p)) if p.validate(w, caps).is_ok() => (Schedule::Gemv(p), origin),
+                    _ => (schedule, origin),
+                }
+            }
             _ => (schedule, origin),
         }
     }
 }
 
-/// The environment variable holding a [`GemvPatch`].
+/// The environment variable holding [`GemvPatches`].
 pub const GEMV_PATCH_ENV: &str = "ROCKY_GEMV_SCHEDULE";
 
-/// Fields of a GEMV schedule set on every GEMV a session runs, e.g.
-/// `ROCKY_GEMV_SCHEDULE='{"quad_loads":true,"threads":128}'`: to compare schedule options
-/// across a whole decode step on a device, where timing one GEMV at a time misleads (an
-/// H100's clocks fall between a sweep's rows: 2026-12-06d). A patched schedule that the
-/// workload or device refuses is not used (that GEMV keeps its own). Not a tuning result:
-/// nothing is stored.
+/// Fields of a GEMV schedule set on the GEMVs a session runs, to compare schedule options
+/// across whole decode steps on a device, where timing one GEMV at a time misleads (an H100's
+/// clocks fall between a sweep's rows: 2026-12-06d). Either one object, set on every GEMV:
+/// `ROCKY_GEMV_SCHEDULE='{"quad_loads":true,"threads":128}'`, or a list of them, each with an
+/// optional `"when"` object of workload fields it applies to (JSON-equal to the workload's),
+/// the first that matches applying:
+/// `'[{"when":{"k":11008},"threads":32,"reduce":"one_subgroup"},{"threads":64}]'`.
+/// A patched schedule that the workload or device refuses is not used (that GEMV keeps its
+/// own). Not a tuning result: nothing is stored.
+#[derive(Clone, Debug)]
+pub(crate) struct GemvPatches {
+    patches: Vec<GemvPatch>,
+}
+
+/// One patch of [`GemvPatches`]: the workload fields it applies to and the schedule fields it
+/// sets.
 #[derive(Clone, Debug)]
 pub(crate) struct GemvPatch {
+    when: serde_json::Map<String, serde_json::Value>,
     fields: serde_json::Map<String, serde_json::Value>,
 }
 
-impl GemvPatch {
-    /// The patch in the environment, read once; a malformed one is reported once on stderr
+impl GemvPatches {
+    /// The patches in the environment, read once; malformed ones are reported once on stderr
     /// and ignored.
-    fn from_env() -> Option<&'static GemvPatch> {
-        static PATCH: std::sync::OnceLock<Option<GemvPatch>> = std::sync::OnceLock::new();
-        PATCH
+    fn from_env() -> Option<&'static GemvPatches> {
+        static PATCHES: std::sync::OnceLock<Option<GemvPatches>> = std::sync::OnceLock::new();
+        PATCHES
             .get_or_init(|| {
                 let text = std::env::var(GEMV_PATCH_ENV)
                     .ok()
                     .filter(|t| !t.is_empty())?;
-                match GemvPatch::parse(&text) {
+                match GemvPatches::parse(&text) {
                     Ok(p) => Some(p),
                     Err(e) => {
                         eprintln!("warning: {GEMV_PATCH_ENV} ignored: {e}");
@@ -79,31 +93,59 @@ impl GemvPatch {
             .as_ref()
     }
 
-    pub(crate) fn parse(text: &str) -> Result<GemvPatch, String> {
-        match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(serde_json::Value::Object(fields)) => {
-                // Every field must be one a schedule has: apply it to a schedule to find out.
-                let patch = GemvPatch { fields };
-                let base = GemvSchedule {
-                    threads: 64,
-                    cols: 1,
-                    chunks_per_thread: 8,
-                    units_per_thread: 1,
-                    vector_width: 1,
-                    reduce: rocky_compiler::templates::gemv::Reduce::Shared,
-                    accumulate: rocky_compiler::templates::gemm::Precision::F32,
-                    math: rocky_compiler::templates::gemm::Math::FmaF32,
-                    dot_first: false,
-                    quad_loads: false,
-                };
-                patch
-                    .apply(&base)
-                    .map_err(|e| format!("not GEMV schedule fields: {e}"))?;
-                Ok(patch)
-            }
-            Ok(_) => Err("expected a JSON object of GEMV schedule fields".into()),
-            Err(e) => Err(format!("not JSON: {e}")),
-        }
+    pub(crate) fn parse(text: &str) -> Result<GemvPatches, String> {
+        let items = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Array(items)) => items,
+            Ok(one @ serde_json::Value::Object(_)) => vec![one],
+            Ok(_) => return Err("expected a JSON object of GEMV schedule fields, or a list".into()),
+            Err(e) => return Err(format!("not JSON: {e}")),
+        };
+        let patches = items
+            .into_iter()
+            .map(GemvPatch::from_value)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(GemvPatches { patches })
+    }
+
+    /// The first patch whose `when` matches `w`.
+    pub(crate) fn for_workload(&self, w: &GemmWorkload) -> Option<&GemvPatch> {
+        let value = serde_json::to_value(w).ok()?;
+        self.patches.iter().find(|p| {
+            p.when
+                .iter()
+                .all(|(k, v)| value.get(k).is_some_and(|have| have == v))
+        })
+    }
+}
+
+impl GemvPatch {
+    fn from_value(v: serde_json::Value) -> Result<GemvPatch, String> {
+        let serde_json::Value::Object(mut fields) = v else {
+            return Err("expected a JSON object of GEMV schedule fields".into());
+        };
+        let when = match fields.remove("when") {
+            None => serde_json::Map::new(),
+            Some(serde_json::Value::Object(when)) => when,
+            Some(_) => return Err("\"when\" must be an object of workload fields".into()),
+        };
+        // Every field must be one a schedule has: apply it to a schedule to find out.
+        let patch = GemvPatch { when, fields };
+        let base = GemvSchedule {
+            threads: 64,
+            cols: 1,
+            chunks_per_thread: 8,
+            units_per_thread: 1,
+            vector_width: 1,
+            reduce: rocky_compiler::templates::gemv::Reduce::Shared,
+            accumulate: rocky_compiler::templates::gemm::Precision::F32,
+            math: rocky_compiler::templates::gemm::Math::FmaF32,
+            dot_first: false,
+            quad_loads: false,
+        };
+        patch
+            .apply(&base)
+            .map_err(|e| format!("not GEMV schedule fields: {e}"))?;
+        Ok(patch)
     }
 
     /// `s` with the patch's fields, or why they do not make a schedule.
@@ -123,10 +165,8 @@ mod tests {
     use super::*;
     use rocky_compiler::templates::gemm::Math;
 
-    #[test]
-    fn a_patch_sets_only_its_fields() {
-        let patch = GemvPatch::parse(r#"{"quad_loads":true,"threads":128}"#).unwrap();
-        let base = GemvSchedule {
+    fn base() -> GemvSchedule {
+        GemvSchedule {
             threads: 64,
             cols: 4,
             chunks_per_thread: 8,
@@ -137,25 +177,62 @@ mod tests {
             math: Math::FmaF32,
             dot_first: false,
             quad_loads: false,
-        };
-        let patched = patch.apply(&base).unwrap();
+        }
+    }
+
+    fn workload(n: u32, k: u32) -> GemmWorkload {
+        serde_json::from_str(&format!(
+            r#"{{"m":1,"n":{n},"k":{k},"act":"f32","weight":"q4_k","bias":false}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_patch_sets_only_its_fields() {
+        let patches = GemvPatches::parse(r#"{"quad_loads":true,"threads":128}"#).unwrap();
+        let patch = patches.for_workload(&workload(2048, 2048)).unwrap();
         assert_eq!(
-            patched,
+            patch.apply(&base()).unwrap(),
             GemvSchedule {
                 threads: 128,
                 quad_loads: true,
-                ..base
+                ..base()
             }
         );
     }
 
     #[test]
+    fn the_first_patch_whose_workload_fields_match_applies() {
+        let patches = GemvPatches::parse(
+            r#"[{"when":{"k":11008},"threads":32},{"when":{"n":151936,"k":2048},"cols":1},{"threads":256}]"#,
+        )
+        .unwrap();
+        let threads = |n, k| {
+            patches
+                .for_workload(&workload(n, k))
+                .map(|p| p.apply(&base()).unwrap())
+        };
+        assert_eq!(threads(2048, 11008).unwrap().threads, 32);
+        assert_eq!(threads(151936, 2048).unwrap().cols, 1);
+        assert_eq!(threads(151936, 2048).unwrap().threads, 64);
+        assert_eq!(threads(2048, 2048).unwrap().threads, 256);
+        let only = GemvPatches::parse(r#"[{"when":{"k":11008},"threads":32}]"#).unwrap();
+        assert!(only.for_workload(&workload(2048, 2048)).is_none());
+    }
+
+    #[test]
     fn a_bad_patch_is_refused_with_the_reason() {
-        assert!(GemvPatch::parse("[1]").unwrap_err().contains("JSON object"));
-        assert!(GemvPatch::parse(r#"{"threadz":1}"#)
+        assert!(GemvPatches::parse("[1]")
+            .unwrap_err()
+            .contains("JSON object"));
+        assert!(GemvPatches::parse("7").unwrap_err().contains("JSON object"));
+        assert!(GemvPatches::parse(r#"{"threadz":1}"#)
             .unwrap_err()
             .contains("not GEMV schedule fields"));
-        assert!(GemvPatch::parse(r#"{"math":"fma_f99"}"#).is_err());
-        assert!(GemvPatch::parse("{").unwrap_err().contains("not JSON"));
+        assert!(GemvPatches::parse(r#"{"when":3,"threads":32}"#)
+            .unwrap_err()
+            .contains("workload fields"));
+        assert!(GemvPatches::parse(r#"{"math":"fma_f99"}"#).is_err());
+        assert!(GemvPatches::parse("{").unwrap_err().contains("not JSON"));
     }
 }
