@@ -246,7 +246,7 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     };
     let mut seen = BTreeSet::new();
     let mut checked = 0;
-    let (mut quads, mut dots_first) = (0, 0);
+    let (mut quads, mut dots_first, mut int8_normed) = (0, 0, 0);
     let formats: BTreeSet<_> = workloads().iter().map(|w| w.weight).collect();
     assert_eq!(
         formats.len(),
@@ -266,9 +266,12 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             .collect();
         // A few with the load and arithmetic variants (16-byte quad loads exist only for
         // Q4_K/Q5_K rows with a thread per unit; dotting first for every quantized format).
+        // And int8 math on every workload (a folded RMSNorm's too: its X is quantized before
+        // it is normalized).
         for pick in [
             |s: &GemvSchedule| s.quad_loads,
             |s: &GemvSchedule| s.dot_first && !s.quad_loads,
+            |s: &GemvSchedule| s.math == gemm::Math::Int8Dot,
         ] {
             sample.extend(
                 space
@@ -287,6 +290,9 @@ fn gemv_kernels_across_the_space_match_the_reference() {
         sample.push((gemv::default_schedule(w, &cpu), &cpu));
         for (s, caps) in &sample {
             check(w, s, caps, &inp, w.m);
+            if s.math == gemm::Math::Int8Dot && w.rms_norm_eps_bits.is_some() {
+                int8_normed += 1;
+            }
             let one_subgroup = s.reduce == Reduce::Subgroup && s.threads <= caps.subgroup_size;
             seen.insert((s.math, s.reduce, s.chunks_per_thread, one_subgroup));
             quads += usize::from(s.quad_loads);
@@ -301,6 +307,10 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     eprintln!("checked {checked} kernels, {} variants", seen.len());
     assert!(quads >= 4, "{quads} quad-load kernels checked");
     assert!(dots_first >= 8, "{dots_first} dot-first kernels checked");
+    assert!(
+        int8_normed >= 4,
+        "{int8_normed} int8 kernels with a folded RMSNorm checked"
+    );
     for reduce in [Reduce::Shared, Reduce::Subgroup] {
         assert!(
             seen.iter().any(|v| v.1 == reduce),

@@ -154,10 +154,7 @@ fn main_loop(
     io: &Io,
 ) -> Sums {
     if s.math == Math::Int8Dot {
-        return Sums {
-            outputs: int8_main_loop(b, w, s, x, rows, io),
-            squares: Vec::new(),
-        };
+        return int8_main_loop(b, w, s, x, rows, io);
     }
     let f16 = s.math == Math::FmaF16Packed;
     let ms = if f16 { Scalar::F16 } else { Scalar::F32 };
@@ -520,6 +517,12 @@ fn weight_row_offsets(
 /// The int8 main loop (`validate` made it a thread per unit, scalar sums): per group of
 /// `units_per_thread` units, each X row's units are quantized once (`quantize_unit_q8`) and
 /// dotted with every weight row's packed quants (`int8_unit_fma`).
+///
+/// With a folded RMSNorm each unit of X is multiplied by the norm weight and quantized before
+/// it is normalized: a unit's quants do not change when all its values are scaled by the same
+/// positive factor (only its scale does, up to a rounding flip the comparison allows), so the
+/// sums are scaled by `1 / sqrt(mean(x²) + eps)` at the end, as the f32 path does, and each
+/// raw chunk is squared into the row's sum of squares as it is loaded.
 fn int8_main_loop(
     b: &KernelBuilder,
     w: &GemmWorkload,
@@ -527,7 +530,7 @@ fn int8_main_loop(
     x: Buffer,
     rows: WeightRows,
     io: &Io,
-) -> Vec<Vec<Value>> {
+) -> Sums {
     let mrows = w.m as usize;
     let row_offs = weight_row_offsets(b, w, s, io);
     let acc: Vec<Vec<Var>> = (0..mrows)
@@ -537,6 +540,17 @@ fn int8_main_loop(
                 .collect()
         })
         .collect();
+    let squares: Vec<Var> = match io.norm {
+        Some(_) => (0..mrows)
+            .map(|i| {
+                b.var_init(
+                    &format!("squares{i}"),
+                    b.lit(Type::vec(Scalar::F32, 4), 0.0),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let slot = b.builtin(Builtin::LocalInvocationIndex);
     let x_bases = x_row_bases(b, w, io);
     let has_min = w.weight.has_min();
@@ -551,12 +565,30 @@ fn int8_main_loop(
             .collect();
         for ul in 0..g {
             let u = if ul == 0 { first } else { b.addi(first, ul) };
+            let unit_at = b.muli(u, CHUNKS);
+            // The norm weight's chunks of this unit, shared by every X row.
+            let g: Option<Vec<Value>> = io.norm.map(|n| {
+                (0..CHUNKS)
+                    .map(|c| b.load(n.weight, b.addi(unit_at, c)))
+                    .collect()
+            });
             let xs: Vec<(Vec<Value>, Value, Value)> = x_bases
                 .iter()
-                .map(|&base| {
-                    let at = b.add(base, b.muli(u, CHUNKS));
+                .enumerate()
+                .map(|(i, &base)| {
+                    let at = b.add(base, unit_at);
                     let chunks: Vec<Value> = (0..CHUNKS)
-                        .map(|c| b.convert(b.load(x, b.addi(at, c)), Type::vec(Scalar::F32, 4)))
+                        .map(|c| {
+                            let xc = b.convert(b.load(x, b.addi(at, c)), Type::vec(Scalar::F32, 4));
+                            match &g {
+                                Some(g) => {
+                                    let sq = squares[i];
+                                    b.store_var(sq, b.fma(xc, xc, b.load_var(sq)));
+                                    b.mul(xc, g[c as usize])
+                                }
+                                None => xc,
+                            }
+                        })
                         .collect();
                     quantize_unit_q8(b, &chunks, has_min)
                 })
@@ -573,9 +605,16 @@ fn int8_main_loop(
         }
     };
     for_each_group(b, groups, step, slot, group_body);
-    acc.iter()
-        .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
-        .collect()
+    Sums {
+        outputs: acc
+            .iter()
+            .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
+            .collect(),
+        squares: squares
+            .iter()
+            .map(|&sq| lanes_sum(b, b.load_var(sq), 4))
+            .collect(),
+    }
 }
 
 /// Adds the threads' sums over the workgroup and stores the outputs.

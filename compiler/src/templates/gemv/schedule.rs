@@ -143,8 +143,15 @@ impl GemvSchedule {
             _ => outputs * self.vector_width,
         };
         if self.math == Math::Int8Dot {
-            // Each X row's 8 packed words, its scale and sum; a weight row's words and scales.
-            return acc + 10 * w.m + 8 + 3 * wrows + 12;
+            // Each X row's 8 packed words, its scale and sum; a weight row's words and scales;
+            // with a folded RMSNorm a 4-wide sum of squares per X row and the norm weight's
+            // chunk.
+            let norm = if w.rms_norm_eps_bits.is_some() {
+                4 * w.m + 4
+            } else {
+                0
+            };
+            return acc + 10 * w.m + 8 + 3 * wrows + 12 + norm;
         }
         // A folded RMSNorm: a 4-wide sum of squares per X row and the norm weight's chunk.
         let norm = if w.rms_norm_eps_bits.is_some() {
@@ -280,11 +287,11 @@ impl GemvSchedule {
                 w.weight, w.layout, self.chunks_per_thread
             ));
         }
-        if w.rms_norm_eps_bits.is_some() && self.math != Math::FmaF32 {
+        if w.rms_norm_eps_bits.is_some() && self.math == Math::FmaF16Packed {
             // X is multiplied by the norm weight but normalized only at the end: f16 products
-            // of the raw residual stream can overflow, and int8 would quantize it with other
-            // rounding than the normalized X the reference quantizes.
-            return bad("a folded RMSNorm needs fma_f32 math".into());
+            // of the raw residual stream can overflow. (int8 quantizes each unit of the
+            // unnormalized X: the same quants, a scale that differs by the norm's factor.)
+            return bad("a folded RMSNorm needs fma_f32 or int8_dot math".into());
         }
         if self.accumulate != Precision::F32 {
             return bad("the GEMV template accumulates in f32".into());

@@ -75,6 +75,58 @@ fn desktop_threads(units: u32) -> (u32, u32) {
 /// SwiGLU output columns from which the desktop default takes four columns per workgroup.
 const WIDE_SWIGLU_COLUMNS: u32 = 8192;
 
+/// Output columns from which a GEMV is a vocabulary projection (the output layer).
+const VOCABULARY_COLUMNS: u32 = 65536;
+
+/// Depth (K) from which a decode GEMV is an FFN down projection's (the 3B's 11008).
+const DEEP_K: u32 = 8192;
+
+/// The desktop GPU's int8 decode GEMVs, where the device has integer dot products and the
+/// weights are quantized: each thread quantizes its 32-element units of X to 8 bits (ggml's
+/// Q8_1) and takes packed 4-element dot products, far fewer instructions per weight than
+/// converting every quant to f32. Measured over whole decode steps on an H100 (per-op GPU
+/// times with `--profile`, tok/s in interleaved rounds, 2026-12-06e): the 3B's down GEMV
+/// (K = 11008) 21.8 → 15.8 µs (Q4_K) with 128 threads and four columns; its gate/up GEMV
+/// (SwiGLU, 11008 columns, K = 2048) 24.4 → 20.0 µs with 64 threads and eight columns; its
+/// vocabulary projection (151936 × 2048) 0.21 → 0.16 ms with 64 threads and four. Where the
+/// rows have few units (the 0.5B's K = 896: 28) and on narrower shapes (the Q/K/V and
+/// attention output GEMVs: slower in int8 on the same card) the f32 default stays. The
+/// activations' rounding is ggml's own (llama.cpp's integer-dot GEMVs quantize them the same
+/// way), checked against the CPU reference with the activations quantized as the kernel does.
+fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
+    let desktop = !caps.lane_serial_memory && !caps.shared_memory_is_slow;
+    if !desktop || !caps.integer_dot_product || !w.weight.is_quantized() || w.m != 1 {
+        return None;
+    }
+    let units = w.k / 32;
+    let (threads, cols) = if w.k >= DEEP_K {
+        (128, 4)
+    } else if units >= 64 && w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS {
+        (64, 8)
+    } else if units >= 64 && w.n >= VOCABULARY_COLUMNS {
+        (64, 4)
+    } else {
+        return None;
+    };
+    let s = GemvSchedule {
+        threads,
+        cols,
+        chunks_per_thread: 8,
+        units_per_thread: 1,
+        vector_width: 1,
+        reduce: if caps.subgroup_arithmetic {
+            Reduce::Subgroup
+        } else {
+            Reduce::Shared
+        },
+        accumulate: Precision::F32,
+        math: Math::Int8Dot,
+        dot_first: false,
+        quad_loads: false,
+    };
+    s.validate(w, caps).is_ok().then_some(s)
+}
+
 /// Output columns up to which panvk's default GEMV sums its lanes through workgroup memory:
 /// a dispatch there allocates its workgroup memory for every workgroup instance (Mesa 25.0.7:
 /// the power-of-two-rounded grid times the core-id range, 19 on RK3588), so 128 bytes per
@@ -153,17 +205,23 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             return s;
         }
     }
+    if let Some(s) = desktop_int8(w, caps) {
+        return s;
+    }
     // Four columns for the wide gate/up GEMV of a decode step (each column is a gate row and an
     // up row, so eight weight rows share each X chunk): on an H100 the 3B's 11008 × 2048 Q4_K
     // SwiGLU GEMV ran at 4273 GFLOP/s with 4 columns against 3337 with 2, the best of 24
     // schedules; the narrower shapes measured best at 2 (2026-12-05c-h100-decode-replay.md).
     let wide_swiglu = w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS;
+    // Four columns for a vocabulary projection too: an H100 ran the 3B's 151936 × 2048 Q6_K
+    // output GEMV in 0.209 ms against 0.267 with two (2026-12-06e, call AD).
+    let vocabulary = w.n >= VOCABULARY_COLUMNS;
     let (threads, chunks_per_thread) = desktop_threads(units);
     let s = GemvSchedule {
         threads,
         cols: if w.m > 4 {
             1
-        } else if wide_swiglu && w.m == 1 {
+        } else if (wide_swiglu || vocabulary) && w.m == 1 {
             4
         } else {
             2
