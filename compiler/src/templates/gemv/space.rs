@@ -81,36 +81,30 @@ const VOCABULARY_COLUMNS: u32 = 65536;
 /// Depth (K) from which a decode GEMV is an FFN down projection's (the 3B's 11008).
 const DEEP_K: u32 = 8192;
 
-/// The desktop GPU's int8 decode GEMVs, where the device has integer dot products and the
-/// weights are quantized: each thread quantizes its 32-element units of X to 8 bits (ggml's
-/// Q8_1) and takes packed 4-element dot products, far fewer instructions per weight than
-/// converting every quant to f32. Measured over whole decode steps on an H100 (per-op GPU
-/// times with `--profile`, tok/s in interleaved rounds, 2026-12-06e): the 3B's down GEMV
-/// (K = 11008) 21.8 → 15.8 µs (Q4_K) with 128 threads and four columns; its gate/up GEMV
-/// (SwiGLU, 11008 columns, K = 2048) 24.4 → 20.0 µs with 64 threads and eight columns; its
-/// vocabulary projection (151936 × 2048) 0.21 → 0.16 ms with 64 threads and four. Where the
-/// rows have few units (the 0.5B's K = 896: 28) and on narrower shapes (the Q/K/V and
-/// attention output GEMVs: slower in int8 on the same card) the f32 default stays. The
+/// The desktop GPU's int8 decode GEMV for deep rows (an FFN's down projection), where the
+/// device has integer dot products and the weights are quantized: each thread quantizes its
+/// 32-element units of X to 8 bits (ggml's Q8_1) and takes packed 4-element dot products, far
+/// fewer instructions per weight than converting every quant to f32, with 128 threads and four
+/// columns. Measured on an H100 (2026-12-06e): the 3B's down GEMV (K = 11008) 21.8 → 15.8 µs
+/// per step (Q4_K, `--profile`), and over whole decode steps (call AG, three interleaved
+/// rounds, the same host) 3B decode 298-306 tok/s → 313-317 against int8 also on the gate/up
+/// and vocabulary GEMVs (faster alone under `--profile`, slower in the replayed step) or on none.
+/// Shallower rows (the 0.5B's K = 4864, every K = 2048 GEMV) keep the f32 default. The
 /// activations' rounding is ggml's own (llama.cpp's integer-dot GEMVs quantize them the same
 /// way), checked against the CPU reference with the activations quantized as the kernel does.
 fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
     let desktop = !caps.lane_serial_memory && !caps.shared_memory_is_slow;
-    if !desktop || !caps.integer_dot_product || !w.weight.is_quantized() || w.m != 1 {
+    if !desktop
+        || !caps.integer_dot_product
+        || !w.weight.is_quantized()
+        || w.m != 1
+        || w.k < DEEP_K
+    {
         return None;
     }
-    let units = w.k / 32;
-    let (threads, cols) = if w.k >= DEEP_K {
-        (128, 4)
-    } else if units >= 64 && w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS {
-        (64, 8)
-    } else if units >= 64 && w.n >= VOCABULARY_COLUMNS {
-        (64, 4)
-    } else {
-        return None;
-    };
     let s = GemvSchedule {
-        threads,
-        cols,
+        threads: 128,
+        cols: 4,
         chunks_per_thread: 8,
         units_per_thread: 1,
         vector_width: 1,
@@ -214,7 +208,8 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     // schedules; the narrower shapes measured best at 2 (2026-12-05c-h100-decode-replay.md).
     let wide_swiglu = w.epilogue == Epilogue::SwiGlu && w.n >= WIDE_SWIGLU_COLUMNS;
     // Four columns for a vocabulary projection too: an H100 ran the 3B's 151936 × 2048 Q6_K
-    // output GEMV in 0.209 ms against 0.267 with two (2026-12-06e, call AD).
+    // output GEMV in 0.209 ms against 0.267 with two (2026-12-06e, call AD), and in f32 faster
+    // than in int8 (0.210 against 0.235 ms, call AG).
     let vocabulary = w.n >= VOCABULARY_COLUMNS;
     let (threads, chunks_per_thread) = desktop_threads(units);
     let s = GemvSchedule {
