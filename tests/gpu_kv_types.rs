@@ -237,9 +237,21 @@ fn gpu_kv_rotation_matches_the_reference_and_llama_cpp() {
         KvTypes::new(KvType::Q8_0, KvType::F32),
         KvTypes::new(KvType::F16, KvType::Q8_0),
     ];
-    for (i, (ids, _)) in runs["f32"].iter().enumerate().take(2) {
+    for (i, (ids, llama_f32)) in runs["f32"].iter().enumerate().take(2) {
         // llama.cpp's q8_0 cache as it runs by default: rotated.
         let llama_q8 = &runs["q8_0"][i].1;
+        // For scale: how far llama.cpp's q8_0 run is from its f32 answer (over the f32 run's
+        // top tokens the q8_0 run also lists), as the unrotated test above measures it.
+        let llama_q8_map: HashMap<usize, f64> = llama_q8.iter().copied().collect();
+        let shared: Vec<(usize, f64)> = llama_f32
+            .iter()
+            .filter(|(id, _)| llama_q8_map.contains_key(id))
+            .copied()
+            .collect();
+        let llama_q8_dist = shared
+            .iter()
+            .map(|&(id, lp)| (lp - llama_q8_map[&id]).abs())
+            .fold(0.0, f64::max);
         for kv in rotated {
             let gpu = gpu_logits(&ctx, &file, &model, ids, kv, true);
             let options = ReferenceOptions {
@@ -271,6 +283,12 @@ fn gpu_kv_rotation_matches_the_reference_and_llama_cpp() {
                 "{kv}: GPU vs rotated reference {d_ref}, the rotation moves {rotation_moves}"
             );
             if kv == KvTypes::Q8_0 {
+                println!(
+                    "n={} {kv} rotated: from llama.cpp's f32 answer GPU {:.2e}, llama.cpp's \
+                     q8_0 run {llama_q8_dist:.2e}",
+                    ids.len(),
+                    max_delta(&shared, &log_softmax(&gpu))
+                );
                 // What is left is llama.cpp's CPU-only rounding of Q to q8_0, which the
                 // reference leaves out as the GPU does (with it the reference is within 3e-5:
                 // models/tests/reference_kv_types.rs).
