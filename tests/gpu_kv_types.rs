@@ -110,17 +110,15 @@ fn tiny_model(test: &str) -> PathBuf {
     path
 }
 
-/// The last position's logits: a prefill of all but the last token in ubatches of 64, the last
-/// token as a decode step; then the cache restored from a snapshot taken before that step and
-/// the step again (it must give the same logits).
-fn gpu_logits(
-    ctx: &Context,
+/// An executor of `n_ctx` positions over caches of `kv`, prefilling in ubatches of 64.
+fn executor<'a>(
+    ctx: &'a Context,
     file: &GgufFile,
-    model: &Model,
-    ids: &[u32],
+    model: &'a Model,
+    n_ctx: usize,
     kv: KvTypes,
     kv_rotation: bool,
-) -> Vec<f32> {
+) -> Executor<'a> {
     let weights = GpuWeights::upload(ctx, file, model).unwrap();
     let options = ExecutorOptions {
         ubatch: 64,
@@ -132,7 +130,21 @@ fn gpu_logits(
         kv,
         kv_rotation,
     };
-    let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
+    Executor::new(ctx, model, weights, options, n_ctx).unwrap()
+}
+
+/// The last position's logits: a prefill of all but the last token in ubatches of 64, the last
+/// token as a decode step; then the cache restored from a snapshot taken before that step and
+/// the step again (it must give the same logits).
+fn gpu_logits(
+    ctx: &Context,
+    file: &GgufFile,
+    model: &Model,
+    ids: &[u32],
+    kv: KvTypes,
+    kv_rotation: bool,
+) -> Vec<f32> {
+    let mut ex = executor(ctx, file, model, ids.len(), kv, kv_rotation);
     let (last, head) = ids.split_last().unwrap();
     ex.prefill(head, &F32Math).unwrap();
     let snapshot = ex.snapshot_kv().unwrap().expect("a prefix");
@@ -313,6 +325,30 @@ fn gpu_kv_rotation_matches_the_reference_and_llama_cpp() {
             "{kv}: the rotation option changed an unquantized cache's path"
         );
     }
+    drop(file);
+    std::fs::remove_file(&path).ok();
+}
+
+/// A rotated q8_0 cache holds other values than an unrotated one of the same bytes: its
+/// snapshot restores into an executor with the rotation, and is refused by one without.
+#[test]
+fn a_rotated_snapshot_restores_only_with_the_rotation() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    let ctx = Context::new(&DeviceSelector::Best).expect("a Vulkan device (lavapipe in CI)");
+    let path = tiny_model("snapshot");
+    let file = GgufFile::open(&path).unwrap();
+    let model = arch::load(&file).unwrap();
+    let ids: Vec<u32> = (0..9).map(|i| 100 + i * 7919 % 30000).collect();
+    let mut rotated = executor(&ctx, &file, &model, 16, KvTypes::Q8_0, true);
+    rotated.prefill(&ids, &F32Math).unwrap();
+    let snapshot = rotated.snapshot_kv().unwrap().expect("a prefix");
+    let mut again = executor(&ctx, &file, &model, 16, KvTypes::Q8_0, true);
+    again.restore_kv(&snapshot, ids.len()).unwrap();
+    let mut plain = executor(&ctx, &file, &model, 16, KvTypes::Q8_0, false);
+    let e = plain.restore_kv(&snapshot, ids.len()).unwrap_err();
+    assert!(e.to_string().contains("Hadamard"), "{e}");
     drop(file);
     std::fs::remove_file(&path).ok();
 }
