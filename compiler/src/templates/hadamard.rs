@@ -34,7 +34,8 @@ use crate::refusal::Refusal;
 pub const BINDING_X: u32 = 0;
 
 /// The run sizes a rotation may use: powers of two from one q8_0 block to 256 values (Gemma's
-/// head_dim; a thread holds a whole run in registers).
+/// head_dim; a thread holds a whole run in registers). A head_dim of 512 would ask llama.cpp's
+/// rule for 512: its kernels are refused by name (no such model is supported yet).
 pub const MIN_RUN: u32 = 32;
 pub const MAX_RUN: u32 = 256;
 

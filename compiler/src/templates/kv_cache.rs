@@ -554,8 +554,8 @@ pub fn unpack_f16_words(words: &[u32]) -> Vec<f32> {
 
 /// The reference of a KV write: `cache` (words) with rows `pos0 .. pos0+m` replaced by the
 /// first `m` rows of `src` (rotated first where the workload rotates,
-/// [`super::hadamard::reference`]) in the cache's type ([`KvType::encode_row`]); rows past the end of
-/// `cache` are dropped, as the kernel drops them. The kernel must match bit for bit (q8_0:
+/// [`super::hadamard::reference`]) in the cache's type ([`KvType::encode_row`]); rows past
+/// the end of `cache` are dropped, as the kernel drops them. The kernel must match bit for bit (q8_0:
 /// where the device's division is correctly rounded, see the module documentation).
 pub fn reference(w: &KvWriteWorkload, m: usize, pos0: u32, src: &[f32], cache: &mut [u32]) {
     let kw = w.kv_width as usize;
