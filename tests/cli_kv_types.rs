@@ -1,7 +1,8 @@
 //! `--cache-type-k/-v` (and llama.cpp's `-ctk/-ctv`) on the command line (issue 37): a type
 //! rocky has not is a usage error naming it; `prefill -v` prints the cache's bytes per token
 //! of every type (checked against the closed form of the tiny model: 4 layers, 2 kv heads of
-//! 64); `bench` gains llama-bench's type_k and type_v columns.
+//! 64); `bench` gains llama-bench's type_k and type_v columns; `--kv-rotation` (llama.cpp's
+//! Hadamard rotation around a q8_0 cache) rotates on both backends alike.
 
 use rocky_models::gguf::GgufFile;
 use rocky_models::synth::{write_model, Quant, Shape, SynthConfig, Vocabulary};
@@ -118,5 +119,76 @@ fn bench_shows_llama_bench_cache_type_columns() {
         "{out}"
     );
     assert!(lines.nth(1).unwrap().contains("| q8_0 | q8_0 |"), "{out}");
+    std::fs::remove_file(&model).ok();
+}
+
+fn logits(path: &std::path::Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn kv_rotation_rotates_a_q8_0_cache_on_both_backends_alike() {
+    let model = tiny_model("rotation");
+    let m = model.to_str().unwrap();
+    let ids = (0..40)
+        .map(|i| (100 + i * 7919 % 30000).to_string())
+        .collect::<Vec<_>>();
+    let ids = ids.join(",");
+    let dir = std::env::temp_dir();
+    let run = |backend: &str, rotation: bool| {
+        let out = dir.join(format!(
+            "rocky-cli-kv-rot-{backend}-{rotation}-{}.f32",
+            std::process::id()
+        ));
+        let mut args = vec![
+            "prefill",
+            m,
+            "--token-ids",
+            &ids,
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "q8_0",
+            "--backend",
+            backend,
+            "--logits-out",
+            out.to_str().unwrap(),
+        ];
+        if backend == "gpu" {
+            args.extend(["--math", "f32", "--ubatch", "16"]);
+        }
+        if rotation {
+            args.push("--kv-rotation");
+        }
+        let o = rocky(&args);
+        assert!(o.status.success(), "{backend} {rotation}: {}", stderr(&o));
+        let l = logits(&out);
+        std::fs::remove_file(&out).ok();
+        l
+    };
+    let diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let (gpu, cpu) = (run("gpu", true), run("cpu", true));
+    let cpu_plain = run("cpu", false);
+    // The tolerance of tests/gpu_kv_types.rs for a q8_0 cache; the rotation itself moves the
+    // logits by about 1e-2 on this model.
+    assert!(
+        diff(&gpu, &cpu) <= 5e-4,
+        "GPU vs CPU rotated: {}",
+        diff(&gpu, &cpu)
+    );
+    assert!(
+        diff(&cpu, &cpu_plain) > 1e-3,
+        "--kv-rotation changed nothing: {}",
+        diff(&cpu, &cpu_plain)
+    );
     std::fs::remove_file(&model).ok();
 }

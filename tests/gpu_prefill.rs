@@ -50,6 +50,7 @@ fn gpu_logits(
         fuse: FuseOptions::DEFAULT,
         overlap: false,
         kv: Default::default(),
+        kv_rotation: false,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     ex.prefill(ids, schedules).unwrap()
@@ -307,6 +308,7 @@ fn schedules_over_the_driver_memory_budget_fall_back_to_the_defaults() {
         fuse: FuseOptions::DEFAULT,
         overlap: false,
         kv: Default::default(),
+        kv_rotation: false,
     };
     let weights = GpuWeights::upload(ctx, &file, &model).unwrap();
     let mut ex = Executor::new(ctx, &model, weights, options, ids.len()).unwrap();
@@ -385,6 +387,7 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
         fuse: FuseOptions::DEFAULT,
         overlap: false,
         kv: Default::default(),
+        kv_rotation: false,
     };
     let weights = GpuWeights::upload(ctx(), &file, &model).unwrap();
     let mut ex = Executor::new(ctx(), &model, weights, options, ids.len()).unwrap();
@@ -451,6 +454,7 @@ fn gpu_logits_uploaded(
         fuse,
         overlap: false,
         kv: Default::default(),
+        kv_rotation: false,
     };
     let mut ex = Executor::new(ctx, model, weights, options, ids.len()).unwrap();
     let logits = ex.prefill(ids, schedules).unwrap();
@@ -557,6 +561,7 @@ fn overlapped_ubatches_give_the_same_logits() {
             fuse: FuseOptions::DEFAULT,
             overlap,
             kv: Default::default(),
+            kv_rotation: false,
         };
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         ex.prefill(&ids, schedules).unwrap()
@@ -609,6 +614,7 @@ fn one_upload_runs_gate_and_up_fused_and_separate() {
             fuse,
             overlap: false,
             kv: Default::default(),
+            kv_rotation: false,
         };
         let mut ex = Executor::new(ctx(), &model, weights.clone(), options, ids.len()).unwrap();
         let fused = ex

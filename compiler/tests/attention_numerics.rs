@@ -679,6 +679,7 @@ fn kv_write_then_attention(kv: KvTypes) {
             m: 4,
             kv_width: w.kv_width(),
             ty,
+            rotation: 0,
         };
         let s = attention::default_schedule(&w, &caps);
         let words = |ty: KvType| w.max_kv as usize * ty.row_words(w.kv_width()) as usize;

@@ -509,12 +509,14 @@ fn the_decode_steps_args_forms_pass_spirv_val() {
                     m: 1,
                     kv_width: 256,
                     ty: Default::default(),
+                    rotation: 0,
                 }),
                 default_schedule(
                     &Workload::KvWrite(KvWriteWorkload {
                         m: 1,
                         kv_width: 256,
                         ty: Default::default(),
+                        rotation: 0,
                     }),
                     &caps,
                 ),

@@ -548,6 +548,7 @@ fn f16_rounding_of_the_kv_write_is_bit_exact() {
         m: m as u32,
         kv_width,
         ty: Default::default(),
+        rotation: 0,
     };
     let caps = desktop_vk12();
     for s in kv_cache::search_space(&w, &caps) {
@@ -599,6 +600,7 @@ fn kv_write_fills_the_cache_across_ubatches() {
         m: 5,
         kv_width,
         ty: Default::default(),
+        rotation: 0,
     };
     let kw = kv_width as usize;
     let mut checked = 0;
@@ -679,6 +681,7 @@ fn rope_and_kv_write_reading_the_position_from_a_buffer_match_their_references()
             m: 1,
             kv_width,
             ty: Default::default(),
+            rotation: 0,
         };
         let s = kv_cache::default_schedule(&w, &caps);
         instantiate_with_args(&Workload::KvWrite(w), &Schedule::KvWrite(s), &caps).unwrap();
@@ -766,6 +769,7 @@ fn rope_fused_with_the_kv_write_equals_rope_then_kv_write_bit_for_bit() {
                         m: 3,
                         kv_width: kv_heads * hd,
                         ty,
+                        rotation: 0,
                     };
                     let words = |ty: KvType| capacity * ty.row_words(kv_heads * hd) as usize;
                     for (m_run, pos0) in [(1usize, 0u32), (3, 5), (1, 4097), (3, 4098)] {

@@ -1,4 +1,5 @@
-//! Every module the glue templates (RMSNorm, RoPE, SwiGLU, add, embedding, KV write) can
+//! Every module the glue templates (RMSNorm, RoPE, SwiGLU, add, embedding, KV write, the
+//! Hadamard rotation around a q8_0 cache) can
 //! produce passes spirv-val for Vulkan 1.2: the whole search space of each workload of the
 //! Qwen2.5 0.5B and 3B shapes, a head_dim 256 case and m in {1, 7, 64, 72}, on a desktop
 //! profile with all features and on a Mali-like profile. Also checks the metadata contract
@@ -12,6 +13,7 @@ use std::time::Instant;
 use common::{desktop_vk12, mali_vk12, parallel, require_spirv_val, spirv_dis, spirv_val};
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::embedding::EmbeddingWorkload;
+use rocky_compiler::templates::hadamard::{self, HadamardWorkload};
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
 use rocky_compiler::templates::rope::{RopePairing, RopeWorkload};
@@ -72,6 +74,21 @@ fn workloads() -> Vec<Workload> {
                     m,
                     kv_width: nkv * hd,
                     ty,
+                    rotation: 0,
+                }));
+            }
+            // Around a q8_0 cache with llama.cpp's Hadamard rotation: the rotated q8_0 writes
+            // (K's run, V's 64) and the rotation of Q and of the attention output.
+            let (rot_k, rot_v) = hadamard::kv_rotation_sizes(rocky_compiler::KvTypes::Q8_0, hd);
+            for n in [rot_k.unwrap(), rot_v.unwrap()] {
+                out.push(Workload::KvWrite(
+                    KvWriteWorkload::new(m, nkv * hd, rocky_compiler::KvType::Q8_0)
+                        .with_rotation(n),
+                ));
+                out.push(Workload::Hadamard(HadamardWorkload {
+                    m,
+                    width: nh * hd,
+                    n,
                 }));
             }
             // Every table format over the shapes: format j on shape j mod SHAPES.len(), or the
@@ -97,6 +114,7 @@ fn workloads() -> Vec<Workload> {
         m: 7,
         kv_width: 90,
         ty: Default::default(),
+        rotation: 0,
     }));
     out
 }
@@ -130,6 +148,7 @@ fn contract(w: &Workload) -> (Vec<(u32, &'static str)>, u32) {
         Workload::Scale(_) => (vec!["x", "y"], 8),
         Workload::Embedding(_) => (vec!["ids", "table", "y"], 8),
         Workload::KvWrite(_) => (vec!["src", "cache"], 8),
+        Workload::Hadamard(_) => (vec!["x"], 4),
         other => panic!("not a glue workload: {other:?}"),
     };
     let numbered = names.into_iter().enumerate();
@@ -304,6 +323,7 @@ fn glue_templates_refuse_bad_pairs_with_reasons() {
         m: 7,
         kv_width: 91,
         ty: Default::default(),
+        rotation: 0,
     });
     let e = instantiate(&kv, &default_schedule(&kv, &caps), &caps).unwrap_err();
     assert!(e.to_string().contains("odd"), "{e}");

@@ -102,6 +102,7 @@ fn workloads() -> Vec<Workload> {
             m: 64,
             kv_width: 128,
             ty: Default::default(),
+            rotation: 0,
         }),
         Workload::Attention(AttentionWorkload {
             m: 64,
@@ -132,6 +133,7 @@ fn workloads() -> Vec<Workload> {
             m: 1,
             kv_width: 128,
             ty: Default::default(),
+            rotation: 0,
         }),
     ]
 }

@@ -55,6 +55,7 @@ fn workloads() -> Vec<Workload> {
             m,
             kv_width: 128,
             ty: Default::default(),
+            rotation: 0,
         }));
         out.push(Workload::Attention(AttentionWorkload {
             m,

@@ -117,7 +117,17 @@ impl Model {
     /// [`Model::cpu_evaluator`] over a KV cache of types `kv` (rounded as the GPU cache of
     /// those types rounds).
     pub fn cpu_evaluator_with(&self, n_ctx: usize, kv: KvTypes) -> CpuEvaluator<'_> {
-        CpuEvaluator::new(&self.file, &self.arch, ReferenceOptions::with_kv(kv), n_ctx)
+        self.cpu_evaluator_options(n_ctx, ReferenceOptions::with_kv(kv))
+    }
+
+    /// [`Model::cpu_evaluator`] with the reference's storage options (cache types, the
+    /// Hadamard rotation around a q8_0 cache).
+    pub fn cpu_evaluator_options(
+        &self,
+        n_ctx: usize,
+        options: ReferenceOptions,
+    ) -> CpuEvaluator<'_> {
+        CpuEvaluator::new(&self.file, &self.arch, options, n_ctx)
     }
 
     /// Continues `prompt` on `evaluator` (a [`crate::Session`] or [`Model::cpu_evaluator`])

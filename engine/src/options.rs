@@ -66,4 +66,7 @@ pub struct EngineOptions {
     pub profile: bool,
     /// The KV cache's element types, K and V apart (`--cache-type-k/-v`; default f16 both).
     pub kv: KvTypes,
+    /// llama.cpp's Walsh-Hadamard rotation around a q8_0 cache (`--kv-rotation`; off by
+    /// default): see `rocky_runtime::executor::ExecutorOptions::kv_rotation`.
+    pub kv_rotation: bool,
 }

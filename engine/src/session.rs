@@ -155,6 +155,7 @@ impl<'m> Session<'m> {
             fuse,
             overlap,
             kv: options.kv,
+            kv_rotation: options.kv_rotation,
         };
         let executor = Executor::new(&ctx, model.arch(), weights, executor_options, n_ctx)?;
         Ok(Session {

@@ -9,6 +9,7 @@ use crate::formats;
 use crate::gguf::GgufFile;
 use crate::graph::{FoldedNorm, Graph, Op, RopePairing};
 use rayon::prelude::*;
+use rocky_compiler::templates::hadamard;
 use rocky_compiler::{KvType, KvTypes};
 
 /// Options that make the reference imitate a backend's storage choices. The default is an
@@ -33,8 +34,8 @@ pub struct ReferenceOptions {
     /// matrix of the largest power of two dividing head_dim (at least 64) before K enters
     /// the cache, which leaves q·k unchanged but spreads K's outliers over its q8_0 blocks;
     /// with a quantized V, V by the one of size 64 and the attention output back by it.
-    /// Not what rocky's GPU computes (it does not rotate): it tells llama.cpp's rotation apart
-    /// from a rounding difference when comparing with its q8_0 caches.
+    /// Off by default, as in the GPU path (`ExecutorOptions::kv_rotation`), which rotates
+    /// the same way where it is on (`rocky_compiler::templates::hadamard`).
     pub kv_rotation: bool,
     /// Q rounded to q8_0 blocks (per head) before q·k over a q8_0 K, as llama.cpp's CPU
     /// backend does: ggml dots a q8_0 row with its `vec_dot_type`, q8_0, in flash attention
@@ -479,12 +480,12 @@ impl ReferenceOptions {
     /// and `build_input_v_rot`): none for an unquantized type or a head_dim not a multiple
     /// of 64.
     fn rotations(&self, head_dim: usize) -> (Option<usize>, Option<usize>) {
-        let on = |t: KvType| self.kv_rotation && t == KvType::Q8_0 && head_dim % 64 == 0;
-        let mut n_k = 64;
-        while head_dim % (2 * n_k) == 0 {
-            n_k *= 2;
+        if !self.kv_rotation {
+            return (None, None);
         }
-        (on(self.kv.k).then_some(n_k), on(self.kv.v).then_some(64))
+        // The rule the GPU path uses too (one place decides which caches rotate).
+        let (k, v) = hadamard::kv_rotation_sizes(self.kv, head_dim as u32);
+        (k.map(|n| n as usize), v.map(|n| n as usize))
     }
 }
 
@@ -493,23 +494,10 @@ impl ReferenceOptions {
 /// (-1)^popcount(i & j) / √n), computed as ggml's CPU backend does
 /// (`ggml_compute_forward_fwht`): scaled by 1/√n first, then the butterflies, strides 1, 2,
 /// 4, ...
+///
+/// The GPU kernels' reference ([`hadamard::reference`]), so both paths rotate alike.
 pub fn hadamard_rotate(x: &mut [f32], n: usize) {
-    assert!(n.is_power_of_two() && x.len() % n == 0);
-    let scale = 1.0 / (n as f32).sqrt();
-    for run in x.chunks_mut(n) {
-        run.iter_mut().for_each(|v| *v *= scale);
-        let mut len = 1;
-        while len < n {
-            for i in (0..n).step_by(2 * len) {
-                for j in i..i + len {
-                    let (a, b) = (run[j], run[j + len]);
-                    run[j] = a + b;
-                    run[j + len] = a - b;
-                }
-            }
-            len *= 2;
-        }
-    }
+    hadamard::reference(x, n);
 }
 
 /// Query rows from which llama.cpp's CPU flash attention switches to its tiled f32 kernel.

@@ -139,7 +139,7 @@ pub fn run(args: Args) -> CmdResult {
         gpu::note_cpu_path(why);
     }
     let (generation, backend, ubatch, decode_time, profile) = if args.cpu || cpu_instead.is_some() {
-        let mut ev = model.cpu_evaluator_with(n_ctx, args.gpu.kv());
+        let mut ev = model.cpu_evaluator_options(n_ctx, args.gpu.reference_options());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
         (g, "cpu", None, None, None)
     } else {

@@ -8,6 +8,7 @@ use rocky_compiler::{KvType, KvTypes};
 use rocky_engine::{
     Database, EngineOptions, LayoutChoice, LoadError, Model, ProfileRow, Session, SessionError,
 };
+use rocky_models::reference::ReferenceOptions;
 use rocky_runtime::executor::{ExecError, MathFamily, PrefillStats};
 use rocky_runtime::{Context, DeviceSelector, RuntimeError};
 use rocky_tuning_db::DbError;
@@ -60,6 +61,12 @@ pub struct GpuArgs {
     /// Element type of the KV cache's values: f32, f16 or q8_0 (also `-ctv`).
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
+    /// Rotate around a q8_0 cache as llama.cpp does by default (its PR 21038): K (with Q) and
+    /// V (with the attention output) by an orthonormal Walsh-Hadamard matrix, spreading
+    /// outliers over the q8_0 blocks. Only a q8_0 K or V with head_dim a multiple of 64
+    /// rotates; f16 and f32 caches are unchanged.
+    #[arg(long)]
+    pub kv_rotation: bool,
 }
 
 /// `--cache-type-k` / `--cache-type-v` (llama.cpp's names; others refused by name).
@@ -147,6 +154,14 @@ impl GpuArgs {
         KvTypes::new(self.cache_type_k, self.cache_type_v)
     }
 
+    /// What the CPU path computes with these cache flags: the types and the rotation.
+    pub fn reference_options(&self) -> ReferenceOptions {
+        ReferenceOptions {
+            kv_rotation: self.kv_rotation,
+            ..ReferenceOptions::with_kv(self.kv())
+        }
+    }
+
     /// The engine's options of these flags (`profile`: `--profile`).
     /// (The engine checks the ranges of the numbers; [`session_error`] words its refusals.)
     pub fn options(&self, profile: bool) -> Result<EngineOptions, CliError> {
@@ -169,6 +184,7 @@ impl GpuArgs {
             weight_layout,
             profile,
             kv: self.kv(),
+            kv_rotation: self.kv_rotation,
         })
     }
 }

@@ -786,6 +786,7 @@ fn kernel_ir(w: &Workload, s: &Schedule) -> Option<rocky_compiler::ir::Module> {
         (Workload::Embedding(w), Schedule::Embedding(s)) => embedding::kernel_ir(w, s),
         (Workload::KvWrite(w), Schedule::KvWrite(s)) => kv_cache::kernel_ir(w, s),
         (Workload::Attention(w), Schedule::Attention(s)) => attention::kernel_ir(w, s),
+        (Workload::Hadamard(w), Schedule::Hadamard(s)) => templates::hadamard::kernel_ir(w, s),
         _ => return None,
     })
 }
@@ -922,6 +923,7 @@ fn with_rows(w: &Workload, full: u32, rows: u32, kv: u32) -> Workload {
         }
         Workload::Embedding(x) => scale(&mut x.m),
         Workload::KvWrite(x) => scale(&mut x.m),
+        Workload::Hadamard(x) => scale(&mut x.m),
         Workload::Attention(a) => {
             scale(&mut a.m);
             a.max_kv = kv;
@@ -975,6 +977,8 @@ pub fn bytes_of(w: &Workload, kv: usize) -> f64 {
         Workload::Scale(x) => 8.0 * f(x.m) * f(x.width),
         Workload::Embedding(x) => f(x.m) * (x.row_bytes() as f64 + 4.0 * f(x.width)),
         Workload::KvWrite(x) => 6.0 * f(x.m) * f(x.kv_width),
+        // In place: each value read and written once.
+        Workload::Hadamard(x) => 8.0 * f(x.m) * f(x.width),
         Workload::Attention(a) => {
             8.0 * f(a.m) * f(a.q_width()) + 2.0 * 2.0 * kv as f64 * f(a.kv_width())
         }

@@ -6,7 +6,7 @@ use crate::units::human_bytes;
 use rocky_compiler::{KvType, KvTypes};
 use rocky_engine::Model;
 use rocky_models::arch::ModelConfig;
-use rocky_models::reference::{self, ReferenceOptions};
+use rocky_models::reference;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -82,7 +82,7 @@ pub fn run(args: Args) -> CmdResult {
             model.file(),
             model.arch(),
             &ids,
-            ReferenceOptions::with_kv(args.gpu.kv()),
+            args.gpu.reference_options(),
         )
         .map_err(|e| CliError::input(e.to_string()))?,
         Backend::Gpu => {

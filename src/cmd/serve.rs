@@ -141,7 +141,7 @@ pub fn run(args: Args) -> CmdResult {
         gpu::note_cpu_path(why);
     }
     if args.cpu || cpu_instead.is_some() {
-        serve(&mut model.cpu_evaluator_with(args.ctx, args.gpu.kv()))
+        serve(&mut model.cpu_evaluator_options(args.ctx, args.gpu.reference_options()))
     } else {
         let mut session = gpu::open_session(&args.gpu, &model, args.ctx, false)?;
         gpu::prepare(&mut session)?;

@@ -271,6 +271,7 @@ impl<'m> PrefillRig<'m> {
             fuse,
             overlap,
             kv: self.kv,
+            kv_rotation: false,
         };
         Executor::new(
             &self.ctx,

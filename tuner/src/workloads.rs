@@ -67,6 +67,7 @@ pub fn model_workloads_with_progress(
                 fuse,
                 overlap: false,
                 kv: Default::default(),
+                kv_rotation: false,
             };
             let mut executor = Executor::new(ctx, model, weights.clone(), options, rows)?;
             executor.prepare(&DefaultSchedules)?;

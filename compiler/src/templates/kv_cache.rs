@@ -20,6 +20,12 @@
 //! drivers truncate or flush subnormals), and the cache contents must not depend on the GPU.
 //! Q8_0 quantizes as ggml does (`dequant::ir::quantize_unit_q8`, the GEMV's X quantizer);
 //! its `1/d` is a division, correctly rounded on lavapipe, within Vulkan's 2.5 ulp elsewhere.
+//!
+//! A q8_0 write may rotate first (`rotation` = n > 0, llama.cpp's Walsh-Hadamard rotation
+//! around a quantized cache, [`super::hadamard`]): each run of n values of the row is
+//! multiplied by the orthonormal Hadamard matrix of size n, in registers, before its blocks
+//! are quantized. Then a thread owns one run (n/32 blocks and their n/64 whole scale words)
+//! instead of a block pair; the grid counts runs.
 
 use half::f16;
 use serde::{Deserialize, Serialize};
@@ -45,10 +51,18 @@ pub struct KvWriteWorkload {
     /// it existed), so stored keys stay valid.
     #[serde(default, skip_serializing_if = "is_f16")]
     pub ty: KvType,
+    /// q8_0 only: the Hadamard run size each row is rotated by before it is quantized (see the
+    /// module documentation); 0, no rotation, is left out of the serialization.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rotation: u32,
 }
 
 fn is_f16(t: &KvType) -> bool {
     *t == KvType::F16
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl KvWriteWorkload {
@@ -58,6 +72,25 @@ impl KvWriteWorkload {
             m,
             kv_width,
             ty: KvType::F16,
+            rotation: 0,
+        }
+    }
+
+    /// A write into a cache of `ty`, unrotated.
+    pub fn new(m: u32, kv_width: u32, ty: KvType) -> Self {
+        KvWriteWorkload {
+            m,
+            kv_width,
+            ty,
+            rotation: 0,
+        }
+    }
+
+    /// This write with each run of `n` values rotated before it is quantized (0: none).
+    pub fn with_rotation(self, n: u32) -> Self {
+        KvWriteWorkload {
+            rotation: n,
+            ..self
         }
     }
 
@@ -102,6 +135,10 @@ impl KvWriteSchedule {
             KvType::F16 => String::new(),
             t => format!("_{t}"),
         };
+        let ty = match w.rotation {
+            0 => ty,
+            n => format!("{ty}_r{n}"),
+        };
         format!(
             "kv_write{ty}_w{}_t{}_v{}",
             w.kv_width, self.threads, self.vector_width
@@ -111,6 +148,7 @@ impl KvWriteSchedule {
     /// Units of one row (see the module documentation).
     fn row_vectors(&self, w: &KvWriteWorkload) -> u32 {
         match w.ty {
+            KvType::Q8_0 if w.rotation > 0 => w.kv_width / w.rotation,
             KvType::Q8_0 => w.blocks().div_ceil(2),
             _ => w.kv_width / 2 / self.vector_width,
         }
@@ -155,6 +193,28 @@ pub fn validate_workload(w: &KvWriteWorkload) -> Result<(), Refusal> {
             "kv_width {} is not whole q8_0 blocks of {Q8_0_BLOCK}",
             w.kv_width
         ));
+    }
+    if w.rotation > 0 {
+        if w.ty != KvType::Q8_0 {
+            return bad(format!(
+                "a rotated write is for a q8_0 cache, not {}: unquantized caches stay as they are",
+                w.ty
+            ));
+        }
+        if !super::hadamard::valid_run(w.rotation) || w.rotation < 64 {
+            return bad(format!(
+                "a Hadamard rotation of {} values: a power of two from 64 to {} (whole \
+                 scale words per thread)",
+                w.rotation,
+                super::hadamard::MAX_RUN
+            ));
+        }
+        if w.kv_width % w.rotation != 0 {
+            return bad(format!(
+                "kv_width {} is not whole Hadamard runs of {}",
+                w.kv_width, w.rotation
+            ));
+        }
     }
     if w.m > MAX_GRID_DIM {
         return bad(format!("m = {} exceeds the grid limit {MAX_GRID_DIM}", w.m));
@@ -221,6 +281,7 @@ pub fn kernel_ir(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     match w.ty {
         KvType::F16 => f16_kernel(w, s),
         KvType::F32 => f32_kernel(w, s),
+        KvType::Q8_0 if w.rotation > 0 => q8_0_rotated_kernel(w, s),
         KvType::Q8_0 => q8_0_kernel(w, s),
     }
 }
@@ -288,6 +349,62 @@ fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
                 .collect();
             let scale_at = b.add(b.addi(base, w.kv_width / 4), pair);
             b.store(cache, scale_at, b.or(d_bits[0], b.shli(d_bits[1], 16)));
+        });
+    });
+    b.finish()
+}
+
+/// q8_0 with the rotation: each thread loads one run of `rotation` values, rotates it in
+/// registers ([`super::hadamard::fwht_chunks`], ggml's order, bit for bit the reference's) and
+/// quantizes its blocks as [`q8_0_kernel`] does, storing their quants and the run's whole
+/// scale words (two blocks' f16 scales a word; a run is an even number of blocks).
+fn q8_0_rotated_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
+    let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
+    let src = b.buffer(
+        BINDING_SRC,
+        "src",
+        Type::vec(Scalar::F32, 4),
+        Access::ReadOnly,
+    );
+    let cache = b.buffer(BINDING_CACHE, "cache", Type::U32, Access::WriteOnly);
+    let p_m = b.push_field("m", Type::U32);
+    let p_pos0 = b.push_field("pos0", Type::U32);
+    let n = w.rotation;
+    let runs = s.row_vectors(w);
+    let row_words = w.ty.row_words(w.kv_width);
+    let row = b.builtin(Builtin::WorkgroupId(1));
+    let run = b.add(
+        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
+        b.builtin(Builtin::LocalInvocationIndex),
+    );
+    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(run, b.c_u32(runs)));
+    b.if_(inside, || {
+        let pos = b.add(b.push(p_pos0), row);
+        // A cache bound shorter than pos0 + m loses the rows past its end.
+        let fits = b.lt(pos, b.div(b.array_length(cache), b.c_u32(row_words)));
+        b.if_(fits, || {
+            let base = b.muli(pos, row_words);
+            let at = b.add(b.muli(row, w.kv_width / 4), b.muli(run, n / 4));
+            let chunks: Vec<Value> = (0..n / 4).map(|c| b.load(src, b.addi(at, c))).collect();
+            let rotated = super::hadamard::fwht_chunks(&b, &chunks);
+            // Quants of block k of the run at word (run·n/32 + k)·8 of the position.
+            let q_at = b.add(base, b.muli(run, n / 4));
+            let scales: Vec<Value> = rotated
+                .chunks(Q8_0_BLOCK / 4)
+                .enumerate()
+                .map(|(k, block)| {
+                    let (words, scale, _) = quantize_unit_q8(&b, block, false);
+                    for (c, &word) in words.iter().enumerate() {
+                        b.store(cache, b.addi(q_at, (8 * k + c) as u32), word);
+                    }
+                    f32_to_f16_bits(&b, scale)
+                })
+                .collect();
+            let scale_at = b.add(b.addi(base, w.kv_width / 4), b.muli(run, n / 64));
+            for (i, pair) in scales.chunks(2).enumerate() {
+                let word = b.or(pair[0], b.shli(pair[1], 16));
+                b.store(cache, b.addi(scale_at, i as u32), word);
+            }
         });
     });
     b.finish()
@@ -436,8 +553,9 @@ pub fn unpack_f16_words(words: &[u32]) -> Vec<f32> {
 }
 
 /// The reference of a KV write: `cache` (words) with rows `pos0 .. pos0+m` replaced by the
-/// first `m` rows of `src` in the cache's type ([`KvType::encode_row`]); rows past the end of
-/// `cache` are dropped, as the kernel drops them. The kernel must match bit for bit (q8_0:
+/// first `m` rows of `src` (rotated first where the workload rotates,
+/// [`super::hadamard::reference`]) in the cache's type ([`KvType::encode_row`]); rows past
+/// the end of `cache` are dropped, as the kernel drops them. The kernel must match bit for bit (q8_0:
 /// where the device's division is correctly rounded, see the module documentation).
 pub fn reference(w: &KvWriteWorkload, m: usize, pos0: u32, src: &[f32], cache: &mut [u32]) {
     let kw = w.kv_width as usize;
@@ -449,7 +567,11 @@ pub fn reference(w: &KvWriteWorkload, m: usize, pos0: u32, src: &[f32], cache: &
     for (i, row) in src[..m * kw].chunks(kw).enumerate() {
         let start = (pos0 as usize + i) * rw;
         if let Some(slot) = cache.get_mut(start..start + rw) {
-            slot.copy_from_slice(&w.ty.encode_row(row));
+            let mut row = row.to_vec();
+            if w.rotation > 0 {
+                super::hadamard::reference(&mut row, w.rotation as usize);
+            }
+            slot.copy_from_slice(&w.ty.encode_row(&row));
         }
     }
 }

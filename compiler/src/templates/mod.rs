@@ -15,6 +15,7 @@ pub mod embedding;
 pub mod expected;
 pub mod gemm;
 pub mod gemv;
+pub mod hadamard;
 pub mod kv_cache;
 pub mod peak;
 pub mod rms_norm;
@@ -56,6 +57,9 @@ pub enum Workload {
     /// A GEMM of at most 8 rows computed by the GEMV template (decode): a workload of its
     /// own, so its tuning records never collide with the GEMM's of the same shape.
     Gemv(gemm::GemmWorkload),
+    /// The Walsh-Hadamard rotation of Q before attention and of its output back, around a
+    /// q8_0 cache with the rotation on ([`hadamard`]).
+    Hadamard(hadamard::HadamardWorkload),
 }
 
 /// How it is computed.
@@ -75,6 +79,7 @@ pub enum Schedule {
     KvWrite(kv_cache::KvWriteSchedule),
     Attention(attention::AttentionSchedule),
     Gemv(gemv::GemvSchedule),
+    Hadamard(hadamard::HadamardSchedule),
 }
 
 impl Workload {
@@ -91,6 +96,7 @@ impl Workload {
             Workload::KvWrite(_) => "kv_write",
             Workload::Attention(_) => "attention",
             Workload::Gemv(_) => "gemv",
+            Workload::Hadamard(_) => "hadamard",
         }
     }
 
@@ -105,6 +111,7 @@ impl Workload {
             Workload::Add(w) | Workload::Scale(w) => w.add_flops(),
             Workload::Embedding(_) | Workload::KvWrite(_) => 0,
             Workload::Attention(w) => w.flops(),
+            Workload::Hadamard(w) => w.flops(),
         }
     }
 }
@@ -123,6 +130,7 @@ impl Schedule {
             Schedule::KvWrite(_) => "kv_write",
             Schedule::Attention(_) => "attention",
             Schedule::Gemv(_) => "gemv",
+            Schedule::Hadamard(_) => "hadamard",
         }
     }
 }
@@ -160,6 +168,7 @@ pub fn instantiate(
         (Workload::Embedding(w), Schedule::Embedding(s)) => embedding::instantiate(w, s, device),
         (Workload::KvWrite(w), Schedule::KvWrite(s)) => kv_cache::instantiate(w, s, device),
         (Workload::Attention(w), Schedule::Attention(s)) => attention::instantiate(w, s, device),
+        (Workload::Hadamard(w), Schedule::Hadamard(s)) => hadamard::instantiate(w, s, device),
         _ => Err(mismatch(workload, schedule)),
     }
 }
@@ -230,6 +239,7 @@ pub fn search_space(workload: &Workload, device: &DeviceCaps) -> Vec<Schedule> {
         Workload::Embedding(w) => wrap(embedding::search_space(w, device), Schedule::Embedding),
         Workload::KvWrite(w) => wrap(kv_cache::search_space(w, device), Schedule::KvWrite),
         Workload::Attention(w) => wrap(attention::search_space(w, device), Schedule::Attention),
+        Workload::Hadamard(w) => wrap(hadamard::search_space(w, device), Schedule::Hadamard),
     }
 }
 
@@ -260,6 +270,7 @@ pub fn default_schedule(workload: &Workload, device: &DeviceCaps) -> Schedule {
         Workload::Embedding(w) => Schedule::Embedding(embedding::default_schedule(w, device)),
         Workload::KvWrite(w) => Schedule::KvWrite(kv_cache::default_schedule(w, device)),
         Workload::Attention(w) => Schedule::Attention(attention::default_schedule(w, device)),
+        Workload::Hadamard(w) => Schedule::Hadamard(hadamard::default_schedule(w, device)),
     }
 }
 
@@ -277,6 +288,7 @@ pub fn dispatch_grid(workload: &Workload, schedule: &Schedule) -> Result<[u32; 3
         (Workload::Embedding(w), Schedule::Embedding(s)) => Ok(embedding::dispatch_grid(w, s)),
         (Workload::KvWrite(w), Schedule::KvWrite(s)) => Ok(kv_cache::dispatch_grid(w, s)),
         (Workload::Attention(w), Schedule::Attention(s)) => Ok(attention::dispatch_grid(w, s)),
+        (Workload::Hadamard(w), Schedule::Hadamard(s)) => Ok(hadamard::dispatch_grid(w, s)),
         _ => Err(mismatch(workload, schedule)),
     }
 }

@@ -19,6 +19,9 @@ pub struct KvSnapshot {
     n_past: usize,
     /// The cache types it was taken in.
     kv: KvTypes,
+    /// Whether that cache was Hadamard-rotated (`ExecutorOptions::kv_rotation`): a rotated
+    /// q8_0 cache holds other values than an unrotated one of the same bytes.
+    rotated: bool,
     /// Bytes of one layer's K span and V span.
     spans: (u64, u64),
 }
@@ -74,6 +77,7 @@ impl Executor<'_> {
             buffer,
             n_past: self.n_past,
             kv: self.options.kv,
+            rotated: self.options.kv_rotation,
             spans: (k_span, v_span),
         }))
     }
@@ -89,6 +93,13 @@ impl Executor<'_> {
                  them",
                 snapshot.kv, self.options.kv
             )));
+        }
+        if snapshot.rotated != self.options.kv_rotation {
+            return Err(ExecError::Unsupported(
+                "a KV snapshot taken with the Hadamard KV rotation on (off) cannot be restored \
+                 into an executor with it off (on): the rotated cache holds other values"
+                    .into(),
+            ));
         }
         if snapshot.spans != self.kv_span(snapshot.n_past) || snapshot.n_past > self.n_ctx {
             let (k1, v1) = self.kv_span(1);

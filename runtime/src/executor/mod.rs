@@ -38,6 +38,7 @@ use rocky_compiler::templates::eltwise::EltwiseWorkload;
 use rocky_compiler::templates::embedding::EmbeddingWorkload;
 use rocky_compiler::templates::gemm::{n_slices, Epilogue};
 use rocky_compiler::templates::gemv;
+use rocky_compiler::templates::hadamard::{self, HadamardWorkload};
 use rocky_compiler::templates::kv_cache::KvWriteWorkload;
 use rocky_compiler::templates::rms_norm::RmsNormWorkload;
 use rocky_compiler::templates::rope::RopeWorkload;
@@ -93,6 +94,12 @@ pub struct ExecutorOptions {
     /// The KV cache's element types, K and V apart (llama.cpp's `-ctk`/`-ctv`; f16 both by
     /// default).
     pub kv: KvTypes,
+    /// llama.cpp's Walsh-Hadamard rotation around a q8_0 cache (`ReferenceOptions::kv_rotation`,
+    /// and off by default as there; llama.cpp 0c1e570 has it on): where a cache is q8_0 and
+    /// head_dim a multiple of 64 (`hadamard::kv_rotation_sizes`), its KV write rotates each run
+    /// of K (V) before quantizing it, Q is rotated before attention (with a q8_0 K) and the
+    /// attention output back after it (with a q8_0 V). f32 and f16 caches never rotate.
+    pub kv_rotation: bool,
 }
 
 /// Whether ubatches overlap (`ExecutorOptions::overlap`) where nothing was tuned: at ubatches
@@ -707,6 +714,14 @@ impl<'m> Executor<'m> {
                 } => {
                     let kv_width = (n_kv_heads * head_dim) as u32;
                     let kv = self.options.kv;
+                    let (rot_k, rot_v) = self.kv_rotations(*head_dim as u32);
+                    if rope.is_some() && (rot_k, rot_v) != (None, None) {
+                        // `step_fusions` folds no RoPE over a q8_0 cache, the only kind that
+                        // rotates; the fused kernel has no rotation.
+                        return Err(ExecError::Unsupported(
+                            "the fused RoPE and KV write cannot rotate a q8_0 cache".into(),
+                        ));
+                    }
                     if let Some(r) = rope {
                         // The folded RoPEs and the KV writes: one kernel (`record/attention.rs`).
                         w.push(Workload::RopeNeox(
@@ -716,20 +731,28 @@ impl<'m> Executor<'m> {
                                 .with_kv_write(*n_kv_heads as u32, kv),
                         ));
                     } else {
-                        // One write kernel for both caches where their types agree, else K's
-                        // then V's (`record/attention.rs` binds each to its cache).
-                        let types = if kv.k == kv.v {
-                            vec![kv.k]
-                        } else {
-                            vec![kv.k, kv.v]
-                        };
-                        for ty in types {
-                            w.push(Workload::KvWrite(KvWriteWorkload {
-                                m: rows,
-                                kv_width,
-                                ty,
-                            }));
+                        // One write kernel for both caches where their types (and rotations)
+                        // agree, else K's then V's (`record/attention.rs` binds each to its
+                        // cache).
+                        let k = KvWriteWorkload::new(rows, kv_width, kv.k)
+                            .with_rotation(rot_k.unwrap_or(0));
+                        let v = KvWriteWorkload::new(rows, kv_width, kv.v)
+                            .with_rotation(rot_v.unwrap_or(0));
+                        w.push(Workload::KvWrite(k));
+                        if v != k {
+                            w.push(Workload::KvWrite(v));
                         }
+                    }
+                    let q_width = (n_heads * head_dim) as u32;
+                    // Q in K's rotated basis before q·k; the output back from V's after
+                    // attention (`record/attention.rs`: the first rotates the node's Q input
+                    // in place, the second its output).
+                    if let Some(n) = rot_k {
+                        w.push(Workload::Hadamard(HadamardWorkload {
+                            m: rows,
+                            width: q_width,
+                            n,
+                        }));
                     }
                     w.push(Workload::Attention(AttentionWorkload {
                         m: rows,
@@ -740,7 +763,14 @@ impl<'m> Executor<'m> {
                         max_kv: AttentionWorkload::kv_bucket(self.n_ctx as u32),
                         window: sliding_window.map_or(0, |w| w as u32),
                         kv,
-                    }))
+                    }));
+                    if let Some(n) = rot_v {
+                        w.push(Workload::Hadamard(HadamardWorkload {
+                            m: rows,
+                            width: q_width,
+                            n,
+                        }));
+                    }
                 }
                 Op::SwiGlu { width } => w.push(Workload::SwiGlu(EltwiseWorkload {
                     m: rows,
@@ -773,6 +803,15 @@ impl<'m> Executor<'m> {
             out.push(w.into_iter().map(|w| (node.label.clone(), w)).collect());
         }
         Ok(out)
+    }
+
+    /// The Hadamard sizes K (with Q) and V (with the output) rotate by, where
+    /// [`ExecutorOptions::kv_rotation`] is on: llama.cpp's rule, shared with the reference.
+    fn kv_rotations(&self, head_dim: u32) -> (Option<u32>, Option<u32>) {
+        if !self.options.kv_rotation {
+            return (None, None);
+        }
+        hadamard::kv_rotation_sizes(self.options.kv, head_dim)
     }
 
     /// Compiles (or finds) the pipeline of every workload of the prefill at the ubatch size.
@@ -1211,6 +1250,7 @@ fn with_rows(w: &Workload, rows: u32) -> Workload {
         Workload::KvWrite(x) => x.m = rows,
         Workload::Attention(x) => x.m = rows,
         Workload::Embedding(x) => x.m = rows,
+        Workload::Hadamard(x) => x.m = rows,
     }
     w
 }

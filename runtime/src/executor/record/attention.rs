@@ -1,12 +1,14 @@
 //! Attention nodes: the new K and V rows written into the layer's cache (in a decode step with
 //! folded RoPEs, rotated on the way: one kernel for both RoPEs and both writes), then attention
 //! over it; split over the KV length (flash-decoding), its pieces write partials that the combine
-//! kernel merges into the output.
+//! kernel merges into the output. Around a q8_0 cache with the rotation on, Q is rotated in
+//! place before attention and the output back after it (`hadamard`).
 
 use super::{Kernel, NodeRecorder};
 use crate::executor::{split_kv, w_attention, ExecError};
 use rocky_compiler::templates::attention::AttentionPush;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
+use rocky_compiler::templates::hadamard::HadamardPush;
 use rocky_compiler::templates::kv_cache::KvWritePush;
 use rocky_compiler::templates::rope::RopePush;
 use rocky_compiler::{Schedule, Workload};
@@ -20,9 +22,16 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         }
     }
 
+    fn head_dim(&self) -> u32 {
+        match &self.node.op {
+            Op::Attention { head_dim, .. } => *head_dim as u32,
+            _ => unreachable!("an attention node"),
+        }
+    }
+
     /// K goes to the K cache, then V to the V cache: two dispatches, of this one kernel where
-    /// both caches have its type, else of the kernel of each cache's type (the node has one
-    /// per type, `node_workloads`).
+    /// both caches have its type and rotation, else of the kernel of each cache's (the node
+    /// has one per distinct write, `node_workloads`).
     pub(super) fn kv_write(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {
         let exec = self.exec;
         let layer = self.layer();
@@ -30,11 +39,13 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             unreachable!("a KV-write workload")
         };
         let types = exec.options.kv;
+        let (rot_k, rot_v) = exec.kv_rotations(self.head_dim());
         let targets = [
-            (1usize, &exec.kv[layer].0, types.k),
-            (2, &exec.kv[layer].1, types.v),
+            (1usize, &exec.kv[layer].0, types.k, rot_k.unwrap_or(0)),
+            (2, &exec.kv[layer].1, types.v, rot_v.unwrap_or(0)),
         ];
-        for (input, cache, _) in targets.into_iter().filter(|t| t.2 == kw.ty) {
+        let mine = |t: &(usize, _, _, u32)| t.2 == kw.ty && t.3 == kw.rotation;
+        for (input, cache, _, _) in targets.into_iter().filter(mine) {
             let named = vec![("src", self.input(input)?), ("cache", cache.whole())];
             let push = KvWritePush {
                 m: self.rows,
@@ -71,6 +82,25 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             pos0: self.pos0,
         };
         self.emit_reading_position(kernel, named, push.to_bytes())
+    }
+
+    /// The Walsh-Hadamard rotation around a q8_0 cache, in place: of Q (the node's input 0)
+    /// before attention, or of the attention output after it (`attended`), back into V's
+    /// basis. A pass of its own rather than a step inside every attention family (row-wise,
+    /// tiled, key-split, split-KV and its combine): it touches only the m × q_width values of
+    /// Q or the output, next to attention's reads of the whole cache.
+    pub(super) fn hadamard(
+        &mut self,
+        kernel: &Kernel<'s>,
+        attended: bool,
+    ) -> Result<(), ExecError> {
+        let x = if attended {
+            self.output()?
+        } else {
+            self.input(0)?
+        };
+        let push = HadamardPush { m: self.rows }.to_bytes();
+        self.emit_kernel(kernel, vec![("x", x)], &push)
     }
 
     pub(super) fn attention(&mut self, kernel: &Kernel<'s>) -> Result<(), ExecError> {

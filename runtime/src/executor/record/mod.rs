@@ -55,6 +55,8 @@ impl<'s> NodeRecorder<'s, '_, '_> {
     /// Records every kernel the program prepared for the node.
     pub fn record(&mut self) -> Result<(), ExecError> {
         let prog = self.prog;
+        // An attention node's Hadamard rotation before attention is Q's, after it the output's.
+        let mut attended = false;
         for (label, w, s, origin) in &prog.used[prog.kernels_of[self.node_index].clone()] {
             let pipeline = &self.exec.pipelines[&(*w, *s)];
             let kernel_rows = match &self.node.op {
@@ -83,7 +85,13 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                 ) => self.gemm(&kernel)?,
                 (Op::Attention { .. }, Workload::KvWrite(_)) => self.kv_write(&kernel)?,
                 (Op::Attention { .. }, Workload::RopeNeox(_)) => self.rope_kv_write(&kernel)?,
-                (Op::Attention { .. }, Workload::Attention(_)) => self.attention(&kernel)?,
+                (Op::Attention { .. }, Workload::Attention(_)) => {
+                    self.attention(&kernel)?;
+                    attended = true;
+                }
+                (Op::Attention { .. }, Workload::Hadamard(_)) => {
+                    self.hadamard(&kernel, attended)?
+                }
                 _ => self.glue(&kernel)?,
             }
         }
