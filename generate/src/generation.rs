@@ -213,7 +213,8 @@ pub fn generate_steered(
     };
     let end_ids: Vec<u32> = end.ids().collect();
     // The constraint's mask, the draw, and the log-probabilities of what the draw saw.
-    let mut choose = |mut logits: Vec<f32>,
+    let mut choose = |steering: &mut Steering,
+                      mut logits: Vec<f32>,
                       history: &[u32],
                       out: &mut Generation|
      -> Result<u32, GenerateError> {
@@ -236,7 +237,7 @@ pub fn generate_steered(
 
     let start = Instant::now();
     let logits = evaluator.eval(&prompt[reuse..])?;
-    let mut next = choose(logits, &history, &mut out)?;
+    let mut next = choose(&mut steering, logits, &history, &mut out)?;
     out.prefill = start.elapsed();
 
     let decode_start = Instant::now();
@@ -268,9 +269,9 @@ pub fn generate_steered(
             stopped = Some(StopReason::ContextFull);
             break;
         }
-        let logits = evaluator.decode(next)?;
+        let logits = decode_preparing(evaluator, next, steering.constraint.as_deref_mut())?;
         out.decode_steps += 1;
-        next = choose(logits, &history, &mut out)?;
+        next = choose(&mut steering, logits, &history, &mut out)?;
     }
     out.decode = decode_start.elapsed();
     // An end-of-generation token drawn last has a log-probability but is not output.
@@ -290,6 +291,30 @@ pub fn generate_steered(
         }
     }
     Ok(out)
+}
+
+/// `evaluator.decode(token)`, with the constraint's next mask prepared on a second thread
+/// meanwhile (the grammar's mask needs the tokens so far, not the logits): on an H100 the
+/// 0.5B's step takes ~1.3 ms and a JSON-schema mask over its 151,936 tokens ~0.4 ms, which
+/// would otherwise add up (2026-12-06e: constrained decode at 0.69× unconstrained).
+fn decode_preparing<'c>(
+    evaluator: &mut dyn Evaluator,
+    token: u32,
+    constraint: Option<&mut (dyn Constraint + 'c)>,
+) -> Result<Vec<f32>, GenerateError> {
+    let Some(c) = constraint else {
+        return Ok(evaluator.decode(token)?);
+    };
+    let (logits, prepared) = std::thread::scope(|scope| {
+        let prepare = scope.spawn(|| c.prepare());
+        let logits = evaluator.decode(token);
+        let prepared = prepare
+            .join()
+            .unwrap_or_else(|_| Err("the constraint's mask panicked".to_string()));
+        (logits, prepared)
+    });
+    prepared.map_err(GenerateError::Constraint)?;
+    Ok(logits?)
 }
 
 #[cfg(test)]
@@ -548,6 +573,74 @@ mod tests {
             self.accepted.push(token);
             Ok(())
         }
+    }
+
+    /// Allows only `(last accepted + 2) mod n` (the prompt's last token to start), computing
+    /// that in `prepare` where it can: records, per mask, whether it had been prepared and on
+    /// which thread the preparations ran.
+    struct TwoAhead {
+        n: u32,
+        last: u32,
+        prepared: Option<u32>,
+        masks_prepared: Vec<bool>,
+        prepare_threads: Vec<std::thread::ThreadId>,
+    }
+
+    impl Constraint for TwoAhead {
+        fn mask(&mut self, logits: &mut [f32], _end: &[u32]) -> Result<(), String> {
+            self.masks_prepared.push(self.prepared.is_some());
+            let allowed = self.prepared.take().unwrap_or((self.last + 2) % self.n);
+            for (id, l) in logits.iter_mut().enumerate() {
+                if id as u32 != allowed {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            Ok(())
+        }
+        fn accept(&mut self, token: u32) -> Result<(), String> {
+            self.prepared = None;
+            self.last = token;
+            Ok(())
+        }
+        fn prepare(&mut self) -> Result<(), String> {
+            self.prepare_threads.push(std::thread::current().id());
+            self.prepared = Some((self.last + 2) % self.n);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_constraint_prepares_each_decode_steps_mask_on_another_thread_during_the_step() {
+        let mut ev = Counter::new(10, 64);
+        let mut c = TwoAhead {
+            n: 10,
+            last: 0,
+            prepared: None,
+            masks_prepared: Vec::new(),
+            prepare_threads: Vec::new(),
+        };
+        let g = generate_steered(
+            &mut ev,
+            &letters(10),
+            &EndOfGeneration::default(),
+            &[0],
+            0,
+            &greedy(5),
+            Steering {
+                constraint: Some(&mut c),
+                logprobs: None,
+            },
+            &mut |_: &Step| true,
+        )
+        .unwrap();
+        // The model wants last + 1; the constraint only allows last + 2, from the tokens it
+        // accepted (a stale prepared mask would repeat a token).
+        assert_eq!(g.tokens, vec![2, 4, 6, 8, 0]);
+        // The first mask (after the prompt) is computed in place, every decode step's ahead.
+        assert_eq!(c.masks_prepared, vec![false, true, true, true, true]);
+        assert_eq!(c.prepare_threads.len(), 4);
+        let here = std::thread::current().id();
+        assert!(c.prepare_threads.iter().all(|&t| t != here));
     }
 
     #[test]

@@ -4,13 +4,20 @@
 //! Both see the same logits: the model's, masked by the constraint, then the sampler's
 //! repetition penalty; the draw's own filters (top-k/p, min-p, temperature) come after.
 
-/// Forbids tokens at each step and follows the tokens drawn.
-pub trait Constraint {
+/// Forbids tokens at each step and follows the tokens drawn. `Send`: the generation loop
+/// calls [`Constraint::prepare`] on a second thread while the model evaluates the step.
+pub trait Constraint: Send {
     /// Sets the logits of the tokens that may not come next to −∞. `end` lists the model's
     /// end-of-generation tokens: the constraint lets them through where its output may end.
     fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String>;
     /// The token drawn (never an end-of-generation token: those end the loop first).
     fn accept(&mut self, token: u32) -> Result<(), String>;
+    /// Does the work of the next [`Constraint::mask`] that needs no logits (a grammar's
+    /// token mask), ahead of them: the generation loop runs it while the device computes the
+    /// step's logits, so on a fast GPU the mask costs no time of its own. Optional.
+    fn prepare(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A token's log-probability, and the most likely alternatives at its step.

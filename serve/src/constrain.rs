@@ -10,7 +10,7 @@
 //! would walk every token's bytes each step.
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 use rocky_generate::Constraint;
 use rocky_models::tokenizer::{TokenKind, Tokenizer};
@@ -63,6 +63,7 @@ impl Grammars {
             eos: self.factory.tok_env().tok_trie().eos_token(),
             spent: Duration::ZERO,
             masks: 0,
+            prepared: None,
         })
     }
 }
@@ -78,6 +79,9 @@ pub struct Guide {
     spent: Duration,
     /// Masks computed so far (one per sampled token).
     masks: usize,
+    /// The next mask, computed ahead of the logits by [`Constraint::prepare`] (while the
+    /// device evaluates the step); `mask` takes it, or computes it where none is ready.
+    prepared: Option<SimpleVob>,
 }
 
 impl Guide {
@@ -87,11 +91,17 @@ impl Guide {
         (self.spent, self.masks)
     }
 
-    fn mask_timed(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
-        let mask = self
-            .matcher
+    fn next_mask(&mut self) -> Result<SimpleVob, String> {
+        self.matcher
             .compute_mask_or_eos()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())
+    }
+
+    fn mask_timed(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+        let mask = match self.prepared.take() {
+            Some(mask) => mask,
+            None => self.next_mask()?,
+        };
         let may_end = mask.is_allowed(self.eos);
         // The model's end tokens (end of turn, EOS) are the grammar's one "end" token: their
         // logits are kept where the grammar may end, whatever the trie says of each.
@@ -130,9 +140,22 @@ impl Constraint for Guide {
 
     fn accept(&mut self, token: u32) -> Result<(), String> {
         let start = Instant::now();
+        self.prepared = None;
         let r = self.matcher.consume_token(token).map_err(|e| e.to_string());
         self.spent += start.elapsed();
         r
+    }
+
+    /// The mask's computation, on the generation loop's second thread while the step runs
+    /// (its time still counts in [`Guide::cost`]: the grammar's work, overlapped or not).
+    fn prepare(&mut self) -> Result<(), String> {
+        if self.prepared.is_none() {
+            let start = Instant::now();
+            let mask = self.next_mask();
+            self.spent += start.elapsed();
+            self.prepared = Some(mask?);
+        }
+        Ok(())
     }
 }
 
