@@ -1037,3 +1037,57 @@ fn interpreter_catches_out_of_bounds_and_bad_barriers() {
         Err(InterpError::Undefined { .. })
     ));
 }
+
+/// The Mali int8 defaults in half units (`half_units`: 4×4 micro-tiles in 64×64 tiles from 64
+/// rows, 2×4 in 16×32 below) against the CPU reference in the IR interpreter: formats with a
+/// min term (Q4_K, Q5_K: run first, in a block of its own), with a second scale (Q6_K) and
+/// with one, both layouts, ragged rows and columns (partial tiles, clamped rows), bias,
+/// residual and SwiGLU epilogues.
+#[test]
+fn mali_half_unit_int8_defaults_match_the_reference() {
+    use Epilogue::{None as Plain, Residual as Res, SwiGlu};
+    use WeightFormat as F;
+    let mali = mali_vk12();
+    let mut tiles = std::collections::BTreeSet::new();
+    let mut checked = 0;
+    let (gguf, aligned) = (WeightLayout::Gguf, WeightLayout::Aligned);
+    for (i, (weight, layout, m, n, bias, epilogue)) in [
+        (F::Q4K, gguf, 70, 72, true, Plain),
+        (F::Q5K, gguf, 64, 40, false, Res),
+        (F::Q6K, aligned, 66, 64, false, Plain),
+        (F::Q5_0, aligned, 65, 40, true, Plain),
+        (F::Q4K, gguf, 64, 40, false, SwiGlu),
+        (F::Q4_0, gguf, 64, 24, false, Res),
+        (F::IQ4XS, gguf, 64, 40, false, Plain),
+        (F::Q4K, gguf, 20, 40, true, Plain),
+        (F::Q6K, aligned, 33, 40, false, Res),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let w = GemmWorkload {
+            m,
+            n,
+            k: 512,
+            act: ActType::F32,
+            weight,
+            layout,
+            bias,
+            epilogue,
+            rms_norm_eps_bits: None,
+        };
+        let s = gemm::default_schedule(&w, &mali);
+        assert!(
+            s.math == Math::Int8Dot && s.half_units,
+            "{w:?}: the Mali default is {s:?}"
+        );
+        tiles.insert((s.bm, s.bn, s.tm, s.tn));
+        check(&w, &s, &mali, &inputs(&w, 700 + i as u64));
+        checked += 1;
+    }
+    assert_eq!(checked, 9);
+    assert!(
+        tiles.contains(&(64, 64, 4, 4)) && tiles.contains(&(16, 32, 2, 4)),
+        "{tiles:?}"
+    );
+}

@@ -60,6 +60,10 @@ pub const F16_HUGE_TILE_MIN_SLABS: u32 = 16;
 /// Rows from which the int8 rule of devices with slow shuffles takes its 16-row tiles.
 pub const INT8_TILE_MIN_ROWS: u32 = 16;
 
+/// Rows from which that rule takes 64-row tiles of 4×4 micro-tiles (fewer rows would leave
+/// most of such a tile's rows clamped copies).
+pub const INT8_WIDE_TILE_MIN_ROWS: u32 = 64;
+
 /// Workgroups the 32×32 split aims for.
 pub const F16_SMALL_GRID_TARGET: u32 = 128;
 
@@ -183,16 +187,40 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // half units (`half_units`). Mesa 26.1.6, M = 512, predicted cycles per product
         // (busiest pipe, load/store at calibration A's rate) against the packed-broadcast f32
         // tile below: Q4_K 0.0375 against 0.0496, Q6_K 0.0386 against 0.0681, Q5_0 0.0369
-        // against 0.0606, no spills (load/store-bound); 4×4 tiles spill 28-49 registers.
-        // Aligned Q8_0 keeps its 5-row f32 tile (0.0360, a tie)
-        // (docs/measurements/2026-12-06d-mali-gemm.md).
-        if caps.integer_dot_product
+        // against 0.0606, no spills (load/store-bound). Aligned Q8_0 keeps its 5-row f32
+        // tile (0.0360, a tie) (docs/measurements/2026-12-06d-mali-gemm.md).
+        //
+        // From 64 rows, 4×4 micro-tiles in 64×64 workgroup tiles: each fragment read from
+        // workgroup memory feeds 4 dot products instead of 2-4, and the staging's fixed work
+        // (one X half unit and one W unit per thread and slab) is shared by twice the
+        // products. They fit 64 registers since the min term runs first in a block of its
+        // own, each column's dot products complete in their own block, and the kernel's
+        // geometry is re-read inside the K loop (`GemmSchedule::half_units`). Mesa 26.1.6,
+        // M = 512, no spills, load/store per K-loop iteration of 1024 products against 512:
+        // Q4_K 95 against 67, Q6_K (aligned) 97 against 69, Q5_0 (aligned) 94 against 66
+        // (docs/measurements/2026-12-06e-mali-gemm.md).
+        let int8_rule = caps.integer_dot_product
             && caps.slow_subgroup_shuffle
             && !caps.lane_serial_memory
             && w.weight.is_quantized()
-            && w.weight != WeightFormat::Q8_0
-            && w.m >= INT8_TILE_MIN_ROWS
-        {
+            && w.weight != WeightFormat::Q8_0;
+        if int8_rule && w.m >= INT8_WIDE_TILE_MIN_ROWS {
+            c.push(GemmSchedule {
+                bm: 64,
+                bn: 64,
+                bk: 64,
+                tm: 4,
+                tn: 4,
+                vector_width: 4,
+                stage_a: true,
+                stage_b: true,
+                half_units: true,
+                math: Math::Int8Dot,
+                accumulate: Precision::F32,
+                ..base
+            });
+        }
+        if int8_rule && w.m >= INT8_TILE_MIN_ROWS {
             c.push(GemmSchedule {
                 bm: 16,
                 bn: 32,
@@ -624,7 +652,13 @@ mod tests {
             let s = default_schedule(&w, &caps);
             assert_eq!(s.math, Math::Int8Dot, "{m}x{n}x{k}: {s:?}");
             assert!(s.half_units && s.stage_a && s.stage_b, "{s:?}");
-            assert_eq!((s.bm, s.bn, s.tm, s.tn), (16, 32, 2, 4), "{s:?}");
+            // 4×4 micro-tiles in 64×64 tiles from 64 rows, 2×4 in 16×32 below.
+            let want = if m >= INT8_WIDE_TILE_MIN_ROWS {
+                (64, 64, 4, 4)
+            } else {
+                (16, 32, 2, 4)
+            };
+            assert_eq!((s.bm, s.bn, s.tm, s.tn), want, "{s:?}");
             // The fused SwiGLU GEMM keeps it (tn is even).
             let fused = GemmWorkload {
                 epilogue: super::super::workload::Epilogue::SwiGlu,

@@ -31,8 +31,8 @@ use crate::dequant::ir::{
 use crate::dequant::layout::{AlignedGeometry, GROUP};
 use crate::dequant::{WeightLayout, UNIT};
 use crate::ir::{
-    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll,
-    Value, Var,
+    Access, Buffer, Builtin, DotSign, KernelBuilder, Module, PushField, Scalar, SharedArray, Type,
+    Unroll, Value, Var,
 };
 
 /// Chunks of 4 elements per 32-element unit.
@@ -74,6 +74,8 @@ struct Gemm<'a> {
     /// First vec4 of each (clamped) X row, and the `row_off` of each (clamped) W row.
     x_bases: Vec<Value>,
     w_row_offs: Vec<Value>,
+    /// The push constants m, n and k (`in_loop` reads them again inside the K loop).
+    push_mnk: [PushField; 3],
     /// `share_headers`: the current K-loop iteration's group headers of each column
     /// (`dequant::ir::SharedHeaders`) and the current slab's first unit within the
     /// iteration.
@@ -99,6 +101,20 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemmSchedule) -> Module {
 /// `dequant::ir::WeightRows`).
 fn row_offset(b: &KernelBuilder, col: Value, row_bytes: Value) -> Value {
     b.mul(col, row_bytes)
+}
+
+/// Bytes per weight row (16-byte units in the aligned layout) for depth `k`.
+fn weight_row_bytes(b: &KernelBuilder, w: &GemmWorkload, k: Value) -> Value {
+    let block_shift = w.weight.block_elems().trailing_zeros();
+    let blocks = b.shri(k, block_shift);
+    match AlignedGeometry::of(w.weight) {
+        Some(g) if w.layout == WeightLayout::Aligned => {
+            // ceil(blocks / 8) headers and `blocks` bodies, in 16-byte units.
+            let groups = b.shri(b.addi(blocks, GROUP - 1), GROUP.trailing_zeros());
+            b.add(b.muli(groups, g.header / 16), b.muli(blocks, g.body / 16))
+        }
+        _ => b.muli(blocks, w.weight.block_bytes()),
+    }
 }
 
 fn act_scalar(a: ActType) -> Scalar {
@@ -157,16 +173,7 @@ impl<'a> Gemm<'a> {
         let n0 = b.muli(b.builtin(Builtin::WorkgroupId(0)), s.bn);
         let m_last = b.sub(m, b.c_u32(1));
         let n_last = b.sub(n, b.c_u32(1));
-        let block_shift = w.weight.block_elems().trailing_zeros();
-        let blocks = b.shri(k, block_shift);
-        let row_bytes = match AlignedGeometry::of(w.weight) {
-            Some(g) if w.layout == WeightLayout::Aligned => {
-                // ceil(blocks / 8) headers and `blocks` bodies, in 16-byte units.
-                let groups = b.shri(b.addi(blocks, GROUP - 1), GROUP.trailing_zeros());
-                b.add(b.muli(groups, g.header / 16), b.muli(blocks, g.body / 16))
-            }
-            _ => b.muli(blocks, w.weight.block_bytes()),
-        };
+        let row_bytes = weight_row_bytes(b, w, k);
         let x_row_vec4s = b.shri(k, 2);
 
         let out_rows: Vec<Value> = (0..s.tm).map(|i| b.add(m0, b.addi(ty, i * wg_m))).collect();
@@ -219,6 +226,7 @@ impl<'a> Gemm<'a> {
             out_cols,
             x_bases,
             w_row_offs: Vec::new(),
+            push_mnk: [p_m, p_n, p_k],
             headers: RefCell::new(None),
         };
         g.w_row_offs = (0..s.tn)
@@ -249,6 +257,60 @@ impl<'a> Gemm<'a> {
     /// The dequant fragments' `row_off` of weight row `col`.
     fn row_off(&self, col: Value) -> Value {
         row_offset(self.b, col, self.row_bytes)
+    }
+
+    /// A copy whose geometry (push constants, workgroup and invocation ids and what derives
+    /// from them) is read again at this point of the kernel: inside the K loop, these values
+    /// are then recomputed each iteration from uniforms and preloaded ids instead of being
+    /// held in registers across the loop next to the accumulators (`half_units`). The
+    /// per-thread lists (`out_rows`, `x_bases`, `w_row_offs`, ...) are left empty.
+    fn in_loop(&self) -> Gemm<'a> {
+        let b = self.b;
+        let (w, s) = (self.w, self.s);
+        let [p_m, p_n, p_k] = self.push_mnk;
+        let (m, n, k) = (b.push(p_m), b.push(p_n), b.push(p_k));
+        let wg_n = s.bn / s.tn;
+        // One thread index; tx and ty derive from it (the workgroup is [1, bn/tn, bm/tm]).
+        let tid = b.builtin(Builtin::LocalInvocationIndex);
+        let (tx, ty) = if wg_n.is_power_of_two() && s.split_k == 1 && !s.shuffle_a {
+            (b.andi(tid, wg_n - 1), b.shri(tid, wg_n.trailing_zeros()))
+        } else {
+            (
+                b.builtin(Builtin::LocalInvocationId(1)),
+                b.builtin(Builtin::LocalInvocationId(2)),
+            )
+        };
+        Gemm {
+            b,
+            w,
+            s,
+            x: self.x,
+            rows: self.rows,
+            y: self.y,
+            bias: self.bias,
+            residual: self.residual,
+            in_place_reduce: self.in_place_reduce,
+            m,
+            n,
+            n_offset: self.n_offset,
+            ldy: self.ldy,
+            m_last: b.sub(m, b.c_u32(1)),
+            n_last: b.sub(n, b.c_u32(1)),
+            row_bytes: weight_row_bytes(b, w, k),
+            x_row_vec4s: b.shri(k, 2),
+            m0: b.muli(b.builtin(Builtin::WorkgroupId(1)), s.bm),
+            n0: b.muli(b.builtin(Builtin::WorkgroupId(0)), s.bn),
+            kz: self.kz,
+            tx,
+            ty,
+            tid,
+            out_rows: Vec::new(),
+            out_cols: Vec::new(),
+            x_bases: Vec::new(),
+            w_row_offs: Vec::new(),
+            push_mnk: self.push_mnk,
+            headers: RefCell::new(None),
+        }
     }
 
     fn units_per_row(&self) -> Value {
@@ -720,9 +782,17 @@ impl<'a> Gemm<'a> {
         let slab_units: RefCell<Vec<Vec<Rc<Unit>>>> = RefCell::new(Vec::new());
 
         let stage = |ub: Value| {
+            // half_units: the geometry is read again in the loop (`Gemm::in_loop`).
+            let fresh;
+            let g: &Gemm = if s.half_units {
+                fresh = self.in_loop();
+                &fresh
+            } else {
+                self
+            };
             let (xoff, woff) = (buffer_slot(ub, s.bm), buffer_slot(ub, s.bn));
             if s.wide_loads && wq.is_none() {
-                *slab_units.borrow_mut() = self.open_slab(ub, false);
+                *slab_units.borrow_mut() = g.open_slab(ub, false);
             }
             if let (Some(xq), Some(xa), Some(xd4)) = (xq, xa, xd4) {
                 // Two threads per (row, unit), one barrier between the halves' maxima and
@@ -731,21 +801,21 @@ impl<'a> Gemm<'a> {
                 let threads = s.threads();
                 let steps = total.div_ceil(threads);
                 b.for_range(b.c_u32(0), b.c_u32(steps), 1, Unroll::Hint, |it| {
-                    let idx = b.add(self.tid, b.muli(it, threads));
+                    let idx = b.add(g.tid, b.muli(it, threads));
                     let live = b.lt(idx, b.c_u32(total));
                     let item = b.min(idx, b.c_u32(total - 1));
                     let half = b.andi(item, 1);
                     let slot = b.shri(item, 1);
                     let r = b.div(slot, b.c_u32(upb));
                     let ul = b.rem(slot, b.c_u32(upb));
-                    let xrow = b.min(b.add(self.m0, r), self.m_last);
+                    let xrow = b.min(b.add(g.m0, r), g.m_last);
                     let first = b.add(
-                        b.add(b.mul(xrow, self.x_row_vec4s), b.muli(b.add(ub, ul), CHUNKS)),
+                        b.add(b.mul(xrow, g.x_row_vec4s), b.muli(b.add(ub, ul), CHUNKS)),
                         b.muli(half, 4),
                     );
                     let chunks: Vec<Value> = (0..4)
                         .map(|c| {
-                            b.convert(b.load(self.x, b.addi(first, c)), Type::vec(Scalar::F32, 4))
+                            b.convert(b.load(g.x, b.addi(first, c)), Type::vec(Scalar::F32, 4))
                         })
                         .collect();
                     let amax4 = chunks[1..]
@@ -784,11 +854,11 @@ impl<'a> Gemm<'a> {
                 });
             }
             if let (Some(xq), Some(xd)) = (xq, xd) {
-                self.cooperative(s.bm * upb, |idx| {
+                g.cooperative(s.bm * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
-                    let xrow = b.min(b.add(self.m0, r), self.m_last);
-                    let chunks = load_x_chunks(b.mul(xrow, self.x_row_vec4s), b.add(ub, ul));
+                    let xrow = b.min(b.add(g.m0, r), g.m_last);
+                    let chunks = load_x_chunks(b.mul(xrow, g.x_row_vec4s), b.add(ub, ul));
                     let (words, d, sum) = crate::dequant::ir::quantize_unit_q8(b, &chunks, has_min);
                     let slot = b.add(b.muli(r, upb), ul);
                     for (c, w) in words.iter().enumerate() {
@@ -799,8 +869,8 @@ impl<'a> Gemm<'a> {
             }
             if let (Some(wq), Some(wsc), true) = (wq, wsc, s.wide_loads) {
                 // One item per W row: the slab's units opened together.
-                self.cooperative(s.bn, |r| {
-                    let units = open_units(b, self.rows, self.w_row_off(r), ub, upb, false);
+                g.cooperative(s.bn, |r| {
+                    let units = open_units(b, g.rows, g.w_row_off(r), ub, upb, false);
                     for (ul, unit) in units.iter().enumerate() {
                         let slot = b.add(b.addi(b.muli(r, upb), ul as u32), woff);
                         for c in 0..CHUNKS {
@@ -814,10 +884,10 @@ impl<'a> Gemm<'a> {
                     }
                 });
             } else if let (Some(wq), Some(wsc)) = (wq, wsc) {
-                self.cooperative(s.bn * upb, |idx| {
+                g.cooperative(s.bn * upb, |idx| {
                     let r = b.div(idx, b.c_u32(upb));
                     let ul = b.rem(idx, b.c_u32(upb));
-                    let unit = open_unit(b, self.rows, self.w_row_off(r), b.add(ub, ul), false);
+                    let unit = open_unit(b, g.rows, g.w_row_off(r), b.add(ub, ul), false);
                     let slot = b.add(b.add(b.muli(r, upb), ul), woff);
                     for c in 0..CHUNKS {
                         b.store_shared(
@@ -842,31 +912,65 @@ impl<'a> Gemm<'a> {
                 wsc.expect("half_units stages W"),
             );
             // Every address is one base per operand plus a constant, so the loads take
-            // immediate offsets instead of a live address register each.
-            let x_slot0 = b.add(b.add(b.muli(self.ty, upb), ul), buffer_slot(u, s.bm));
-            let w_slot0 = b.add(b.add(b.muli(self.tx, upb), ul), buffer_slot(u, s.bn));
+            // immediate offsets instead of a live address register each. The thread's ids
+            // are read again here (`Gemm::in_loop`), not held across the loop.
+            let g = self.in_loop();
+            // A condition that always holds (a dispatch has rows) but that the driver cannot
+            // prove: code in `if fence` blocks stays in its block. Mesa 26.1.6's Valhall
+            // scheduler otherwise takes all 16 dot products of a 4×4 half unit (and their
+            // scale products) before any accumulation, about 32 extra live registers, and
+            // spills (32-34 spills before the blocks, none after).
+            let fence = b.ne(g.m, b.c_u32(0));
+            let x_slot0 = b.add(b.add(b.muli(g.ty, upb), ul), buffer_slot(u, s.bm));
+            let w_slot0 = b.add(b.add(b.muli(g.tx, upb), ul), buffer_slot(u, s.bn));
             let x_word0 = b.muli(x_slot0, CHUNKS);
             let w_word0 = b.muli(w_slot0, CHUNKS);
             let x_slot = |i: u32| i * wg_m * upb;
             let w_slot = |j: u32| j * wg_n * upb;
-            // (d, d·Σq) of each row; the columns' scales (lo, second).
-            let xds: Vec<(Value, Value)> = (0..s.tm)
-                .map(|i| {
-                    let four = b.muli(b.addi(x_slot0, x_slot(i)), 4);
-                    let d = b.load_shared(xd4, four);
-                    let sum = if has_min {
-                        let s0 = b.load_shared(xd4, b.addi(four, 1));
-                        let s1 = b.load_shared(xd4, b.addi(four, 2));
-                        b.mul(d, b.add(s0, s1))
-                    } else {
-                        b.c_f32(0.0)
-                    };
-                    (d, sum)
-                })
-                .collect();
-            let wscs: Vec<Value> = (0..s.tn)
-                .map(|j| b.load_shared(wsc, b.addi(w_slot0, w_slot(j))))
-                .collect();
+            let xd_at = |i: u32| b.muli(b.addi(x_slot0, x_slot(i)), 4);
+            let w_at = |j: u32| b.addi(w_slot0, w_slot(j));
+            // Q4_K/Q5_K: the min term first, in a block of its own, so the rows' sums of
+            // quants and the columns' mins die there; only each row's d and each column's
+            // scale leave it (through variables). During the halves only those are live next
+            // to the accumulators and fragments.
+            let (dxs, wscs): (Vec<Value>, Vec<Value>) = if has_min {
+                let dv: Vec<Var> = (0..tm)
+                    .map(|i| b.var(&format!("dx{i}"), Type::F32))
+                    .collect();
+                let lv: Vec<Var> = (0..tn)
+                    .map(|j| b.var(&format!("lo{j}"), Type::F32))
+                    .collect();
+                b.if_(fence, || {
+                    let sxs: Vec<Value> = (0..s.tm)
+                        .map(|i| {
+                            let four = xd_at(i);
+                            let d = b.load_shared(xd4, four);
+                            let s0 = b.load_shared(xd4, b.addi(four, 1));
+                            let s1 = b.load_shared(xd4, b.addi(four, 2));
+                            b.store_var(dv[i as usize], d);
+                            b.mul(d, b.add(s0, s1))
+                        })
+                        .collect();
+                    for (j, &lo) in lv.iter().enumerate() {
+                        let sc = b.load_shared(wsc, w_at(j as u32));
+                        b.store_var(lo, b.extract(sc, 0));
+                        let min = b.extract(sc, 1);
+                        for (i, &sx) in sxs.iter().enumerate() {
+                            let a = b.fma(b.neg(min), sx, b.load_var(acc[i][j]));
+                            b.store_var(acc[i][j], a);
+                        }
+                    }
+                });
+                (
+                    dv.iter().map(|&v| b.load_var(v)).collect(),
+                    lv.iter().map(|&v| b.load_var(v)).collect(),
+                )
+            } else {
+                (
+                    (0..s.tm).map(|i| b.load_shared(xd4, xd_at(i))).collect(),
+                    (0..s.tn).map(|j| b.load_shared(wsc, w_at(j))).collect(),
+                )
+            };
             for h in 0..2u32 {
                 let frag = |arr: SharedArray, word0: Value, slot: u32| -> Vec<Value> {
                     (0..4)
@@ -875,38 +979,29 @@ impl<'a> Gemm<'a> {
                 };
                 let xf: Vec<Vec<Value>> = (0..s.tm).map(|i| frag(xq, x_word0, x_slot(i))).collect();
                 for j in 0..tn {
-                    let wf = frag(wq, w_word0, w_slot(j as u32));
-                    let sc = wscs[j];
-                    let scale = if h == 1 && has_hi {
-                        b.extract(sc, 1)
-                    } else if nsc > 1 {
-                        b.extract(sc, 0)
-                    } else {
-                        sc
-                    };
-                    for (i, xw) in xf.iter().enumerate() {
-                        let dot = (0..4)
-                            .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
-                            .reduce(|a, d| b.add(a, d))
-                            .expect("four chunks");
-                        let dx = xds[i].0;
-                        let a = b.fma(
-                            b.mul(dx, scale),
-                            b.convert(dot, Type::F32),
-                            b.load_var(acc[i][j]),
-                        );
-                        b.store_var(acc[i][j], a);
-                    }
-                }
-            }
-            if has_min {
-                for (j, &sc) in wscs.iter().enumerate() {
-                    let min = b.extract(sc, 1);
-                    for i in 0..tm {
-                        let sx = xds[i].1;
-                        let a = b.fma(b.neg(min), sx, b.load_var(acc[i][j]));
-                        b.store_var(acc[i][j], a);
-                    }
+                    b.if_(fence, || {
+                        let wf = frag(wq, w_word0, w_slot(j as u32));
+                        let sc = wscs[j];
+                        let scale = if h == 1 && has_hi {
+                            b.extract(sc, 1)
+                        } else if nsc > 1 && !has_min {
+                            b.extract(sc, 0)
+                        } else {
+                            sc
+                        };
+                        for (i, xw) in xf.iter().enumerate() {
+                            let dot = (0..4)
+                                .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
+                                .reduce(|a, d| b.add(a, d))
+                                .expect("four chunks");
+                            let a = b.fma(
+                                b.mul(dxs[i], scale),
+                                b.convert(dot, Type::F32),
+                                b.load_var(acc[i][j]),
+                            );
+                            b.store_var(acc[i][j], a);
+                        }
+                    });
                 }
             }
         };

@@ -141,11 +141,15 @@ pub struct GemmSchedule {
     /// adding each half's scaled dot product into its f32 accumulator. Only a half unit's
     /// fragments are live at once (instead of every row's whole unit); each X unit is
     /// quantized by two threads (16 values each), the tiles are double-buffered by slab
-    /// parity and output indices are recomputed after the K loop. On Mesa 26.1.6 2×4 tiles
-    /// compile without spills (4×4 still spill 28-49). Per unit a thread reads `3·(tm + tn)`
-    /// shared quads for `32·tm·tn` products, and the bitwise dequantization and the
-    /// activation quantization are done once per workgroup tile instead of per lane.
-    /// Omitted from the serialization when false.
+    /// parity and output indices are recomputed after the K loop. The Q4_K/Q5_K min term
+    /// runs first, in a block of its own (only each row's d and each column's scale leave
+    /// it), each column's dot products of a half complete in a block of their own, and the
+    /// kernel's geometry (push constants, ids) is re-read inside the K loop instead of held
+    /// in registers across it. On Mesa 26.1.6 2×4 and 4×4 tiles compile without spills
+    /// (4×4 spilled 28-49 before the blocks). Per unit a thread reads `2·(tm + tn)` shared
+    /// quads and `tm + tn` scale loads for `32·tm·tn` products, and the bitwise
+    /// dequantization and the activation quantization are done once per workgroup tile
+    /// instead of per lane. Omitted from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub half_units: bool,
     pub accumulate: Precision,
