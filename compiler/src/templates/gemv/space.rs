@@ -94,11 +94,7 @@ const DEEP_K: u32 = 8192;
 /// way), checked against the CPU reference with the activations quantized as the kernel does.
 fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
     let desktop = !caps.lane_serial_memory && !caps.shared_memory_is_slow;
-    if !desktop
-        || !caps.integer_dot_product
-        || !w.weight.is_quantized()
-        || w.m != 1
-        || w.k < DEEP_K
+    if !desktop || !caps.integer_dot_product || !w.weight.is_quantized() || w.m != 1 || w.k < DEEP_K
     {
         return None;
     }
