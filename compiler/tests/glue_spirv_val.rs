@@ -199,7 +199,10 @@ fn whole_glue_spaces_pass_spirv_val_for_vulkan_1_2() {
             let e = sizes.entry((*pname, w.kind())).or_default();
             e.0 = e.0.max(space.len());
             e.1 += space.len();
-            // The default belongs to the space; where shared memory is slow it uses none.
+            // The default belongs to the space; where shared memory is slow it uses none,
+            // except the Hadamard rotation's kernels: their lanes swap a run once through it,
+            // because a whole run in one thread's registers spills on Mali's compiler
+            // (docs/measurements/2026-12-06e-kv-rotation.md). They hold only their runs.
             let d = default_schedule(&w, caps);
             assert!(
                 space.contains(&d),
@@ -207,7 +210,17 @@ fn whole_glue_spaces_pass_spirv_val_for_vulkan_1_2() {
             );
             if caps.shared_memory_is_slow {
                 let k = instantiate(&w, &d, caps).unwrap();
-                assert_eq!(k.meta.shared_bytes, 0, "{pname}: {d:?} uses shared memory");
+                match w {
+                    Workload::Hadamard(h) => assert!(
+                        k.meta.shared_bytes <= h.width * 4,
+                        "{pname}: {d:?} holds more than a row"
+                    ),
+                    Workload::KvWrite(kw) if kw.rotation > 0 => assert!(
+                        k.meta.shared_bytes <= kw.kv_width * 4,
+                        "{pname}: {d:?} holds more than a row"
+                    ),
+                    _ => assert_eq!(k.meta.shared_bytes, 0, "{pname}: {d:?} uses shared memory"),
+                }
             }
             for s in space {
                 candidates.push((w, s, caps.clone()));

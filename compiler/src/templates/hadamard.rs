@@ -5,10 +5,11 @@
 //! with a q8_0 V, V is multiplied by the one of size 64 and the attention output back by it
 //! (H is symmetric and H·H = I, so the output is V's weighted sum in V's own basis).
 //!
-//! This module holds the rule ([`kv_rotation_sizes`]), the transform as an IR fragment
-//! ([`fwht_chunks`], also used by the q8_0 KV write in [`super::kv_cache`], which rotates K and
-//! V in registers before it quantizes them), the in-place kernel that rotates Q before
-//! attention and the attention output back after it, and the CPU reference ([`reference`]).
+//! This module holds the rule ([`kv_rotation_sizes`]), the transform as IR fragments
+//! ([`fwht_chunks`] in one thread; [`Split`], the same over a few lanes, which the q8_0 KV
+//! write in [`super::kv_cache`] also uses to rotate K and V before it quantizes them), the
+//! in-place kernel that rotates Q before attention and the attention output back after it,
+//! and the CPU reference ([`reference`]).
 //!
 //! The transform is ggml's `ggml_compute_forward_fwht` operation for operation: every value
 //! scaled by 1/√n first, then the butterflies (a + b, a - b) at strides 1, 2, 4, ... All of it
@@ -19,14 +20,15 @@
 //! - binding 0 `x`: f32 [m × width], rotated in place, each aligned run of `n` values on its
 //!   own (a run never crosses a head: heads are `head_dim` wide and n divides head_dim);
 //! - push constants ([`HadamardPush`], 4 bytes): `m` (rows, ≤ the workload's m);
-//! - grid `[ceil(width/n / threads), m, 1]`: one thread per run, the run in registers (n/4
-//!   vec4 loads, log2(n) butterfly passes, n/4 vec4 stores).
+//! - grid `[ceil(width/n / (threads/L)), m, 1]`: L = [`lanes`]`(n)` threads per run (2 to
+//!   8), each holding 16 or 32 of its values; they exchange them once through workgroup
+//!   memory ([`Split`]), so that no thread holds a whole run in registers.
 
 use serde::{Deserialize, Serialize};
 
 use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
 use crate::caps::DeviceCaps;
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Value};
+use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Value};
 use crate::kernel::CompiledKernel;
 use crate::kv_type::{KvType, KvTypes};
 use crate::refusal::Refusal;
@@ -87,7 +89,7 @@ impl HadamardPush {
     }
 }
 
-/// One thread per run; `threads` runs per workgroup along a row.
+/// [`lanes`]`(n)` threads per run; `threads / lanes` runs per workgroup along a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HadamardSchedule {
@@ -101,7 +103,19 @@ impl HadamardSchedule {
 
     pub fn validate(&self, w: &HadamardWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         check_threads(self.threads, caps)?;
-        if w.runs().div_ceil(self.threads) > MAX_GRID_DIM {
+        if self.threads % lanes(w.n) != 0 {
+            return Err(Refusal::Schedule(format!(
+                "{} threads are not whole runs of {} lanes",
+                self.threads,
+                lanes(w.n)
+            )));
+        }
+        if split_shared_bytes(w.n, self.threads, w.runs()) > caps.max_shared_memory_bytes {
+            return Err(Refusal::Schedule(
+                "the runs exceed the workgroup memory".into(),
+            ));
+        }
+        if w.runs().div_ceil(Split::runs_per_group(w.n, self.threads)) > MAX_GRID_DIM {
             return Err(Refusal::Schedule("too many workgroups per row".into()));
         }
         Ok(())
@@ -137,7 +151,11 @@ pub fn validate_workload(w: &HadamardWorkload) -> Result<(), Refusal> {
 }
 
 pub fn dispatch_grid(w: &HadamardWorkload, s: &HadamardSchedule) -> [u32; 3] {
-    [w.runs().div_ceil(s.threads), w.m, 1]
+    [
+        w.runs().div_ceil(Split::runs_per_group(w.n, s.threads)),
+        w.m,
+        1,
+    ]
 }
 
 pub fn search_space(w: &HadamardWorkload, caps: &DeviceCaps) -> Vec<HadamardSchedule> {
@@ -145,13 +163,13 @@ pub fn search_space(w: &HadamardWorkload, caps: &DeviceCaps) -> Vec<HadamardSche
         .into_iter()
         .map(|threads| HadamardSchedule { threads })
         // Workgroups far wider than a row only idle.
-        .filter(|s| s.threads <= 2 * w.runs().next_power_of_two().max(32))
+        .filter(|s| s.threads <= 2 * (w.runs() * lanes(w.n)).next_power_of_two().max(32))
         .filter(|s| s.validate(w, caps).is_ok())
         .collect()
 }
 
-/// 32 threads: a row of Q holds only n_heads·head_dim/n runs (14 on the 0.5B), so wider
-/// workgroups would mostly idle; rows fill the grid's second dimension.
+/// 32 threads: a row of Q holds only n_heads·head_dim/n runs (14 on the 0.5B, 4 lanes each),
+/// so wider workgroups would mostly idle; rows fill the grid's second dimension.
 pub fn default_schedule(w: &HadamardWorkload, caps: &DeviceCaps) -> HadamardSchedule {
     let s = HadamardSchedule { threads: 32 };
     if s.validate(w, caps).is_ok() {
@@ -175,68 +193,207 @@ pub fn kernel_ir(w: &HadamardWorkload, s: &HadamardSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let x = b.buffer(BINDING_X, "x", Type::vec(Scalar::F32, 4), Access::ReadWrite);
     let p_m = b.push_field("m", Type::U32);
+    let split = Split::new(&b, w.n, s.threads, w.runs());
     let row = b.builtin(Builtin::WorkgroupId(1));
-    let run = b.add(
-        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
-        b.builtin(Builtin::LocalInvocationIndex),
+    let run = split.run(&b);
+    let active = b.logical_and(b.lt(row, b.push(p_m)), b.lt(run, b.c_u32(w.runs())));
+    let at = b.add(b.muli(row, w.width / 4), b.muli(run, w.n / 4));
+    split.rotate(
+        &b,
+        active,
+        |c| b.load(x, b.add(at, c)),
+        |c, v| b.store(x, b.add(at, c), v),
     );
-    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(run, b.c_u32(w.runs())));
-    b.if_(inside, || {
-        let at = b.add(b.muli(row, w.width / 4), b.muli(run, w.n / 4));
-        let chunks: Vec<Value> = (0..w.n / 4).map(|c| b.load(x, b.addi(at, c))).collect();
-        for (c, v) in fwht_chunks(&b, &chunks).into_iter().enumerate() {
-            b.store(x, b.addi(at, c as u32), v);
-        }
-    });
     b.finish()
+}
+
+/// Values one lane holds of a run of `n` (see [`Split`]): 16 up to n = 64, 32 above.
+pub fn lane_values(n: u32) -> u32 {
+    if n <= 64 {
+        16
+    } else {
+        32
+    }
+}
+
+/// Lanes (threads) that share a run of `n` values: 2 (n = 32), 4 (64, 128) or 8 (256).
+pub fn lanes(n: u32) -> u32 {
+    n / lane_values(n)
+}
+
+/// Workgroup memory of a workgroup of `threads` rotating runs of `n` of a row of `runs`, in
+/// bytes: room for the runs it serves, no more than the row has (panvk 25.x allocates a
+/// dispatch's workgroup memory for every workgroup instance, docs/design.md §1).
+pub fn split_shared_bytes(n: u32, threads: u32, runs: u32) -> u32 {
+    Split::runs_per_group(n, threads).min(runs) * n * 4
+}
+
+/// One run of `n` values spread over [`lanes`]`(n)` threads, `P` = [`lane_values`]`(n)`
+/// values each, through workgroup memory, so that no thread holds a whole run in registers
+/// (a run of 64 held by one thread took 134 spill stores on Mali's Valhall compiler, one of
+/// 128 took 892; docs/measurements/2026-12-06e-kv-rotation.md). The stages are ggml's, in its
+/// order, with the same operands, so the result is [`fwht_chunks`]'s bit for bit:
+/// - phase A: lane `l` loads values `l·P .. (l+1)·P` of its run, scales them by 1/√n and runs
+///   the butterflies of strides 1 .. P/2 (all inside its P values), then stores them to
+///   workgroup memory;
+/// - barrier;
+/// - phase B: lane `l` loads the vec4s of its P/4/L residue groups (values `4g .. 4g+4`
+///   modulo P, L vec4s each, P values apart) and runs the strides P .. n/2 between them.
+///
+/// P² ≥ 4n makes every lane own at least one residue group. The workgroup's `threads` serve
+/// `threads / L` runs, lane = local index mod L.
+pub struct Split {
+    n: u32,
+    threads: u32,
+    stage: SharedArray,
+    lane: Value,
+    local_run: Value,
+}
+
+impl Split {
+    /// Declares the workgroup memory: `threads / L` runs of `n` values (vec4<f32>), or the
+    /// row's `runs` where it has fewer (then the threads past them are never active: their
+    /// run is past the row's last).
+    pub fn new(b: &KernelBuilder, n: u32, threads: u32, runs: u32) -> Split {
+        assert!(valid_run(n) && threads % lanes(n) == 0);
+        let tid = b.builtin(Builtin::LocalInvocationIndex);
+        let l = lanes(n);
+        let held = split_shared_bytes(n, threads, runs) / 16;
+        Split {
+            n,
+            threads,
+            stage: b.shared_array("stage", Type::vec(Scalar::F32, 4), held),
+            lane: b.andi(tid, l - 1),
+            local_run: b.shri(tid, l.trailing_zeros()),
+        }
+    }
+
+    /// Runs per workgroup.
+    pub fn runs_per_group(n: u32, threads: u32) -> u32 {
+        threads / lanes(n)
+    }
+
+    /// This thread's run: workgroup x · runs per group + its run in the group.
+    pub fn run(&self, b: &KernelBuilder) -> Value {
+        b.add(
+            b.muli(
+                b.builtin(Builtin::WorkgroupId(0)),
+                Self::runs_per_group(self.n, self.threads),
+            ),
+            self.local_run,
+        )
+    }
+
+    /// The lane of this thread within its run.
+    pub fn lane(&self) -> Value {
+        self.lane
+    }
+
+    /// The workgroup memory and the vec4 index of this thread's run in it.
+    pub fn stage(&self, b: &KernelBuilder) -> (SharedArray, Value) {
+        (self.stage, b.muli(self.local_run, self.n / 4))
+    }
+
+    /// Phases A and B: `load(c)` gives vec4 `c` of the run (where `active`), `store(c, v)`
+    /// takes the rotated vec4 `c` (each c of the run exactly once over its lanes). Holds one
+    /// barrier: every thread of the workgroup must call it.
+    pub fn rotate(
+        &self,
+        b: &KernelBuilder,
+        active: Value,
+        load: impl Fn(Value) -> Value,
+        store: impl Fn(Value, Value),
+    ) {
+        let (p4, l) = (lane_values(self.n) / 4, lanes(self.n));
+        let groups = p4 / l;
+        let (stage, base) = self.stage(b);
+        let scale = b.splat(b.c_f32(1.0 / (self.n as f32).sqrt()), 4);
+        b.if_(active, || {
+            let mine = b.muli(self.lane, p4);
+            let chunks: Vec<Value> = (0..p4).map(|c| load(b.addi(mine, c))).collect();
+            let v = b.precise(|| {
+                let v: Vec<Value> = chunks.iter().map(|&c| b.mul(c, scale)).collect();
+                chunk_butterflies(b, &lane_butterflies(b, &v))
+            });
+            for (c, &value) in v.iter().enumerate() {
+                b.store_shared(stage, b.add(base, b.addi(mine, c as u32)), value);
+            }
+        });
+        b.barrier();
+        b.if_(active, || {
+            let first = b.muli(self.lane, groups);
+            for g in 0..groups {
+                let at: Vec<Value> = (0..l).map(|k| b.addi(first, k * p4 + g)).collect();
+                let v: Vec<Value> = at
+                    .iter()
+                    .map(|&c| b.load_shared(stage, b.add(base, c)))
+                    .collect();
+                let v = b.precise(|| chunk_butterflies(b, &v));
+                for (&c, value) in at.iter().zip(v) {
+                    store(c, value);
+                }
+            }
+        });
+    }
 }
 
 /// One run of `4·chunks.len()` values (vec4<f32> chunks, value 4c + l in lane l of chunk c)
 /// multiplied by the orthonormal Walsh-Hadamard matrix of that size, in ggml's order: scaled
 /// by 1/√n, then butterflies at strides 1, 2 (inside each vec4, lane by lane) and 4, 8, ...
 /// (whole vec4s against each other). Precise: no FMA may merge the scaling into a butterfly.
+/// The kernels spread a run over lanes instead ([`Split`], the same operations).
 pub fn fwht_chunks(b: &KernelBuilder, chunks: &[Value]) -> Vec<Value> {
     let n = 4 * chunks.len() as u32;
     assert!(valid_run(n), "fwht_chunks: a run of {n} values");
     b.precise(|| {
         let scale = b.splat(b.c_f32(1.0 / (n as f32).sqrt()), 4);
-        let mut v: Vec<Value> = chunks.iter().map(|&c| b.mul(c, scale)).collect();
-        // Strides 1 and 2 pair lanes of one vec4.
-        for stride in [1u32, 2] {
-            v = v
-                .iter()
-                .map(|&c| {
-                    let lane = |i: u32| b.extract(c, i);
-                    let out: Vec<Value> = (0..4u32)
-                        .map(|i| {
-                            let lo = i & !stride;
-                            let (a, bb) = (lane(lo), lane(lo | stride));
-                            if i & stride == 0 {
-                                b.add(a, bb)
-                            } else {
-                                b.sub(a, bb)
-                            }
-                        })
-                        .collect();
-                    b.construct(&out)
-                })
-                .collect();
-        }
-        // Strides of 4 values and more pair whole vec4s, `len` chunks apart.
-        let mut len = 1;
-        while len < chunks.len() {
-            let mut next = v.clone();
-            for i in (0..v.len()).step_by(2 * len) {
-                for j in i..i + len {
-                    next[j] = b.add(v[j], v[j + len]);
-                    next[j + len] = b.sub(v[j], v[j + len]);
-                }
-            }
-            v = next;
-            len *= 2;
-        }
-        v
+        let v: Vec<Value> = chunks.iter().map(|&c| b.mul(c, scale)).collect();
+        chunk_butterflies(b, &lane_butterflies(b, &v))
     })
+}
+
+/// The butterflies of strides 1 and 2: lanes of one vec4.
+fn lane_butterflies(b: &KernelBuilder, v: &[Value]) -> Vec<Value> {
+    let mut v = v.to_vec();
+    for stride in [1u32, 2] {
+        v = v
+            .iter()
+            .map(|&c| {
+                let lane = |i: u32| b.extract(c, i);
+                let out: Vec<Value> = (0..4u32)
+                    .map(|i| {
+                        let lo = i & !stride;
+                        let (a, bb) = (lane(lo), lane(lo | stride));
+                        if i & stride == 0 {
+                            b.add(a, bb)
+                        } else {
+                            b.sub(a, bb)
+                        }
+                    })
+                    .collect();
+                b.construct(&out)
+            })
+            .collect();
+    }
+    v
+}
+
+/// The butterflies between whole vec4s `1, 2, 4, ...` chunks apart, in that order.
+fn chunk_butterflies(b: &KernelBuilder, v: &[Value]) -> Vec<Value> {
+    let mut v = v.to_vec();
+    let mut len = 1;
+    while len < v.len() {
+        let mut next = v.clone();
+        for i in (0..v.len()).step_by(2 * len) {
+            for j in i..i + len {
+                next[j] = b.add(v[j], v[j + len]);
+                next[j + len] = b.sub(v[j], v[j + len]);
+            }
+        }
+        v = next;
+        len *= 2;
+    }
+    v
 }
 
 // ---- CPU reference ------------------------------------------------------------------------

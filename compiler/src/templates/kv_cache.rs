@@ -23,9 +23,10 @@
 //!
 //! A q8_0 write may rotate first (`rotation` = n > 0, llama.cpp's Walsh-Hadamard rotation
 //! around a quantized cache, [`super::hadamard`]): each run of n values of the row is
-//! multiplied by the orthonormal Hadamard matrix of size n, in registers, before its blocks
-//! are quantized. Then a thread owns one run (n/32 blocks and their n/64 whole scale words)
-//! instead of a block pair; the grid counts runs.
+//! multiplied by the orthonormal Hadamard matrix of size n before its blocks are quantized.
+//! Then [`super::hadamard::lanes`]`(n)` threads share a run through workgroup memory (16 or
+//! 32 values each: a whole run in one thread's registers spills on Mali) and its first n/64
+//! lanes quantize a block pair each; the grid counts runs, `threads / lanes` a workgroup.
 
 use half::f16;
 use serde::{Deserialize, Serialize};
@@ -154,6 +155,20 @@ impl KvWriteSchedule {
         }
     }
 
+    /// Workgroups per row: a rotated write's runs take [`super::hadamard::lanes`] threads each.
+    fn row_groups(&self, w: &KvWriteWorkload) -> u32 {
+        match w.ty {
+            KvType::Q8_0 if w.rotation > 0 => {
+                self.row_vectors(w)
+                    .div_ceil(super::hadamard::Split::runs_per_group(
+                        w.rotation,
+                        self.threads,
+                    ))
+            }
+            _ => self.row_vectors(w).div_ceil(self.threads),
+        }
+    }
+
     pub fn validate(&self, w: &KvWriteWorkload, caps: &DeviceCaps) -> Result<(), Refusal> {
         let bad = |s: String| Err(Refusal::Schedule(s));
         if ![1, 2].contains(&self.vector_width) {
@@ -170,7 +185,21 @@ impl KvWriteSchedule {
             ));
         }
         check_threads(self.threads, caps)?;
-        if self.row_vectors(w).div_ceil(self.threads) > MAX_GRID_DIM {
+        if w.rotation > 0 {
+            let n = w.rotation;
+            if self.threads % super::hadamard::lanes(n) != 0 {
+                return bad(format!(
+                    "{} threads are not whole runs of {} lanes",
+                    self.threads,
+                    super::hadamard::lanes(n)
+                ));
+            }
+            let bytes = super::hadamard::split_shared_bytes(n, self.threads, self.row_vectors(w));
+            if bytes > caps.max_shared_memory_bytes {
+                return bad("the runs exceed the workgroup memory".into());
+            }
+        }
+        if self.row_groups(w) > MAX_GRID_DIM {
             return bad("too many workgroups per row".into());
         }
         Ok(())
@@ -226,7 +255,7 @@ pub fn validate_workload(w: &KvWriteWorkload) -> Result<(), Refusal> {
 }
 
 pub fn dispatch_grid(w: &KvWriteWorkload, s: &KvWriteSchedule) -> [u32; 3] {
-    [s.row_vectors(w).div_ceil(s.threads), w.m, 1]
+    [s.row_groups(w), w.m, 1]
 }
 
 pub fn search_space(w: &KvWriteWorkload, caps: &DeviceCaps) -> Vec<KvWriteSchedule> {
@@ -354,10 +383,10 @@ fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     b.finish()
 }
 
-/// q8_0 with the rotation: each thread loads one run of `rotation` values, rotates it in
-/// registers ([`super::hadamard::fwht_chunks`], ggml's order, bit for bit the reference's) and
-/// quantizes its blocks as [`q8_0_kernel`] does, storing their quants and the run's whole
-/// scale words (two blocks' f16 scales a word; a run is an even number of blocks).
+/// q8_0 with the rotation: the [`super::hadamard::lanes`] threads of a run rotate it together
+/// ([`super::hadamard::Split`], ggml's order, bit for bit the reference's), store it back to
+/// workgroup memory and, after a barrier, lane `l < n/64` quantizes the run's block pair `l`
+/// as [`q8_0_kernel`] does, storing its quants and its scale word.
 fn q8_0_rotated_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let src = b.buffer(
@@ -372,40 +401,51 @@ fn q8_0_rotated_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     let n = w.rotation;
     let runs = s.row_vectors(w);
     let row_words = w.ty.row_words(w.kv_width);
+    let split = super::hadamard::Split::new(&b, n, s.threads, runs);
     let row = b.builtin(Builtin::WorkgroupId(1));
-    let run = b.add(
-        b.muli(b.builtin(Builtin::WorkgroupId(0)), s.threads),
-        b.builtin(Builtin::LocalInvocationIndex),
+    let run = split.run(&b);
+    let pos = b.add(b.push(p_pos0), row);
+    // A cache bound shorter than pos0 + m loses the rows past its end. Every thread reaches
+    // the barriers; `active` only guards the memory accesses.
+    let fits = b.lt(pos, b.div(b.array_length(cache), b.c_u32(row_words)));
+    let active = b.logical_and(
+        b.logical_and(b.lt(row, b.push(p_m)), fits),
+        b.lt(run, b.c_u32(runs)),
     );
-    let inside = b.logical_and(b.lt(row, b.push(p_m)), b.lt(run, b.c_u32(runs)));
-    b.if_(inside, || {
-        let pos = b.add(b.push(p_pos0), row);
-        // A cache bound shorter than pos0 + m loses the rows past its end.
-        let fits = b.lt(pos, b.div(b.array_length(cache), b.c_u32(row_words)));
-        b.if_(fits, || {
-            let base = b.muli(pos, row_words);
-            let at = b.add(b.muli(row, w.kv_width / 4), b.muli(run, n / 4));
-            let chunks: Vec<Value> = (0..n / 4).map(|c| b.load(src, b.addi(at, c))).collect();
-            let rotated = super::hadamard::fwht_chunks(&b, &chunks);
-            // Quants of block k of the run at word (run·n/32 + k)·8 of the position.
-            let q_at = b.add(base, b.muli(run, n / 4));
-            let scales: Vec<Value> = rotated
-                .chunks(Q8_0_BLOCK / 4)
-                .enumerate()
-                .map(|(k, block)| {
-                    let (words, scale, _) = quantize_unit_q8(&b, block, false);
-                    for (c, &word) in words.iter().enumerate() {
-                        b.store(cache, b.addi(q_at, (8 * k + c) as u32), word);
-                    }
-                    f32_to_f16_bits(&b, scale)
-                })
-                .collect();
-            let scale_at = b.add(b.addi(base, w.kv_width / 4), b.muli(run, n / 64));
-            for (i, pair) in scales.chunks(2).enumerate() {
-                let word = b.or(pair[0], b.shli(pair[1], 16));
-                b.store(cache, b.addi(scale_at, i as u32), word);
-            }
-        });
+    let at = b.add(b.muli(row, w.kv_width / 4), b.muli(run, n / 4));
+    let (stage, stage_run) = split.stage(&b);
+    split.rotate(
+        &b,
+        active,
+        |c| b.load(src, b.add(at, c)),
+        |c, v| b.store_shared(stage, b.add(stage_run, c), v),
+    );
+    b.barrier();
+    let pair = split.lane();
+    b.if_(b.logical_and(active, b.lt(pair, b.c_u32(n / 64))), || {
+        let base = b.muli(pos, row_words);
+        // Quants of block k of the run at word (run·n/32 + k)·8 of the position.
+        let q_at = b.add(base, b.muli(run, n / 4));
+        let d_bits: Vec<Value> = (0..2u32)
+            .map(|i| {
+                let block = b.addi(b.shli(pair, 1), i);
+                let chunks: Vec<Value> = (0..8)
+                    .map(|c| b.load_shared(stage, b.add(stage_run, b.addi(b.muli(block, 8), c))))
+                    .collect();
+                let (words, scale, _) = quantize_unit_q8(&b, &chunks, false);
+                let block_at = b.add(q_at, b.muli(block, 8));
+                for (c, &word) in words.iter().enumerate() {
+                    b.store(cache, b.addi(block_at, c as u32), word);
+                }
+                f32_to_f16_bits(&b, scale)
+            })
+            .collect();
+        let scale_at = b.add(b.addi(base, w.kv_width / 4), b.muli(run, n / 64));
+        b.store(
+            cache,
+            b.add(scale_at, pair),
+            b.or(d_bits[0], b.shli(d_bits[1], 16)),
+        );
     });
     b.finish()
 }
