@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
 use crate::caps::DeviceCaps;
 use crate::dequant::ir::quantize_unit_q8;
-use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type, Value};
+use crate::ir::{Access, Buffer, Builtin, KernelBuilder, Module, PushField, Scalar, Type, Value};
 use crate::kernel::CompiledKernel;
 use crate::kv_type::{KvType, Q8_0_BLOCK};
 use crate::refusal::Refusal;
@@ -331,15 +331,12 @@ fn f32_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
 /// and writes their quants and the one word of their two f16 scales.
 fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
-    let src = b.buffer(
-        BINDING_SRC,
-        "src",
-        Type::vec(Scalar::F32, 4),
-        Access::ReadOnly,
-    );
-    let cache = b.buffer(BINDING_CACHE, "cache", Type::U32, Access::WriteOnly);
-    let p_m = b.push_field("m", Type::U32);
-    let p_pos0 = b.push_field("pos0", Type::U32);
+    let Q8Io {
+        src,
+        cache,
+        p_m,
+        p_pos0,
+    } = Q8Io::declare(&b);
     let pairs = s.row_vectors(w);
     let blocks = w.blocks();
     let row_words = w.ty.row_words(w.kv_width);
@@ -366,12 +363,9 @@ fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
                         let at = b.add(src_row, b.muli(block, 8));
                         let chunks: Vec<Value> =
                             (0..8).map(|c| b.load(src, b.addi(at, c))).collect();
-                        let (words, scale, _) = quantize_unit_q8(&b, &chunks, false);
-                        let q_at = b.add(base, b.muli(block, 8));
-                        for (c, &word) in words.iter().enumerate() {
-                            b.store(cache, b.addi(q_at, c as u32), word);
-                        }
-                        b.store_var(d, f32_to_f16_bits(&b, scale));
+                        let d_block =
+                            store_q8_0_block(&b, cache, &chunks, || b.add(base, b.muli(block, 8)));
+                        b.store_var(d, d_block);
                     });
                     b.load_var(d)
                 })
@@ -383,21 +377,59 @@ fn q8_0_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     b.finish()
 }
 
+/// The bindings and push constants both q8_0 writes declare.
+struct Q8Io {
+    src: Buffer,
+    cache: Buffer,
+    p_m: PushField,
+    p_pos0: PushField,
+}
+
+impl Q8Io {
+    fn declare(b: &KernelBuilder) -> Q8Io {
+        Q8Io {
+            src: b.buffer(
+                BINDING_SRC,
+                "src",
+                Type::vec(Scalar::F32, 4),
+                Access::ReadOnly,
+            ),
+            cache: b.buffer(BINDING_CACHE, "cache", Type::U32, Access::WriteOnly),
+            p_m: b.push_field("m", Type::U32),
+            p_pos0: b.push_field("pos0", Type::U32),
+        }
+    }
+}
+
+/// Quantizes one 32-value block (`chunks`, its eight vec4s) as q8_0, stores its eight quant
+/// words from word `at()` of the cache (`at` is called after the quantization, where the
+/// kernels have always computed it) and returns its scale as f16 bits.
+fn store_q8_0_block(
+    b: &KernelBuilder,
+    cache: Buffer,
+    chunks: &[Value],
+    at: impl FnOnce() -> Value,
+) -> Value {
+    let (words, scale, _) = quantize_unit_q8(b, chunks, false);
+    let at = at();
+    for (c, &word) in words.iter().enumerate() {
+        b.store(cache, b.addi(at, c as u32), word);
+    }
+    f32_to_f16_bits(b, scale)
+}
+
 /// q8_0 with the rotation: the [`super::hadamard::lanes`] threads of a run rotate it together
 /// ([`super::hadamard::Split`], ggml's order, bit for bit the reference's), store it back to
 /// workgroup memory and, after a barrier, lane `l < n/64` quantizes the run's block pair `l`
 /// as [`q8_0_kernel`] does, storing its quants and its scale word.
 fn q8_0_rotated_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
-    let src = b.buffer(
-        BINDING_SRC,
-        "src",
-        Type::vec(Scalar::F32, 4),
-        Access::ReadOnly,
-    );
-    let cache = b.buffer(BINDING_CACHE, "cache", Type::U32, Access::WriteOnly);
-    let p_m = b.push_field("m", Type::U32);
-    let p_pos0 = b.push_field("pos0", Type::U32);
+    let Q8Io {
+        src,
+        cache,
+        p_m,
+        p_pos0,
+    } = Q8Io::declare(&b);
     let n = w.rotation;
     let runs = s.row_vectors(w);
     let row_words = w.ty.row_words(w.kv_width);
@@ -432,12 +464,7 @@ fn q8_0_rotated_kernel(w: &KvWriteWorkload, s: &KvWriteSchedule) -> Module {
                 let chunks: Vec<Value> = (0..8)
                     .map(|c| b.load_shared(stage, b.add(stage_run, b.addi(b.muli(block, 8), c))))
                     .collect();
-                let (words, scale, _) = quantize_unit_q8(&b, &chunks, false);
-                let block_at = b.add(q_at, b.muli(block, 8));
-                for (c, &word) in words.iter().enumerate() {
-                    b.store(cache, b.addi(block_at, c as u32), word);
-                }
-                f32_to_f16_bits(&b, scale)
+                store_q8_0_block(&b, cache, &chunks, || b.add(q_at, b.muli(block, 8)))
             })
             .collect();
         let scale_at = b.add(b.addi(base, w.kv_width / 4), b.muli(run, n / 64));

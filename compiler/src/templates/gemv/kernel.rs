@@ -178,18 +178,7 @@ fn main_loop(
             .collect()
     };
     let acc = grid("acc", acc_ty);
-    // The folded RMSNorm's sums of squares, one 4-wide per X row (validate: f32 math).
-    let squares: Vec<Var> = match io.norm {
-        Some(_) => (0..mrows)
-            .map(|i| {
-                b.var_init(
-                    &format!("squares{i}"),
-                    b.lit(Type::vec(Scalar::F32, 4), 0.0),
-                )
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    let squares = square_sums(b, io, mrows);
     let part = if f16 {
         grid("part", part_ty)
     } else {
@@ -256,13 +245,11 @@ fn main_loop(
                     .iter()
                     .enumerate()
                     .map(|(i, &base)| {
-                        let mut xc = b.convert(b.load(x, b.add(base, k_at)), v4m);
-                        if let Some(g) = g {
-                            let sq = squares[i];
-                            b.store_var(sq, b.fma(xc, xc, b.load_var(sq)));
-                            xc = b.mul(xc, g);
+                        let xc = b.convert(b.load(x, b.add(base, k_at)), v4m);
+                        match g {
+                            Some(g) => normed_chunk(b, xc, g, squares[i]),
+                            None => xc,
                         }
-                        xc
                     })
                     .collect();
                 if let Some(f) = factored.as_mut() {
@@ -320,10 +307,7 @@ fn main_loop(
                 .collect()
         })
         .collect();
-    let squares = squares
-        .iter()
-        .map(|&sq| lanes_sum(b, b.load_var(sq), 4))
-        .collect();
+    let squares = summed_squares(b, &squares);
     Sums { outputs, squares }
 }
 
@@ -446,6 +430,36 @@ impl Factored {
     }
 }
 
+/// The folded RMSNorm's sums of squares, one 4-wide per X row (none without a norm).
+fn square_sums(b: &KernelBuilder, io: &Io, mrows: usize) -> Vec<Var> {
+    match io.norm {
+        Some(_) => (0..mrows)
+            .map(|i| {
+                b.var_init(
+                    &format!("squares{i}"),
+                    b.lit(Type::vec(Scalar::F32, 4), 0.0),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Each X row's sum of squares, its four lanes added.
+fn summed_squares(b: &KernelBuilder, squares: &[Var]) -> Vec<Value> {
+    squares
+        .iter()
+        .map(|&sq| lanes_sum(b, b.load_var(sq), 4))
+        .collect()
+}
+
+/// A chunk `xc` of X under a folded RMSNorm: squared into the row's sum `sq` (raw: the norm's
+/// factor scales the sums at the end), returned times the norm weight's chunk `g`.
+fn normed_chunk(b: &KernelBuilder, xc: Value, g: Value, sq: Var) -> Value {
+    b.store_var(sq, b.fma(xc, xc, b.load_var(sq)));
+    b.mul(xc, g)
+}
+
 /// The sum of the first `n` lanes of `v`.
 fn lanes_sum(b: &KernelBuilder, v: Value, n: u32) -> Value {
     (1..n).fold(b.extract(v, 0), |t, l| b.add(t, b.extract(v, l)))
@@ -540,17 +554,7 @@ fn int8_main_loop(
                 .collect()
         })
         .collect();
-    let squares: Vec<Var> = match io.norm {
-        Some(_) => (0..mrows)
-            .map(|i| {
-                b.var_init(
-                    &format!("squares{i}"),
-                    b.lit(Type::vec(Scalar::F32, 4), 0.0),
-                )
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    let squares = square_sums(b, io, mrows);
     let slot = b.builtin(Builtin::LocalInvocationIndex);
     let x_bases = x_row_bases(b, w, io);
     let has_min = w.weight.has_min();
@@ -581,11 +585,7 @@ fn int8_main_loop(
                         .map(|c| {
                             let xc = b.convert(b.load(x, b.addi(at, c)), Type::vec(Scalar::F32, 4));
                             match &g {
-                                Some(g) => {
-                                    let sq = squares[i];
-                                    b.store_var(sq, b.fma(xc, xc, b.load_var(sq)));
-                                    b.mul(xc, g[c as usize])
-                                }
+                                Some(g) => normed_chunk(b, xc, g[c as usize], squares[i]),
                                 None => xc,
                             }
                         })
@@ -610,10 +610,7 @@ fn int8_main_loop(
             .iter()
             .map(|row| row.iter().map(|&a| b.load_var(a)).collect())
             .collect(),
-        squares: squares
-            .iter()
-            .map(|&sq| lanes_sum(b, b.load_var(sq), 4))
-            .collect(),
+        squares: summed_squares(b, &squares),
     }
 }
 
