@@ -204,37 +204,27 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             && !caps.lane_serial_memory
             && w.weight.is_quantized()
             && w.weight != WeightFormat::Q8_0;
+        // Both operands staged, int8 dot products in half units: the two tiles differ only in
+        // their shape.
+        let half_unit_int8 = |bm, bn, tm, tn| GemmSchedule {
+            bm,
+            bn,
+            bk: 64,
+            tm,
+            tn,
+            vector_width: 4,
+            stage_a: true,
+            stage_b: true,
+            half_units: true,
+            math: Math::Int8Dot,
+            accumulate: Precision::F32,
+            ..base
+        };
         if int8_rule && w.m >= INT8_WIDE_TILE_MIN_ROWS {
-            c.push(GemmSchedule {
-                bm: 64,
-                bn: 64,
-                bk: 64,
-                tm: 4,
-                tn: 4,
-                vector_width: 4,
-                stage_a: true,
-                stage_b: true,
-                half_units: true,
-                math: Math::Int8Dot,
-                accumulate: Precision::F32,
-                ..base
-            });
+            c.push(half_unit_int8(64, 64, 4, 4));
         }
         if int8_rule && w.m >= INT8_TILE_MIN_ROWS {
-            c.push(GemmSchedule {
-                bm: 16,
-                bn: 32,
-                bk: 64,
-                tm: 2,
-                tn: 4,
-                vector_width: 4,
-                stage_a: true,
-                stage_b: true,
-                half_units: true,
-                math: Math::Int8Dot,
-                accumulate: Precision::F32,
-                ..base
-            });
+            c.push(half_unit_int8(16, 32, 2, 4));
         }
         let sg = caps.subgroup_size;
         let shuffled = GemmSchedule {
