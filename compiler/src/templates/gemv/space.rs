@@ -86,9 +86,10 @@ const DEEP_K: u32 = 8192;
 /// 32-element units of X to 8 bits (ggml's Q8_1) and takes packed 4-element dot products, far
 /// fewer instructions per weight than converting every quant to f32, with 128 threads and four
 /// columns. Measured on an H100 (2026-12-06e): the 3B's down GEMV (K = 11008) 21.8 → 15.8 µs
-/// per step (Q4_K, `--profile`), and over whole decode steps (call AG, three interleaved
-/// rounds, the same host) 3B decode 298-306 tok/s → 313-317 against int8 also on the gate/up
-/// and vocabulary GEMVs (faster alone under `--profile`, slower in the replayed step) or on none.
+/// a call (Q4_K, `--profile`); over whole 3B decode steps, with the vocabulary projection's
+/// four columns, 317-319 → 332-335 tok/s against the f32 default (call AD, three interleaved
+/// rounds), and 313-317 against 298-306 with int8 also on the gate/up and vocabulary GEMVs
+/// (call AG: those were faster alone under `--profile`, slower in the replayed step).
 /// Shallower rows (the 0.5B's K = 4864, every K = 2048 GEMV) keep the f32 default. The
 /// activations' rounding is ggml's own (llama.cpp's integer-dot GEMVs quantize them the same
 /// way), checked against the CPU reference with the activations quantized as the kernel does.
