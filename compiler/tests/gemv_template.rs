@@ -246,7 +246,7 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     };
     let mut seen = BTreeSet::new();
     let mut checked = 0;
-    let (mut quads, mut dots_first, mut int8_normed) = (0, 0, 0);
+    let (mut quads, mut dots_first, mut int8_normed, mut grouped) = (0, 0, 0, 0);
     let formats: BTreeSet<_> = workloads().iter().map(|w| w.weight).collect();
     assert_eq!(
         formats.len(),
@@ -268,10 +268,13 @@ fn gemv_kernels_across_the_space_match_the_reference() {
         // Q4_K/Q5_K rows with a thread per unit; dotting first for every quantized format).
         // And int8 math on every workload (a folded RMSNorm's too: its X is quantized before
         // it is normalized).
+        // And workgroups of several column groups (one subgroup each), int8 among them.
         for pick in [
             |s: &GemvSchedule| s.quad_loads,
             |s: &GemvSchedule| s.dot_first && !s.quad_loads,
             |s: &GemvSchedule| s.math == gemm::Math::Int8Dot,
+            |s: &GemvSchedule| s.column_groups > 1,
+            |s: &GemvSchedule| s.column_groups > 1 && s.math == gemm::Math::Int8Dot,
         ] {
             sample.extend(
                 space
@@ -296,6 +299,7 @@ fn gemv_kernels_across_the_space_match_the_reference() {
             let one_subgroup = s.reduce == Reduce::Subgroup && s.threads <= caps.subgroup_size;
             seen.insert((s.math, s.reduce, s.chunks_per_thread, one_subgroup));
             quads += usize::from(s.quad_loads);
+            grouped += usize::from(s.column_groups > 1);
             dots_first += usize::from(s.dot_first);
             checked += 1;
         }
@@ -306,6 +310,10 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     }
     eprintln!("checked {checked} kernels, {} variants", seen.len());
     assert!(quads >= 4, "{quads} quad-load kernels checked");
+    assert!(
+        grouped >= 8,
+        "{grouped} kernels of several column groups checked"
+    );
     assert!(dots_first >= 8, "{dots_first} dot-first kernels checked");
     assert!(
         int8_normed >= 4,
@@ -418,6 +426,17 @@ fn invalid_pairs_are_refused_with_a_reason() {
     for bad in [
         GemvSchedule { threads: 48, ..s },
         GemvSchedule { cols: 3, ..s },
+        // Column groups need the one-subgroup reduction, each group exactly one subgroup.
+        GemvSchedule {
+            column_groups: 4,
+            ..s
+        },
+        GemvSchedule {
+            reduce: Reduce::OneSubgroup,
+            threads: 128,
+            column_groups: 2,
+            ..s
+        },
         GemvSchedule {
             chunks_per_thread: 1,
             ..s

@@ -141,6 +141,7 @@ impl GemvPatch {
             math: rocky_compiler::templates::gemm::Math::FmaF32,
             dot_first: false,
             quad_loads: false,
+            column_groups: 1,
         };
         patch
             .apply(&base)
@@ -177,6 +178,7 @@ mod tests {
             math: Math::FmaF32,
             dot_first: false,
             quad_loads: false,
+            column_groups: 1,
         }
     }
 

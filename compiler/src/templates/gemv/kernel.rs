@@ -1,7 +1,9 @@
 //! The GEMV kernel as IR, for a validated (workload, schedule) pair.
 //!
 //! ```text
-//! group = wg.y · numWorkgroups.x + wg.x          // columns group·cols .. +cols
+//! group = (wg.y · numWorkgroups.x + wg.x) · G + tid / (threads/G)   // G = column_groups
+//!                                                // columns group·cols .. +cols
+//! tid  %= threads/G                              // the thread within its column group
 //! lane  = tid % (8/cpt); slot = tid / (8/cpt)      // chunks lane·cpt .. +cpt of a unit
 //! for u0 in (0..k/32).step_by(units_per_step):
 //!     u = u0 + slot  (guarded when the last step is partial)
@@ -132,16 +134,34 @@ struct Sums {
     squares: Vec<Value>,
 }
 
-/// The first output column of this workgroup (grid may be two-dimensional for wide N).
+/// The first output column of this thread's column group (grid may be two-dimensional for
+/// wide N).
 fn first_column(b: &KernelBuilder, s: &GemvSchedule) -> Value {
-    let group = b.add(
+    let workgroup = b.add(
         b.mul(
             b.builtin(Builtin::WorkgroupId(1)),
             b.builtin(Builtin::NumWorkgroups(0)),
         ),
         b.builtin(Builtin::WorkgroupId(0)),
     );
-    b.muli(group, s.cols)
+    if s.column_groups <= 1 {
+        return b.muli(workgroup, s.cols);
+    }
+    let within = b.div(
+        b.builtin(Builtin::LocalInvocationIndex),
+        b.c_u32(s.group_threads()),
+    );
+    b.muli(b.add(b.muli(workgroup, s.column_groups), within), s.cols)
+}
+
+/// The thread's index within its column group: the lanes that split a row's K reduction.
+fn thread_in_group(b: &KernelBuilder, s: &GemvSchedule) -> Value {
+    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    if s.column_groups <= 1 {
+        tid
+    } else {
+        b.rem(tid, b.c_u32(s.group_threads()))
+    }
 }
 
 /// Each thread's partial sums.
@@ -185,7 +205,7 @@ fn main_loop(
         Vec::new()
     };
 
-    let tid = b.builtin(Builtin::LocalInvocationIndex);
+    let tid = thread_in_group(b, s);
     let lanes = s.lanes_per_unit();
     let lane = b.rem(tid, b.c_u32(lanes));
     let slot = b.div(tid, b.c_u32(lanes));
@@ -555,7 +575,7 @@ fn int8_main_loop(
         })
         .collect();
     let squares = square_sums(b, io, mrows);
-    let slot = b.builtin(Builtin::LocalInvocationIndex);
+    let slot = thread_in_group(b, s);
     let x_bases = x_row_bases(b, w, io);
     let has_min = w.weight.has_min();
     let g = s.units_per_thread;
@@ -654,7 +674,8 @@ fn reduce_and_store(b: &KernelBuilder, w: &GemmWorkload, s: &GemvSchedule, sums:
         });
     };
     if s.reduce == Reduce::OneSubgroup {
-        // `validate` made the workgroup one subgroup: no workgroup memory, no barrier.
+        // `validate` made each column group (the workgroup, or one of its `column_groups`)
+        // one subgroup: no workgroup memory, no barrier.
         let reduced: Vec<Value> = flat.iter().map(|&v| b.subgroup_add(v)).collect();
         leader_stores(&reduced);
         return;

@@ -80,12 +80,12 @@ pub fn instantiate(
     Ok(kernel)
 }
 
-/// Workgroups for an N-slice of `n` output columns: one per `cols` columns, on a
+/// Workgroups for an N-slice of `n` output columns: one per `cols · column_groups` columns, on a
 /// two-dimensional grid where they exceed one dimension's guaranteed 65535 (the kernel
 /// numbers them `wg.y · numWorkgroups.x + wg.x`; the excess ones compute clamped columns
 /// and store nothing).
 pub fn dispatch_grid_for(n: u32, s: &GemvSchedule) -> [u32; 3] {
-    let groups = n.div_ceil(s.cols).max(1);
+    let groups = n.div_ceil(s.columns_per_workgroup()).max(1);
     let y = groups.div_ceil(super::MAX_GRID_DIM);
     [groups.div_ceil(y), y, 1]
 }

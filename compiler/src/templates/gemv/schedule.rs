@@ -92,6 +92,16 @@ pub struct GemvSchedule {
     /// gate/up), occupancy 2 -> 1. Omitted from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub quad_loads: bool,
+    /// Independent groups of threads in a workgroup (1, 2, 4, 8 or 16), each computing its
+    /// own `cols` columns over the whole row: a workgroup computes `column_groups · cols`
+    /// columns. Above 1 only with the `one_subgroup` reduction, each group one subgroup
+    /// (`threads / column_groups` = the subgroup size): the sums are added up by subgroup adds
+    /// alone (no workgroup memory, no barrier) while the workgroup stays large enough for the
+    /// device to keep all its threads resident (an H100 holds at most 32 workgroups per
+    /// multiprocessor: 32-thread workgroups fill half of its 2048 threads). Omitted from the
+    /// serialization when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub column_groups: u32,
 }
 
 impl GemvSchedule {
@@ -104,9 +114,20 @@ impl GemvSchedule {
         8 / self.chunks_per_thread.max(1)
     }
 
-    /// Groups of `units_per_thread` units the workgroup works on per loop step.
+    /// Threads that split one row's K reduction: the workgroup, or one of its
+    /// `column_groups`.
+    pub fn group_threads(&self) -> u32 {
+        self.threads / self.column_groups.max(1)
+    }
+
+    /// Columns one workgroup computes.
+    pub fn columns_per_workgroup(&self) -> u32 {
+        self.cols * self.column_groups.max(1)
+    }
+
+    /// Groups of `units_per_thread` units a column group works on per loop step.
     pub fn units_per_step(&self) -> u32 {
-        self.threads / self.lanes_per_unit()
+        self.group_threads() / self.lanes_per_unit()
     }
 
     /// Partial sums per thread: m rows × the weight rows of `cols` columns.
@@ -179,7 +200,7 @@ impl GemvSchedule {
             Reduce::OneSubgroup => "onesg",
         };
         format!(
-            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}",
+            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.rms_norm_eps_bits.is_some() {
@@ -206,7 +227,12 @@ impl GemvSchedule {
             reduce,
             math,
             if self.dot_first { "_df" } else { "" },
-            if self.quad_loads { "_q16" } else { "" }
+            if self.quad_loads { "_q16" } else { "" },
+            if self.column_groups > 1 {
+                format!("_g{}", self.column_groups)
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -306,10 +332,24 @@ impl GemvSchedule {
                 "subgroup arithmetic (the subgroup reduction)".into(),
             ));
         }
-        if self.reduce == Reduce::OneSubgroup && self.threads != caps.subgroup_size {
+        if ![1, 2, 4, 8, 16].contains(&self.column_groups) || self.threads % self.column_groups != 0
+        {
             return bad(format!(
-                "one_subgroup needs threads = the subgroup size {}, not {}",
-                caps.subgroup_size, self.threads
+                "column_groups {} is not 1, 2, 4, 8 or 16 dividing the {} threads",
+                self.column_groups, self.threads
+            ));
+        }
+        if self.column_groups > 1 && self.reduce != Reduce::OneSubgroup {
+            return bad(format!(
+                "column_groups {} needs the one_subgroup reduction (each group one subgroup)",
+                self.column_groups
+            ));
+        }
+        if self.reduce == Reduce::OneSubgroup && self.group_threads() != caps.subgroup_size {
+            return bad(format!(
+                "one_subgroup needs threads / column_groups = the subgroup size {}, not {}",
+                caps.subgroup_size,
+                self.group_threads()
             ));
         }
         if w.act == ActType::F16 && !caps.storage_16bit {

@@ -40,6 +40,13 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                                     math,
                                     dot_first,
                                     quad_loads,
+                                    // With the one-subgroup reduction, a workgroup of several
+                                    // subgroups is that many column groups.
+                                    column_groups: if reduce == Reduce::OneSubgroup {
+                                        (threads / caps.subgroup_size.max(1)).max(1)
+                                    } else {
+                                        1
+                                    },
                                 };
                                 if s.validate(w, caps).is_ok() {
                                     out.push(s);
@@ -114,6 +121,7 @@ fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
         math: Math::Int8Dot,
         dot_first: false,
         quad_loads: false,
+        column_groups: 1,
     };
     s.validate(w, caps).is_ok().then_some(s)
 }
@@ -146,6 +154,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             math: Math::FmaF32,
             dot_first: false,
             quad_loads: false,
+            column_groups: 1,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -191,6 +200,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             // board, so not the default.
             dot_first: false,
             quad_loads: false,
+            column_groups: 1,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -234,6 +244,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         // help there (call U). Formats without quants (F16, F32) cannot dot first.
         dot_first: w.weight.is_quantized(),
         quad_loads: false,
+        column_groups: 1,
     };
     if s.validate(w, caps).is_ok() {
         return s;
