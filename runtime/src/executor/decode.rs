@@ -194,7 +194,11 @@ impl Executor<'_> {
             .used
             .iter()
             .filter(|(_, w, _, _)| reads_position(w))
-            .map(|(label, w, s, _)| (label.clone(), *w, *s))
+            .flat_map(|(label, w, s, _)| {
+                // A split attention's un-split twin too: the steps of one piece run it.
+                let twin = super::split_kv::single_piece_twin(w, s, &self.caps);
+                std::iter::once((label.clone(), *w, *s)).chain(twin.map(|t| (label.clone(), *w, t)))
+            })
             .collect();
         for (label, w, s) in keys {
             if self.args_pipelines.contains_key(&(w, s)) {

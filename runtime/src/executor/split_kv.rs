@@ -20,6 +20,10 @@ use rocky_compiler::{DeviceCaps, Schedule, Workload};
 /// the combine kernel (A/B measurements and tests of the fused combine).
 pub const FUSED_COMBINE_ENV: &str = "ROCKY_FUSED_COMBINE";
 
+/// `ROCKY_SINGLE_PIECE=0` keeps a split schedule's kernel and the combine at one piece instead
+/// of its un-split twin (`single_piece_twin`), for A/B measurements.
+pub const SINGLE_PIECE_ENV: &str = "ROCKY_SINGLE_PIECE";
+
 /// The environment variable that overrides split-KV decode attention.
 pub const KV_SPLITS_ENV: &str = "ROCKY_KV_SPLITS";
 
@@ -108,6 +112,36 @@ pub(crate) fn step_splits(
     }
 }
 
+/// The un-split twin of a split schedule whose pieces the combine kernel merges: what a step
+/// that needs one piece runs instead (its output normalized in place, no partials, no combine
+/// dispatch), where it validates for `w` on `caps`. A decode step at a short context (the
+/// first 64 keys with the default 16-key blocks) is one piece, and there the combine's
+/// dispatch and barrier cost as much as the attention itself (H100, Qwen2.5-3B: ~4.6 µs a
+/// layer each). A schedule that merges in its last piece (`fused_combine`) has no combine to
+/// save.
+pub(crate) fn single_piece_twin(w: &Workload, s: &Schedule, caps: &DeviceCaps) -> Option<Schedule> {
+    let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) else {
+        return None;
+    };
+    if !is_split(a) || a.fused_combine || twin_turned_off() {
+        return None;
+    }
+    let plain = AttentionSchedule {
+        kv_splits: 0,
+        fused_combine: false,
+        ..*a
+    };
+    plain
+        .validate(aw, caps)
+        .is_ok()
+        .then_some(Schedule::Attention(plain))
+}
+
+fn twin_turned_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var(SINGLE_PIECE_ENV).is_ok_and(|v| v == "0"))
+}
+
 impl Executor<'_> {
     /// For a split attention schedule: builds its combine kernel (or, where its last piece
     /// merges the pieces, makes every set's arrival counters large enough and zero) and makes
@@ -124,6 +158,9 @@ impl Executor<'_> {
         };
         if !is_split(a) {
             return Ok(());
+        }
+        if let Some(twin) = single_piece_twin(w, s, &self.caps) {
+            self.build_pipeline(label, w, &twin)?;
         }
         let refused = |r: rocky_compiler::Refusal| ExecError::Refused {
             label: label.to_string(),

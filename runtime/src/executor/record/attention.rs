@@ -114,10 +114,29 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             ("k_cache", exec.kv[layer].0.whole()),
             ("v_cache", exec.kv[layer].1.whole()),
         ];
+        // A split schedule at one piece runs its un-split twin (prepared beside it): the
+        // output written directly, no partials and no combine dispatch.
+        let twin = match kernel.key.1 {
+            Schedule::Attention(a)
+                if a.kv_splits > 1
+                    && split_kv::step_splits(aw, a, rows, pos0, exec.compute_units) == 1 =>
+            {
+                split_kv::single_piece_twin(kernel.key.0, kernel.key.1, &exec.caps)
+            }
+            _ => None,
+        };
+        let (key_schedule, key_pipeline, groups) = match &twin {
+            Some(t @ Schedule::Attention(plain)) => (
+                t,
+                &exec.pipelines[&(*kernel.key.0, *t)],
+                rocky_compiler::templates::attention::dispatch_grid(aw, plain),
+            ),
+            _ => (kernel.key.1, kernel.pipeline, kernel.groups),
+        };
         let (pipeline, push) = exec.position_reader(
             self.replayed,
-            kernel.key,
-            kernel.pipeline,
+            (kernel.key.0, key_schedule),
+            key_pipeline,
             AttentionPush { m: rows, pos0 }.to_bytes(),
             &mut named,
         );
@@ -126,7 +145,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         if let Workload::Attention(a) = &mut seen {
             a.max_kv = pos0 + rows;
         }
-        let split = match kernel.key.1 {
+        let split = match key_schedule {
             Schedule::Attention(a) if a.kv_splits > 1 => Some(*a),
             _ => None,
         };
@@ -139,7 +158,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                 pipeline,
                 named,
                 &push,
-                kernel.groups,
+                groups,
             );
         };
         // Split-KV: the pieces along z write their partials, then the combine merges them
