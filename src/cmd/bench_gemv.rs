@@ -39,7 +39,7 @@ pub struct Args {
     /// Timed runs per GEMV and timing (after one checked run); default 10, or 2 with --quick.
     #[arg(long)]
     pub runs: Option<u32>,
-    /// For slow devices (CPU implementations): the 0.5B shapes only, a 64 MiB flush.
+    /// For slow devices (CPU implementations): the 0.5B layer shapes only (no vocabulary projection), a 64 MiB flush.
     #[arg(long)]
     pub quick: bool,
     /// Also time each default schedule with int8 dot-product math (rows `int8*`).
@@ -83,8 +83,10 @@ pub struct Args {
 type Shape = (&'static str, &'static str, u32, u32, Epilogue);
 
 /// The decode step's GEMVs of Qwen2.5-0.5B (24 layers) and 3B (36 layers), as the executor
-/// runs them with every fusion: o and down with the residual add, gate/up as one SwiGLU GEMV.
-const SHAPES: [Shape; 10] = [
+/// runs them with every fusion: o and down with the residual add, gate/up as one SwiGLU GEMV;
+/// and once a step the vocabulary projection (`output`, 151936 columns: 136-255 MB of Q6_K,
+/// the step's largest single read; not with `--quick`).
+const SHAPES: [Shape; 12] = [
     ("0.5B", "q", 896, 896, Epilogue::None),
     ("0.5B", "k, v", 128, 896, Epilogue::None),
     ("0.5B", "o", 896, 896, Epilogue::Residual),
@@ -95,6 +97,8 @@ const SHAPES: [Shape; 10] = [
     ("3B", "o", 2048, 2048, Epilogue::Residual),
     ("3B", "gate/up", 11008, 2048, Epilogue::SwiGlu),
     ("3B", "down", 2048, 11008, Epilogue::Residual),
+    ("0.5B", "output", 151936, 896, Epilogue::None),
+    ("3B", "output", 151936, 2048, Epilogue::None),
 ];
 const FORMATS: [WeightFormat; 4] = [
     WeightFormat::Q4K,
@@ -183,7 +187,7 @@ pub fn run(args: Args) -> CmdResult {
             .push("a CPU implementation: these are not GPU timings".into());
     }
     for &(model, role, n, k, epilogue) in &SHAPES {
-        if args.quick && model != "0.5B" {
+        if args.quick && (model != "0.5B" || role == "output") {
             continue;
         }
         let name = format!("{model} {role}");
