@@ -111,14 +111,18 @@ impl Guide {
             .collect();
         // 32 tokens per word of the mask; a zero word (most of them) forbids 32 at once.
         let words = mask.as_slice();
+        // A forbidden word is a plain fill (the compiler vectorizes it): this runs between
+        // the step's logits and the draw, on the decode's critical path.
         for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = words.get(w).copied().unwrap_or(0);
-            if bits == u32::MAX {
-                continue;
-            }
-            for (b, l) in chunk.iter_mut().enumerate() {
-                if bits >> b & 1 == 0 {
-                    *l = f32::NEG_INFINITY;
+            match words.get(w).copied().unwrap_or(0) {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                bits => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if bits >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
                 }
             }
         }
