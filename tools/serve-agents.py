@@ -10,7 +10,8 @@ transcripts can be compared.
   3. the model answers in text (tool_choice "none").
 
 usage: serve-agents.py URL [--seed 1] [--api-key KEY] [--model NAME]
-                         [--sweep N [--kinds K,..] [--max-tokens 256] [--first-seed 1]] [--speed N]
+                         [--sweep N [--kinds K,..] [--max-tokens 256] [--first-seed 1]
+                          [--allow-cut]] [--speed N]
 
 Prints the transcript as JSON lines (one per turn); exits non-zero if a step breaks the
 OpenAI contract (no tool call, a call of an unknown tool, arguments that are not JSON,
@@ -20,9 +21,12 @@ streamed and plain calls that differ).
 two tools, a named function, response_format json_schema (strict), json_object; every reply
 must be a call of a listed tool whose arguments validate against its schema, a JSON value
 valid against the schema, or a JSON object (needs the jsonschema package). Prints the counts.
-A reply cut by max_tokens is honest only where it says so, as OpenAI's JSON mode does:
-finish_reason "length" and text that is the start of a valid JSON object (checked here by
-completing it, not by the server's grammar); the tool and json_schema kinds must end.
+Every reply must end (finish_reason "stop" or "tool_calls"): rocky closes a json_object reply
+within max_tokens (>= 2). --allow-cut also accepts a json_object reply cut by max_tokens where
+it says so, as OpenAI's JSON mode documents (servers that do not close the object in time,
+llama-server's): finish_reason "length" and text that is the start of a valid JSON object
+(checked here by completing it, not by the server's grammar). A cut reply's row carries its
+text either way.
 
 --speed N instead sends N pairs of the same chat request (max_tokens 24, seed 3), unconstrained
 and with a json_schema, interleaved, and prints each reply's decode tok/s (the server's
@@ -137,7 +141,7 @@ def speed(client, model, n):
                               mean["json_schema"] / mean["unconstrained"], 4)}))
 
 
-def sweep(client, model, n, only, max_tokens, first=1):
+def sweep(client, model, n, only, max_tokens, first=1, allow_cut=False):
     import jsonschema
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     ask = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"}]
@@ -159,13 +163,14 @@ def sweep(client, model, n, only, max_tokens, first=1):
             m = r.choices[0].message
             finish = r.choices[0].finish_reason
             try:
-                if kind == "json_object" and finish == "length":
+                if kind == "json_object" and finish == "length" and allow_cut:
                     # Cut by max_tokens: it must say so and be the start of a JSON object.
                     assert m.content.startswith("{") and json_prefix_ok(m.content), \
                         "cut, and not the start of a JSON object"
                     cut += 1
                     print(json.dumps({"kind": kind, "seed": seed, "ok": "cut, valid prefix",
-                                      "tokens": r.usage.completion_tokens}), flush=True)
+                                      "tokens": r.usage.completion_tokens,
+                                      "content": m.content}), flush=True)
                     continue
                 assert finish in ("stop", "tool_calls"), f"finish_reason {finish}"
                 if kind in ("required", "named"):
@@ -178,14 +183,17 @@ def sweep(client, model, n, only, max_tokens, first=1):
                 else:
                     assert isinstance(json.loads(m.content), dict)
                 good += 1
-                print(json.dumps({"kind": kind, "seed": seed, "ok": finish,
-                                  "tokens": r.usage.completion_tokens}), flush=True)
+                row = {"kind": kind, "seed": seed, "ok": finish,
+                       "tokens": r.usage.completion_tokens}
+                if kind == "json_object":
+                    row["content"] = m.content
+                print(json.dumps(row), flush=True)
             except Exception as e:  # noqa: BLE001 - every way a reply can fail counts
                 failures += 1
                 print(json.dumps({"kind": kind, "seed": seed, "error": repr(e),
                                   "reply": m.model_dump(exclude_none=True)}))
         row = {"kind": kind, "valid": good, "of": n}
-        if kind == "json_object":
+        if kind == "json_object" and allow_cut:
             row["cut_by_max_tokens_honestly"] = cut
         print(json.dumps(row), flush=True)
     sys.exit(1 if failures else 0)
@@ -202,13 +210,17 @@ def main():
                    help="which kinds --sweep sends (comma-separated)")
     p.add_argument("--max-tokens", type=int, default=256, help="max_tokens of --sweep's requests")
     p.add_argument("--first-seed", type=int, default=1, help="--sweep's seeds start here")
+    p.add_argument("--allow-cut", action="store_true",
+                   help="--sweep: accept a json_object reply cut by max_tokens that says so "
+                        "(finish_reason length) and is the start of a JSON object")
     p.add_argument("--speed", type=int,
                    help="N interleaved pairs: decode tok/s unconstrained and with a json_schema")
     a = p.parse_args()
     client = openai.OpenAI(base_url=a.url.rstrip("/") + "/v1", api_key=a.api_key)
     a.model = a.model or client.models.list().data[0].id
     if a.sweep:
-        return sweep(client, a.model, a.sweep, a.kinds.split(","), a.max_tokens, a.first_seed)
+        return sweep(client, a.model, a.sweep, a.kinds.split(","), a.max_tokens, a.first_seed,
+                     a.allow_cut)
     if a.speed:
         return speed(client, a.model, a.speed)
     messages = [{"role": "developer", "content": "Use the tools."},

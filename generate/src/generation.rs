@@ -235,8 +235,18 @@ pub fn generate_steered(
     // loop).
     let unaccepted = |next: u32| (!end.contains(next)).then_some(next);
 
+    // The draws left, the next one included: `max_new_tokens` less the tokens out, and the
+    // context's room (a draw is made at each position up to n_ctx; the one at n_ctx outputs
+    // its token and stops).
+    let draws_left = |out: &Generation, n_past: usize| {
+        (options.max_new_tokens - out.tokens.len()).min((n_ctx + 1).saturating_sub(n_past))
+    };
+
     let start = Instant::now();
     let logits = evaluator.eval(&prompt[reuse..])?;
+    if let Some(c) = steering.constraint.as_deref_mut() {
+        c.draws_left(draws_left(&out, evaluator.n_past()));
+    }
     let mut next = choose(&mut steering, logits, &history, &mut out)?;
     let mut pending = unaccepted(next);
     out.prefill = start.elapsed();
@@ -269,6 +279,9 @@ pub fn generate_steered(
         if evaluator.n_past() >= n_ctx {
             stopped = Some(StopReason::ContextFull);
             break;
+        }
+        if let Some(c) = steering.constraint.as_deref_mut() {
+            c.draws_left(draws_left(&out, evaluator.n_past() + 1));
         }
         let logits = decode_preparing(
             evaluator,
@@ -668,6 +681,78 @@ mod tests {
         assert_eq!(c.accept_threads.len(), 5);
         assert!(c.accept_threads[..4].iter().all(|&t| t != here));
         assert_eq!(c.accept_threads[4], here);
+    }
+
+    /// Records the draws it is told are left, and the draws it masks.
+    #[derive(Default)]
+    struct Budget {
+        told: Vec<usize>,
+        masks: usize,
+        /// Told before each mask (and each prepare).
+        in_order: bool,
+    }
+
+    impl Constraint for Budget {
+        fn mask(&mut self, _logits: &mut [f32], _end: &[u32]) -> Result<(), String> {
+            self.in_order &= self.told.len() == self.masks + 1;
+            self.masks += 1;
+            Ok(())
+        }
+        fn accept(&mut self, _token: u32) -> Result<(), String> {
+            Ok(())
+        }
+        fn prepare(&mut self) -> Result<(), String> {
+            self.in_order &= self.told.len() == self.masks + 1;
+            Ok(())
+        }
+        fn draws_left(&mut self, left: usize) {
+            self.told.push(left);
+        }
+    }
+
+    #[test]
+    fn a_constraint_is_told_the_draws_left_by_max_tokens_and_by_the_context() {
+        let budget = |n_ctx: usize, prompt: &[u32], max: usize| {
+            let mut ev = Counter::new(10, n_ctx);
+            let mut c = Budget {
+                in_order: true,
+                ..Budget::default()
+            };
+            let g = generate_steered(
+                &mut ev,
+                &letters(10),
+                &EndOfGeneration::default(),
+                prompt,
+                0,
+                &greedy(max),
+                Steering {
+                    constraint: Some(&mut c),
+                    logprobs: None,
+                },
+                &mut |_: &Step| true,
+            )
+            .unwrap();
+            assert!(c.in_order);
+            // Each draw is told how many remain, itself included: the last draw hears 1.
+            assert_eq!(c.masks, g.tokens.len(), "{:?}", c.told);
+            (c.told, g.stop)
+        };
+        // max_tokens 4, room in the context: 4 draws.
+        assert_eq!(
+            budget(64, &[0, 1], 4),
+            (vec![4, 3, 2, 1], StopReason::MaxTokens)
+        );
+        // A context of 6 after a 3-token prompt: draws at positions 3, 4, 5 and 6 (the last
+        // outputs its token and stops), whatever max_tokens says.
+        assert_eq!(
+            budget(6, &[0, 1, 2], 50),
+            (vec![4, 3, 2, 1], StopReason::ContextFull)
+        );
+        // Both: the nearer limit.
+        assert_eq!(
+            budget(6, &[0, 1, 2], 3),
+            (vec![3, 2, 1], StopReason::MaxTokens)
+        );
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub trait Constraint: Send {
     fn prepare(&mut self) -> Result<(), String> {
         Ok(())
     }
+    /// Told before each draw's [`Constraint::prepare`] and [`Constraint::mask`]: the draws
+    /// left, that one included, before `max_new_tokens` or the context cuts the output. For
+    /// the output to end by itself, an end-of-generation token must be drawn by the last of
+    /// them; a constraint that can close its output in time (a JSON object's closing
+    /// brackets) keeps to tokens that leave room for that. Optional.
+    fn draws_left(&mut self, _left: usize) {}
 }
 
 /// A token's log-probability, and the most likely alternatives at its step.

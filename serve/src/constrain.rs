@@ -9,6 +9,7 @@
 //! measured, docs/measurements/2026-12-05-serve-agents.md), where a hand-written engine
 //! would walk every token's bytes each step.
 
+use crate::closing::{self, JsonCloser};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 /// first constrained request), shared by every grammar.
 pub struct Grammars {
     factory: ParserFactory,
+    shape: Arc<Shape>,
 }
 
 impl Grammars {
@@ -48,7 +50,10 @@ impl Grammars {
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.quiet();
-        Ok(Grammars { factory })
+        Ok(Grammars {
+            factory,
+            shape: Arc::new(Shape::new(words)),
+        })
     }
 
     /// A constraint following `grammar` from its start.
@@ -64,7 +69,151 @@ impl Grammars {
             spent: Duration::ZERO,
             masks: 0,
             prepared: None,
+            closing: None,
         })
+    }
+
+    /// OpenAI's `json_object`: any JSON object, written compactly (", " and ": " between
+    /// items, no other whitespace, which a model could otherwise repeat until `max_tokens`),
+    /// and closed in time: as the draws left run short, only tokens after which the object
+    /// can still be closed (one byte a token) and the end drawn are allowed, so the reply
+    /// ends as a whole object rather than being cut. Where the vocabulary cannot spell the
+    /// closing text a byte a token, the object is not closed early (a reply may be cut).
+    pub fn json_object(&self) -> Result<Guide, String> {
+        let mut guide = self.guide(TopLevelGrammar::from_json_schema(json_object_schema()))?;
+        let env = self.factory.tok_env().clone();
+        // Every byte a closing text may hold: brackets, separators, `0`, the literals'
+        // letters, an escape's `n` or `F`, the quote, and the UTF-8 continuation bytes.
+        let spelled = b"{}]\": 0nFtruefalsnul"
+            .iter()
+            .copied()
+            .chain([0x80, 0x90, 0xa0])
+            .all(|b| env.tok_trie().token_id(&[b]).is_some());
+        if spelled {
+            guide.closing = Some(Closing {
+                json: JsonCloser::new(),
+                env,
+                shape: self.shape.clone(),
+                left: None,
+            });
+        }
+        Ok(guide)
+    }
+}
+
+/// The schema `json_object` compiles: an object, with the layout [`closing`] follows.
+pub fn json_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "x-guidance": {
+        "whitespace_flexible": false,
+        "item_separator": closing::ITEM_SEPARATOR,
+        "key_separator": closing::KEY_SEPARATOR,
+    }})
+}
+
+/// A `json_object` reply's closing: what closes the text so far, and the draws left.
+struct Closing {
+    json: JsonCloser,
+    env: TokEnv,
+    shape: Arc<Shape>,
+    /// From [`Constraint::draws_left`]; None until told.
+    left: Option<usize>,
+}
+
+impl Closing {
+    /// Clears the tokens after which the object could no longer be closed, a byte a token,
+    /// with a draw to spare for the end token, within the draws left. Leaves the mask as it
+    /// is where no token (nor the end) is left (too few draws from the start, or text this
+    /// tracker does not follow): the reply is then cut by `max_tokens` as it would be.
+    fn restrict(&self, mask: &mut SimpleVob, eos: u32) {
+        let (Some(left), Some(have)) = (self.left, self.json.closing_len()) else {
+            return;
+        };
+        if left < 2 {
+            // The last draw: only the end token leaves a whole object.
+            if mask.is_allowed(eos) {
+                *mask = self.env.tok_trie().singleton_token_set(eos);
+            }
+            return;
+        }
+        // After a token drawn now, `left - 1` draws remain: the closing text's bytes, then
+        // the end token.
+        let room = left - 2;
+        // One byte grows the closing text by MAX_GROWTH at most, so tokens of up to `short`
+        // bytes fit whatever they hold; inside a string, a token without `"` or `\` changes
+        // it only by the bytes its last character still owes.
+        let short = room.saturating_sub(have) / closing::MAX_GROWTH;
+        let owed = self.json.in_plain_string().then(|| self.json.owed());
+        let shape = &self.shape;
+        let trie = self.env.tok_trie();
+        let mut keep = mask.clone();
+        for &t in &shape.longest_first {
+            let i = t as usize;
+            if shape.len[i] as usize <= short {
+                break;
+            }
+            if t == eos || !mask.is_allowed(t) {
+                continue;
+            }
+            let after = match owed {
+                Some(owed) if shape.plain[i] => Some(
+                    have - owed
+                        + match shape.owes[i] {
+                            // Only continuation bytes: they pay what was owed.
+                            None => owed.saturating_sub(shape.len[i] as usize),
+                            Some(n) => n as usize,
+                        },
+                ),
+                _ => self.json.closing_len_after(trie.token(t)),
+            };
+            match after {
+                Some(n) if n <= room => {}
+                _ => keep.disallow_token(t),
+            }
+        }
+        if !keep.is_zero() {
+            *mask = keep;
+        }
+    }
+}
+
+/// What [`Closing::restrict`] needs of each token, computed once per vocabulary: its length
+/// in bytes, whether it holds neither `"` nor `\`, the UTF-8 continuation bytes its last
+/// character still owes (None: it is all continuation bytes), and the tokens longest first.
+struct Shape {
+    len: Vec<u32>,
+    plain: Vec<bool>,
+    owes: Vec<Option<u8>>,
+    longest_first: Vec<u32>,
+}
+
+impl Shape {
+    fn new(words: &[Vec<u8>]) -> Shape {
+        let len: Vec<u32> = words.iter().map(|w| w.len() as u32).collect();
+        let plain = words
+            .iter()
+            .map(|w| !w.contains(&b'"') && !w.contains(&b'\\'))
+            .collect();
+        let owes = words
+            .iter()
+            .map(|w| {
+                let last = w.iter().rposition(|&b| b & 0xc0 != 0x80)?;
+                let need = match w[last] {
+                    0xc0..=0xdf => 1,
+                    0xe0..=0xef => 2,
+                    0xf0..=0xff => 3,
+                    _ => 0,
+                };
+                Some((need as usize).saturating_sub(w.len() - 1 - last) as u8)
+            })
+            .collect();
+        let mut longest_first: Vec<u32> = (0..words.len() as u32).collect();
+        longest_first.sort_by_key(|&t| std::cmp::Reverse(len[t as usize]));
+        Shape {
+            len,
+            plain,
+            owes,
+            longest_first,
+        }
     }
 }
 
@@ -82,6 +231,8 @@ pub struct Guide {
     /// The next mask, computed ahead of the logits by [`Constraint::prepare`] (while the
     /// device evaluates the step); `mask` takes it, or computes it where none is ready.
     prepared: Option<SimpleVob>,
+    /// `json_object`'s closing within the draws left (see [`Grammars::json_object`]).
+    closing: Option<Closing>,
 }
 
 impl Guide {
@@ -92,9 +243,14 @@ impl Guide {
     }
 
     fn next_mask(&mut self) -> Result<SimpleVob, String> {
-        self.matcher
+        let mut mask = self
+            .matcher
             .compute_mask_or_eos()
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        if let Some(closing) = &self.closing {
+            closing.restrict(&mut mask, self.eos);
+        }
+        Ok(mask)
     }
 
     fn mask_timed(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
@@ -146,8 +302,21 @@ impl Constraint for Guide {
         let start = Instant::now();
         self.prepared = None;
         let r = self.matcher.consume_token(token).map_err(|e| e.to_string());
+        if let Some(c) = &mut self.closing {
+            let bytes = c.env.tok_trie().token(token).to_vec();
+            c.json.push(&bytes);
+        }
         self.spent += start.elapsed();
         r
+    }
+
+    fn draws_left(&mut self, left: usize) {
+        if let Some(c) = &mut self.closing {
+            if c.left != Some(left) {
+                c.left = Some(left);
+                self.prepared = None;
+            }
+        }
     }
 
     /// The mask's computation, on the generation loop's second thread while the step runs
@@ -239,6 +408,227 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// [`words`] and a few longer JSON pieces (one long enough to need the closing's closer
+    /// look), the end token still last.
+    fn json_words() -> Vec<Vec<u8>> {
+        let mut w = words();
+        let end = w.pop().unwrap();
+        for t in [
+            "\"}",
+            "\": ",
+            ", \"",
+            "[[[[",
+            "]}",
+            "\"hello world",
+            "\\u00",
+            "-1.5e",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "\u{e9}t\u{e9}",
+            "{}",
+        ] {
+            w.push(t.as_bytes().to_vec());
+        }
+        w.push(end);
+        w
+    }
+
+    /// serde_json's judgement of `text`: one JSON object, nothing after it (its syntax only:
+    /// a number such as 66e782 is JSON, though out of an f64's range).
+    fn assert_json_object(text: &[u8]) {
+        let shown = String::from_utf8_lossy(text);
+        assert!(text.starts_with(b"{"), "{shown:?}");
+        serde_json::from_slice::<serde::de::IgnoredAny>(text)
+            .unwrap_or_else(|e| panic!("{e}: {shown:?}"));
+    }
+
+    fn argmax(logits: &[f32]) -> u32 {
+        (0..logits.len())
+            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+            .unwrap() as u32
+    }
+
+    #[test]
+    fn every_prefix_of_a_json_object_reply_closes_as_llguidance_and_serde_json_agree() {
+        let words = json_words();
+        let end = words.len() as u32 - 1;
+        let grammars = Grammars::from_words(&words, end).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut states = std::collections::HashSet::new();
+        for _ in 0..40 {
+            let mut guide = grammars.json_object().unwrap();
+            let mut text = Vec::new();
+            for _ in 0..80 {
+                // Random logits, structure favoured so that every kind of state comes up.
+                let mut logits: Vec<f32> = words
+                    .iter()
+                    .map(|w| {
+                        let structural =
+                            w.len() == 1 && b"{}[]\",: -.eE0123456789tfnu\\".contains(&w[0]);
+                        rng.gen::<f32>() + if structural { 0.9 } else { 0.0 }
+                    })
+                    .collect();
+                guide.mask(&mut logits, &[end]).unwrap();
+                let next = argmax(&logits);
+                if next == end {
+                    break;
+                }
+                // One byte grows the closing text by MAX_GROWTH at most.
+                let mut json = guide.closing.as_ref().unwrap().json.clone();
+                for &b in &words[next as usize] {
+                    let before = json.closing_len().unwrap();
+                    json.push(&[b]);
+                    assert!(json.closing_len().unwrap() <= before + closing::MAX_GROWTH);
+                }
+                guide.accept(next).unwrap();
+                text.extend_from_slice(&words[next as usize]);
+                let json = &guide.closing.as_ref().unwrap().json;
+                states.insert(json.place());
+                let close = json
+                    .closing()
+                    .unwrap_or_else(|| panic!("lost at {:?}", String::from_utf8_lossy(&text)));
+                // serde_json reads the text and its closing as an object...
+                let whole = [&text[..], &close[..]].concat();
+                assert_json_object(&whole);
+                // ...and the grammar takes the closing a byte a token, then may end.
+                let trie = grammars.factory.tok_env().tok_trie();
+                let tokens: Vec<u32> = close
+                    .iter()
+                    .map(|&b| trie.token_id(&[b]).unwrap())
+                    .collect();
+                let mut m = guide.matcher.deep_clone();
+                assert_eq!(
+                    m.try_consume_tokens(&tokens).unwrap(),
+                    tokens.len(),
+                    "{:?}",
+                    String::from_utf8_lossy(&whole)
+                );
+                assert!(
+                    m.is_accepting().unwrap(),
+                    "{:?}",
+                    String::from_utf8_lossy(&whole)
+                );
+            }
+        }
+        // Strings, keys, numbers, literals, arrays, escapes and separators all came up.
+        for place in [
+            "Key",
+            "Str",
+            "Escape",
+            "AfterKey",
+            "AfterColon",
+            "AfterComma",
+            "Value",
+            "ObjectStart",
+            "ArrayStart",
+            "AfterValue",
+            "Literal",
+            "Number(Minus)",
+            "Number(Frac)",
+            "Number(Exp)",
+            "Done",
+        ] {
+            assert!(states.contains(place), "{place} never came: {states:?}");
+        }
+    }
+
+    /// A reply drawn from uniform random logits (every allowed token alike, as weights that
+    /// know nothing would): the text, and whether it ended (the end token drawn) within
+    /// `budget` draws. `tell`: the guide hears the draws left, as the generation loop tells it.
+    fn draw_within(
+        grammars: &Grammars,
+        words: &[Vec<u8>],
+        seed: u64,
+        budget: usize,
+        tell: bool,
+    ) -> (String, bool) {
+        let end = [words.len() as u32 - 1];
+        let mut guide = grammars.json_object().unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut out = Vec::new();
+        for draw in 0..budget {
+            if tell {
+                guide.draws_left(budget - draw);
+            }
+            if draw > 0 && draw % 2 == 0 {
+                guide.prepare().unwrap();
+            }
+            let mut logits: Vec<f32> = (0..words.len()).map(|_| rng.gen()).collect();
+            guide.mask(&mut logits, &end).unwrap();
+            let next = argmax(&logits);
+            if end.contains(&next) {
+                return (String::from_utf8(out).unwrap(), true);
+            }
+            out.extend_from_slice(&words[next as usize]);
+            guide.accept(next).unwrap();
+        }
+        (String::from_utf8_lossy(&out).into_owned(), false)
+    }
+
+    #[test]
+    fn json_object_replies_from_random_logits_end_whole_within_the_draws_left() {
+        let words = json_words();
+        let grammars = Grammars::from_words(&words, words.len() as u32 - 1).unwrap();
+        for budget in [2, 3, 4, 7, 12, 40, 128] {
+            for seed in 0..12 {
+                let (text, ended) = draw_within(&grammars, &words, seed, budget, true);
+                assert!(ended, "budget {budget}, seed {seed}: cut at {text:?}");
+                assert_json_object(text.as_bytes());
+            }
+        }
+        // Not told the draws left, the same draws write a key or string until the budget
+        // cuts it, unless the first draw was `{}`: what the closing prevents.
+        let cut = (0..24)
+            .filter(|&seed| !draw_within(&grammars, &words, seed, 40, false).1)
+            .count();
+        assert!(cut >= 6, "{cut} of 24 cut");
+    }
+
+    /// Qwen2's 151,936-token vocabulary (llama.cpp's ggml-vocab-qwen2.gguf), uniform random
+    /// logits, 128 draws: every reply a whole object (the issue's json_object sweep, with
+    /// the worst-case model).
+    #[test]
+    fn json_object_replies_on_qwens_vocabulary_all_parse_within_128_draws() {
+        use rocky_models::gguf::GgufFile;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../assets/vocab/ggml-vocab-qwen2.gguf"
+        );
+        let tokenizer = Tokenizer::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+        let grammars = Grammars::new(&tokenizer).unwrap();
+        let n = tokenizer.vocab_size();
+        let end = [tokenizer.eos_id().unwrap()];
+        let mut slowest = Duration::ZERO;
+        for seed in 0..12u64 {
+            let mut guide = grammars.json_object().unwrap();
+            assert!(
+                guide.closing.is_some(),
+                "Qwen's vocabulary spells every closing byte"
+            );
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut out = Vec::new();
+            let mut ended = false;
+            for draw in 0..128 {
+                guide.draws_left(128 - draw);
+                let start = Instant::now();
+                guide.prepare().unwrap();
+                slowest = slowest.max(start.elapsed());
+                let mut logits: Vec<f32> = (0..n).map(|_| rng.gen()).collect();
+                guide.mask(&mut logits, &end).unwrap();
+                let next = argmax(&logits);
+                if end.contains(&next) {
+                    ended = true;
+                    break;
+                }
+                out.extend(tokenizer.token_bytes(next).unwrap());
+                guide.accept(next).unwrap();
+            }
+            let text = String::from_utf8_lossy(&out);
+            assert!(ended, "seed {seed}: cut at {text:?}");
+            assert_json_object(&out);
+        }
+        eprintln!("slowest mask with the closing: {slowest:?}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod chat;
+pub mod closing;
 pub mod constrain;
 pub mod conversations;
 pub mod error;

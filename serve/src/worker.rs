@@ -305,17 +305,16 @@ fn guide(
     work: &Work,
     format: Option<ToolFormat>,
 ) -> Result<Option<Guide>, ApiError> {
+    // None: `json_object`, which has its own guide (closed within the draws left).
     let grammar = match (
         &work.response_format,
         &work.tool_choice,
         format,
         &work.input,
     ) {
-        (Some(ResponseFormat::JsonObject), ..) => {
-            TopLevelGrammar::from_json_schema(compact(json!({"type": "object"})))
-        }
+        (Some(ResponseFormat::JsonObject), ..) => None,
         (Some(ResponseFormat::JsonSchema(schema)), ..) => {
-            TopLevelGrammar::from_json_schema(compact(schema.clone()))
+            Some(TopLevelGrammar::from_json_schema(compact(schema.clone())))
         }
         (
             None,
@@ -334,7 +333,7 @@ fn guide(
                     _ => true,
                 })
                 .collect();
-            TopLevelGrammar::from_lark(format.call_grammar(&chosen))
+            Some(TopLevelGrammar::from_lark(format.call_grammar(&chosen)))
         }
         _ => return Ok(None),
     };
@@ -350,10 +349,12 @@ fn guide(
     } else {
         "a tool's `parameters`"
     };
-    grammars
-        .guide(grammar)
-        .map(Some)
-        .map_err(|e| ApiError::bad_request(format!("{what} cannot be used as a grammar: {e}")))
+    match grammar {
+        Some(grammar) => grammars.guide(grammar),
+        None => grammars.json_object(),
+    }
+    .map(Some)
+    .map_err(|e| ApiError::bad_request(format!("{what} cannot be used as a grammar: {e}")))
 }
 
 /// The schema with llguidance's layout options where the client gave none: ", " and ": "
