@@ -403,15 +403,20 @@ fn logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw() {
 }
 
 /// The agent loop through OpenAI's own Python client (tools/serve-agents.py): its parsing of
-/// the tool calls, the streamed deltas it reassembles, the tool result sent back.
+/// the tool calls, the streamed deltas it reassembles (equal to the plain call, or the script
+/// fails), the tool result sent back; with Qwen2.5's `<tool_call>` blocks and Llama 3.1's
+/// JSON calls (which stream only once the answer ends).
 #[test]
 fn the_official_openai_client_runs_an_agent_loop() {
-    let server = Server::start(
-        &tools_model(),
-        &["--cpu", "--ctx", "1024", "--api-key", "k"],
-    );
+    for (template, seeds) in [("qwen2.5", &["1", "2"][..]), ("llama3.1", &["3"][..])] {
+        agent_loop(&model_with_template(template), seeds);
+    }
+}
+
+fn agent_loop(model: &Path, seeds: &[&str]) {
+    let server = Server::start(model, &["--cpu", "--ctx", "1024", "--api-key", "k"]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/serve-agents.py");
-    for seed in ["1", "2"] {
+    for &seed in seeds {
         let out = Command::new("python3")
             .arg(&script)
             .arg(server.url(""))
@@ -425,7 +430,7 @@ fn the_official_openai_client_runs_an_agent_loop() {
         );
         assert!(
             out.status.success(),
-            "seed {seed} (python3 needs the openai package: tools/setup.sh installs it):\n{text}"
+            "{model:?} seed {seed} (python3 needs the openai package: tools/setup.sh installs it):\n{text}"
         );
         assert!(text.contains("\"finish_reason\": \"tool_calls\""), "{text}");
     }
