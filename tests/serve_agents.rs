@@ -526,6 +526,27 @@ fn json_object_replies_close_within_max_tokens_streamed_or_not() {
     }
     // Not all `{}`: the longer budgets write keys and values before closing.
     assert!(lengths.iter().any(|&n| n > 10), "{lengths:?}");
+
+    // Without max_tokens, the context's room is the limit: a 33-token prompt in a context of
+    // 44 leaves 12 draws.
+    let server = Server::start(&tools_model(), &["--cpu", "--ctx", "44"]);
+    let mut longest = 0;
+    for seed in 1..=4 {
+        let v = chat(
+            &server,
+            &json!({"messages": ask, "response_format": {"type": "json_object"},
+                    "seed": seed, "temperature": 1}),
+        );
+        assert_eq!(v["usage"]["prompt_tokens"], 33, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let parsed: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {v}"));
+        assert!(parsed.is_object(), "{text}");
+        longest = longest.max(v["usage"]["completion_tokens"].as_u64().unwrap());
+    }
+    // Some reply ran near the context's end and was closed there (by the 11th token at the
+    // latest, the end token the 12th; sooner where a token closed several bytes at once).
+    assert!((8..=11).contains(&longest), "{longest}");
 }
 
 #[test]
