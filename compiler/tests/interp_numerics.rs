@@ -1091,3 +1091,53 @@ fn mali_half_unit_int8_defaults_match_the_reference() {
         "{tiles:?}"
     );
 }
+
+/// Half-unit int8 tiles outside the Mali defaults, against the CPU reference in the IR
+/// interpreter: several rows per thread with the weights staged as word runs (`wide_loads`,
+/// whose staging writes the thread-major scale tiles of `GemmSchedule::thread_scales` too),
+/// and one row per thread (no thread-major scales, the closing barrier kept), with a min
+/// term (Q4_K), a second scale (Q6_K) and one (Q5_0), over several K slabs.
+#[test]
+fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
+    use WeightFormat as F;
+    let mali = mali_vk12();
+    let mut checked = 0;
+    for (i, (weight, layout, wide_loads, bm, bn, tm, tn)) in [
+        (F::Q4K, WeightLayout::Gguf, true, 64, 64, 4, 4),
+        (F::Q6K, WeightLayout::Aligned, true, 32, 32, 2, 4),
+        (F::Q5_0, WeightLayout::Aligned, false, 16, 64, 4, 2),
+        (F::Q4K, WeightLayout::Gguf, false, 16, 64, 1, 4),
+        (F::Q6K, WeightLayout::Aligned, true, 16, 64, 1, 4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let w = GemmWorkload {
+            m: 37,
+            n: 72,
+            k: 512,
+            act: ActType::F32,
+            weight,
+            layout,
+            bias: true,
+            epilogue: Epilogue::Residual,
+            rms_norm_eps_bits: None,
+        };
+        let s = GemmSchedule {
+            bm,
+            bn,
+            bk: 64,
+            tm,
+            tn,
+            wide_loads,
+            ..gemm::default_schedule(&GemmWorkload { m: 512, ..w }, &mali)
+        };
+        assert!(s.half_units && s.math == Math::Int8Dot, "{s:?}");
+        assert_eq!(s.thread_scales(), tm >= 2, "{s:?}");
+        s.validate(&w, &mali)
+            .unwrap_or_else(|e| panic!("{s:?} refused: {e}"));
+        check(&w, &s, &mali, &inputs(&w, 800 + i as u64));
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+}

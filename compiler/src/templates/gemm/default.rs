@@ -198,7 +198,10 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // geometry is re-read inside the K loop (`GemmSchedule::half_units`). Mesa 26.1.6,
         // M = 512, no spills, load/store per K-loop iteration of 1024 products against 512:
         // Q4_K 95 against 67, Q6_K (aligned) 97 against 69, Q5_0 (aligned) 94 against 66
-        // (docs/measurements/2026-12-06e-mali-gemm.md).
+        // (docs/measurements/2026-12-06e-mali-gemm.md). Both tiles have several rows per
+        // thread, so they take thread-major scale tiles and no closing barrier
+        // (`GemmSchedule::thread_scales`): Q4_K 95 -> 89, Q6_K 113 -> 104, Q5_0 94 -> 82 at
+        // M = 512, no spills (docs/measurements/2026-12-06f-mali-gemm.md).
         let int8_rule = caps.integer_dot_product
             && caps.slow_subgroup_shuffle
             && !caps.lane_serial_memory

@@ -409,7 +409,8 @@ impl<'a> Gemm<'a> {
                     });
                 }
                 slab_end();
-                if self.staged() {
+                // Half units need no closing barrier (see `GemmSchedule::thread_scales`).
+                if self.staged() && !s.thread_scales() {
                     b.barrier();
                 }
             }
@@ -746,15 +747,33 @@ impl<'a> Gemm<'a> {
         let xa = s
             .half_units
             .then(|| b.shared_array("xa_tile", Type::F32, bufs * s.bm * upb * 2));
-        let xd4 = s
-            .half_units
+        // Thread-major scales (`thread_scales`): each thread's tm rows' d side by side (a
+        // plane for the second half's thread, never read), and their halves' sums of quants
+        // side by side, so a thread reads a unit's X scales in one or two wide loads.
+        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
+        let thread_scales = s.thread_scales();
+        let hi_planes = thread_scales && has_hi;
+        let xd4 = (s.half_units && !thread_scales)
             .then(|| b.shared_array("xd4_tile", Type::F32, bufs * s.bm * upb * 4));
+        let xdd =
+            thread_scales.then(|| b.shared_array("xdd_tile", Type::F32, 2 * bufs * s.bm * upb));
+        // Declared without a min term too (unread there): the tiles then take the workgroup
+        // memory they took before (`GemmSchedule::shared_bytes`), and the search spaces that
+        // count it keep their candidates.
+        let xsum =
+            thread_scales.then(|| b.shared_array("xsum_tile", Type::F32, bufs * s.bm * upb * 2));
         let wq = s
             .stage_b
             .then(|| b.shared_array("wq_tile", Type::U32, bufs * s.bn * upb * CHUNKS));
-        let wsc = s
-            .stage_b
-            .then(|| b.shared_array("wsc_tile", sc_ty, bufs * s.bn * upb));
+        let wsc = s.stage_b.then(|| {
+            // thread_scales with a second scale (Q6_K): lo and hi in planes of tn, so a
+            // half reads only its own lane (4 live registers instead of 8).
+            if hi_planes {
+                b.shared_array("wsc_tile", Type::F32, bufs * s.bn * upb * 2)
+            } else {
+                b.shared_array("wsc_tile", sc_ty, bufs * s.bn * upb)
+            }
+        });
         // The first slot of the buffer of unit `u`'s slab, for tiles of `rows` rows.
         let buffer_slot = |u: Value, rows: u32| -> Value {
             if bufs == 1 {
@@ -763,12 +782,12 @@ impl<'a> Gemm<'a> {
                 b.muli(b.andi(b.div(u, b.c_u32(upb)), 1), rows * upb)
             }
         };
-
-        let load_x_chunks = |x_base: Value, u: Value| -> Vec<Value> {
-            let first = b.add(x_base, b.muli(u, CHUNKS));
-            (0..CHUNKS)
-                .map(|c| b.convert(b.load(self.x, b.addi(first, c)), Type::vec(Scalar::F32, 4)))
-                .collect()
+        // `thread_scales`: the scale slot (within a buffer) of tile row `r`'s unit `ul`, for
+        // a side with `wg` threads of `t` rows each (row r = thread + i·wg): the thread's t
+        // rows of one unit are adjacent.
+        let scale_slot = |r: Value, ul: Value, wg: u32, t: u32| -> Value {
+            let (thread, i) = (b.andi(r, wg - 1), b.shri(r, wg.trailing_zeros()));
+            b.add(b.muli(b.add(b.muli(thread, upb), ul), t), i)
         };
         let pack_scales = |sc: crate::dequant::ir::Int8Scales| -> Value {
             match (sc.hi, sc.min) {
@@ -776,6 +795,33 @@ impl<'a> Gemm<'a> {
                 (None, Some(min)) => b.construct(&[sc.lo, min]),
                 (None, None) => sc.lo,
             }
+        };
+        // Stores W row `r`'s unit `ul` scales into the thread-major tile (`woff`: the
+        // buffer's first slot): with `hi_planes` lane l of column i of the (thread, unit)
+        // at woff·2 + (slot·2 + l)·tn + i, else the packed scales at its slot.
+        let store_w_scales = |wsc: SharedArray, r: Value, ul: Value, woff: Value, sc| {
+            let sc: crate::dequant::ir::Int8Scales = sc;
+            match sc.hi.filter(|_| hi_planes) {
+                Some(hi) => {
+                    let (thread, i) = (b.andi(r, wg_n - 1), b.shri(r, wg_n.trailing_zeros()));
+                    let pair = b.muli(b.add(b.muli(thread, upb), ul), 2 * s.tn);
+                    let lo_at = b.add(b.add(pair, i), b.muli(woff, 2));
+                    b.store_shared(wsc, lo_at, sc.lo);
+                    b.store_shared(wsc, b.addi(lo_at, s.tn), hi);
+                }
+                None => b.store_shared(
+                    wsc,
+                    b.add(scale_slot(r, ul, wg_n, s.tn), woff),
+                    pack_scales(sc),
+                ),
+            }
+        };
+
+        let load_x_chunks = |x_base: Value, u: Value| -> Vec<Value> {
+            let first = b.add(x_base, b.muli(u, CHUNKS));
+            (0..CHUNKS)
+                .map(|c| b.convert(b.load(self.x, b.addi(first, c)), Type::vec(Scalar::F32, 4)))
+                .collect()
         };
 
         // wide_loads without stage_b: the slab's units of each column.
@@ -794,7 +840,7 @@ impl<'a> Gemm<'a> {
             if s.wide_loads && wq.is_none() {
                 *slab_units.borrow_mut() = g.open_slab(ub, false);
             }
-            if let (Some(xq), Some(xa), Some(xd4)) = (xq, xa, xd4) {
+            if let (Some(xq), Some(xa)) = (xq, xa) {
                 // Two threads per (row, unit), one barrier between the halves' maxima and
                 // the quantization; every thread takes the same number of steps.
                 let total = s.bm * upb * 2;
@@ -843,12 +889,23 @@ impl<'a> Gemm<'a> {
                         for (c, w) in words.iter().enumerate() {
                             b.store_shared(xq, b.addi(base, c as u32), *w);
                         }
-                        // d at 0 (the first half) or the spare at 3 (the second); the
-                        // half's sum of quants at 1 + half.
-                        let four = b.muli(slot, 4);
-                        b.store_shared(xd4, b.add(four, b.muli(half, 3)), d);
-                        if has_min {
-                            b.store_shared(xd4, b.add(b.addi(four, 1), half), sum);
+                        if let Some(xd4) = xd4 {
+                            // d at 0 (the first half) or the spare at 3 (the second); the
+                            // half's sum of quants at 1 + half.
+                            let four = b.muli(slot, 4);
+                            b.store_shared(xd4, b.add(four, b.muli(half, 3)), d);
+                            if has_min {
+                                b.store_shared(xd4, b.add(b.addi(four, 1), half), sum);
+                            }
+                        }
+                        if let Some(xdd) = xdd {
+                            // d in the first plane (the first half) or the spare second
+                            // plane; the half's sum of quants beside the other half's.
+                            let at = b.add(scale_slot(r, ul, wg_m, s.tm), xoff);
+                            b.store_shared(xdd, b.add(at, b.muli(half, bufs * s.bm * upb)), d);
+                            if let Some(xsum) = xsum.filter(|_| has_min) {
+                                b.store_shared(xsum, b.add(b.muli(at, 2), half), sum);
+                            }
                         }
                     });
                 });
@@ -880,7 +937,11 @@ impl<'a> Gemm<'a> {
                                 unit.word_i8_at(b, c),
                             );
                         }
-                        b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                        if thread_scales {
+                            store_w_scales(wsc, r, b.c_u32(ul as u32), woff, unit.int8_scales());
+                        } else {
+                            b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                        }
                     }
                 });
             } else if let (Some(wq), Some(wsc)) = (wq, wsc) {
@@ -896,18 +957,20 @@ impl<'a> Gemm<'a> {
                             unit.word_i8(b, b.c_u32(c)),
                         );
                     }
-                    b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                    if thread_scales {
+                        store_w_scales(wsc, r, ul, woff, unit.int8_scales());
+                    } else {
+                        b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                    }
                 });
             }
         };
 
-        let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
         // half_units: both operands staged; each unit in two halves of 16 values, only a
         // half's 4-word fragments live at once (see `GemmSchedule::half_units`).
         let half_body = |u: Value, ul: Value| {
-            let (xq, xd4, wq, wsc) = (
+            let (xq, wq, wsc) = (
                 xq.expect("half_units stages X"),
-                xd4.expect("half_units stages X"),
                 wq.expect("half_units stages W"),
                 wsc.expect("half_units stages W"),
             );
@@ -927,8 +990,53 @@ impl<'a> Gemm<'a> {
             let w_word0 = b.muli(w_slot0, CHUNKS);
             let x_slot = |i: u32| i * wg_m * upb;
             let w_slot = |j: u32| j * wg_n * upb;
-            let xd_at = |i: u32| b.muli(b.addi(x_slot0, x_slot(i)), 4);
-            let w_at = |j: u32| b.addi(w_slot0, w_slot(j));
+            // Each row's d (and with a min term the two halves' sums of quants), and each
+            // column's scales: with `thread_scales` the thread's rows (columns) of the unit
+            // are adjacent, so the driver merges their reads into wide loads.
+            let x_scale0 = thread_scales.then(|| {
+                b.add(
+                    b.muli(b.add(b.muli(g.ty, upb), ul), s.tm),
+                    buffer_slot(u, s.bm),
+                )
+            });
+            let w_scale0 = thread_scales.then(|| {
+                let slot = b.add(b.muli(g.tx, upb), ul);
+                if hi_planes {
+                    // Lane 0 (lo) of the thread's columns; lane 1 (hi) tn further.
+                    b.add(b.muli(slot, 2 * s.tn), b.muli(buffer_slot(u, s.bn), 2))
+                } else {
+                    b.add(b.muli(slot, s.tn), buffer_slot(u, s.bn))
+                }
+            });
+            // Row i's d, and with a min term the sums of quants of its two halves (read in
+            // that order).
+            let x_scales = |i: u32, with_sums: bool| -> (Value, Option<(Value, Value)>) {
+                match (x_scale0, xdd, xsum, xd4) {
+                    (Some(x0), Some(xdd), xsum, _) => {
+                        let d = b.load_shared(xdd, b.addi(x0, i));
+                        let sums = xsum.filter(|_| with_sums).map(|xsum| {
+                            let at = b.addi(b.muli(x0, 2), 2 * i);
+                            (b.load_shared(xsum, at), b.load_shared(xsum, b.addi(at, 1)))
+                        });
+                        (d, sums)
+                    }
+                    (_, _, _, Some(xd4)) => {
+                        let four = b.muli(b.addi(x_slot0, x_slot(i)), 4);
+                        let d = b.load_shared(xd4, four);
+                        let sums = with_sums.then(|| {
+                            let s0 = b.load_shared(xd4, b.addi(four, 1));
+                            let s1 = b.load_shared(xd4, b.addi(four, 2));
+                            (s0, s1)
+                        });
+                        (d, sums)
+                    }
+                    _ => unreachable!("half_units stages X scales"),
+                }
+            };
+            let w_at = |j: u32| match w_scale0 {
+                Some(w0) => b.addi(w0, j),
+                None => b.addi(w_slot0, w_slot(j)),
+            };
             // Q4_K/Q5_K: the min term first, in a block of its own, so the rows' sums of
             // quants and the columns' mins die there; only each row's d and each column's
             // scale leave it (through variables). During the halves only those are live next
@@ -943,10 +1051,8 @@ impl<'a> Gemm<'a> {
                 b.if_(fence, || {
                     let sxs: Vec<Value> = (0..s.tm)
                         .map(|i| {
-                            let four = xd_at(i);
-                            let d = b.load_shared(xd4, four);
-                            let s0 = b.load_shared(xd4, b.addi(four, 1));
-                            let s1 = b.load_shared(xd4, b.addi(four, 2));
+                            let (d, sums) = x_scales(i, true);
+                            let (s0, s1) = sums.expect("a min term has sums");
                             b.store_var(dv[i as usize], d);
                             b.mul(d, b.add(s0, s1))
                         })
@@ -967,7 +1073,7 @@ impl<'a> Gemm<'a> {
                 )
             } else {
                 (
-                    (0..s.tm).map(|i| b.load_shared(xd4, xd_at(i))).collect(),
+                    (0..s.tm).map(|i| x_scales(i, false).0).collect(),
                     (0..s.tn).map(|j| b.load_shared(wsc, w_at(j))).collect(),
                 )
             };
@@ -978,11 +1084,19 @@ impl<'a> Gemm<'a> {
                         .collect()
                 };
                 let xf: Vec<Vec<Value>> = (0..s.tm).map(|i| frag(xq, x_word0, x_slot(i))).collect();
+                // hi_planes: the second half's scales (lane 1), read for this half only.
+                let his: Option<Vec<Value>> = (hi_planes && h == 1).then(|| {
+                    (0..s.tn)
+                        .map(|j| b.load_shared(wsc, w_at(s.tn + j)))
+                        .collect()
+                });
                 for j in 0..tn {
                     b.if_(fence, || {
                         let wf = frag(wq, w_word0, w_slot(j as u32));
                         let sc = wscs[j];
-                        let scale = if h == 1 && has_hi {
+                        let scale = if hi_planes {
+                            his.as_ref().map_or(sc, |his| his[j])
+                        } else if h == 1 && has_hi {
                             b.extract(sc, 1)
                         } else if nsc > 1 && !has_min {
                             b.extract(sc, 0)

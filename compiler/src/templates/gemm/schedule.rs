@@ -180,6 +180,20 @@ impl GemmSchedule {
         self.workgroup_size().iter().product()
     }
 
+    /// Half units of several rows per thread (`tm` ≥ 2) take thread-major scale tiles and no
+    /// closing barrier per slab (Mesa 26.1.6, M = 512, load/store per K-loop iteration: see
+    /// docs/measurements/2026-12-06f-mali-gemm.md). Each thread's rows (columns) of a unit have
+    /// their scales side by side in workgroup memory, so the driver merges a unit's scale reads
+    /// into one or two wide loads instead of one load per row and per column. The closing
+    /// barrier is redundant in half units: the staging's first barrier (between the X halves'
+    /// maxima and the quantization) comes before any tile write of the next slab, and every
+    /// thread reaches it only after its reads of this slab. One-row tiles (the desktop search
+    /// spaces sample them) keep their kernel unchanged.
+    pub fn thread_scales(&self) -> bool {
+        let (wg_n, wg_m) = (self.bn / self.tn.max(1), self.bm / self.tm.max(1));
+        self.half_units && self.tm >= 2 && wg_n.is_power_of_two() && wg_m.is_power_of_two()
+    }
+
     /// 32-element units per `bk` slab.
     pub fn units_per_slab(&self) -> u32 {
         self.bk / UNIT
