@@ -1206,6 +1206,7 @@ fn forced_math_family_kernels_match_the_reference() {
         ("desktop", desktop_vk12()),
         ("mali-g610", mali_vk12()),
         ("baseline", DeviceCaps::baseline()),
+        ("lavapipe", DeviceCaps::lavapipe()),
     ];
     let mut seen = std::collections::HashSet::new();
     let mut checked = 0;

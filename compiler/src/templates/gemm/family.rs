@@ -111,16 +111,22 @@ fn best_of_space(w: &GemmWorkload, caps: &DeviceCaps, family: Arithmetic) -> Opt
 }
 
 /// How good a candidate looks without running it, greatest best: first a grid of workgroups
-/// that fills the GPU (up to [`FAMILY_FILL_WORKGROUPS`]), then the outputs each thread keeps
+/// that fills the GPU (up to [`FAMILY_FILL_WORKGROUPS`]; any grid fills a CPU implementation's
+/// few cores, where splitting K only adds a reduce), then the outputs each thread keeps
 /// in registers (each loaded operand feeds that many FMAs), then the tile's reuse (outputs
 /// per operand row loaded, `bm·bn/(bm+bn)`), then staging where workgroup memory is on-chip,
 /// fewer K groups, and last the smaller register estimate.
 pub fn rank(w: &GemmWorkload, caps: &DeviceCaps, s: &GemmSchedule) -> impl Ord {
     let groups = w.m.div_ceil(s.bm) * w.weight_rows().div_ceil(s.bn) * s.k_groups;
+    let fill = if caps.lane_serial_memory {
+        1
+    } else {
+        FAMILY_FILL_WORKGROUPS
+    };
     let reuse = s.bm * s.bn / (s.bm + s.bn);
     let staged = !caps.shared_memory_is_slow && s.stage_a && s.stage_b;
     (
-        groups.min(FAMILY_FILL_WORKGROUPS),
+        groups.min(fill),
         s.tm * s.tn,
         reuse,
         staged,
