@@ -60,6 +60,8 @@ pub struct Session<'m> {
     executor: Executor<'m>,
     schedules: SessionSchedules,
     ubatch_origin: UbatchOrigin,
+    /// Why the database's tuned graph settings do not apply at the requested ubatch.
+    graph_note: Option<String>,
     no_gpu_profile: Option<String>,
     decode_time: DecodeTime,
 }
@@ -106,6 +108,7 @@ impl<'m> Session<'m> {
         // The options win over the graph-level choice of `rocky tune`, which wins over the
         // defaults.
         let graph = db.graph_choice_for(options.ubatch);
+        let graph_note = db.graph_choice_note(options.ubatch);
         let mut budget = CommandBudget::for_device(ctx.info());
         if let Some(g) = graph {
             budget.max_dispatches = g.max_dispatches_per_cb;
@@ -168,6 +171,7 @@ impl<'m> Session<'m> {
                 math: options.math,
             },
             ubatch_origin,
+            graph_note,
             no_gpu_profile,
             decode_time: DecodeTime::default(),
         })
@@ -265,6 +269,12 @@ impl<'m> Session<'m> {
     /// Where the ubatch size came from.
     pub fn ubatch_origin(&self) -> UbatchOrigin {
         self.ubatch_origin
+    }
+
+    /// Why tuned graph settings stored for the model do not apply at the requested ubatch
+    /// (they were measured in another ubatch class, or never against the default there).
+    pub fn graph_note(&self) -> Option<&str> {
+        self.graph_note.as_deref()
     }
 
     /// Why a profiled session gets no per-op GPU times on this device (no timestamps, or host

@@ -227,6 +227,11 @@ fn bench_gpu(
     // override both); backends with the same settings share an executor.
     let settings_at = |ubatch: usize| -> Result<Vec<(FuseOptions, bool)>, CliError> {
         let tuned_choice = tuned.graph_choice_for(Some(ubatch));
+        if let Some(note) = tuned.graph_choice_note(Some(ubatch)) {
+            if backends.contains(&BenchBackend::Tuned) {
+                eprintln!("bench: {note}");
+            }
+        }
         backends
             .iter()
             .map(|b| {

@@ -246,6 +246,9 @@ pub fn prepare(session: &mut Session) -> Result<(), CliError> {
     for notice in session.notices() {
         eprintln!("note: {notice}");
     }
+    if let Some(note) = session.graph_note() {
+        eprintln!("note: {note}");
+    }
     Ok(())
 }
 

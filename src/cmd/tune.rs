@@ -378,7 +378,13 @@ fn tune_graph_level(
     say: &dyn Fn(String),
 ) -> Result<(Option<GraphChoice>, serde_json::Value), CliError> {
     let key = graph_choice_key(&graph::model_shape_key(file, model));
-    if kernels_unchanged {
+    // Skipped only where this ubatch's setting was compared with the default settings: one
+    // stored by an older tuner without that comparison is not used, so it is timed again.
+    let shape_key = graph::model_shape_key(file, model);
+    let at_ubatch = db
+        .graph_choice(device, &ubatch_choice_key(&shape_key, args.ubatch as u32))
+        .map_err(db_error)?;
+    if kernels_unchanged && at_ubatch.is_some_and(|c| c.beat_default().is_some()) {
         if let Some(done) = db.graph_choice(device, &key).map_err(db_error)? {
             say("graph-level choice already stored and no kernel changed: skipped".into());
             return Ok((Some(done), json!({"skipped": "already stored"})));
@@ -472,10 +478,10 @@ fn tune_graph_level(
     };
     db.set_graph_choice(device, &key, &choice)
         .map_err(db_error)?;
-    // And the fastest at each ubatch timed, for runs at a ubatch given by flag.
-    let shape = graph::model_shape_key(file, model);
+    // And the fastest at each ubatch where the default settings were timed beside it, for runs
+    // at a ubatch given by flag.
     for (ubatch, best) in graph::best_per_ubatch(&outcome.trials, &budget) {
-        db.set_graph_choice(device, &ubatch_choice_key(&shape, ubatch), &best)
+        db.set_graph_choice(device, &ubatch_choice_key(&shape_key, ubatch), &best)
             .map_err(db_error)?;
     }
     Ok((Some(choice), report))

@@ -100,7 +100,9 @@ pub struct GraphTuneOptions {
 /// The tuned ubatch with the default budget, fusion and overlap comes first: it is the
 /// baseline every other candidate has to beat; the same with the other fusion comes second
 /// and with the other overlap third (the settings most likely to matter: the tuned fused and
-/// separate GEMMs differ by a few percent either way, overlap by up to 17 % at small ubatches).
+/// separate GEMMs differ by a few percent either way, overlap by up to 17 % at small ubatches);
+/// then the default settings at the other ubatches, which a choice at each must beat to be
+/// stored for it ([`best_per_ubatch`]).
 pub fn default_candidates(
     tuned_ubatch: usize,
     n_tokens: usize,
@@ -108,13 +110,7 @@ pub fn default_candidates(
     can_fuse: bool,
 ) -> Vec<GraphCandidate> {
     let d = default_budget.max_dispatches.max(1);
-    let ubatch = tuned_ubatch.min(n_tokens).max(1);
-    let first = GraphCandidate {
-        ubatch,
-        max_dispatches: d,
-        fuse_swiglu: FuseOptions::DEFAULT.swiglu,
-        overlap: ubatch <= OVERLAP_MAX_UBATCH,
-    };
+    let first = default_settings(tuned_ubatch.min(n_tokens).max(1), default_budget);
     let fusions: &[bool] = if can_fuse {
         &[false, true]
     } else {
@@ -149,8 +145,29 @@ pub fn default_candidates(
             ..first
         },
     ];
-    let next: Vec<GraphCandidate> = flipped.into_iter().filter(|c| rest.remove(c)).collect();
+    let defaults_elsewhere: Vec<GraphCandidate> = rest
+        .iter()
+        .map(|c| default_settings(c.ubatch, default_budget))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let next: Vec<GraphCandidate> = flipped
+        .into_iter()
+        .chain(defaults_elsewhere)
+        .filter(|c| rest.remove(c))
+        .collect();
     std::iter::once(first).chain(next).chain(rest).collect()
+}
+
+/// What a run at `ubatch` does without a graph choice: the device's dispatches per command
+/// buffer, the default fusion, ubatches overlapped where they are small enough.
+pub fn default_settings(ubatch: usize, default_budget: &CommandBudget) -> GraphCandidate {
+    GraphCandidate {
+        ubatch,
+        max_dispatches: default_budget.max_dispatches.max(1),
+        fuse_swiglu: FuseOptions::DEFAULT.swiglu,
+        overlap: ubatch <= OVERLAP_MAX_UBATCH,
+    }
 }
 
 /// `candidates` with the stored choice's setting second (right after the baseline), unless
@@ -667,7 +684,11 @@ fn time_checked(
 }
 
 /// The fastest trial whose logits passed their check at each ubatch timed, as records for
-/// the database (by ubatch).
+/// the database (by ubatch), each with the default settings' throughput at its ubatch. Only
+/// ubatches where the default settings were timed and passed count: a setting that never met
+/// the default at its ubatch may lose to it (on an H100 the stored ubatch-512 choice ran a
+/// ubatch-64 prefill at 0.77x the default), and the fastest of a set holding the default is
+/// at least as fast as it.
 pub fn best_per_ubatch(
     trials: &[GraphTrial],
     default_budget: &CommandBudget,
@@ -681,12 +702,28 @@ pub fn best_per_ubatch(
                 .filter(|t| t.candidate.ubatch == u)
                 .cloned()
                 .collect();
+            default_tok_s(&at, u, default_budget)?;
             best_choice(&at, default_budget).map(|c| (u as u32, c))
         })
         .collect()
 }
 
-/// The fastest trial whose logits passed their check, as a record for the database.
+/// The throughput of the default settings at `ubatch` among `trials`, where they were timed
+/// and their logits passed.
+fn default_tok_s(
+    trials: &[GraphTrial],
+    ubatch: usize,
+    default_budget: &CommandBudget,
+) -> Option<f64> {
+    let default = default_settings(ubatch, default_budget);
+    trials
+        .iter()
+        .find(|t| t.candidate == default && t.is_ok())
+        .map(GraphTrial::tok_s)
+}
+
+/// The fastest trial whose logits passed their check, as a record for the database, with the
+/// default settings' throughput at its ubatch where they were timed.
 pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Option<GraphChoice> {
     trials
         .iter()
@@ -699,6 +736,7 @@ pub fn best_choice(trials: &[GraphTrial], default_budget: &CommandBudget) -> Opt
             tok_s: t.tok_s(),
             fuse_swiglu: t.candidate.fuse_swiglu,
             overlap: t.candidate.overlap,
+            default_tok_s: default_tok_s(trials, t.candidate.ubatch, default_budget),
         })
 }
 
@@ -801,6 +839,16 @@ mod tests {
                 ..baseline
             }
         );
+        // Then the default settings at the other ubatches (what a choice there must beat).
+        let mut defaults = vec![c[2], c[3]];
+        defaults.sort();
+        assert_eq!(
+            defaults,
+            [
+                default_settings(16, &budget(512)),
+                default_settings(64, &budget(512))
+            ]
+        );
         // 16, 32, 64 × 128, 512, 2048 × overlap or not.
         assert_eq!(c.len(), 18);
         assert!(c.iter().all(|c| [16, 32, 64].contains(&c.ubatch)));
@@ -846,13 +894,13 @@ mod tests {
     }
 
     #[test]
-    fn the_fastest_passing_trial_is_kept_per_ubatch() {
-        let trial = |ubatch, fuse_swiglu, seconds: f64, ok: bool| GraphTrial {
+    fn the_fastest_passing_trial_is_kept_per_ubatch_where_it_met_the_default() {
+        let trial = |ubatch, fuse_swiglu, overlap, seconds: f64, ok: bool| GraphTrial {
             candidate: GraphCandidate {
                 ubatch,
                 max_dispatches: 512,
                 fuse_swiglu,
-                overlap: false,
+                overlap,
             },
             seconds: vec![seconds],
             n_tokens: 64,
@@ -860,19 +908,27 @@ mod tests {
             error_ratio: 0.0,
         };
         let trials = [
-            trial(32, false, 1.0, true),
-            trial(32, true, 0.5, false), // fastest at 32, but failed its check
-            trial(32, true, 0.9, true),
-            trial(64, false, 0.7, true),
-            trial(64, true, 0.8, true),
+            // The default settings at 32 and 64 (small ubatches overlap).
+            trial(32, false, true, 1.0, true),
+            trial(32, true, true, 0.5, false), // fastest at 32, but failed its check
+            trial(32, true, false, 0.9, true),
+            trial(64, false, true, 0.7, true),
+            trial(64, true, true, 0.8, true),
+            // Fastest of all, but the default at 256 was not timed: no record for 256.
+            trial(256, true, false, 0.1, true),
         ];
         let best = best_per_ubatch(&trials, &budget(512));
-        let got: Vec<(u32, u32, bool)> = best
+        let got: Vec<(u32, u32, bool, bool)> = best
             .iter()
-            .map(|(u, c)| (*u, c.ubatch, c.fuse_swiglu))
+            .map(|(u, c)| (*u, c.ubatch, c.fuse_swiglu, c.beat_default().unwrap()))
             .collect();
-        assert_eq!(got, [(32, 32, true), (64, 64, false)]);
-        assert_eq!(best_choice(&trials, &budget(512)).unwrap().ubatch, 64);
+        assert_eq!(got, [(32, 32, true, true), (64, 64, false, true)]);
+        // Each carries the default's throughput at its ubatch (64 tokens in 1.0 s at 32).
+        assert_eq!(best[0].1.default_tok_s, Some(64.0));
+        assert_eq!(best[1].1.default_tok_s, Some(best[1].1.tok_s));
+        // The model's choice is the fastest of all; its ubatch's default was not timed.
+        let main = best_choice(&trials, &budget(512)).unwrap();
+        assert_eq!((main.ubatch, main.default_tok_s), (256, None));
     }
 
     #[test]
@@ -900,6 +956,7 @@ mod tests {
             tok_s: 7272.0,
             fuse_swiglu: true,
             overlap: false,
+            default_tok_s: None,
         };
         let base = default_candidates(64, 512, &budget, true);
         assert!(base.iter().all(|c| c.ubatch <= 128));

@@ -82,6 +82,8 @@ struct StrictGraphChoice {
     fuse_swiglu: bool,
     #[serde(default)]
     overlap: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_tok_s: Option<f64>,
 }
 
 /// One exported seed ranking: the record key it ranks and the ranking (unmeasured).

@@ -143,6 +143,21 @@ pub struct GraphChoice {
     /// choices stored before it was tuned: those ran one at a time.
     #[serde(default)]
     pub overlap: bool,
+    /// Throughput of the default settings at the same ubatch (the device's dispatches per
+    /// command buffer, the default fusion and overlap), timed in the same graph step: the
+    /// tuner's own comparison of the choice with the default. Absent in choices stored before
+    /// it was kept (a per-ubatch choice then may never have met the default at its ubatch:
+    /// on an H100 one ran at 0.77x the default) and where the step did not time the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_tok_s: Option<f64>,
+}
+
+impl GraphChoice {
+    /// Whether the choice was at least as fast as the default settings at its ubatch in the
+    /// tuner's own comparison (`None`: no comparison stored).
+    pub fn beat_default(&self) -> Option<bool> {
+        self.default_tok_s.map(|d| self.tok_s >= d)
+    }
 }
 
 /// Serializes `value` as compact JSON with every object's keys sorted, so the bytes depend

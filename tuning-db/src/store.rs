@@ -411,7 +411,8 @@ pub const MAX_UBATCH: u32 = 4096;
 
 /// Checks what every stored or imported graph choice must satisfy: a named device and model
 /// shape, a ubatch rocky can run, at least one dispatch per command buffer, and a measured
-/// (finite, positive) throughput for the faster-wins merge to compare.
+/// (finite, positive) throughput for the faster-wins merge to compare (and the default's, where
+/// stored).
 pub(crate) fn validate_graph_choice(
     device: &DeviceFingerprint,
     model_shape_key: &str,
@@ -436,6 +437,14 @@ pub(crate) fn validate_graph_choice(
         return Err(format!(
             "tok_s = {} is not a finite positive throughput",
             choice.tok_s
+        ));
+    }
+    if let Some(d) = choice
+        .default_tok_s
+        .filter(|d| !(d.is_finite() && *d > 0.0))
+    {
+        return Err(format!(
+            "default_tok_s = {d} is not a finite positive throughput"
         ));
     }
     Ok(())

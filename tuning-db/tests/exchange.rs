@@ -293,6 +293,7 @@ fn choice(ubatch: u32, tok_s: f64) -> GraphChoice {
         tok_s,
         fuse_swiglu: ubatch >= 128,
         overlap: ubatch <= 64,
+        default_tok_s: Some(tok_s * 0.9),
     }
 }
 
@@ -395,7 +396,7 @@ fn graph_choices_without_the_fusion_field_import_as_unfused() {
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
             if v["format"] == "rocky-graph-choice" {
-                for field in ["fuse_swiglu", "overlap"] {
+                for field in ["fuse_swiglu", "overlap", "default_tok_s"] {
                     let removed = v["choice"].as_object_mut().unwrap().remove(field);
                     assert!(removed.is_some(), "exports carry {field}");
                 }
@@ -410,6 +411,8 @@ fn graph_choices_without_the_fusion_field_import_as_unfused() {
     assert!(choices
         .iter()
         .all(|c| !c.choice.fuse_swiglu && !c.choice.overlap));
+    // Nor had they met the default at their ubatch.
+    assert!(choices.iter().all(|c| c.choice.beat_default().is_none()));
 }
 
 #[test]
@@ -509,6 +512,7 @@ fn repeated_graph_choice_lines_in_one_file_keep_the_fastest() {
         edit_line(&line, 1, |v| {
             v["choice"]["ubatch"] = ubatch.into();
             v["choice"]["tok_s"] = tok_s.into();
+            v["choice"]["default_tok_s"] = (tok_s * 0.9).into();
         })
     };
     // Slow, fastest, middle: neither the first nor the last line may pass for the best.

@@ -207,6 +207,7 @@ fn graph_choices_are_per_device_and_model_shape_and_persist() {
         tok_s: 123.5,
         fuse_swiglu: true,
         overlap: true,
+        default_tok_s: Some(120.0),
     };
     {
         let db = TuningDb::open(&path).unwrap();
@@ -217,6 +218,11 @@ fn graph_choices_are_per_device_and_model_shape_and_persist() {
             ..choice.clone()
         };
         assert!(db.set_graph_choice(&gpu("1"), "x", &bad).is_err());
+        let bad_default = GraphChoice {
+            default_tok_s: Some(f64::NAN),
+            ..choice.clone()
+        };
+        assert!(db.set_graph_choice(&gpu("1"), "x", &bad_default).is_err());
     }
     let db = TuningDb::open(&path).unwrap();
     assert_eq!(

@@ -1,12 +1,14 @@
 //! The GEMM template: `Y = X · Wᵀ (+ bias)` with W in its GGUF block layout, used in place.
 //!
 //! - [`workload`]: what is computed; [`schedule`]: how (tunables, validity, estimates);
-//! - [`space`]: candidates for the tuner; [`default`]: rule-based defaults;
+//! - [`space`]: candidates for the tuner; [`default`]: rule-based defaults; [`family`]: the
+//!   schedule of a forced arithmetic family;
 //! - [`kernel`]: the IR; [`interface`]: bindings, push constants, dispatch, N-slicing;
 //! - [`split_k`]: the reduce kernel of split-K across the grid (`k_groups`);
 //! - [`reference`]: the CPU oracle.
 
 pub mod default;
+pub mod family;
 pub mod interface;
 pub(crate) mod kernel;
 pub mod reference;
@@ -16,6 +18,7 @@ pub mod split_k;
 pub mod workload;
 
 pub use default::{default_layout, default_schedule};
+pub use family::{family_schedule, Arithmetic};
 pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
 pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
 pub use space::search_space;
