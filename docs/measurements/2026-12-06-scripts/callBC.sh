@@ -1,6 +1,6 @@
 # Call BC (2026-12-06, fifth session): main after this session's decode changes (the un-split
 # twin at one piece; the constraint's accept off the critical path): (1) tg128 at depth 0 and 2048,
-# 0.5B and 3B Q4_K_M, rocky against llama.cpp, three interleaved rounds; (2) issue 34:
+# 0.5B and 3B Q4_K_M, rocky against llama.cpp, two interleaved rounds (device time); (2) issue 34:
 # json_schema vs unconstrained decode (serve-agents --speed 10).
 # Run: OUT=$OUT bash .device/callBC.sh, carry [".gl", ".device"].
 set -o pipefail
@@ -23,9 +23,11 @@ SP=$!
 for i in $(seq 60); do curl -sf http://127.0.0.1:8391/health >/dev/null && break; sleep 1; done
 cd $ROOT
 timeout 90 python3 tools/serve-agents.py http://127.0.0.1:8391 --speed 10 > $OUT/speed.txt 2>&1; tail -3 $OUT/speed.txt
+t "json_object sweep"
+timeout 75 python3 tools/serve-agents.py http://127.0.0.1:8391 --sweep 100 --kinds json_object --max-tokens 128 > $OUT/sweep-json-object.txt 2>&1; echo "rc $?"; tail -4 $OUT/sweep-json-object.txt
 kill $SP; cd /tmp
 gen warm q05 8; gen warm q3 8
-for r in 1 2 3; do for m in q3 q05; do
+for r in 1 2; do for m in q3 q05; do
   t "round $r $m"; lb -m $m.gguf -p 0 -n 128 -d 0,2048 -r 2
   gen "$m d0" $m 8; gen "$m d2048" $m 2048
 done; done
