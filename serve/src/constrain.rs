@@ -303,8 +303,7 @@ impl Constraint for Guide {
         self.prepared = None;
         let r = self.matcher.consume_token(token).map_err(|e| e.to_string());
         if let Some(c) = &mut self.closing {
-            let bytes = c.env.tok_trie().token(token).to_vec();
-            c.json.push(&bytes);
+            c.json.push(c.env.tok_trie().token(token));
         }
         self.spent += start.elapsed();
         r

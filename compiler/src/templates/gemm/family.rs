@@ -100,12 +100,9 @@ pub fn family_schedule(
 /// The search space's best candidate in `family` by [`rank`] (the first of equals).
 fn best_of_space(w: &GemmWorkload, caps: &DeviceCaps, family: Arithmetic) -> Option<GemmSchedule> {
     // `max_by_key` keeps the last of equals: walk the space backwards.
-    let candidates: Vec<GemmSchedule> = search_space(w, caps)
+    search_space(w, caps)
         .into_iter()
         .filter(|s| family.holds(s))
-        .collect();
-    candidates
-        .into_iter()
         .rev()
         .max_by_key(|s| rank(w, caps, s))
 }

@@ -115,11 +115,11 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             ("v_cache", exec.kv[layer].1.whole()),
         ];
         // A split schedule at one piece runs its un-split twin (prepared beside it): the
-        // output written directly, no partials and no combine dispatch.
+        // output written directly, no partials and no combine dispatch. (`step_splits` is 1
+        // and `single_piece_twin` None for a schedule that does not split.)
         let twin = match kernel.key.1 {
             Schedule::Attention(a)
-                if a.kv_splits > 1
-                    && split_kv::step_splits(aw, a, rows, pos0, exec.compute_units) == 1 =>
+                if split_kv::step_splits(aw, a, rows, pos0, exec.compute_units) == 1 =>
             {
                 split_kv::single_piece_twin(kernel.key.0, kernel.key.1, &exec.caps)
             }
