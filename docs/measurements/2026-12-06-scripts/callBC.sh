@@ -3,6 +3,8 @@
 # 0.5B and 3B Q4_K_M, rocky against llama.cpp, two interleaved rounds (device time); (2) issue 34:
 # json_schema vs unconstrained decode (serve-agents --speed 10).
 # Run: OUT=$OUT bash .device/callBC.sh, carry [".gl", ".device"].
+# (Call BD, its short form when device time ran low, was this script with the 3B, the warm-up
+# run of the 3B and rounds 2-3 left out; neither ran: the device starts were refused.)
 set -o pipefail
 xz -dc .device/rocky.xz > .device/rocky
 export NEED_Q3=1
