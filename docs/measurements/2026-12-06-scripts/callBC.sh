@@ -4,7 +4,7 @@
 # json_schema vs unconstrained decode (serve-agents --speed 10).
 # Run: OUT=$OUT bash .device/callBC.sh, carry [".gl", ".device"].
 # (Call BD, its short form when device time ran low, was this script with the 3B, the warm-up
-# run of the 3B and rounds 2-3 left out; neither ran: the device starts were refused.)
+# run of the 3B and round 2 left out; neither ran: the device starts were refused.)
 set -o pipefail
 xz -dc .device/rocky.xz > .device/rocky
 export NEED_Q3=1
