@@ -348,6 +348,39 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     );
 }
 
+/// Quants turned into floats by bit operations (`bit_floats`) on every quantized format, with
+/// a thread per unit (constant chunks, wide loads) and with threads sharing a unit (Q6_K's two
+/// scales within one thread's chunks or across threads), a folded RMSNorm included.
+#[test]
+fn bit_float_kernels_match_the_reference() {
+    let desktop = desktop_vk12();
+    let mut checked = 0;
+    for (i, w) in workloads().iter().enumerate() {
+        if !w.weight.is_quantized() {
+            continue;
+        }
+        let inp = inputs(w, 700 + i as u64);
+        let base = gemv::default_schedule(w, &desktop);
+        for (chunks_per_thread, units_per_thread) in [(8, 1), (8, 2), (4, 1), (2, 1)] {
+            let s = GemvSchedule {
+                math: gemm::Math::FmaF32,
+                dot_first: true,
+                bit_floats: true,
+                chunks_per_thread,
+                units_per_thread,
+                vector_width: 4,
+                ..base
+            };
+            if s.validate(w, &desktop).is_err() {
+                continue;
+            }
+            check(w, &s, &desktop, &inp, w.m);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} bit-float kernels checked");
+}
+
 #[test]
 fn n_slices_and_a_wide_grid_cover_every_column() {
     let caps = desktop_vk12();

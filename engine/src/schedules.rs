@@ -142,6 +142,7 @@ impl GemvPatch {
             dot_first: false,
             quad_loads: false,
             column_groups: 1,
+            bit_floats: false,
         };
         patch
             .apply(&base)
@@ -179,6 +180,7 @@ mod tests {
             dot_first: false,
             quad_loads: false,
             column_groups: 1,
+            bit_floats: false,
         }
     }
 

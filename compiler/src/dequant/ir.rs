@@ -8,8 +8,8 @@
 
 use super::layout::{AlignedGeometry, GROUP};
 use super::words::{
-    load_f16_as_f32, load_u16, load_u32, load_word, quad_lane, signed_bytes_to_ivec4,
-    unsigned_bytes_to_uvec4, Align, WordRun,
+    bytes_to_unit_floats, load_f16_as_f32, load_u16, load_u32, load_word, quad_lane,
+    signed_bytes_to_ivec4, unsigned_bytes_to_uvec4, Align, WordRun,
 };
 use super::{WeightFormat, WeightLayout, IQ4NL_VALUES, UNIT};
 use crate::ir::{Buffer, DotSign, KernelBuilder, Scalar, Type, Value};
@@ -954,6 +954,20 @@ impl Unit {
             }
             f => panic!("word_i8 on unquantized format {f}"),
         }
+    }
+
+    /// [`Unit::word_i8`]'s 4 quants as the floats `1 + u · 2^-bits` by bit operations alone
+    /// ([`bytes_to_unit_floats`]), with `q = 2^bits · (f - 1) - offset` the quant the word held:
+    /// returns the floats, `bits` and `offset`. Formats that store unsigned quants (those with
+    /// a min) keep their width; signed ones are biased by 128 into 8 bits (flipping each byte's
+    /// top bit).
+    pub fn unit_floats(&self, b: &KernelBuilder, word_i8: Value) -> (Value, u32, f32) {
+        let (word, bits, offset) = match self.format {
+            WeightFormat::Q4K | WeightFormat::Q4_1 => (word_i8, 4, 0.0),
+            WeightFormat::Q5K | WeightFormat::Q5_1 => (word_i8, 5, 0.0),
+            _ => (b.xor(word_i8, b.c_u32(0x8080_8080)), 8, 128.0),
+        };
+        (bytes_to_unit_floats(b, word, bits), bits, offset)
     }
 
     /// The scales that go with [`Unit::word_i8`].

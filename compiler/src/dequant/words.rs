@@ -87,6 +87,32 @@ pub fn signed_bytes_to_ivec4(b: &KernelBuilder, word: Value) -> Value {
     b.shr(b.shl(w, up), b.const_bits(iv4, 24))
 }
 
+/// The 4 bytes of `word` (each below `2^bits`, byte 0 in lane 0) as the floats
+/// `1 + byte · 2^-bits`, made by bit operations alone: each byte is shifted into the top
+/// `bits` bits of the mantissa of 1.0 (a shift and an and-or per lane), so no conversion
+/// instruction is issued. The values are exact; `2^bits · (f - 1)` is the byte again.
+pub fn bytes_to_unit_floats(b: &KernelBuilder, word: Value, bits: u32) -> Value {
+    assert!((1..=8).contains(&bits), "{bits}-bit bytes");
+    let low = 23 - bits;
+    let lanes: Vec<Value> = (0..4u32)
+        .map(|lane| {
+            let at = 8 * lane;
+            if at <= low {
+                b.shli(word, low - at)
+            } else {
+                b.shri(word, at - low)
+            }
+        })
+        .collect();
+    let uv4 = Type::vec(Scalar::U32, 4);
+    let field = b.and(
+        b.construct(&lanes),
+        b.const_bits(uv4, ((1 << bits) - 1) << low),
+    );
+    let one = b.or(field, b.const_bits(uv4, 0x3F80_0000));
+    b.bitcast(one, Type::vec(Scalar::F32, 4))
+}
+
 /// The 4 bytes of `word` as a uvec4 (byte 0 in lane 0), zero-extended: drivers turn each lane
 /// into one byte-selecting conversion where it is converted to float (Valhall's
 /// `U8_TO_F32`).

@@ -351,6 +351,12 @@ struct Factored {
     /// Σx of the thread's chunks per X row (formats with a min).
     xsum: Vec<Option<Value>>,
     has_min: bool,
+    /// `bit_floats`: the quants are dotted as `1 + u·2^-bits` floats (`Unit::unit_floats`);
+    /// `(bits, offset)` once known, and Σx per X row since the last fold, which takes the
+    /// bias back out: `q·x = 2^bits · (f·x) - (2^bits + offset) · Σx`.
+    bit_floats: bool,
+    float_form: Option<(u32, f32)>,
+    fold_xsum: Vec<Option<Value>>,
 }
 
 impl Factored {
@@ -381,6 +387,9 @@ impl Factored {
             dots: vec![vec![None; opened.len()]; w.m as usize],
             xsum: vec![None; w.m as usize],
             has_min: w.weight.has_min(),
+            bit_floats: s.bit_floats,
+            float_form: None,
+            fold_xsum: vec![None; w.m as usize],
         }
     }
 
@@ -403,13 +412,24 @@ impl Factored {
                 *sum = Some(sum.map_or(x, |t| b.add(t, x)));
             }
         }
+        if self.bit_floats {
+            for (sum, &x) in self.fold_xsum.iter_mut().zip(xv) {
+                *sum = Some(sum.map_or(x, |t| b.add(t, x)));
+            }
+        }
         for (r, units_of_row) in opened.iter().enumerate() {
             let unit = &units_of_row[ul as usize];
             let word = match cc {
                 Some(c) => unit.word_i8_at(b, c),
                 None => unit.word_i8(b, cv),
             };
-            let q = b.convert(signed_bytes_to_ivec4(b, word), v4);
+            let q = if self.bit_floats {
+                let (f, bits, offset) = unit.unit_floats(b, word);
+                self.float_form = Some((bits, offset));
+                f
+            } else {
+                b.convert(signed_bytes_to_ivec4(b, word), v4)
+            };
             for (i, &x) in xv.iter().enumerate() {
                 let d = &mut self.dots[i][r];
                 *d = Some(match *d {
@@ -422,6 +442,17 @@ impl Factored {
         // after the thread's last chunk.
         let split_halves = self.chunks == 8 && self.scales.iter().any(|s| s.hi.is_some());
         if c + 1 == self.chunks || (split_halves && c == 3) {
+            // With bit floats, Σx since the last fold times the bias, per X row.
+            let unbias: Vec<Option<(Value, f32)>> = self
+                .fold_xsum
+                .iter_mut()
+                .map(|xs| {
+                    let xs = xs.take()?;
+                    let (bits, offset) = self.float_form.expect("a chunk was dotted");
+                    let scale = (1u32 << bits) as f32;
+                    Some((b.mul(xs, b.splat(b.c_f32(scale + offset), 4)), scale))
+                })
+                .collect();
             for (r, sc) in self.scales.iter().enumerate() {
                 let scale = match (split_halves, sc.hi) {
                     (true, Some(hi)) if c == 7 => hi,
@@ -429,7 +460,10 @@ impl Factored {
                     (false, _) => self.shared_scale[r],
                 };
                 for (i, row) in acc.iter().enumerate() {
-                    let dot = self.dots[i][r].take().expect("a chunk was dotted");
+                    let mut dot = self.dots[i][r].take().expect("a chunk was dotted");
+                    if let Some((bias, scale)) = unbias[i] {
+                        dot = b.fma(dot, b.splat(b.c_f32(scale), 4), b.neg(bias));
+                    }
                     let a = fold_scaled(b, self.vw, b.load_var(row[r]), dot, scale);
                     b.store_var(row[r], a);
                 }

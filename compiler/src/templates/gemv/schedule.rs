@@ -102,6 +102,15 @@ pub struct GemvSchedule {
     /// serialization when 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub column_groups: u32,
+    /// With `dot_first`: each quant becomes a float by bit operations alone, `1 + u·2^-bits`
+    /// (u the quant made non-negative, written into the mantissa of 1.0), and the unit's
+    /// `Σx` takes the bias back out once per scale, instead of an integer-to-float conversion
+    /// per weight. NVIDIA issues conversions at a quarter of the FMA rate (16 a clock per
+    /// multiprocessor), so a decode GEMV that converts every weight is bound by them; Valhall
+    /// converts a byte in one instruction, so there it would add work. Omitted from the
+    /// serialization when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub bit_floats: bool,
 }
 
 impl GemvSchedule {
@@ -200,7 +209,7 @@ impl GemvSchedule {
             Reduce::OneSubgroup => "onesg",
         };
         format!(
-            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}{}",
+            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}{}{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.rms_norm_eps_bits.is_some() {
@@ -228,6 +237,7 @@ impl GemvSchedule {
             math,
             if self.dot_first { "_df" } else { "" },
             if self.quad_loads { "_q16" } else { "" },
+            if self.bit_floats { "_bf" } else { "" },
             if self.column_groups > 1 {
                 format!("_g{}", self.column_groups)
             } else {
@@ -302,6 +312,11 @@ impl GemvSchedule {
                 "dot_first needs quantized weights and fma_f32 math, not {} with {:?}",
                 w.weight, self.math
             ));
+        }
+        if self.bit_floats && !self.dot_first {
+            return bad(
+                "bit_floats turns the quants of dot_first into floats: needs dot_first".into(),
+            );
         }
         let quad_formats = matches!(w.weight, WeightFormat::Q4K | WeightFormat::Q5K);
         if self.quad_loads

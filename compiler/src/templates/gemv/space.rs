@@ -26,9 +26,14 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                 {
                     for vector_width in [1, 4] {
                         for &reduce in &reduces {
-                            for (dot_first, quad_loads) in
-                                [(false, false), (true, false), (false, true), (true, true)]
-                            {
+                            for (dot_first, quad_loads, bit_floats) in [
+                                (false, false, false),
+                                (true, false, false),
+                                (false, true, false),
+                                (true, true, false),
+                                (true, false, true),
+                                (true, true, true),
+                            ] {
                                 let s = GemvSchedule {
                                     threads,
                                     cols,
@@ -40,6 +45,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                                     math,
                                     dot_first,
                                     quad_loads,
+                                    bit_floats,
                                     // With the one-subgroup reduction, a workgroup of several
                                     // subgroups is that many column groups.
                                     column_groups: if reduce == Reduce::OneSubgroup {
@@ -122,6 +128,7 @@ fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
         dot_first: false,
         quad_loads: false,
         column_groups: 1,
+        bit_floats: false,
     };
     s.validate(w, caps).is_ok().then_some(s)
 }
@@ -155,6 +162,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             dot_first: false,
             quad_loads: false,
             column_groups: 1,
+            bit_floats: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -201,6 +209,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             dot_first: false,
             quad_loads: false,
             column_groups: 1,
+            bit_floats: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -245,6 +254,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         dot_first: w.weight.is_quantized(),
         quad_loads: false,
         column_groups: 1,
+        bit_floats: false,
     };
     if s.validate(w, caps).is_ok() {
         return s;
