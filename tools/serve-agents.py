@@ -131,6 +131,7 @@ def speed(client, model, n):
             if "constraint_ms" in t:
                 row["grammar_ms"] = round(t["constraint_ms"], 2)
                 row["grammar_masks"] = t["constraint_masks"]
+                row["grammar_exposed_ms"] = t.get("constraint_exposed_ms")
                 row["grammar_share_of_decode"] = round(t["constraint_ms"] / (
                     t["predicted_ms"] + t["prompt_ms"]), 5)
             print(json.dumps(row), flush=True)

@@ -65,6 +65,10 @@ pub struct Generation {
     pub decode_steps: usize,
     /// Per generated token, where [`Steering::logprobs`] asked for them.
     pub logprobs: Vec<TokenLogprob>,
+    /// The constraint's time on the generation's critical path: its masks applied to the
+    /// logits (and computed, where none was prepared during the step) and the waits for a mask
+    /// still being prepared when the step's logits came. Zero without a constraint.
+    pub constraint_exposed: Duration,
 }
 
 /// What [`generate_steered`] adds to each step beside the sampler.
@@ -200,6 +204,7 @@ pub fn generate_steered(
         decode: Duration::ZERO,
         decode_steps: 0,
         logprobs: Vec::new(),
+        constraint_exposed: Duration::ZERO,
     };
     // Returns whether the caller wants more.
     let mut emit = |text: &str, token: Option<u32>, out: &mut Generation| -> bool {
@@ -221,8 +226,10 @@ pub fn generate_steered(
                       out: &mut Generation|
      -> Result<u32, GenerateError> {
         if let Some(c) = steering.constraint.as_deref_mut() {
+            let start = Instant::now();
             c.mask(&mut logits, &end_ids)
                 .map_err(GenerateError::Constraint)?;
+            out.constraint_exposed += start.elapsed();
         }
         let next = sampler.sample(&logits, history);
         if let Some(top) = steering.logprobs {
@@ -283,12 +290,13 @@ pub fn generate_steered(
         if let Some(c) = steering.constraint.as_deref_mut() {
             c.draws_left(draws_left(&out, evaluator.n_past() + 1));
         }
-        let logits = decode_preparing(
+        let (logits, waited) = decode_preparing(
             evaluator,
             next,
             steering.constraint.as_deref_mut(),
             pending.take(),
         )?;
+        out.constraint_exposed += waited;
         out.decode_steps += 1;
         next = choose(&mut steering, logits, &history, &mut out)?;
         pending = unaccepted(next);
@@ -327,11 +335,11 @@ fn decode_preparing<'c>(
     token: u32,
     constraint: Option<&mut (dyn Constraint + 'c)>,
     accept: Option<u32>,
-) -> Result<Vec<f32>, GenerateError> {
+) -> Result<(Vec<f32>, Duration), GenerateError> {
     let Some(c) = constraint else {
-        return Ok(evaluator.decode(token)?);
+        return Ok((evaluator.decode(token)?, Duration::ZERO));
     };
-    let (logits, prepared) = std::thread::scope(|scope| {
+    let (logits, prepared, waited) = std::thread::scope(|scope| {
         let prepare = scope.spawn(|| {
             if let Some(t) = accept {
                 c.accept(t)?;
@@ -339,13 +347,14 @@ fn decode_preparing<'c>(
             c.prepare()
         });
         let logits = evaluator.decode(token);
+        let wait = Instant::now();
         let prepared = prepare
             .join()
             .unwrap_or_else(|_| Err("the constraint's mask panicked".to_string()));
-        (logits, prepared)
+        (logits, prepared, wait.elapsed())
     });
     prepared.map_err(GenerateError::Constraint)?;
-    Ok(logits?)
+    Ok((logits?, waited))
 }
 
 #[cfg(test)]

@@ -360,7 +360,8 @@ fn usage(s: &Summary) -> Value {
 /// llama-server's names for the same figures, for measuring prefix reuse.
 /// Where a grammar constrained the reply, also its share: `constraint_ms` (masks and parser
 /// steps, part of prompt_ms and predicted_ms: the first mask follows the prefill) over
-/// `constraint_masks` masks.
+/// `constraint_masks` masks, and `constraint_exposed_ms` of it on the critical path (the rest
+/// ran while the device computed the step).
 fn timings(s: &Summary) -> Value {
     let mut t = json!({
         "cache_n": s.cached_tokens,
@@ -372,6 +373,7 @@ fn timings(s: &Summary) -> Value {
     if let Some((ms, masks)) = s.constraint {
         t["constraint_ms"] = json!(ms);
         t["constraint_masks"] = json!(masks);
+        t["constraint_exposed_ms"] = json!(s.constraint_exposed_ms);
     }
     t
 }

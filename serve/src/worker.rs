@@ -115,6 +115,9 @@ pub struct Summary {
     /// Of the prefill and decode time, the grammar's (its masks and parser steps) and the
     /// number of masks, where the request had a constraint.
     pub constraint: Option<(f64, usize)>,
+    /// Of the grammar's time, what the generation waited for (ms): masks applied, and masks
+    /// not ready when the step's logits came; the rest overlapped the device's steps.
+    pub constraint_exposed_ms: f64,
 }
 
 impl Summary {
@@ -131,6 +134,7 @@ impl Summary {
             prompt_ms: g.prefill.as_secs_f64() * 1e3,
             predicted_ms: g.decode.as_secs_f64() * 1e3,
             constraint: None,
+            constraint_exposed_ms: g.constraint_exposed.as_secs_f64() * 1e3,
         }
     }
 }
@@ -231,8 +235,9 @@ fn serve_one(model: &mut Model, state: &mut State, job: Job) {
                 let (spent, masks) = guide.cost();
                 (spent.as_secs_f64() * 1e3, masks)
             });
+            let exposed = summary.constraint_exposed_ms;
             let grammar = summary.constraint.map_or(String::new(), |(ms, masks)| {
-                format!(" (grammar: {ms:.1} ms over {masks} masks)")
+                format!(" (grammar: {ms:.1} ms over {masks} masks, {exposed:.1} ms not overlapped)")
             });
             eprintln!(
                 "request: {} prompt tokens ({} cached) in {:.1} ms, {} generated in {:.1} ms{grammar}, stopped by {}",
