@@ -2,6 +2,7 @@
 //! streaming complete text to a callback and timing the two phases apart.
 
 use crate::evaluator::{EvalError, Evaluator};
+use crate::preparer::Preparer;
 use crate::sampler::{Sampler, SamplerParams};
 use crate::steer::{log_probs, Constraint, TokenLogprob};
 use crate::stop::{EndOfGeneration, StopStrings};
@@ -259,48 +260,58 @@ pub fn generate_steered(
     out.prefill = start.elapsed();
 
     let decode_start = Instant::now();
-    let mut stopped = None;
-    while out.tokens.len() < options.max_new_tokens {
-        if end.contains(next) {
-            stopped = Some(StopReason::EndOfGeneration(next));
-            break;
+    // With a constraint, one thread for the whole loop accepts the drawn tokens and prepares
+    // the masks while the device computes each step (`decode_preparing`).
+    let stopped = std::thread::scope(|scope| -> Result<Option<StopReason>, GenerateError> {
+        let preparer = steering
+            .constraint
+            .is_some()
+            .then(|| Preparer::start(scope));
+        let mut stopped = None;
+        while out.tokens.len() < options.max_new_tokens {
+            if end.contains(next) {
+                stopped = Some(StopReason::EndOfGeneration(next));
+                break;
+            }
+            out.tokens.push(next);
+            history.push(next);
+            let bytes = vocabulary.piece_bytes(next);
+            out.bytes.extend_from_slice(&bytes);
+            let check = stops.push(&utf8.push(&bytes));
+            let go_on = emit(&check.emit, Some(next), &mut out);
+            if let Some(s) = check.stopped {
+                stopped = Some(StopReason::StopString(s));
+                break;
+            }
+            if !go_on {
+                stopped = Some(StopReason::Cancelled);
+                break;
+            }
+            // The last token needs no evaluation: nothing samples after it.
+            if out.tokens.len() == options.max_new_tokens {
+                break;
+            }
+            if evaluator.n_past() >= n_ctx {
+                stopped = Some(StopReason::ContextFull);
+                break;
+            }
+            if let Some(c) = steering.constraint.as_deref_mut() {
+                c.draws_left(draws_left(&out, evaluator.n_past() + 1));
+            }
+            let (logits, waited) = decode_preparing(
+                evaluator,
+                next,
+                &mut steering.constraint,
+                preparer.as_ref(),
+                pending.take(),
+            )?;
+            out.constraint_exposed += waited;
+            out.decode_steps += 1;
+            next = choose(&mut steering, logits, &history, &mut out)?;
+            pending = unaccepted(next);
         }
-        out.tokens.push(next);
-        history.push(next);
-        let bytes = vocabulary.piece_bytes(next);
-        out.bytes.extend_from_slice(&bytes);
-        let check = stops.push(&utf8.push(&bytes));
-        let go_on = emit(&check.emit, Some(next), &mut out);
-        if let Some(s) = check.stopped {
-            stopped = Some(StopReason::StopString(s));
-            break;
-        }
-        if !go_on {
-            stopped = Some(StopReason::Cancelled);
-            break;
-        }
-        // The last token needs no evaluation: nothing samples after it.
-        if out.tokens.len() == options.max_new_tokens {
-            break;
-        }
-        if evaluator.n_past() >= n_ctx {
-            stopped = Some(StopReason::ContextFull);
-            break;
-        }
-        if let Some(c) = steering.constraint.as_deref_mut() {
-            c.draws_left(draws_left(&out, evaluator.n_past() + 1));
-        }
-        let (logits, waited) = decode_preparing(
-            evaluator,
-            next,
-            steering.constraint.as_deref_mut(),
-            pending.take(),
-        )?;
-        out.constraint_exposed += waited;
-        out.decode_steps += 1;
-        next = choose(&mut steering, logits, &history, &mut out)?;
-        pending = unaccepted(next);
-    }
+        Ok(stopped)
+    })?;
     out.decode = decode_start.elapsed();
     // The constraint sees every drawn token, the last one too.
     if let (Some(token), Some(c)) = (pending, steering.constraint.as_deref_mut()) {
@@ -325,34 +336,29 @@ pub fn generate_steered(
     Ok(out)
 }
 
-/// `evaluator.decode(token)`, with the constraint accepting the drawn token (`accept`) and
-/// preparing its next mask on a second thread meanwhile (the grammar needs the tokens so far,
-/// not the logits): on an H100 the 0.5B's step takes ~1.3 ms and a JSON-schema mask over its
-/// 151,936 tokens ~0.3-0.4 ms, which would otherwise add up (2026-12-06e: constrained decode at
-/// 0.69× unconstrained; 0.79× with only the mask overlapped, 2026-12-06f).
-fn decode_preparing<'c>(
+/// `evaluator.decode(token)`, with the constraint (taken from `slot` and put back) accepting
+/// the drawn token (`accept`) and preparing its next mask on the preparer's thread meanwhile
+/// (the grammar needs the tokens so far, not the logits): on an H100 the 0.5B's step takes
+/// ~1.3 ms and a JSON-schema mask over its 151,936 tokens ~0.3-0.4 ms, which would otherwise
+/// add up (2026-12-06e: constrained decode at 0.69× unconstrained; 0.79× with only the mask
+/// overlapped, 2026-12-06f). Returns the logits and how long the step's end waited for the
+/// constraint.
+fn decode_preparing<'a>(
     evaluator: &mut dyn Evaluator,
     token: u32,
-    constraint: Option<&mut (dyn Constraint + 'c)>,
+    slot: &mut Option<&'a mut dyn Constraint>,
+    preparer: Option<&Preparer<'a>>,
     accept: Option<u32>,
 ) -> Result<(Vec<f32>, Duration), GenerateError> {
-    let Some(c) = constraint else {
+    let (Some(preparer), Some(c)) = (preparer, slot.take()) else {
         return Ok((evaluator.decode(token)?, Duration::ZERO));
     };
-    let (logits, prepared, waited) = std::thread::scope(|scope| {
-        let prepare = scope.spawn(|| {
-            if let Some(t) = accept {
-                c.accept(t)?;
-            }
-            c.prepare()
-        });
-        let logits = evaluator.decode(token);
-        let wait = Instant::now();
-        let prepared = prepare
-            .join()
-            .unwrap_or_else(|_| Err("the constraint's mask panicked".to_string()));
-        (logits, prepared, wait.elapsed())
-    });
+    preparer.hand_over(c, accept);
+    let logits = evaluator.decode(token);
+    let wait = Instant::now();
+    let (c, prepared) = preparer.take_back().map_err(GenerateError::Constraint)?;
+    *slot = Some(c);
+    let waited = wait.elapsed();
     prepared.map_err(GenerateError::Constraint)?;
     Ok((logits?, waited))
 }
@@ -684,6 +690,8 @@ mod tests {
         assert_eq!(c.prepare_threads.len(), 4);
         let here = std::thread::current().id();
         assert!(c.prepare_threads.iter().all(|&t| t != here));
+        // One preparing thread for the whole generation, not one per step.
+        assert!(c.prepare_threads.windows(2).all(|w| w[0] == w[1]));
         // Every drawn token is accepted, the last too: those before a decode step on the
         // preparing thread (off the step's critical path), the last after the loop.
         assert_eq!(c.last, 0);

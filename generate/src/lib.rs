@@ -6,6 +6,7 @@
 
 pub mod evaluator;
 pub mod generation;
+mod preparer;
 pub mod sampler;
 pub mod steer;
 pub mod stop;
