@@ -127,7 +127,11 @@ def speed(client, model, n):
             rates[kind].append(rate)
             row = {"pair": i + 1, "kind": kind, "tokens": r.usage.completion_tokens,
                    "finish_reason": r.choices[0].finish_reason,
-                   "decode_tok_s": rate and round(rate, 3)}
+                   "decode_tok_s": rate and round(rate, 3),
+                   "eval_ms_per_step": t.get("predicted_eval_ms") and round(
+                       t["predicted_eval_ms"] / steps, 4),
+                   "rest_ms_per_step": t.get("predicted_eval_ms") and round(
+                       (t["predicted_ms"] - t["predicted_eval_ms"]) / steps, 4)}
             if "constraint_ms" in t:
                 row["grammar_ms"] = round(t["constraint_ms"], 2)
                 row["grammar_masks"] = t["constraint_masks"]

@@ -70,6 +70,9 @@ pub struct Generation {
     /// logits (and computed, where none was prepared during the step) and the waits for a mask
     /// still being prepared when the step's logits came. Zero without a constraint.
     pub constraint_exposed: Duration,
+    /// Of `decode`, the time inside the evaluator's decode steps (the rest: sampling, the
+    /// constraint's exposed time, text and callbacks).
+    pub decode_eval: Duration,
 }
 
 /// What [`generate_steered`] adds to each step beside the sampler.
@@ -206,6 +209,7 @@ pub fn generate_steered(
         decode_steps: 0,
         logprobs: Vec::new(),
         constraint_exposed: Duration::ZERO,
+        decode_eval: Duration::ZERO,
     };
     // Returns whether the caller wants more.
     let mut emit = |text: &str, token: Option<u32>, out: &mut Generation| -> bool {
@@ -298,13 +302,14 @@ pub fn generate_steered(
             if let Some(c) = steering.constraint.as_deref_mut() {
                 c.draws_left(draws_left(&out, evaluator.n_past() + 1));
             }
-            let (logits, waited) = decode_preparing(
+            let (logits, eval, waited) = decode_preparing(
                 evaluator,
                 next,
                 &mut steering.constraint,
                 preparer.as_ref(),
                 pending.take(),
             )?;
+            out.decode_eval += eval;
             out.constraint_exposed += waited;
             out.decode_steps += 1;
             next = choose(&mut steering, logits, &history, &mut out)?;
@@ -341,26 +346,29 @@ pub fn generate_steered(
 /// (the grammar needs the tokens so far, not the logits): on an H100 the 0.5B's step takes
 /// ~1.3 ms and a JSON-schema mask over its 151,936 tokens ~0.3-0.4 ms, which would otherwise
 /// add up (2026-12-06e: constrained decode at 0.69× unconstrained; 0.79× with only the mask
-/// overlapped, 2026-12-06f). Returns the logits and how long the step's end waited for the
-/// constraint.
+/// overlapped, 2026-12-06f). Returns the logits, the evaluator's time and how long the step's
+/// end waited for the constraint.
 fn decode_preparing<'a>(
     evaluator: &mut dyn Evaluator,
     token: u32,
     slot: &mut Option<&'a mut dyn Constraint>,
     preparer: Option<&Preparer<'a>>,
     accept: Option<u32>,
-) -> Result<(Vec<f32>, Duration), GenerateError> {
+) -> Result<(Vec<f32>, Duration, Duration), GenerateError> {
+    let start = Instant::now();
     let (Some(preparer), Some(c)) = (preparer, slot.take()) else {
-        return Ok((evaluator.decode(token)?, Duration::ZERO));
+        let logits = evaluator.decode(token)?;
+        return Ok((logits, start.elapsed(), Duration::ZERO));
     };
     preparer.hand_over(c, accept);
     let logits = evaluator.decode(token);
+    let eval = start.elapsed();
     let wait = Instant::now();
     let (c, prepared) = preparer.take_back().map_err(GenerateError::Constraint)?;
     *slot = Some(c);
     let waited = wait.elapsed();
     prepared.map_err(GenerateError::Constraint)?;
-    Ok((logits?, waited))
+    Ok((logits?, eval, waited))
 }
 
 #[cfg(test)]

@@ -104,7 +104,8 @@ fn main() {
                 .guide(TopLevelGrammar::from_json_schema(schema.clone()))
                 .expect("the schema compiles");
             let steering = Steering {
-                constraint: (kind == 1).then_some(&mut guide as &mut dyn rocky_generate::Constraint),
+                constraint: (kind == 1)
+                    .then_some(&mut guide as &mut dyn rocky_generate::Constraint),
                 logprobs: None,
             };
             let g = generate_steered(

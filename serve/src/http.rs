@@ -369,6 +369,7 @@ fn timings(s: &Summary) -> Value {
         "prompt_ms": s.prompt_ms,
         "predicted_n": s.completion_tokens,
         "predicted_ms": s.predicted_ms,
+        "predicted_eval_ms": s.predicted_eval_ms,
     });
     if let Some((ms, masks)) = s.constraint {
         t["constraint_ms"] = json!(ms);

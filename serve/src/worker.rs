@@ -118,6 +118,9 @@ pub struct Summary {
     /// Of the grammar's time, what the generation waited for (ms): masks applied, and masks
     /// not ready when the step's logits came; the rest overlapped the device's steps.
     pub constraint_exposed_ms: f64,
+    /// Of `predicted_ms`, the time in the model's decode steps (the rest: sampling, the
+    /// grammar's exposed time, detokenizing and streaming).
+    pub predicted_eval_ms: f64,
 }
 
 impl Summary {
@@ -135,6 +138,7 @@ impl Summary {
             predicted_ms: g.decode.as_secs_f64() * 1e3,
             constraint: None,
             constraint_exposed_ms: g.constraint_exposed.as_secs_f64() * 1e3,
+            predicted_eval_ms: g.decode_eval.as_secs_f64() * 1e3,
         }
     }
 }
