@@ -348,11 +348,12 @@ fn gemv_kernels_across_the_space_match_the_reference() {
     );
 }
 
-/// Quants turned into floats by bit operations (`bit_floats`) on every quantized format, with
-/// a thread per unit (constant chunks, wide loads) and with threads sharing a unit (Q6_K's two
-/// scales within one thread's chunks or across threads), a folded RMSNorm included.
+/// Quants turned into floats by bit operations (`bit_floats`) and loads ahead of the products
+/// (`early_loads`), alone and together, on every quantized format, with a thread per unit
+/// (constant chunks, wide loads) and with threads sharing a unit (Q6_K's two scales within one
+/// thread's chunks or across threads), a folded RMSNorm included.
 #[test]
-fn bit_float_kernels_match_the_reference() {
+fn bit_float_and_early_load_kernels_match_the_reference() {
     let desktop = desktop_vk12();
     let mut checked = 0;
     for (i, w) in workloads().iter().enumerate() {
@@ -361,11 +362,19 @@ fn bit_float_kernels_match_the_reference() {
         }
         let inp = inputs(w, 700 + i as u64);
         let base = gemv::default_schedule(w, &desktop);
-        for (chunks_per_thread, units_per_thread) in [(8, 1), (8, 2), (4, 1), (2, 1)] {
+        for (chunks_per_thread, units_per_thread, bit_floats, early_loads) in [
+            (8, 1, true, false),
+            (8, 2, true, true),
+            (4, 1, true, false),
+            (2, 1, true, true),
+            (8, 1, false, true),
+            (4, 1, false, true),
+        ] {
             let s = GemvSchedule {
                 math: gemm::Math::FmaF32,
                 dot_first: true,
-                bit_floats: true,
+                bit_floats,
+                early_loads,
                 chunks_per_thread,
                 units_per_thread,
                 vector_width: 4,
@@ -378,7 +387,10 @@ fn bit_float_kernels_match_the_reference() {
             checked += 1;
         }
     }
-    assert!(checked >= 40, "{checked} bit-float kernels checked");
+    assert!(
+        checked >= 60,
+        "{checked} bit-float and early-load kernels checked"
+    );
 }
 
 #[test]

@@ -143,6 +143,7 @@ impl GemvPatch {
             quad_loads: false,
             column_groups: 1,
             bit_floats: false,
+            early_loads: false,
         };
         patch
             .apply(&base)
@@ -181,6 +182,7 @@ mod tests {
             quad_loads: false,
             column_groups: 1,
             bit_floats: false,
+            early_loads: false,
         }
     }
 

@@ -251,21 +251,54 @@ fn main_loop(
         for ul in 0..g {
             let u = if ul == 0 { first } else { b.addi(first, ul) };
             let mut factored = factored.then(|| Factored::new(b, w, s, &opened, ul, c0));
-            for c in 0..s.chunks_per_thread {
-                // With one thread per unit the chunk indices are constants.
-                let (cv, cc) = if lanes == 1 {
+            // With one thread per unit the chunk indices are constants.
+            let chunk_index = |c: u32| {
+                if lanes == 1 {
                     (b.c_u32(c), Some(c))
                 } else {
                     (b.addi(c0, c), None)
-                };
+                }
+            };
+            // Chunk c's norm-weight chunk (shared by every X row) and X chunks, as loaded.
+            let load_x = |cv: Value| {
                 let k_at = b.add(b.muli(u, CHUNKS), cv);
-                // The norm weight's chunk, shared by every X row.
                 let g = io.norm.map(|n| b.load(n.weight, k_at));
-                let xv: Vec<Value> = x_bases
+                let raw: Vec<Value> = x_bases
+                    .iter()
+                    .map(|&base| b.load(x, b.add(base, k_at)))
+                    .collect();
+                (g, raw)
+            };
+            // `early_loads`: every chunk's X and every row's quant words, before any product.
+            let early = (s.early_loads && factored.is_some()).then(|| {
+                let xs: Vec<_> = (0..s.chunks_per_thread)
+                    .map(|c| load_x(chunk_index(c).0))
+                    .collect();
+                let words: Vec<Vec<Value>> = opened
+                    .iter()
+                    .map(|units| {
+                        let unit = &units[ul as usize];
+                        (0..s.chunks_per_thread)
+                            .map(|c| match chunk_index(c) {
+                                (_, Some(cc)) => unit.word_i8_at(b, cc),
+                                (cv, None) => unit.word_i8(b, cv),
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (xs, words)
+            });
+            for c in 0..s.chunks_per_thread {
+                let (cv, cc) = chunk_index(c);
+                let (g, raw) = match &early {
+                    Some((xs, _)) => xs[c as usize].clone(),
+                    None => load_x(cv),
+                };
+                let xv: Vec<Value> = raw
                     .iter()
                     .enumerate()
-                    .map(|(i, &base)| {
-                        let xc = b.convert(b.load(x, b.add(base, k_at)), v4m);
+                    .map(|(i, &xr)| {
+                        let xc = b.convert(xr, v4m);
                         match g {
                             Some(g) => normed_chunk(b, xc, g, squares[i]),
                             None => xc,
@@ -273,7 +306,10 @@ fn main_loop(
                     })
                     .collect();
                 if let Some(f) = factored.as_mut() {
-                    f.chunk(b, &opened, ul, c, cv, cc, &xv, &acc);
+                    let words = early
+                        .as_ref()
+                        .map(|(_, w)| w.iter().map(|row| row[c as usize]).collect::<Vec<_>>());
+                    f.chunk(b, &opened, ul, c, cv, cc, words.as_deref(), &xv, &acc);
                     continue;
                 }
                 for (r, units_of_row) in opened.iter().enumerate() {
@@ -393,7 +429,8 @@ impl Factored {
         }
     }
 
-    /// Chunk `c` of the thread (index `cv`, constant `cc` where known) with X rows `xv`.
+    /// Chunk `c` of the thread (index `cv`, constant `cc` where known) with X rows `xv`; the
+    /// weight rows' quant words of the chunk where loaded ahead (`words`, per row).
     #[allow(clippy::too_many_arguments)]
     fn chunk(
         &mut self,
@@ -403,6 +440,7 @@ impl Factored {
         c: u32,
         cv: Value,
         cc: Option<u32>,
+        words: Option<&[Value]>,
         xv: &[Value],
         acc: &[Vec<Var>],
     ) {
@@ -419,9 +457,10 @@ impl Factored {
         }
         for (r, units_of_row) in opened.iter().enumerate() {
             let unit = &units_of_row[ul as usize];
-            let word = match cc {
-                Some(c) => unit.word_i8_at(b, c),
-                None => unit.word_i8(b, cv),
+            let word = match (words, cc) {
+                (Some(words), _) => words[r],
+                (None, Some(c)) => unit.word_i8_at(b, c),
+                (None, None) => unit.word_i8(b, cv),
             };
             let q = if self.bit_floats {
                 let (f, bits, offset) = unit.unit_floats(b, word);

@@ -111,6 +111,13 @@ pub struct GemvSchedule {
     /// serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub bit_floats: bool,
+    /// With `dot_first`: every weight row's quant words and every X chunk a thread needs in a
+    /// loop step are loaded before any of them is multiplied, so a thread has all its loads in
+    /// flight at once instead of leaving the compiler to hoist them past the arithmetic of the
+    /// rows before (a GEMV streams at the rate of the loads it keeps in flight). More live
+    /// registers. Omitted from the serialization when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub early_loads: bool,
 }
 
 impl GemvSchedule {
@@ -209,7 +216,7 @@ impl GemvSchedule {
             Reduce::OneSubgroup => "onesg",
         };
         format!(
-            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}{}{}",
+            "gemv_{}_{}{}{}{}_m{}_t{}_c{}_p{}{}_v{}_{}_{}{}{}{}{}{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.rms_norm_eps_bits.is_some() {
@@ -238,6 +245,7 @@ impl GemvSchedule {
             if self.dot_first { "_df" } else { "" },
             if self.quad_loads { "_q16" } else { "" },
             if self.bit_floats { "_bf" } else { "" },
+            if self.early_loads { "_el" } else { "" },
             if self.column_groups > 1 {
                 format!("_g{}", self.column_groups)
             } else {
@@ -312,6 +320,9 @@ impl GemvSchedule {
                 "dot_first needs quantized weights and fma_f32 math, not {} with {:?}",
                 w.weight, self.math
             ));
+        }
+        if self.early_loads && !self.dot_first {
+            return bad("early_loads loads ahead the quants of dot_first: needs dot_first".into());
         }
         if self.bit_floats && !self.dot_first {
             return bad(

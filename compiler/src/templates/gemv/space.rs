@@ -46,6 +46,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemvSchedule> {
                                     dot_first,
                                     quad_loads,
                                     bit_floats,
+                                    early_loads: false,
                                     // With the one-subgroup reduction, a workgroup of several
                                     // subgroups is that many column groups.
                                     column_groups: if reduce == Reduce::OneSubgroup {
@@ -129,6 +130,7 @@ fn desktop_int8(w: &GemmWorkload, caps: &DeviceCaps) -> Option<GemvSchedule> {
         quad_loads: false,
         column_groups: 1,
         bit_floats: false,
+        early_loads: false,
     };
     s.validate(w, caps).is_ok().then_some(s)
 }
@@ -163,6 +165,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             quad_loads: false,
             column_groups: 1,
             bit_floats: false,
+            early_loads: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -210,6 +213,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
             quad_loads: false,
             column_groups: 1,
             bit_floats: false,
+            early_loads: false,
         };
         if s.validate(w, caps).is_ok() {
             return s;
@@ -255,6 +259,7 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         quad_loads: false,
         column_groups: 1,
         bit_floats: false,
+        early_loads: false,
     };
     if s.validate(w, caps).is_ok() {
         return s;
