@@ -1151,11 +1151,11 @@ impl<'a> Gemm<'a> {
                                 b.mul(dxs[i], b.convert(q, Type::F32))
                             })
                             .collect();
-                        for j in 0..tn {
-                            let min = b.load_shared(wsc, w_at(s.tn + j as u32));
-                            for (i, &t) in ts.iter().enumerate() {
-                                let a = b.fma(b.neg(min), t, b.load_var(acc[i][j]));
-                                b.store_var(acc[i][j], a);
+                        for j in 0..s.tn {
+                            let min = b.load_shared(wsc, w_at(s.tn + j));
+                            for (row, &t) in acc.iter().zip(&ts) {
+                                let a = b.fma(b.neg(min), t, b.load_var(row[j as usize]));
+                                b.store_var(row[j as usize], a);
                             }
                         }
                     });
