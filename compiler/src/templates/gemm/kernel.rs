@@ -766,7 +766,7 @@ impl<'a> Gemm<'a> {
         // fragments): the tiles then take the workgroup memory they took before
         // (`GemmSchedule::shared_bytes`), and the search spaces that count it keep their
         // candidates.
-        let xsum =
+        let _xsum =
             thread_scales.then(|| b.shared_array("xsum_tile", Type::F32, bufs * s.bm * upb * 2));
         let wq = s
             .stage_b
@@ -913,12 +913,9 @@ impl<'a> Gemm<'a> {
                         }
                         if let Some(xdd) = xdd {
                             // d in the first plane (the first half) or the spare second
-                            // plane; the half's sum of quants beside the other half's.
+                            // plane (unread); no sums (`min_planes`).
                             let at = b.add(scale_slot(r, ul, wg_m, s.tm), xoff);
                             b.store_shared(xdd, b.add(at, b.muli(half, bufs * s.bm * upb)), d);
-                            if let Some(xsum) = xsum.filter(|_| has_min && !min_planes) {
-                                b.store_shared(xsum, b.add(b.muli(at, 2), half), sum);
-                            }
                         }
                     });
                 });
@@ -1021,19 +1018,12 @@ impl<'a> Gemm<'a> {
                     b.add(b.muli(slot, s.tn), buffer_slot(u, s.bn))
                 }
             });
-            // Row i's d, and with a min term the sums of quants of its two halves (read in
-            // that order).
+            // Row i's d, and for one-row tiles with a min term the sums of quants of its two
+            // halves (read in that order; several-row tiles take them from the fragments).
             let x_scales = |i: u32, with_sums: bool| -> (Value, Option<(Value, Value)>) {
-                match (x_scale0, xdd, xsum, xd4) {
-                    (Some(x0), Some(xdd), xsum, _) => {
-                        let d = b.load_shared(xdd, b.addi(x0, i));
-                        let sums = xsum.filter(|_| with_sums).map(|xsum| {
-                            let at = b.addi(b.muli(x0, 2), 2 * i);
-                            (b.load_shared(xsum, at), b.load_shared(xsum, b.addi(at, 1)))
-                        });
-                        (d, sums)
-                    }
-                    (_, _, _, Some(xd4)) => {
+                match (x_scale0, xdd, xd4) {
+                    (Some(x0), Some(xdd), _) => (b.load_shared(xdd, b.addi(x0, i)), None),
+                    (_, _, Some(xd4)) => {
                         let four = b.muli(b.addi(x_slot0, x_slot(i)), 4);
                         let d = b.load_shared(xd4, four);
                         let sums = with_sums.then(|| {
