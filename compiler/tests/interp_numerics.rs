@@ -1108,6 +1108,11 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         (F::Q5_0, WeightLayout::Aligned, false, 16, 64, 4, 2),
         (F::Q4K, WeightLayout::Gguf, false, 16, 64, 1, 4),
         (F::Q6K, WeightLayout::Aligned, true, 16, 64, 1, 4),
+        // Min terms taken after each half from the fragments' sums of quants (`min_planes`):
+        // Q5_K, Q4_K without wide loads in the m32 default's shape, and three rows.
+        (F::Q5K, WeightLayout::Gguf, false, 64, 64, 4, 4),
+        (F::Q4K, WeightLayout::Gguf, false, 16, 32, 2, 4),
+        (F::Q4K, WeightLayout::Gguf, true, 48, 64, 3, 4),
     ]
     .into_iter()
     .enumerate()
@@ -1139,7 +1144,7 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         check(&w, &s, &mali, &inputs(&w, 800 + i as u64));
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 8);
 }
 
 /// The prefill GEMMs of the synthesized Qwen2.5-0.5B and 3B Q4_K_M files (as `rocky synth`

@@ -201,7 +201,11 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         // (docs/measurements/2026-12-06e-mali-gemm.md). Both tiles have several rows per
         // thread, so they take thread-major scale tiles and no closing barrier
         // (`GemmSchedule::thread_scales`): Q4_K 95 -> 89, Q6_K 113 -> 104, Q5_0 94 -> 82 at
-        // M = 512, no spills (docs/measurements/2026-12-06f-mali-gemm.md).
+        // M = 512, no spills (docs/measurements/2026-12-06f-mali-gemm.md); with the min term
+        // after each half from the fragments' sums of quants, Q4_K 89 -> 87 (63 registers)
+        // and Q5_K 97 with 1 spill -> 89 without. Larger micro-tiles (4×5 to 8×8) all spill
+        // at Valhall's 64 registers, the register estimate refuses them
+        // (docs/measurements/2026-12-06g-mali-gemm.md).
         let int8_rule = caps.integer_dot_product
             && caps.slow_subgroup_shuffle
             && !caps.lane_serial_memory

@@ -753,22 +753,29 @@ impl<'a> Gemm<'a> {
         let (wg_n, wg_m) = (s.bn / s.tn, s.bm / s.tm);
         let thread_scales = s.thread_scales();
         let hi_planes = thread_scales && has_hi;
+        // With a min term (Q4_K, Q5_K) the mins get a plane of their own too, and each half
+        // takes its min term after its dot products, the rows' sums of quants computed from
+        // the fragments it holds (`GemmSchedule::thread_scales`).
+        let min_planes = thread_scales && has_min;
+        let planes = hi_planes || min_planes;
         let xd4 = (s.half_units && !thread_scales)
             .then(|| b.shared_array("xd4_tile", Type::F32, bufs * s.bm * upb * 4));
         let xdd =
             thread_scales.then(|| b.shared_array("xdd_tile", Type::F32, 2 * bufs * s.bm * upb));
-        // Declared without a min term too (unread there): the tiles then take the workgroup
-        // memory they took before (`GemmSchedule::shared_bytes`), and the search spaces that
-        // count it keep their candidates.
-        let xsum =
+        // Declared though no kernel reads it any more (`min_planes` takes the sums from the
+        // fragments): the tiles then take the workgroup memory they took before
+        // (`GemmSchedule::shared_bytes`), and the search spaces that count it keep their
+        // candidates.
+        let _xsum =
             thread_scales.then(|| b.shared_array("xsum_tile", Type::F32, bufs * s.bm * upb * 2));
         let wq = s
             .stage_b
             .then(|| b.shared_array("wq_tile", Type::U32, bufs * s.bn * upb * CHUNKS));
         let wsc = s.stage_b.then(|| {
             // thread_scales with a second scale (Q6_K): lo and hi in planes of tn, so a
-            // half reads only its own lane (4 live registers instead of 8).
-            if hi_planes {
+            // half reads only its own lane (4 live registers instead of 8); with a min term
+            // lo and min in planes, so the mins are read only where the min term is taken.
+            if planes {
                 b.shared_array("wsc_tile", Type::F32, bufs * s.bn * upb * 2)
             } else {
                 b.shared_array("wsc_tile", sc_ty, bufs * s.bn * upb)
@@ -797,17 +804,22 @@ impl<'a> Gemm<'a> {
             }
         };
         // Stores W row `r`'s unit `ul` scales into the thread-major tile (`woff`: the
-        // buffer's first slot): with `hi_planes` lane l of column i of the (thread, unit)
+        // buffer's first slot): with `planes` lane l of column i of the (thread, unit)
         // at woff·2 + (slot·2 + l)·tn + i, else the packed scales at its slot.
         let store_w_scales = |wsc: SharedArray, r: Value, ul: Value, woff: Value, sc| {
             let sc: crate::dequant::ir::Int8Scales = sc;
-            match sc.hi.filter(|_| hi_planes) {
-                Some(hi) => {
+            let second = if min_planes {
+                sc.min
+            } else {
+                sc.hi.filter(|_| hi_planes)
+            };
+            match second {
+                Some(second) => {
                     let (thread, i) = (b.andi(r, wg_n - 1), b.shri(r, wg_n.trailing_zeros()));
                     let pair = b.muli(b.add(b.muli(thread, upb), ul), 2 * s.tn);
                     let lo_at = b.add(b.add(pair, i), b.muli(woff, 2));
                     b.store_shared(wsc, lo_at, sc.lo);
-                    b.store_shared(wsc, b.addi(lo_at, s.tn), hi);
+                    b.store_shared(wsc, b.addi(lo_at, s.tn), second);
                 }
                 None => b.store_shared(
                     wsc,
@@ -879,7 +891,8 @@ impl<'a> Gemm<'a> {
                         let amax = b.max(part, other);
                         let (words, d) = crate::dequant::ir::quantize_chunks_q8(b, &chunks, amax);
                         // The half's sum of quants as an f32 (an exact integer).
-                        let sum = if has_min {
+                        // (`min_planes` takes its sums from the fragments instead.)
+                        let sum = if has_min && !min_planes {
                             b.convert(crate::dequant::ir::quants_sum(b, &words), Type::F32)
                         } else {
                             b.c_f32(0.0)
@@ -900,12 +913,9 @@ impl<'a> Gemm<'a> {
                         }
                         if let Some(xdd) = xdd {
                             // d in the first plane (the first half) or the spare second
-                            // plane; the half's sum of quants beside the other half's.
+                            // plane (unread); no sums (`min_planes`).
                             let at = b.add(scale_slot(r, ul, wg_m, s.tm), xoff);
                             b.store_shared(xdd, b.add(at, b.muli(half, bufs * s.bm * upb)), d);
-                            if let Some(xsum) = xsum.filter(|_| has_min) {
-                                b.store_shared(xsum, b.add(b.muli(at, 2), half), sum);
-                            }
                         }
                     });
                 });
@@ -1001,26 +1011,19 @@ impl<'a> Gemm<'a> {
             });
             let w_scale0 = thread_scales.then(|| {
                 let slot = b.add(b.muli(g.tx, upb), ul);
-                if hi_planes {
-                    // Lane 0 (lo) of the thread's columns; lane 1 (hi) tn further.
+                if planes {
+                    // Lane 0 (lo) of the thread's columns; lane 1 (hi or min) tn further.
                     b.add(b.muli(slot, 2 * s.tn), b.muli(buffer_slot(u, s.bn), 2))
                 } else {
                     b.add(b.muli(slot, s.tn), buffer_slot(u, s.bn))
                 }
             });
-            // Row i's d, and with a min term the sums of quants of its two halves (read in
-            // that order).
+            // Row i's d, and for one-row tiles with a min term the sums of quants of its two
+            // halves (read in that order; several-row tiles take them from the fragments).
             let x_scales = |i: u32, with_sums: bool| -> (Value, Option<(Value, Value)>) {
-                match (x_scale0, xdd, xsum, xd4) {
-                    (Some(x0), Some(xdd), xsum, _) => {
-                        let d = b.load_shared(xdd, b.addi(x0, i));
-                        let sums = xsum.filter(|_| with_sums).map(|xsum| {
-                            let at = b.addi(b.muli(x0, 2), 2 * i);
-                            (b.load_shared(xsum, at), b.load_shared(xsum, b.addi(at, 1)))
-                        });
-                        (d, sums)
-                    }
-                    (_, _, _, Some(xd4)) => {
+                match (x_scale0, xdd, xd4) {
+                    (Some(x0), Some(xdd), _) => (b.load_shared(xdd, b.addi(x0, i)), None),
+                    (_, _, Some(xd4)) => {
                         let four = b.muli(b.addi(x_slot0, x_slot(i)), 4);
                         let d = b.load_shared(xd4, four);
                         let sums = with_sums.then(|| {
@@ -1037,11 +1040,17 @@ impl<'a> Gemm<'a> {
                 Some(w0) => b.addi(w0, j),
                 None => b.addi(w_slot0, w_slot(j)),
             };
-            // Q4_K/Q5_K: the min term first, in a block of its own, so the rows' sums of
-            // quants and the columns' mins die there; only each row's d and each column's
-            // scale leave it (through variables). During the halves only those are live next
-            // to the accumulators and fragments.
-            let (dxs, wscs): (Vec<Value>, Vec<Value>) = if has_min {
+            // Q4_K/Q5_K in one-row tiles: the min term first, in a block of its own, so the
+            // rows' sums of quants and the columns' mins die there; only each row's d and
+            // each column's scale leave it (through variables). During the halves only those
+            // are live next to the accumulators and fragments. Several-row tiles
+            // (`min_planes`) take it after each half instead, see below.
+            let (dxs, wscs): (Vec<Value>, Vec<Value>) = if min_planes {
+                (
+                    (0..s.tm).map(|i| x_scales(i, false).0).collect(),
+                    (0..s.tn).map(|j| b.load_shared(wsc, w_at(j))).collect(),
+                )
+            } else if has_min {
                 let dv: Vec<Var> = (0..tm)
                     .map(|i| b.var(&format!("dx{i}"), Type::F32))
                     .collect();
@@ -1094,7 +1103,9 @@ impl<'a> Gemm<'a> {
                     b.if_(fence, || {
                         let wf = frag(wq, w_word0, w_slot(j as u32));
                         let sc = wscs[j];
-                        let scale = if hi_planes {
+                        let scale = if min_planes {
+                            sc
+                        } else if hi_planes {
                             his.as_ref().map_or(sc, |his| his[j])
                         } else if h == 1 && has_hi {
                             b.extract(sc, 1)
@@ -1114,6 +1125,28 @@ impl<'a> Gemm<'a> {
                                 b.load_var(acc[i][j]),
                             );
                             b.store_var(acc[i][j], a);
+                        }
+                    });
+                }
+                if min_planes {
+                    // The min term of this half, after its dot products: each row's sum of
+                    // quants from the fragments it holds (so X stages no sums), the
+                    // columns' mins from their plane.
+                    b.if_(fence, || {
+                        let ts: Vec<Value> = xf
+                            .iter()
+                            .enumerate()
+                            .map(|(i, xw)| {
+                                let q = crate::dequant::ir::quants_sum(b, xw);
+                                b.mul(dxs[i], b.convert(q, Type::F32))
+                            })
+                            .collect();
+                        for j in 0..s.tn {
+                            let min = b.load_shared(wsc, w_at(s.tn + j));
+                            for (row, &t) in acc.iter().zip(&ts) {
+                                let a = b.fma(b.neg(min), t, b.load_var(row[j as usize]));
+                                b.store_var(row[j as usize], a);
+                            }
                         }
                     });
                 }
