@@ -478,6 +478,12 @@ mod tests {
         logits[12] = f32::INFINITY;
         logits[13] = f32::NEG_INFINITY;
         logits[14] = f32::NAN;
+        assert_top_k_is_the_full_orders_prefix(&logits, &[1, 2, 40, 333, 4999], "");
+    }
+
+    /// `top_k(logits, k)` for each of `ks` holds the first k ids of every id sorted most likely
+    /// first (the lower id first on a tie).
+    fn assert_top_k_is_the_full_orders_prefix(logits: &[f32], ks: &[usize], what: &str) {
         let by_rank = |a: &u32, b: &u32| {
             logits[*b as usize]
                 .total_cmp(&logits[*a as usize])
@@ -485,10 +491,10 @@ mod tests {
         };
         let mut full: Vec<u32> = (0..logits.len() as u32).collect();
         full.sort_by(by_rank);
-        for k in [1, 2, 40, 333, 4999] {
-            let mut got = top_k(&logits, k);
+        for &k in ks {
+            let mut got = top_k(logits, k);
             got.sort_by(by_rank);
-            assert_eq!(got, full[..k], "k = {k}");
+            assert_eq!(got, full[..k], "{what}k = {k}");
         }
     }
 
@@ -502,18 +508,11 @@ mod tests {
                 let at = (j * 7919 + 13) % logits.len();
                 logits[at] = (j % 17) as f32 - 3.0;
             }
-            let by_rank = |a: &u32, b: &u32| {
-                logits[*b as usize]
-                    .total_cmp(&logits[*a as usize])
-                    .then(a.cmp(b))
-            };
-            let mut full: Vec<u32> = (0..logits.len() as u32).collect();
-            full.sort_by(by_rank);
-            for k in [1, 40, 64] {
-                let mut got = top_k(&logits, k);
-                got.sort_by(by_rank);
-                assert_eq!(got, full[..k], "allowed {allowed}, k = {k}");
-            }
+            assert_top_k_is_the_full_orders_prefix(
+                &logits,
+                &[1, 40, 64],
+                &format!("allowed {allowed}, "),
+            );
         }
     }
 
