@@ -957,17 +957,17 @@ impl Unit {
     }
 
     /// [`Unit::word_i8`]'s 4 quants as the floats `1 + u · 2^-bits` by bit operations alone
-    /// ([`bytes_to_unit_floats`]), with `q = 2^bits · (f - 1) - offset` the quant the word held:
-    /// returns the floats, `bits` and `offset`. Formats that store unsigned quants (those with
-    /// a min) keep their width; signed ones are biased by 128 into 8 bits (flipping each byte's
-    /// top bit).
-    pub fn unit_floats(&self, b: &KernelBuilder, word_i8: Value) -> (Value, u32, f32) {
-        let (word, bits, offset) = match self.format {
-            WeightFormat::Q4K | WeightFormat::Q4_1 => (word_i8, 4, 0.0),
-            WeightFormat::Q5K | WeightFormat::Q5_1 => (word_i8, 5, 0.0),
-            _ => (b.xor(word_i8, b.c_u32(0x8080_8080)), 8, 128.0),
+    /// ([`bytes_to_unit_floats`]), with `(bits, offset)` = [`unit_float_form`] of the format and
+    /// `q = 2^bits · (f - 1) - offset` the quant the word held (signed quants biased by 128,
+    /// flipping each byte's top bit).
+    pub fn unit_floats(&self, b: &KernelBuilder, word_i8: Value) -> Value {
+        let (bits, offset) = unit_float_form(self.format);
+        let word = if offset == 0.0 {
+            word_i8
+        } else {
+            b.xor(word_i8, b.c_u32(0x8080_8080))
         };
-        (bytes_to_unit_floats(b, word, bits), bits, offset)
+        bytes_to_unit_floats(b, word, bits)
     }
 
     /// The scales that go with [`Unit::word_i8`].
@@ -1201,6 +1201,17 @@ impl Unit {
 }
 
 // ---- the activations' side of the int8 dot-product path ----------------------------------
+
+/// The `(bits, offset)` of [`Unit::unit_floats`] for a format: formats that store unsigned
+/// quants (those with a min) keep their width and no offset; signed ones are biased by 128
+/// into 8 bits.
+pub fn unit_float_form(format: WeightFormat) -> (u32, f32) {
+    match format {
+        WeightFormat::Q4K | WeightFormat::Q4_1 => (4, 0.0),
+        WeightFormat::Q5K | WeightFormat::Q5_1 => (5, 0.0),
+        _ => (8, 128.0),
+    }
+}
 
 /// Quantizes 32 activations (8 vec4<f32>) like ggml's Q8_0 (Q8_1 with `with_sum`): returns
 /// the 8 packed signed words, the scale d and, if `with_sum`, d * Σq (for formats with a min

@@ -19,7 +19,8 @@
 //! load stays in bounds; their results are never stored.
 
 use crate::dequant::ir::{
-    int8_unit_fma, open_unit, open_units, quantize_unit_q8, Int8Scales, Unit, WeightRows,
+    int8_unit_fma, open_unit, open_units, quantize_unit_q8, unit_float_form, Int8Scales, Unit,
+    WeightRows,
 };
 use crate::dequant::words::signed_bytes_to_ivec4;
 use crate::dequant::WeightLayout;
@@ -387,10 +388,9 @@ struct Factored {
     /// Σx of the thread's chunks per X row (formats with a min).
     xsum: Vec<Option<Value>>,
     has_min: bool,
-    /// `bit_floats`: the quants are dotted as `1 + u·2^-bits` floats (`Unit::unit_floats`);
-    /// `(bits, offset)` once known, and Σx per X row since the last fold, which takes the
+    /// `bit_floats`: the format's `(bits, offset)` (the quants are dotted as `1 + u·2^-bits`
+    /// floats, `Unit::unit_floats`), and Σx per X row since the last fold, which takes the
     /// bias back out: `q·x = 2^bits · (f·x) - (2^bits + offset) · Σx`.
-    bit_floats: bool,
     float_form: Option<(u32, f32)>,
     fold_xsum: Vec<Option<Value>>,
 }
@@ -423,8 +423,7 @@ impl Factored {
             dots: vec![vec![None; opened.len()]; w.m as usize],
             xsum: vec![None; w.m as usize],
             has_min: w.weight.has_min(),
-            bit_floats: s.bit_floats,
-            float_form: None,
+            float_form: s.bit_floats.then(|| unit_float_form(w.weight)),
             fold_xsum: vec![None; w.m as usize],
         }
     }
@@ -450,7 +449,7 @@ impl Factored {
                 *sum = Some(sum.map_or(x, |t| b.add(t, x)));
             }
         }
-        if self.bit_floats {
+        if self.float_form.is_some() {
             for (sum, &x) in self.fold_xsum.iter_mut().zip(xv) {
                 *sum = Some(sum.map_or(x, |t| b.add(t, x)));
             }
@@ -462,10 +461,8 @@ impl Factored {
                 (None, Some(c)) => unit.word_i8_at(b, c),
                 (None, None) => unit.word_i8(b, cv),
             };
-            let q = if self.bit_floats {
-                let (f, bits, offset) = unit.unit_floats(b, word);
-                self.float_form = Some((bits, offset));
-                f
+            let q = if self.float_form.is_some() {
+                unit.unit_floats(b, word)
             } else {
                 b.convert(signed_bytes_to_ivec4(b, word), v4)
             };
@@ -487,7 +484,7 @@ impl Factored {
                 .iter_mut()
                 .map(|xs| {
                     let xs = xs.take()?;
-                    let (bits, offset) = self.float_form.expect("a chunk was dotted");
+                    let (bits, offset) = self.float_form?;
                     let scale = (1u32 << bits) as f32;
                     Some((b.mul(xs, b.splat(b.c_f32(scale + offset), 4)), scale))
                 })
