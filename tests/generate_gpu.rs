@@ -114,6 +114,18 @@ fn gpu_decode_matches_cpu(
     n_new: usize,
     ubatch: usize,
 ) -> (Vec<u32>, u32, usize) {
+    gpu_decode_ordered_matches_cpu(path, n_prompt, n_new, ubatch, None)
+}
+
+/// [`gpu_decode_matches_cpu`] with the replayed step ordered by counters (`Some(true)`,
+/// `rocky_compiler::ir::chain`) or barriers (`Some(false)`) whatever the default.
+fn gpu_decode_ordered_matches_cpu(
+    path: &Path,
+    n_prompt: usize,
+    n_new: usize,
+    ubatch: usize,
+    chain: Option<bool>,
+) -> (Vec<u32>, u32, usize) {
     let model = Model::open(path).unwrap();
     let ids = prompt(n_prompt);
     let n_ctx = n_prompt + n_new;
@@ -136,6 +148,7 @@ fn gpu_decode_matches_cpu(
     };
     let mut session = Session::open(&model, &engine_options, n_ctx).unwrap();
     session.set_schedule_source(Box::new(F32Math));
+    session.set_decode_chain(chain);
     let mut gpu = Recording::new(session);
     GEMV_ASKED.with(|c| c.set(0));
     let got = generate(&mut gpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
@@ -198,6 +211,10 @@ fn gpu_decode_matches_cpu(
     );
     assert_eq!(got.tokens, want.tokens);
     assert_eq!(got.decode_steps, n_new - 1);
+    if chain == Some(true) {
+        // Still ordered by counters: no wait gave up (which would have switched to barriers).
+        assert_eq!(gpu.inner.decode_chain_off(), None, "{name}");
+    }
 
     // The same executor again: reset, a prefill at its own ubatch after one-row decode steps,
     // then decode steps again, give the same tokens.
@@ -219,6 +236,24 @@ fn synth_qwen2_tiny_q8_0_decode_matches_cpu() {
         let layers = Model::open(&path).unwrap().arch().config.n_layer;
         assert_eq!(stacked, layers, "one Q/K/V stack per layer");
     }
+}
+
+/// The replayed step ordered by counters instead of barriers (a CPU driver runs dispatches
+/// one after another, so every wait is met at its first read): the same tokens and logits,
+/// and no wait gave up. Qwen3 adds per-head norms to the chain of kernels.
+#[test]
+fn decode_ordered_by_counters_matches_cpu() {
+    let path = common::synth(Shape::Tiny, Quant::Q8_0);
+    let (tokens, _, _) = gpu_decode_ordered_matches_cpu(&path, 20, 16, 8, Some(true));
+    let (barriers, _, _) = gpu_decode_ordered_matches_cpu(&path, 20, 16, 8, Some(false));
+    assert_eq!(tokens, barriers);
+    gpu_decode_ordered_matches_cpu(
+        &common::synth(Shape::Qwen3Tiny, Quant::Q4KM),
+        20,
+        16,
+        8,
+        Some(true),
+    );
 }
 
 #[test]

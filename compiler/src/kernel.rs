@@ -73,4 +73,34 @@ pub struct KernelMeta {
 pub struct CompiledKernel {
     pub meta: KernelMeta,
     pub spirv: Vec<u32>,
+    /// The module and device it was compiled from, for the forms derived from it
+    /// ([`CompiledKernel::chained`]); `None` for kernels not built from a template module.
+    pub source: Option<std::sync::Arc<KernelSource>>,
+}
+
+/// What a kernel was compiled from.
+#[derive(Clone, Debug)]
+pub struct KernelSource {
+    pub module: crate::ir::Module,
+    pub caps: crate::DeviceCaps,
+}
+
+impl CompiledKernel {
+    /// The same kernel ordered by counters instead of pipeline barriers
+    /// (`ir::chain::ordered_by_counters`): one more binding (`chain`, last) and three more
+    /// push-constant words. `None` where the kernel keeps no source.
+    pub fn chained(&self) -> Option<Result<CompiledKernel, crate::Refusal>> {
+        self.source.as_deref().map(KernelSource::chained)
+    }
+}
+
+impl KernelSource {
+    /// The kernel compiled from this source ordered by counters (see
+    /// [`CompiledKernel::chained`]).
+    pub fn chained(&self) -> Result<CompiledKernel, crate::Refusal> {
+        crate::templates::compile(
+            &crate::ir::chain::ordered_by_counters(&self.module),
+            &self.caps,
+        )
+    }
 }

@@ -210,6 +210,17 @@ impl<'m> Session<'m> {
         Ok(self.executor.prefill(ids, &self.schedules)?)
     }
 
+    /// Orders the replayed decode step's dispatches by counters on the GPU (`Some(true)`), by
+    /// pipeline barriers (`Some(false)`), or as the environment and device choose (`None`).
+    pub fn set_decode_chain(&mut self, on: Option<bool>) {
+        self.executor.set_decode_chain(on)
+    }
+
+    /// Whether replayed decode steps are ordered by counters (`None`), or why not.
+    pub fn decode_chain_off(&self) -> Option<String> {
+        self.executor.decode_chain_off()
+    }
+
     /// One token at the next position, with kernels prepared for one row; returns its logits.
     pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, SessionError> {
         let logits = self.executor.decode(token, &self.schedules)?;

@@ -78,6 +78,9 @@ struct Pending {
     groups: [u32; 3],
     /// Printed to standard error right before the dispatch is recorded (the budget trace).
     trace: Option<String>,
+    /// The pipeline is a counter-ordered twin: its last three push words (wait counter, wait
+    /// value, signal counter) are filled in when the levels are known.
+    chained: bool,
 }
 
 /// Whether dispatches are reordered by level (the default). `ROCKY_REORDER=0` records them in
@@ -85,6 +88,14 @@ struct Pending {
 fn reorder_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("ROCKY_REORDER").map_or(true, |v| v != "0"))
+}
+
+/// DIAGNOSTIC ONLY: `ROCKY_DIAG_UNORDERED=1` leaves out the barriers between levels, so
+/// dependent dispatches may overlap and read unfinished data (wrong results). It bounds what
+/// any overlap of consecutive dispatches could gain.
+fn diag_unordered() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("ROCKY_DIAG_UNORDERED").is_ok_and(|v| v == "1"))
 }
 
 /// Orders the compute shaders' earlier writes before later reads and writes.
@@ -106,8 +117,23 @@ fn compute_barrier(device: &ash::Device, cb: vk::CommandBuffer) {
     };
 }
 
+/// Counter-ordered recording ([`Recorder::order_by_counters`]): the counters' buffer and the
+/// next free counter.
+struct ChainCounters<'a> {
+    counters: BufferRange<'a>,
+    next: u32,
+    capacity: u32,
+}
+
+/// Counter words with a fixed role: 0 counts waits that gave up
+/// (`rocky_compiler::ir::chain::GAVE_UP_WORD`), 1 takes the signals of dispatches whose
+/// level got a barrier instead (no one waits for them).
+const FIRST_LEVEL_COUNTER: u32 = 2;
+const UNWATCHED_COUNTER: u32 = 1;
+
 pub struct Recorder<'a> {
     parts: RecorderParts,
+    chain: Option<ChainCounters<'a>>,
     levels: LevelScheduler,
     pending: Vec<Pending>,
     state: State,
@@ -139,6 +165,7 @@ impl<'a> Recorder<'a> {
         parts.cb.begin()?;
         Ok(Recorder {
             parts,
+            chain: None,
             levels: LevelScheduler::default(),
             pending: Vec::new(),
             state: State::Recording,
@@ -168,6 +195,69 @@ impl<'a> Recorder<'a> {
     pub fn dispatch_traced(
         &mut self,
         pipeline: &'a ComputePipeline,
+        bindings: &[BufferRange<'a>],
+        push_constants: &[u8],
+        groups: [u32; 3],
+        trace: Option<String>,
+    ) -> Result<()> {
+        self.dispatch_inner(pipeline, None, bindings, push_constants, groups, trace)
+    }
+
+    /// Orders the dispatches recorded from here on by counters instead of barriers where it
+    /// can (`rocky_compiler::ir::chain`): zeroes `counters` (a transfer, then a barrier), and
+    /// from then on [`Recorder::dispatch_chained`] dispatches of consecutive levels wait for
+    /// each other on the GPU. `counters` must not be bound by any dispatch.
+    pub fn order_by_counters(&mut self, counters: BufferRange<'a>) -> Result<()> {
+        self.require_recording("order by counters")?;
+        self.record_pending();
+        // SAFETY: recording; the buffer outlives the recorder ('a).
+        unsafe {
+            let device = &self.parts.cb.shared.device;
+            let cb = self.parts.cb.raw;
+            device.cmd_fill_buffer(cb, counters.buffer.raw, counters.offset, counters.size, 0);
+            let barrier = vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+            device.cmd_pipeline_barrier(
+                cb,
+                vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            );
+        }
+        self.barriers += 1;
+        self.levels.clear();
+        self.chain = Some(ChainCounters {
+            capacity: (counters.size / 4) as u32,
+            counters,
+            next: FIRST_LEVEL_COUNTER,
+        });
+        Ok(())
+    }
+
+    /// [`Recorder::dispatch`] of `plain` run as its counter-ordered `twin`
+    /// ([`ComputePipeline::chained_twin`]): `bindings` and `push_constants` are `plain`'s;
+    /// the counters binding and words are added. Without [`Recorder::order_by_counters`]
+    /// first, `plain` is dispatched as it is.
+    pub fn dispatch_chained(
+        &mut self,
+        plain: &'a ComputePipeline,
+        twin: &'a ComputePipeline,
+        bindings: &[BufferRange<'a>],
+        push_constants: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let twin = self.chain.is_some().then_some(twin);
+        self.dispatch_inner(plain, twin, bindings, push_constants, groups, None)
+    }
+
+    fn dispatch_inner(
+        &mut self,
+        pipeline: &'a ComputePipeline,
+        twin: Option<&'a ComputePipeline>,
         bindings: &[BufferRange<'a>],
         push_constants: &[u8],
         groups: [u32; 3],
@@ -256,11 +346,34 @@ impl<'a> Recorder<'a> {
 
         let level = self.levels.place(&accesses);
 
+        // A twin binds the counters after the kernel's own buffers (its last binding).
+        let chain_range = match (twin, &self.chain) {
+            (Some(t), Some(c)) => {
+                let expect = meta.bindings.len() + 1;
+                if t.meta().bindings.len() != expect
+                    || t.meta().push_constant_bytes != meta.push_constant_bytes + 12
+                {
+                    return refuse(format!(
+                        "its counter-ordered twin `{}` does not add one binding and three push \
+                         words",
+                        t.meta().name
+                    ));
+                }
+                Some(c.counters)
+            }
+            _ => None,
+        };
+        let bound = match twin.filter(|_| chain_range.is_some()) {
+            Some(t) => t,
+            None => pipeline,
+        };
+        let all_bindings: Vec<BufferRange<'a>> =
+            bindings.iter().copied().chain(chain_range).collect();
         let set = self
             .parts
             .descriptors
-            .allocate(pipeline.set_layout, bindings.len() as u32)?;
-        let infos: Vec<vk::DescriptorBufferInfo> = bindings
+            .allocate(bound.set_layout, all_bindings.len() as u32)?;
+        let infos: Vec<vk::DescriptorBufferInfo> = all_bindings
             .iter()
             .map(|r| vk::DescriptorBufferInfo {
                 buffer: r.buffer.raw,
@@ -268,7 +381,8 @@ impl<'a> Recorder<'a> {
                 range: r.size,
             })
             .collect();
-        let writes: Vec<vk::WriteDescriptorSet> = meta
+        let writes: Vec<vk::WriteDescriptorSet> = bound
+            .meta()
             .bindings
             .iter()
             .zip(&infos)
@@ -288,14 +402,20 @@ impl<'a> Recorder<'a> {
                 .device
                 .update_descriptor_sets(&writes, &[])
         };
+        let chained = chain_range.is_some();
+        let mut push_constants = push_constants.to_vec();
+        if chained {
+            push_constants.extend([0u8; 12]);
+        }
         self.pending.push(Pending {
             level,
-            pipeline: pipeline.raw,
-            layout: pipeline.layout,
+            pipeline: bound.raw,
+            layout: bound.layout,
             set,
-            push_constants: push_constants.to_vec(),
+            push_constants,
             groups,
             trace,
+            chained,
         });
         if !reorder_enabled() {
             self.record_pending();
@@ -321,13 +441,18 @@ impl<'a> Recorder<'a> {
         let mut pending = std::mem::take(&mut self.pending);
         // Stable: equal levels keep their call order.
         pending.sort_by_key(|p| p.level);
+        let waits = self.chain_words(&mut pending);
         let mut open_level = 0;
         let device = &self.parts.cb.shared.device;
         let cb = self.parts.cb.raw;
-        for p in &pending {
+        for (i, p) in pending.iter().enumerate() {
             if p.level > open_level {
-                compute_barrier(device, cb);
-                self.barriers += 1;
+                // A level whose dispatches all wait on the GPU for the level before needs no
+                // barrier.
+                if !diag_unordered() && !waits[i] {
+                    compute_barrier(device, cb);
+                    self.barriers += 1;
+                }
                 open_level = p.level;
             }
             if let Some(t) = &p.trace {
@@ -358,6 +483,58 @@ impl<'a> Recorder<'a> {
             }
         }
         self.levels.recorded();
+    }
+
+    /// Fills in the chain words of the chained dispatches in `pending` (sorted by level) and
+    /// returns, per dispatch, whether its level waits for the level before on the GPU instead
+    /// of behind a barrier: where every dispatch of both levels is chained and a counter is
+    /// free. The first level after an ordering point (a barrier, the counters' reset) waits
+    /// for nothing.
+    fn chain_words(&mut self, pending: &mut [Pending]) -> Vec<bool> {
+        let mut waits = vec![false; pending.len()];
+        let Some(chain) = &mut self.chain else {
+            return waits;
+        };
+        // Levels in order: (first index, end index, all chained, workgroups).
+        let mut levels: Vec<(usize, usize, bool, u64)> = Vec::new();
+        for (i, p) in pending.iter().enumerate() {
+            let groups = p.groups.iter().map(|&g| u64::from(g)).product::<u64>();
+            match levels.last_mut() {
+                Some(l) if pending[l.0].level == p.level => {
+                    l.1 = i + 1;
+                    l.2 &= p.chained;
+                    l.3 += groups;
+                }
+                _ => levels.push((i, i + 1, p.chained, groups)),
+            }
+        }
+        let mut before: Option<(u32, u64)> = None;
+        for (start, end, all_chained, workgroups) in levels {
+            let counter = (all_chained && chain.next < chain.capacity).then(|| {
+                chain.next += 1;
+                chain.next - 1
+            });
+            let wait = match (before, counter) {
+                (Some((c, n)), Some(_)) if n <= u64::from(u32::MAX) => Some((c, n as u32)),
+                _ => None,
+            };
+            for i in start..end {
+                waits[i] = wait.is_some();
+                let p = &mut pending[i];
+                if !p.chained {
+                    continue;
+                }
+                let (wait_counter, wait_value) = wait.unwrap_or((0, 0));
+                let signal = counter.unwrap_or(UNWATCHED_COUNTER);
+                let n = p.push_constants.len();
+                for (k, w) in [wait_counter, wait_value, signal].into_iter().enumerate() {
+                    p.push_constants[n - 12 + 4 * k..n - 8 + 4 * k]
+                        .copy_from_slice(&w.to_le_bytes());
+                }
+            }
+            before = counter.map(|c| (c, workgroups));
+        }
+        waits
     }
 
     /// Resets `count` queries of `queries` from `first` (needed before writing them again).

@@ -7,7 +7,7 @@ use crate::device::{Context, Shared};
 use crate::error::{OomKind, Result, RuntimeError};
 use crate::pipeline_cache::PipelineCache;
 use ash::vk;
-use rocky_compiler::kernel::{CompiledKernel, KernelMeta};
+use rocky_compiler::kernel::{CompiledKernel, KernelMeta, KernelSource};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -19,6 +19,10 @@ pub struct ComputePipeline {
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) set_layout: vk::DescriptorSetLayout,
     meta: KernelMeta,
+    /// What the kernel was compiled from, for its counter-ordered twin.
+    source: Option<Arc<KernelSource>>,
+    /// The counter-ordered twin ([`ComputePipeline::chained_twin`]), built on first use.
+    chained: std::sync::OnceLock<Box<ComputePipeline>>,
 }
 
 impl std::fmt::Debug for ComputePipeline {
@@ -35,7 +39,35 @@ impl ComputePipeline {
         cache: Option<&PipelineCache>,
         kernel: &CompiledKernel,
     ) -> Result<ComputePipeline> {
-        ComputePipeline::new(ctx, cache, &kernel.spirv, &kernel.meta)
+        let mut p = ComputePipeline::new(ctx, cache, &kernel.spirv, &kernel.meta)?;
+        p.source = kernel.source.clone();
+        Ok(p)
+    }
+
+    /// This kernel ordered by counters instead of pipeline barriers
+    /// (`rocky_compiler::ir::chain`): built on first use and kept with this pipeline; `None`
+    /// where the pipeline was not built from a template's module.
+    pub fn chained_twin(
+        &self,
+        ctx: &Context,
+        cache: Option<&PipelineCache>,
+    ) -> Result<Option<&ComputePipeline>> {
+        if let Some(twin) = self.chained.get() {
+            return Ok(Some(twin));
+        }
+        let Some(source) = &self.source else {
+            return Ok(None);
+        };
+        let kernel = source
+            .chained()
+            .map_err(|r| RuntimeError::InvalidDispatch {
+                kernel: self.meta.name.clone(),
+                reason: format!("its counter-ordered form was refused: {r}"),
+            })?;
+        let twin = ComputePipeline::from_kernel(ctx, cache, &kernel)?;
+        // Two threads building at once: the loser's twin is dropped, the winner's kept.
+        let _ = self.chained.set(Box::new(twin));
+        Ok(self.chained.get().map(|b| &**b))
     }
 
     /// [`ComputePipeline::from_kernel`], created with the driver's statistics captured and
@@ -124,6 +156,8 @@ impl ComputePipeline {
             layout: vk::PipelineLayout::null(),
             set_layout: vk::DescriptorSetLayout::null(),
             meta: meta.clone(),
+            source: None,
+            chained: std::sync::OnceLock::new(),
         };
         let fail = |call: &'static str, r: vk::Result| match OomKind::of(r) {
             Some(kind) => RuntimeError::OutOfMemory {

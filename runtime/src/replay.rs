@@ -18,6 +18,7 @@ use crate::commands::{Recorder, Recording};
 use crate::device::Context;
 use crate::error::Result;
 use crate::pipeline::ComputePipeline;
+use crate::pipeline_cache::PipelineCache;
 use crate::stream::Stream;
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,14 @@ pub struct ReplayRecorder<'a> {
     closed: Vec<Recorder<'a>>,
     current: Recorder<'a>,
     tracker: BudgetTracker,
+    chain: Option<Chain<'a>>,
+}
+
+/// Counter-ordered recording: the counters every command buffer resets and binds, and the
+/// cache the pipelines' twins are built through.
+struct Chain<'a> {
+    counters: BufferRange<'a>,
+    cache: Option<&'a PipelineCache>,
 }
 
 impl<'a> ReplayRecorder<'a> {
@@ -59,14 +68,39 @@ impl<'a> ReplayRecorder<'a> {
         Ok(ReplayRecorder {
             ctx: ctx.clone(),
             closed: Vec::new(),
-            current: Self::open(ctx)?,
+            current: Self::open(ctx, None)?,
             tracker: BudgetTracker::new(budget),
+            chain: None,
         })
     }
 
-    fn open(ctx: &Context) -> Result<Recorder<'a>> {
+    /// A recorder whose dispatches wait for each other on the GPU through `counters` instead
+    /// of behind barriers, where their kernels have counter-ordered twins
+    /// (`rocky_compiler::ir::chain`; twins built through `cache`). Every command buffer
+    /// zeroes `counters` first; after a run, word 0 of `counters` holds the waits that gave
+    /// up (the caller reads it: a wait gives up only where dispatches did not start in order).
+    pub fn ordered_by_counters(
+        ctx: &Context,
+        budget: CommandBudget,
+        counters: BufferRange<'a>,
+        cache: Option<&'a PipelineCache>,
+    ) -> Result<ReplayRecorder<'a>> {
+        let chain = Chain { counters, cache };
+        Ok(ReplayRecorder {
+            ctx: ctx.clone(),
+            closed: Vec::new(),
+            current: Self::open(ctx, Some(&chain))?,
+            tracker: BudgetTracker::new(budget),
+            chain: Some(chain),
+        })
+    }
+
+    fn open(ctx: &Context, chain: Option<&Chain<'a>>) -> Result<Recorder<'a>> {
         let mut rec = Recorder::new(ctx)?;
         rec.barrier()?;
+        if let Some(c) = chain {
+            rec.order_by_counters(c.counters)?;
+        }
         Ok(rec)
     }
 
@@ -106,8 +140,19 @@ impl<'a> DispatchSink<'a> for ReplayRecorder<'a> {
         // The tracker counts dispatches and driver bytes as a stream's does; where a stream
         // would submit, the replay closes the command buffer and opens the next.
         if self.tracker.admit(cost) == Admit::SubmitFirst {
-            let next = Self::open(&self.ctx)?;
+            let next = Self::open(&self.ctx, self.chain.as_ref())?;
             self.closed.push(std::mem::replace(&mut self.current, next));
+        }
+        if let Some(c) = &self.chain {
+            if let Some(twin) = pipeline.chained_twin(&self.ctx, c.cache)? {
+                return self.current.dispatch_chained(
+                    pipeline,
+                    twin,
+                    bindings,
+                    push_constants,
+                    groups,
+                );
+            }
         }
         self.current
             .dispatch(pipeline, bindings, push_constants, groups)

@@ -243,7 +243,7 @@ fn count_block(
                 };
                 c.add(count_block(body, consts, dynamic, model), trips);
             }
-            Stmt::Barrier | Stmt::DeviceMemoryBarrier => c.ls += 1.0,
+            Stmt::Barrier | Stmt::DeviceMemoryBarrier | Stmt::PollAtLeast { .. } => c.ls += 1.0,
         }
     }
     c

@@ -347,7 +347,71 @@ impl<'m> Emitter<'m> {
                 let sem = self.konst(Type::U32, device_acq_rel().bits());
                 self.void_inst(Op::MemoryBarrier, Self::ids(&[device, sem]))?;
             }
+            Stmt::PollAtLeast {
+                var,
+                buffer,
+                index,
+                target,
+                max_polls,
+            } => self.poll_at_least(*var, *buffer, *index, *target, *max_polls)?,
         }
+        Ok(())
+    }
+
+    /// header: i = phi(0, next); body: seen = atomic load (device scope, acquire); var = seen;
+    /// next = i + 1; leave the loop when seen >= target or next == max_polls, else continue
+    /// → header. A loop that may stop early: the only way out of a wait that is satisfied.
+    fn poll_at_least(
+        &mut self,
+        var: u32,
+        buffer: u32,
+        index: Value,
+        target: Value,
+        max_polls: u32,
+    ) -> Result<(), CodegenError> {
+        let (header, body_label, cont, merge) =
+            (self.b.id(), self.b.id(), self.b.id(), self.b.id());
+        let pre = self.current;
+        let u32_ty = self.ty(Type::U32);
+        let bool_ty = self.ty(Type::BOOL);
+        let zero = self.konst(Type::U32, 0);
+        let one = self.konst(Type::U32, 1);
+        let max = self.konst(Type::U32, max_polls);
+        let device = self.konst(Type::U32, Scope::Device as u32);
+        let acquire = MemorySemantics::ACQUIRE | MemorySemantics::UNIFORM_MEMORY;
+        let acquire = self.konst(Type::U32, acquire.bits());
+        self.b.branch(header).map_err(berr)?;
+
+        self.current = self.b.begin_block(Some(header)).map_err(berr)?;
+        let i = self.b.id();
+        let next = self.b.id();
+        self.b
+            .phi(u32_ty, Some(i), [(zero, pre), (next, cont)])
+            .map_err(berr)?;
+        self.b
+            .loop_merge(merge, cont, LoopControl::DONT_UNROLL, [])
+            .map_err(berr)?;
+        self.b.branch(body_label).map_err(berr)?;
+
+        self.current = self.b.begin_block(Some(body_label)).map_err(berr)?;
+        let p = self.buffer_elem_ptr(buffer, index)?;
+        let seen = self.inst(Op::AtomicLoad, u32_ty, Self::ids(&[p, device, acquire]))?;
+        let var_ptr = self.vars[var as usize];
+        self.void_inst(Op::Store, Self::ids(&[var_ptr, seen]))?;
+        let target_w = self.val(target);
+        let reached = self.inst(Op::UGreaterThanEqual, bool_ty, Self::ids(&[seen, target_w]))?;
+        self.inst_with_id(Op::IAdd, u32_ty, next, Self::ids(&[i, one]))?;
+        let more = self.inst(Op::ULessThan, bool_ty, Self::ids(&[next, max]))?;
+        let waiting = self.inst(Op::LogicalNot, bool_ty, Self::ids(&[reached]))?;
+        let again = self.inst(Op::LogicalAnd, bool_ty, Self::ids(&[waiting, more]))?;
+        self.b
+            .branch_conditional(again, cont, merge, [])
+            .map_err(berr)?;
+
+        self.current = self.b.begin_block(Some(cont)).map_err(berr)?;
+        self.b.branch(header).map_err(berr)?;
+
+        self.current = self.b.begin_block(Some(merge)).map_err(berr)?;
         Ok(())
     }
 

@@ -224,7 +224,7 @@ pub fn features(module: &Module) -> Features {
             check_use(&mut f, *start, false);
             check_use(&mut f, *end, false);
         }
-        Stmt::Barrier | Stmt::DeviceMemoryBarrier => {}
+        Stmt::Barrier | Stmt::DeviceMemoryBarrier | Stmt::PollAtLeast { .. } => {}
     });
     f
 }

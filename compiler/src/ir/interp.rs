@@ -296,6 +296,25 @@ impl Exec<'_, '_> {
             }
             // Workgroups run one after another here: every earlier one's writes are visible.
             Stmt::DeviceMemoryBarrier => {}
+            // Nothing runs beside a workgroup here, so polling again could not change the
+            // value: one read stands for all of them.
+            Stmt::PollAtLeast {
+                var, buffer, index, ..
+            } => {
+                let decl = &self.m.buffers[*buffer as usize];
+                let what = format!("buffer {}", decl.name);
+                for lane in (0..self.n).filter(|&l| mask[l]) {
+                    let i = self.index(*index, lane);
+                    let seen = read_elem(
+                        &self.m.name,
+                        &what,
+                        self.buffers[*buffer as usize],
+                        decl.elem,
+                        i,
+                    )?;
+                    self.vars[*var as usize * self.n + lane] = Some(seen);
+                }
+            }
             Stmt::Barrier => {
                 if mask.iter().any(|&a| !a) {
                     return Err(self.ub("barrier reached in non-uniform control flow".into()));

@@ -13,6 +13,7 @@
 pub mod analysis;
 pub mod args_buffer;
 pub mod builder;
+pub mod chain;
 pub mod interp;
 pub mod types;
 pub mod verify;
@@ -391,6 +392,18 @@ pub enum Stmt {
     /// with `coherent` buffers, what one workgroup wrote before it is seen by another that
     /// observed it through an atomic.
     DeviceMemoryBarrier,
+    /// Reads element `index` of the coherent u32 `buffer` atomically (device scope, acquire)
+    /// until it is at least `target` or it has been read `max_polls` times, and stores the
+    /// last value read in variable `var` (u32): a wait for work of other workgroups or of an
+    /// earlier dispatch that is still running (see `ir::chain`). The caller compares `var`
+    /// with `target` to tell a satisfied wait from one that gave up.
+    PollAtLeast {
+        var: u32,
+        buffer: u32,
+        index: Value,
+        target: Value,
+        max_polls: u32,
+    },
 }
 
 /// One compute kernel (entry point `main`).

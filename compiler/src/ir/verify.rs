@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use super::{Access, Block, Expr, Module, Stmt, Value};
+use super::{Access, Block, Expr, Module, Stmt, Type, Value};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum IrError {
@@ -248,6 +248,39 @@ impl Checker<'_> {
                 Ok(())
             }
             Stmt::Barrier | Stmt::DeviceMemoryBarrier => Ok(()),
+            Stmt::PollAtLeast {
+                var,
+                buffer,
+                index,
+                target,
+                max_polls,
+            } => {
+                self.check_exists("variable", *var, self.module.vars.len())?;
+                let b = self.buffer(*buffer)?;
+                let malformed = |detail: String| IrError::Malformed {
+                    kernel: self.kernel(),
+                    detail,
+                };
+                if b.elem != Type::U32 || !b.coherent || b.access != Access::ReadWrite {
+                    return Err(malformed(format!(
+                        "polled buffer {} must be a coherent read-write u32 buffer",
+                        b.name
+                    )));
+                }
+                if self.module.vars[*var as usize].ty != Type::U32
+                    || index.ty != Type::U32
+                    || target.ty != Type::U32
+                {
+                    return Err(malformed(
+                        "a poll's variable, index and target are u32".into(),
+                    ));
+                }
+                if *max_polls == 0 {
+                    return Err(malformed("a poll reads at least once".into()));
+                }
+                self.use_value(*index)?;
+                self.use_value(*target)
+            }
         }
     }
 }

@@ -362,7 +362,14 @@ pub(crate) fn compile(module: &Module, caps: &DeviceCaps) -> Result<CompiledKern
         required,
         spirv_version: version,
     };
-    Ok(CompiledKernel { meta, spirv })
+    Ok(CompiledKernel {
+        meta,
+        spirv,
+        source: Some(std::sync::Arc::new(crate::kernel::KernelSource {
+            module: module.clone(),
+            caps: caps.clone(),
+        })),
+    })
 }
 
 /// Little-endian bytes of a push-constant block made of 32-bit fields, in order.

@@ -31,12 +31,31 @@ use std::time::Instant;
 /// The environment variable that turns decode replay off (`0`) for A/B measurements.
 pub const DECODE_REPLAY_ENV: &str = "ROCKY_DECODE_REPLAY";
 
+/// The environment variable that orders a replayed step's dispatches by counters (`1`) or
+/// by barriers (`0`) whatever the device's default (see [`Executor::decode_chain_off`]).
+pub const DECODE_CHAIN_ENV: &str = "ROCKY_DECODE_CHAIN";
+
+/// Counters of a counter-ordered step: two fixed words and one per level (a 3B step has
+/// ~260 levels).
+pub(crate) const CHAIN_COUNTERS: u64 = 4096;
+
+fn chain_env() -> Option<bool> {
+    static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var(DECODE_CHAIN_ENV).as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    })
+}
+
 /// A decode step recorded for replay, with what it was recorded for.
 pub(crate) struct RecordedStep {
     replay: Replay,
     /// Each distinct attention kernel of the step with the pieces it was recorded with (every
     /// layer shares one or two attention workloads).
     pieces: Vec<(AttentionWorkload, AttentionSchedule, u32)>,
+    /// Ordered by counters (`chain_counters` bound) rather than barriers.
+    chained: bool,
 }
 
 impl RecordedStep {
@@ -70,6 +89,28 @@ impl Executor<'_> {
     /// reads them, and attention reads no position past the row's own (`max_kv = pos0 + rows`).
     pub fn truncate(&mut self, n_past: usize) {
         self.n_past = self.n_past.min(n_past);
+    }
+
+    /// Whether a replayed step's dispatches wait for each other through counters on the GPU
+    /// (`None`) instead of behind pipeline barriers, or why not. Off by default;
+    /// [`DECODE_CHAIN_ENV`]`=1` turns it on. Once a wait gives up (a driver that started a
+    /// dispatch's workgroups before all of the previous one's), it stays off for this executor.
+    pub fn decode_chain_off(&self) -> Option<String> {
+        if let Some(why) = &self.chain_off {
+            return Some(why.clone());
+        }
+        match self.chain_asked.or(chain_env()) {
+            Some(true) => None,
+            Some(false) => Some(format!("barriers asked for ({DECODE_CHAIN_ENV}=0)")),
+            None => Some(format!("off by default ({DECODE_CHAIN_ENV}=1 turns it on)")),
+        }
+    }
+
+    /// Orders replayed steps by counters (`Some(true)`), by barriers (`Some(false)`) or as the
+    /// environment and device choose (`None`); the next step is recorded anew.
+    pub fn set_decode_chain(&mut self, on: Option<bool>) {
+        self.chain_asked = on;
+        self.replay = None;
     }
 
     /// Whether decode steps replay a recording (`None`), or why not.
@@ -115,7 +156,27 @@ impl Executor<'_> {
         self.step_args.upload_u32(0, &[1, pos0])?;
         let setup = start.elapsed();
         let step = self.replay.as_mut().expect("recorded above");
-        let run = step.replay.run(self.options.timeout)?;
+        let mut run = step.replay.run(self.options.timeout)?;
+        if step.chained {
+            let gave_up = self.chain_counters.download_u32(0, 1)?[0];
+            if gave_up > 0 {
+                // The results of this run may be wrong: run the step again behind barriers
+                // (it rewrites the same cache position) and keep barriers from now on.
+                self.chain_off = Some(format!(
+                    "{gave_up} waits of a counter-ordered step gave up: the device does not \
+                     start dispatches in order"
+                ));
+                eprintln!(
+                    "warning: {}; decode steps use barriers from now on",
+                    self.chain_off.as_deref().unwrap_or_default()
+                );
+                self.replay = None;
+                self.record_step(schedules, pos0)?;
+                let step = self.replay.as_mut().expect("recorded above");
+                run = step.replay.run(self.options.timeout)?;
+            }
+        }
+        let step = self.replay.as_mut().expect("recorded above");
         let (dispatches, command_buffers) = (
             step.replay.dispatches(),
             step.replay.command_buffers() as u64,
@@ -157,7 +218,17 @@ impl Executor<'_> {
     fn record_step(&mut self, schedules: &dyn ScheduleSource, pos0: u32) -> Result<(), ExecError> {
         self.prepare_decode(schedules)?;
         let pieces = self.split_pieces(pos0);
-        let mut recorder = ReplayRecorder::new(&self.ctx, self.options.budget)?;
+        let chained = self.decode_chain_off().is_none();
+        let mut recorder = if chained {
+            ReplayRecorder::ordered_by_counters(
+                &self.ctx,
+                self.options.budget,
+                self.chain_counters.whole(),
+                self.cache.as_ref(),
+            )?
+        } else {
+            ReplayRecorder::new(&self.ctx, self.options.budget)?
+        };
         let mut cursor = UbatchCursor {
             index: 0,
             pos0,
@@ -182,7 +253,11 @@ impl Executor<'_> {
         // `prepare`, which drops the recording first). `self.replay` is dropped before any
         // of them, and each run waits for its command buffers before returning.
         let replay = unsafe { recorder.finish() }?;
-        self.replay = Some(RecordedStep { replay, pieces });
+        self.replay = Some(RecordedStep {
+            replay,
+            pieces,
+            chained,
+        });
         self.save_pipeline_cache();
         Ok(())
     }

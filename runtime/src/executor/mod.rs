@@ -274,6 +274,15 @@ pub struct Executor<'m> {
     replay: Option<decode::RecordedStep>,
     /// Why decode steps are recorded per token instead (set once a recording failed).
     replay_off: Option<String>,
+    /// The counters a replayed step's dispatches wait on instead of barriers
+    /// (`decode.rs`, `rocky_compiler::ir::chain`); word 0 counts waits that gave up.
+    chain_counters: Buffer,
+    /// Why replayed steps are ordered by barriers instead of counters (`None`: counters where
+    /// enabled).
+    chain_off: Option<String>,
+    /// Counter ordering asked for by the caller ([`Executor::set_decode_chain`]), over the
+    /// environment's and the device's default.
+    chain_asked: Option<bool>,
 }
 
 impl<'m> Executor<'m> {
@@ -341,6 +350,8 @@ impl<'m> Executor<'m> {
         let ids = Buffer::host_input(ctx, regions * ids_stride, "token ids")?;
         let logits = Buffer::host_output(ctx, (cfg.n_vocab * 4) as u64, "logits")?;
         let step_args = Buffer::host_input(ctx, 16, "decode step args")?;
+        let chain_counters =
+            Buffer::host_output(ctx, 4 * decode::CHAIN_COUNTERS, "decode chain counters")?;
         Ok(Executor {
             ctx: ctx.clone(),
             caps,
@@ -374,6 +385,9 @@ impl<'m> Executor<'m> {
             step_args,
             replay: None,
             replay_off: None,
+            chain_counters,
+            chain_off: None,
+            chain_asked: None,
         })
     }
 
