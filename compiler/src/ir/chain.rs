@@ -3,7 +3,7 @@
 //!
 //! A decode step is one chain of ~250 dependent dispatches, and a pipeline barrier between
 //! two of them drains the GPU: the next kernel is launched only once the last workgroup of
-//! the one before has retired. Measured on an H200 (docs/measurements/2026-12-06h-h200-chain.md):
+//! the one before has retired. Measured on an H200 (docs/measurements/2026-12-06h-decode-chain.md):
 //! the same replayed step with its barriers left out (wrong results, timing only) ran the 3B
 //! in 1.6 ms instead of 2.8, the 0.5B in 0.48 instead of 1.2: the barriers cost ~4.7 µs each.
 //!

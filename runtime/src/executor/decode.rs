@@ -39,9 +39,6 @@ pub const DECODE_CHAIN_ENV: &str = "ROCKY_DECODE_CHAIN";
 /// ~260 levels).
 pub(crate) const CHAIN_COUNTERS: u64 = 4096;
 
-/// PCI vendor id of NVIDIA's GPUs, where counter-ordered steps are the default.
-const NVIDIA_VENDOR_ID: u32 = 0x10DE;
-
 fn chain_env() -> Option<bool> {
     static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match std::env::var(DECODE_CHAIN_ENV).as_deref() {
@@ -95,25 +92,23 @@ impl Executor<'_> {
     }
 
     /// Whether a replayed step's dispatches wait for each other through counters on the GPU
-    /// (`None`) instead of behind pipeline barriers, or why not. On by default where it was
-    /// measured to win, NVIDIA's GPUs (docs/measurements/2026-12-06h-h100-chain.md); elsewhere
-    /// off (a CPU driver runs dispatches one after another and gains nothing; whether panvk
-    /// starts a dispatch's workgroups before the next one's is unmeasured).
-    /// [`DECODE_CHAIN_ENV`]`=1/0` or [`Executor::set_decode_chain`] force it. Once a wait gives
-    /// up (a driver that started a dispatch's workgroups before all of the previous one's), it
-    /// stays off for this executor.
+    /// (`None`) instead of behind pipeline barriers, or why not. Off by default on every
+    /// device until it is measured to win on one (docs/measurements/2026-12-06h-decode-chain.md:
+    /// the bound it aims at was measured on an H200, the counter-ordered step itself not yet;
+    /// a CPU driver runs dispatches one after another and gains nothing; whether panvk starts
+    /// a dispatch's workgroups before the next one's is unknown). [`DECODE_CHAIN_ENV`]`=1/0`
+    /// or [`Executor::set_decode_chain`] force it. Once a wait gives up (a driver that started
+    /// a dispatch's workgroups before all of the previous one's), it stays off for this
+    /// executor.
     pub fn decode_chain_off(&self) -> Option<String> {
         if let Some(why) = &self.chain_off {
             return Some(why.clone());
         }
-        let info = self.ctx.info();
-        let measured = info.vendor_id == NVIDIA_VENDOR_ID && !info.is_cpu;
         match self.chain_asked.or(chain_env()) {
             Some(true) => None,
             Some(false) => Some(format!("barriers asked for ({DECODE_CHAIN_ENV}=0)")),
-            None if measured => None,
             None => Some(format!(
-                "off on this device ({DECODE_CHAIN_ENV}=1 turns it on)"
+                "off by default until measured ({DECODE_CHAIN_ENV}=1 turns it on)"
             )),
         }
     }

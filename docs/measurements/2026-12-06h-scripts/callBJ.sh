@@ -1,0 +1,39 @@
+# Call BJ (2026-12-06, seventh session): the replayed decode step ordered by counters instead of
+# barriers (ROCKY_DECODE_CHAIN=1, rocky_compiler::ir::chain) against barriers (=0), 3B and 0.5B
+# Q4_K_M, interleaved rounds with llama.cpp's tg128 beside; the greedy tokens must be the same
+# either way; the barrier-free bound (ROCKY_DIAG_UNORDERED=1, wrong results) in round 1; agent
+# turns with counters against llama-server; depth 2048 last. Ordered by priority (the device
+# budget was short: whatever ran before a timeout comes back).
+set -o pipefail
+xz -dc .device/rocky.xz > .device/rocky
+export NEED_Q3=1
+source .device/common.sh
+t start
+gen() { # LABEL MODEL PROMPT_TOKENS [ARGS...]
+  l=$1 m=$2 n=$3; shift 3
+  ROCKY_DB=/tmp/none.sled timeout 90 $R generate $m.gguf --token-ids $(ids $n) -n 129 --temp 0 --seed 1 --ctx 4096 --json "$@" 2>$OUT/gen.err |
+    python3 -c "import json,sys; d=json.load(sys.stdin); s=d.get('decode_step_ms') or {}; print('%-26s' % '$l', 'decode %6.1f tok/s' % d['decode_tokens_per_second'], 'step', ' '.join('%s %.3f' % kv for kv in s.items()), 'disp', d.get('decode_dispatches_per_step'), 'ids', d['token_ids'][:4], 'sum', sum(d['token_ids']))" || echo "$l failed: $(tail -2 $OUT/gen.err)"
+  grep -h warning $OUT/gen.err | head -2
+}
+round() {
+  t "round $1"; lb -m q3.gguf -p 0 -n 128 -r 2; lb -m q05.gguf -p 0 -n 128 -r 2
+  for m in q3 q05; do
+    ROCKY_DECODE_CHAIN=0 gen "$m d0 barriers" $m 8
+    ROCKY_DECODE_CHAIN=1 gen "$m d0 counters" $m 8
+    [ $1 = 1 ] && ROCKY_DIAG_UNORDERED=1 ROCKY_DECODE_CHAIN=0 gen "$m d0 unordered" $m 8
+  done
+}
+{
+gen warm q05 8; gen warm q3 8
+round 1
+for m in q3 q05; do
+  t "agent turns $m (counters)"; cd $ROOT; ROCKY_DECODE_CHAIN=1 MAX_TOKENS=128 ROCKY=$R LLAMA=/tmp THREADS=16 timeout 110 bash docs/measurements/2026-12-04-agent-turns-scripts/run.sh /tmp/turns-$m /tmp/$m.gguf > /tmp/turns-$m.log 2>&1; echo "rc $?"
+  cat /tmp/turns-$m/rocky.md /tmp/turns-$m/llama.md 2>/dev/null; cp /tmp/turns-$m/turns.jsonl $OUT/turns-$m.jsonl 2>/dev/null; cd /tmp
+done
+round 2
+round 3
+t "depth 2048"
+lb -m q3.gguf -p 0 -n 128 -d 2048 -r 2; lb -m q05.gguf -p 0 -n 128 -d 2048 -r 2
+for m in q3 q05; do for c in 0 1; do ROCKY_DECODE_CHAIN=$c gen "$m d2048 chain=$c" $m 2048; done; done
+t done
+} 2>&1 | tee $OUT/log.txt
