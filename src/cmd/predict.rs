@@ -17,11 +17,11 @@ use rocky_compiler::templates::{self, attention, eltwise, embedding, kv_cache, r
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_engine::Model;
 use rocky_predict::{
-    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
-    FIT_ORDER,
+    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Pipes, Prediction, Target,
+    ValhallStats, FIT_ORDER,
 };
 use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
-use rocky_tuner::static_cost::{self, CostModel};
+use rocky_tuner::static_cost::{self, CostModel, LoopFactors};
 use rocky_tuning_db::{
     Calibration, CalibrationConstants, CalibrationTarget, DeviceFingerprint, TuningDb,
 };
@@ -853,7 +853,7 @@ fn ubatch_dispatches(
             .map(|g| g.iter().map(|&x| f64::from(x)).product::<f64>())
             .unwrap_or(1.0);
         let model = CostModel::for_device(caps);
-        let loop_factor = loop_factor(&actual, s, &model, pos0, rows);
+        let factors = loop_factors(&actual, s, &model, pos0, rows);
         // The executor writes K, then V, with one KV-write kernel: two dispatches.
         let count = if matches!(w, Workload::KvWrite(_)) {
             2.0
@@ -866,12 +866,16 @@ fn ubatch_dispatches(
             count,
             invocations: groups * f64::from(threads),
             cycles: k.cycles,
-            loop_factor,
+            loop_factor: factors.bound,
             bytes: bytes_of(&actual, pos0 + rows),
             occupancy: k.occupancy,
             spills: k.spills,
             flops: actual.flops() as f64,
-            pipes: k.pipes,
+            // Each driver pipe scaled by the loop factor of the IR pipe doing its work.
+            pipes: k.pipes.map(|cycles| Pipes {
+                cycles,
+                loop_factors: Some(factors.driver_pipes()),
+            }),
         });
         // A GEMM split across the grid without the last group reducing: its reduce pass
         // reads the partial sums once and writes the output (memory and a dispatch).
@@ -932,13 +936,23 @@ fn with_rows(w: &Workload, full: u32, rows: u32, kv: u32) -> Workload {
     w
 }
 
-/// How many times the loops repeat what a static count sees once.
-fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows: usize) -> f64 {
+/// How many times the loops repeat what a static count sees once, per IR pipe.
+fn loop_factors(
+    w: &Workload,
+    s: &Schedule,
+    model: &CostModel,
+    pos0: usize,
+    rows: usize,
+) -> LoopFactors {
     if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {
-        return static_cost::ir_estimate(gw, gs, *model).loop_factor();
+        return static_cost::ir_estimate(gw, gs, *model).loop_factors();
     }
     let Some(module) = kernel_ir(w, s) else {
-        return 1.0;
+        return LoopFactors {
+            arith: 1.0,
+            ls: 1.0,
+            bound: 1.0,
+        };
     };
     // The only loops with bounds read at run time are attention's key blocks: a workgroup of
     // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
@@ -951,13 +965,9 @@ fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows:
         }
         _ => 1.0,
     };
-    let once = static_cost::count(&module, None, model).bound(model);
-    let all = static_cost::count(&module, Some(dynamic), model).bound(model);
-    if once > 0.0 {
-        (all / once).max(1.0)
-    } else {
-        1.0
-    }
+    let once = static_cost::count(&module, None, model);
+    let all = static_cost::count(&module, Some(dynamic), model);
+    LoopFactors::of(&once, &all, model).at_least(1.0)
 }
 
 /// Bytes a dispatch must move at least: its weights, inputs and outputs once.
@@ -1004,6 +1014,7 @@ fn merge(ds: Vec<Dispatch>) -> Vec<Dispatch> {
                 && o.loop_factor == d.loop_factor
                 && o.bytes == d.bytes
                 && o.cycles == d.cycles
+                && o.pipes == d.pipes
         }) {
             Some(o) => o.count += d.count,
             None => out.push(d),

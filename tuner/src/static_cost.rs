@@ -123,6 +123,54 @@ impl OpCounts {
     }
 }
 
+/// How many times a static per-invocation count (every loop body once, as a driver's
+/// statistics count) must be taken to cover the loops: each its dynamic over its static count.
+///
+/// Per IR pipe, because the loops do not hold the same share of every pipe's work: a GEMM's K
+/// loop holds nearly all its arithmetic but not its output stores, so its load/store count
+/// grows by another factor than its arithmetic. A driver statistic of a pipe is scaled by the
+/// factor of the IR pipe that does that work ([`LoopFactors::driver_pipes`]); `bound` is the
+/// single factor of earlier predictions, the busiest IR pipe's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoopFactors {
+    /// Arithmetic lane-operations, dynamic over static.
+    pub arith: f64,
+    /// Load/store issues and barriers, dynamic over static.
+    pub ls: f64,
+    /// Of [`OpCounts::bound`] (the busier IR pipe): [`IrEstimate::loop_factor`].
+    pub bound: f64,
+}
+
+impl LoopFactors {
+    /// From the two counts of one kernel. A pipe with no static operations takes `bound`
+    /// (the IR sees none of its work, so it knows no better), and `bound` is 1 where the
+    /// kernel has no operations at all.
+    pub fn of(static_once: &OpCounts, dynamic: &OpCounts, model: &CostModel) -> LoopFactors {
+        let ratio = |d: f64, s: f64| (s > 0.0).then(|| d / s);
+        let bound = ratio(dynamic.bound(model), static_once.bound(model)).unwrap_or(1.0);
+        LoopFactors {
+            arith: ratio(dynamic.arith, static_once.arith).unwrap_or(bound),
+            ls: ratio(dynamic.ls, static_once.ls).unwrap_or(bound),
+            bound,
+        }
+    }
+
+    /// In the order of the driver's per-pipe statistics (Valhall: FMA, CVT, SFU, load/store):
+    /// the arithmetic factor for the three arithmetic pipes, the load/store one for load/store.
+    pub fn driver_pipes(&self) -> [f64; 4] {
+        [self.arith, self.arith, self.arith, self.ls]
+    }
+
+    /// Each factor at least `floor` (a kernel's loops never run its body fewer than once).
+    pub fn at_least(self, floor: f64) -> LoopFactors {
+        LoopFactors {
+            arith: self.arith.max(floor),
+            ls: self.ls.max(floor),
+            bound: self.bound.max(floor),
+        }
+    }
+}
+
 /// The IR model of one candidate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IrEstimate {
@@ -140,14 +188,15 @@ impl IrEstimate {
         self.dynamic.bound(&self.model) * self.invocations
     }
 
-    /// How many times a static per-invocation count must be taken to cover the loops.
+    /// How many times a static per-invocation count must be taken to cover the loops: the
+    /// ratio of the IR's busiest pipe (one factor for the whole kernel).
     pub fn loop_factor(&self) -> f64 {
-        let s = self.static_once.bound(&self.model);
-        if s > 0.0 {
-            self.dynamic.bound(&self.model) / s
-        } else {
-            1.0
-        }
+        LoopFactors::of(&self.static_once, &self.dynamic, &self.model).bound
+    }
+
+    /// The same per IR pipe ([`LoopFactors`]).
+    pub fn loop_factors(&self) -> LoopFactors {
+        LoopFactors::of(&self.static_once, &self.dynamic, &self.model)
     }
 
     /// The numbers stored with a ranked candidate (`ir_…`).
@@ -358,6 +407,51 @@ mod tests {
         };
         let dynamic = count(&m, Some(10.0), &cpu);
         assert_eq!(dynamic.bound(&cpu), 80.0 / 8.0 + 160.0);
+    }
+
+    #[test]
+    fn loop_factors_are_taken_per_pipe() {
+        // for j in 0..n (push) { v = x[j]; 4 arithmetic operations on it } then 3 stores after
+        // the loop: every loop once, arithmetic 4 and load/store 1 + 3 = 4; at 10 trips
+        // arithmetic 40 and load/store 10 + 3 = 13. The busier IR pipe is the arithmetic:
+        // its factor 40 / 4 = 10 is the single factor; the load/store's own is 13 / 4 = 3.25.
+        let b = KernelBuilder::new("t", [1, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
+        let n = b.push(b.push_field("n", Type::U32));
+        b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
+            let v = b.load(x, j);
+            let two = b.c_f32(2.0);
+            let _ = b.mul(b.add(b.mul(b.add(v, two), two), two), two);
+        });
+        for i in 0..3 {
+            b.store(y, b.c_u32(i), b.c_f32(0.0));
+        }
+        let m = b.finish();
+        let model = CostModel::GPU;
+        let once = count(&m, None, &model);
+        let dynamic = count(&m, Some(10.0), &model);
+        assert_eq!((once.arith, once.ls), (4.0, 4.0));
+        assert_eq!((dynamic.arith, dynamic.ls), (40.0, 13.0));
+        let f = LoopFactors::of(&once, &dynamic, &model);
+        assert_eq!(
+            f,
+            LoopFactors {
+                arith: 10.0,
+                ls: 3.25,
+                bound: 10.0
+            }
+        );
+        assert_eq!(f.driver_pipes(), [10.0, 10.0, 10.0, 3.25]);
+        // A pipe the IR sees no work of takes the bound's factor; no work at all: 1.
+        let no_ls = OpCounts { ls: 0.0, ..once };
+        assert_eq!(LoopFactors::of(&no_ls, &dynamic, &model).ls, 10.0);
+        let none = OpCounts::default();
+        assert_eq!(LoopFactors::of(&none, &none, &model).bound, 1.0);
+        assert_eq!(
+            LoopFactors::of(&none, &none, &model).at_least(1.0).arith,
+            1.0
+        );
     }
 
     #[test]
