@@ -177,7 +177,8 @@ pub struct Dispatch {
     pub cycles: f64,
     /// How many times the loops repeat what `cycles` counts once (1 without loops). Not used
     /// where `pipes` carries per-pipe loop factors (rocky's lists then keep here the factor of
-    /// the IR's busiest pipe, the single factor of earlier predictions).
+    /// the IR's busiest pipe over the same static count: one factor for every pipe, as
+    /// predictions before per-pipe factors took it).
     pub loop_factor: f64,
     /// Bytes one dispatch must move to or from DRAM at least.
     pub bytes: f64,
