@@ -5,7 +5,7 @@
 //! The model, per dispatch (all of it in [`dispatch_cost`]):
 //!
 //! ```text
-//! compute = invocations × cycles × loop_factor / cores / clock / efficiency
+//! compute = invocations × max over pipes(cycles_p × loop_factor_p) / cores / clock / efficiency
 //! memory  = bytes / bandwidth                       (a lower bound: each byte moved once)
 //! time    = max(compute, memory) + dispatch_fixed
 //! ```
@@ -15,9 +15,19 @@
 //! per-core throughput (`va_print_stats`: 64 FMA, 64 CVT, 16 SFU per cycle, the Mali-G78 figures,
 //! which the G610/G710 cores share), and reports the busiest pipe as `Cycles`. So `cycles` is
 //! core-cycles per invocation, and `invocations × cycles / cores` is the time the busiest pipe
-//! keeps the GPU. The statistic counts every loop body once: `loop_factor` (from the kernel's IR
+//! keeps the GPU. The statistic counts every loop body once: a loop factor (from the kernel's IR
 //! or the shader's known loop trips) scales it to the loops' real trip counts. Spills are in it
 //! already (spill and fill instructions are load/store instructions of the count).
+//!
+//! The loop factor is taken **per pipe** where the dispatch carries one per pipe
+//! ([`Pipes::loop_factors`]): each pipe's static count is scaled by how much of *that pipe's*
+//! work sits in the loops, and the busiest pipe is taken after the scaling. A pipe whose work is
+//! mostly outside the loops (a GEMM's output stores) grows less than one whose work is all in
+//! them; a single factor taken from the busiest IR pipe scaled the load/store count by the
+//! arithmetic's loop share, so moving load/store work out of a loop into arithmetic raised the
+//! predicted time of a load/store-bound kernel (docs/measurements/2026-12-06g-mali-gemm.md,
+//! 2026-12-06h-mali-predict.md). Without per-pipe factors (lists written before, llama.cpp's)
+//! the one `loop_factor` scales every pipe, as before.
 //!
 //! The free constants ([`Constants`]) are few on purpose: the achieved fraction of the issue
 //! rate, a fixed cost per dispatch and per submit, and the issue efficiency at half occupancy.
@@ -165,7 +175,10 @@ pub struct Dispatch {
     pub invocations: f64,
     /// The driver's `Cycles` per invocation (every loop body once).
     pub cycles: f64,
-    /// How many times the loops repeat what `cycles` counts once (1 without loops).
+    /// How many times the loops repeat what `cycles` counts once (1 without loops). Not used
+    /// where `pipes` carries per-pipe loop factors (rocky's lists then keep here the factor of
+    /// the IR's busiest pipe over the same static count: one factor for every pipe, as
+    /// predictions before per-pipe factors took it).
     pub loop_factor: f64,
     /// Bytes one dispatch must move to or from DRAM at least.
     pub bytes: f64,
@@ -175,10 +188,64 @@ pub struct Dispatch {
     pub spills: f64,
     /// Useful floating-point operations of one dispatch (for GFLOP/s).
     pub flops: f64,
-    /// The driver's per-pipe cycles per invocation (FMA, CVT, SFU, load/store), where known:
-    /// then the busiest of them, load/store at the constants' `ls_rate`, replaces `cycles`.
+    /// The driver's per-pipe cycles per invocation (FMA, CVT, SFU, load/store), where known,
+    /// with each pipe's loop factor where known: then the busiest of them (each scaled by its
+    /// loop factor, load/store at the constants' `ls_rate`) replaces `cycles × loop_factor`.
     #[serde(default)]
-    pub pipes: Option<[f64; 4]>,
+    pub pipes: Option<Pipes>,
+}
+
+/// The driver's per-pipe cycles of one invocation and how many times the loops repeat each.
+///
+/// Written as `{"cycles": [FMA, CVT, SFU, LS], "loop_factors": [...]}`; a list may also give
+/// the four cycle counts alone as an array (lists written before per-pipe loop factors, and
+/// tools/llama_predict.py's), which reads as no per-pipe factors.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PipesForm")]
+pub struct Pipes {
+    /// FMA, CVT, SFU, load/store cycles per invocation, every loop body once (Mesa's
+    /// statistics; load/store at Mesa's assumed 1 per cycle).
+    pub cycles: [f64; 4],
+    /// How many times the loops repeat each pipe's count, in the same order; `None`: the
+    /// dispatch's one `loop_factor` for every pipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_factors: Option<[f64; 4]>,
+}
+
+impl Pipes {
+    /// The four cycle counts without per-pipe loop factors.
+    pub fn cycles(cycles: [f64; 4]) -> Pipes {
+        Pipes {
+            cycles,
+            loop_factors: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PipesForm {
+    Cycles([f64; 4]),
+    Full {
+        cycles: [f64; 4],
+        #[serde(default)]
+        loop_factors: Option<[f64; 4]>,
+    },
+}
+
+impl From<PipesForm> for Pipes {
+    fn from(f: PipesForm) -> Pipes {
+        match f {
+            PipesForm::Cycles(cycles) => Pipes::cycles(cycles),
+            PipesForm::Full {
+                cycles,
+                loop_factors,
+            } => Pipes {
+                cycles,
+                loop_factors,
+            },
+        }
+    }
 }
 
 fn one() -> f64 {
@@ -186,11 +253,44 @@ fn one() -> f64 {
 }
 
 impl Dispatch {
-    /// Core-cycles per invocation at `ls_rate` (the driver's `cycles` without per-pipe figures).
+    /// Core-cycles per invocation at `ls_rate`, every loop body once (the driver's `cycles`
+    /// without per-pipe figures).
     pub fn busiest(&self, ls_rate: f64) -> f64 {
         match self.pipes {
-            Some([fma, cvt, sfu, ls]) => fma.max(cvt).max(sfu).max(ls / ls_rate.max(1e-9)),
+            Some(p) => {
+                let [fma, cvt, sfu, ls] = p.cycles;
+                fma.max(cvt).max(sfu).max(ls / ls_rate.max(1e-9))
+            }
             None => self.cycles,
+        }
+    }
+
+    /// Core-cycles per invocation at `ls_rate` over the loops' real trips: each pipe's cycles
+    /// times its own loop factor, the busiest of them (load/store divided by `ls_rate`).
+    /// Without per-pipe loop factors every pipe takes `loop_factor`, i.e.
+    /// `busiest × loop_factor`.
+    pub fn loop_cycles(&self, ls_rate: f64) -> f64 {
+        match self.pipes {
+            Some(Pipes {
+                cycles,
+                loop_factors: Some(f),
+            }) => {
+                let ls = cycles[3] * f[3] / ls_rate.max(1e-9);
+                (0..3).map(|i| cycles[i] * f[i]).fold(ls, f64::max)
+            }
+            _ => self.busiest(ls_rate) * self.loop_factor,
+        }
+    }
+
+    /// The loop factor the busiest pipe's static count is effectively scaled by:
+    /// [`Dispatch::loop_cycles`] over [`Dispatch::busiest`] (`loop_factor` without per-pipe
+    /// factors). What the prediction's table shows.
+    pub fn effective_loop_factor(&self, ls_rate: f64) -> f64 {
+        let once = self.busiest(ls_rate);
+        if once > 0.0 {
+            self.loop_cycles(ls_rate) / once
+        } else {
+            self.loop_factor
         }
     }
 }
@@ -220,8 +320,7 @@ pub fn dispatch_cost(t: &Target, c: &Constants, d: &Dispatch) -> Cost {
         _ => 1.0,
     };
     let efficiency = (c.efficiency * occupancy_eff).max(1e-9);
-    let core_cycles =
-        d.invocations * d.busiest(c.ls_rate) * d.loop_factor / f64::from(t.cores.max(1));
+    let core_cycles = d.invocations * d.loop_cycles(c.ls_rate) / f64::from(t.cores.max(1));
     let compute_s = core_cycles / t.clock_hz / efficiency;
     let memory_s = d.bytes / t.bandwidth;
     let (work, bound) = if compute_s >= memory_s {
@@ -253,6 +352,8 @@ pub struct Row {
     pub flops: f64,
     /// Driver statistics of the kernel, for the table.
     pub cycles: f64,
+    /// [`Dispatch::effective_loop_factor`]: how many times the busiest pipe's static count was
+    /// taken (per-pipe loop factors applied).
     pub loop_factor: f64,
     pub occupancy: Option<f64>,
     pub spills: f64,
@@ -310,7 +411,7 @@ pub fn predict(
                     bound: cost.bound,
                     flops: 0.0,
                     cycles: d.cycles,
-                    loop_factor: d.loop_factor,
+                    loop_factor: d.effective_loop_factor(c.ls_rate),
                     occupancy: d.occupancy,
                     spills: d.spills,
                 });
@@ -771,7 +872,7 @@ mod tests {
         let mut d = one(4.0e6, 8.0, 1.0, 0.0);
         // FMA 2, CVT 1, SFU 1, load/store 8 cycles: at rate 1 the load/store pipe (8) bounds
         // it, at rate 2 still (4), at rate 8 the FMA pipe (2).
-        d.pipes = Some([2.0, 1.0, 1.0, 8.0]);
+        d.pipes = Some(Pipes::cycles([2.0, 1.0, 1.0, 8.0]));
         let at = |r: f64| {
             let c = Constants {
                 ls_rate: r,
@@ -799,11 +900,99 @@ mod tests {
     }
 
     #[test]
+    fn each_pipe_takes_its_own_loop_factor_before_the_busiest_is_taken() {
+        // Static counts (every loop body once): FMA 10, CVT 1, SFU 12, load/store 80 cycles per
+        // invocation; at ls_rate 4 load/store is the busiest pipe (20). The IR says the
+        // arithmetic runs 40 times what the static count sees (all of it in the K loop) and
+        // the load/store 20 times (much of it, the output stores, outside the loop).
+        let t = Target::g610_mc4();
+        let c = Constants {
+            ls_rate: 4.0,
+            ..exact()
+        };
+        // 4 M invocations over 4 cores at 1 GHz: 1 ms per cycle of an invocation.
+        let mut d = one(4.0e6, 20.0, 40.0, 0.0);
+        d.pipes = Some(Pipes::cycles([10.0, 1.0, 12.0, 80.0]));
+        // The single factor (the IR's busiest pipe, arithmetic: 40) scales the busiest static
+        // pipe: 20 x 40 = 800 cycles, 800 ms.
+        let single = dispatch_cost(&t, &c, &d).compute_s;
+        assert!((single - 0.800).abs() < 1e-12, "{single}");
+        assert_eq!(d.effective_loop_factor(c.ls_rate), 40.0);
+        // Per pipe: FMA 10 x 40 = 400, CVT 40, SFU 12 x 40 = 480, load/store 80 x 20 / 4 = 400:
+        // the SFU (480 cycles, 480 ms) bounds it, not load/store.
+        d.pipes = Some(Pipes {
+            cycles: [10.0, 1.0, 12.0, 80.0],
+            loop_factors: Some([40.0, 40.0, 40.0, 20.0]),
+        });
+        let per_pipe = dispatch_cost(&t, &c, &d).compute_s;
+        assert!((per_pipe - 0.480).abs() < 1e-12, "{per_pipe}");
+        // The table's loop factor: 480 over the static busiest 20.
+        assert!((d.effective_loop_factor(c.ls_rate) - 24.0).abs() < 1e-12);
+        // And the per-pipe factors round-trip through a saved list; the four cycles alone (a
+        // list written before, or tools/llama_predict.py's) read as no per-pipe factors.
+        let json = serde_json::to_string(&d).unwrap();
+        let back: Dispatch = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, d);
+        let old = json.replace(
+            r#"{"cycles":[10.0,1.0,12.0,80.0],"loop_factors":[40.0,40.0,40.0,20.0]}"#,
+            "[10.0,1.0,12.0,80.0]",
+        );
+        assert_ne!(old, json, "{json}");
+        let old: Dispatch = serde_json::from_str(&old).unwrap();
+        assert_eq!(old.pipes, Some(Pipes::cycles([10.0, 1.0, 12.0, 80.0])));
+        assert!((dispatch_cost(&t, &c, &old).compute_s - single).abs() < 1e-12);
+    }
+
+    #[test]
+    fn moving_load_store_work_into_arithmetic_in_the_loop_is_no_longer_penalized() {
+        // The Q4_K 4x4 GEMM of docs/measurements/2026-12-06g-mali-gemm.md, m 512, 11008 x 2048:
+        // the change took two load/store instructions out of the K loop (driver LS 89 -> 87)
+        // and added arithmetic to it, so the IR's arithmetic dynamic/static ratio rose
+        // 39.82 -> 41.89 while its load/store ratio stayed 47.76 (6256 / 131). The
+        // load/store pipe is the busiest either way (87 / 3.4946 = 24.9 against SFU 10.6).
+        let t = Target::g610_mc4();
+        let c = Constants::seed_calibrated();
+        let gemm = |pipes: [f64; 4], arith: f64, ls: f64| {
+            let mut d = one(4.0e6, pipes[3], arith, 0.0);
+            d.pipes = Some(Pipes {
+                cycles: pipes,
+                loop_factors: Some([arith, arith, arith, ls]),
+            });
+            d
+        };
+        let before = gemm(
+            [7.11, 9.16, 10.75, 89.0],
+            1033.0_f64.recip() * 41136.0,
+            47.76,
+        );
+        let after = gemm(
+            [8.55, 8.06, 10.56, 87.0],
+            1118.0_f64.recip() * 46832.0,
+            47.76,
+        );
+        let time = |d: &Dispatch| dispatch_cost(&t, &c, d).compute_s;
+        // Per pipe: the load/store pipe at its own factor, so the change scales the time by
+        // the driver's own load/store ratio, 87 / 89.
+        assert!((time(&after) / time(&before) - 87.0 / 89.0).abs() < 1e-12);
+        // The single factor (arithmetic's) on the load/store count: 87 x 41.89 over 89 x 39.82
+        // = 1.028, slower.
+        let single = |d: &Dispatch| {
+            let mut d = d.clone();
+            d.pipes = Some(Pipes::cycles(d.pipes.unwrap().cycles));
+            time(&d)
+        };
+        let old_ratio = single(&after) / single(&before);
+        let expected = (87.0 * 46832.0 / 1118.0) / (89.0 * 41136.0 / 1033.0);
+        assert!((old_ratio - expected).abs() < 1e-12, "{old_ratio}");
+        assert!(old_ratio > 1.02);
+    }
+
+    #[test]
     fn fit_first_takes_the_first_constant_that_reproduces_the_figure() {
         let t = Target::g610_mc4();
         // 10 dispatches of FMA 2, load/store 8 cycles: 80 ms at ls_rate 1, efficiency 1.
         let mut d = one(4.0e6, 8.0, 1.0, 0.0);
-        d.pipes = Some([2.0, 1.0, 1.0, 8.0]);
+        d.pipes = Some(Pipes::cycles([2.0, 1.0, 1.0, 8.0]));
         d.count = 10.0;
         let list = DispatchList {
             name: "order".into(),

@@ -17,11 +17,11 @@ use rocky_compiler::templates::{self, attention, eltwise, embedding, kv_cache, r
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_engine::Model;
 use rocky_predict::{
-    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
-    FIT_ORDER,
+    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Pipes, Prediction, Target,
+    ValhallStats, FIT_ORDER,
 };
 use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
-use rocky_tuner::static_cost::{self, CostModel};
+use rocky_tuner::static_cost::{self, CostModel, LoopFactors, Unrolled};
 use rocky_tuning_db::{
     Calibration, CalibrationConstants, CalibrationTarget, DeviceFingerprint, TuningDb,
 };
@@ -601,6 +601,9 @@ struct KernelCost {
     occupancy: Option<f64>,
     spills: f64,
     from_driver: bool,
+    /// Which loops the driver's static counts are taken to have unrolled
+    /// (`static_cost::driver_static`, checked against the driver's `Loops`).
+    unrolled: Unrolled,
 }
 
 /// rocky's prefill and decode dispatch lists of `model` on the device, and the device's identity,
@@ -659,14 +662,30 @@ fn rocky_lists(
         all_driver &= k.from_driver;
         stats.insert((*w, *s), k);
     }
+    let unrolled_note = {
+        let n = |u: Unrolled| {
+            stats
+                .values()
+                .filter(|k| k.from_driver && k.unrolled == u)
+                .count()
+        };
+        format!(
+            "; loop factors per pipe over the static counts of the loops as the driver kept them \
+             (its Loops statistic matched: unroll-requested constant loops unrolled in {}, every \
+             constant loop in {} kernels; not matched, every loop once: {})",
+            n(Unrolled::Requested),
+            n(Unrolled::Constant),
+            n(Unrolled::Nothing)
+        )
+    };
     let source = match (any_driver, all_driver) {
         (true, true) => format!(
-            "driver statistics of {} ({})",
+            "driver statistics of {} ({}){unrolled_note}",
             ctx.info().name,
             ctx.info().driver.info
         ),
         (true, false) => format!(
-            "driver statistics of {} where reported, rocky's IR model elsewhere",
+            "driver statistics of {} where reported, rocky's IR model elsewhere{unrolled_note}",
             ctx.info().name
         ),
         _ => format!(
@@ -744,12 +763,18 @@ fn kernel_cost(
         Err(e) => return Err(device_error(e)),
     };
     if let Some(v) = flat.as_ref().and_then(ValhallStats::from_flat) {
+        let model = CostModel::for_device(caps);
+        let driver_loops = flat.as_ref().and_then(|f| static_cost::stat(f, "loops"));
+        let unrolled = kernel_ir(w, s).map_or(Unrolled::Nothing, |m| {
+            static_cost::driver_static(&m, &model, driver_loops).1
+        });
         return Ok(KernelCost {
             cycles: v.cycles,
             pipes: Some([v.fma, v.cvt, v.sfu, v.load_store]),
             occupancy: v.occupancy(),
             spills: v.spills,
             from_driver: true,
+            unrolled,
         });
     }
     // No driver cycles: the IR's per-invocation bound, every loop once (as a driver counts).
@@ -763,6 +788,7 @@ fn kernel_cost(
         occupancy: None,
         spills: 0.0,
         from_driver: false,
+        unrolled: Unrolled::Nothing,
     })
 }
 
@@ -853,7 +879,7 @@ fn ubatch_dispatches(
             .map(|g| g.iter().map(|&x| f64::from(x)).product::<f64>())
             .unwrap_or(1.0);
         let model = CostModel::for_device(caps);
-        let loop_factor = loop_factor(&actual, s, &model, pos0, rows);
+        let factors = loop_factors(&actual, s, &model, pos0, rows, k.unrolled);
         // The executor writes K, then V, with one KV-write kernel: two dispatches.
         let count = if matches!(w, Workload::KvWrite(_)) {
             2.0
@@ -866,12 +892,16 @@ fn ubatch_dispatches(
             count,
             invocations: groups * f64::from(threads),
             cycles: k.cycles,
-            loop_factor,
+            loop_factor: factors.bound,
             bytes: bytes_of(&actual, pos0 + rows),
             occupancy: k.occupancy,
             spills: k.spills,
             flops: actual.flops() as f64,
-            pipes: k.pipes,
+            // Each driver pipe scaled by the loop factor of the IR pipe doing its work.
+            pipes: k.pipes.map(|cycles| Pipes {
+                cycles,
+                loop_factors: Some(factors.driver_pipes()),
+            }),
         });
         // A GEMM split across the grid without the last group reducing: its reduce pass
         // reads the partial sums once and writes the output (memory and a dispatch).
@@ -932,14 +962,29 @@ fn with_rows(w: &Workload, full: u32, rows: u32, kv: u32) -> Workload {
     w
 }
 
-/// How many times the loops repeat what a static count sees once.
-fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows: usize) -> f64 {
-    if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {
-        return static_cost::ir_estimate(gw, gs, *model).loop_factor();
-    }
+/// How many times the loops repeat what the driver's static count sees once, per IR pipe: the
+/// IR's dynamic counts over its static counts with `unrolled`'s loops at their trips (the
+/// driver counts a loop it unrolled once per trip).
+fn loop_factors(
+    w: &Workload,
+    s: &Schedule,
+    model: &CostModel,
+    pos0: usize,
+    rows: usize,
+    unrolled: Unrolled,
+) -> LoopFactors {
     let Some(module) = kernel_ir(w, s) else {
-        return 1.0;
+        return LoopFactors {
+            arith: 1.0,
+            ls: 1.0,
+            bound: 1.0,
+        };
     };
+    let once = static_cost::count_compiled(&module, unrolled, model).0;
+    if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {
+        let dynamic = static_cost::ir_estimate(gw, gs, *model).dynamic;
+        return LoopFactors::of(&once, &dynamic, model);
+    }
     // The only loops with bounds read at run time are attention's key blocks: a workgroup of
     // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
     let dynamic = match (w, s) {
@@ -951,13 +996,8 @@ fn loop_factor(w: &Workload, s: &Schedule, model: &CostModel, pos0: usize, rows:
         }
         _ => 1.0,
     };
-    let once = static_cost::count(&module, None, model).bound(model);
-    let all = static_cost::count(&module, Some(dynamic), model).bound(model);
-    if once > 0.0 {
-        (all / once).max(1.0)
-    } else {
-        1.0
-    }
+    let all = static_cost::count(&module, Some(dynamic), model);
+    LoopFactors::of(&once, &all, model).at_least(1.0)
 }
 
 /// Bytes a dispatch must move at least: its weights, inputs and outputs once.
@@ -1004,6 +1044,7 @@ fn merge(ds: Vec<Dispatch>) -> Vec<Dispatch> {
                 && o.loop_factor == d.loop_factor
                 && o.bytes == d.bytes
                 && o.cycles == d.cycles
+                && o.pipes == d.pipes
         }) {
             Some(o) => o.count += d.count,
             None => out.push(d),

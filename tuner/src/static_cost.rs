@@ -22,7 +22,7 @@
 //! ranking only. How well they predict measured times is measured in
 //! docs/measurements/2026-12-04-static-ranking.md.
 
-use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt};
+use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt, Unroll};
 use rocky_compiler::templates::gemm::interface::dispatch_grid;
 use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
 use rocky_compiler::DeviceCaps;
@@ -123,6 +123,54 @@ impl OpCounts {
     }
 }
 
+/// How many times a static per-invocation count (every loop body once, as a driver's
+/// statistics count) must be taken to cover the loops: each its dynamic over its static count.
+///
+/// Per IR pipe, because the loops do not hold the same share of every pipe's work: a GEMM's K
+/// loop holds nearly all its arithmetic but not its output stores, so its load/store count
+/// grows by another factor than its arithmetic. A driver statistic of a pipe is scaled by the
+/// factor of the IR pipe that does that work ([`LoopFactors::driver_pipes`]); `bound` is the
+/// single factor of earlier predictions, the busiest IR pipe's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoopFactors {
+    /// Arithmetic lane-operations, dynamic over static.
+    pub arith: f64,
+    /// Load/store issues and barriers, dynamic over static.
+    pub ls: f64,
+    /// Of [`OpCounts::bound`] (the busier IR pipe): [`IrEstimate::loop_factor`].
+    pub bound: f64,
+}
+
+impl LoopFactors {
+    /// From the two counts of one kernel. A pipe with no static operations takes `bound`
+    /// (the IR sees none of its work, so it knows no better), and `bound` is 1 where the
+    /// kernel has no operations at all.
+    pub fn of(static_once: &OpCounts, dynamic: &OpCounts, model: &CostModel) -> LoopFactors {
+        let ratio = |d: f64, s: f64| (s > 0.0).then(|| d / s);
+        let bound = ratio(dynamic.bound(model), static_once.bound(model)).unwrap_or(1.0);
+        LoopFactors {
+            arith: ratio(dynamic.arith, static_once.arith).unwrap_or(bound),
+            ls: ratio(dynamic.ls, static_once.ls).unwrap_or(bound),
+            bound,
+        }
+    }
+
+    /// In the order of the driver's per-pipe statistics (Valhall: FMA, CVT, SFU, load/store):
+    /// the arithmetic factor for the three arithmetic pipes, the load/store one for load/store.
+    pub fn driver_pipes(&self) -> [f64; 4] {
+        [self.arith, self.arith, self.arith, self.ls]
+    }
+
+    /// Each factor at least `floor` (a kernel's loops never run its body fewer than once).
+    pub fn at_least(self, floor: f64) -> LoopFactors {
+        LoopFactors {
+            arith: self.arith.max(floor),
+            ls: self.ls.max(floor),
+            bound: self.bound.max(floor),
+        }
+    }
+}
+
 /// The IR model of one candidate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IrEstimate {
@@ -140,14 +188,15 @@ impl IrEstimate {
         self.dynamic.bound(&self.model) * self.invocations
     }
 
-    /// How many times a static per-invocation count must be taken to cover the loops.
+    /// How many times a static per-invocation count must be taken to cover the loops: the
+    /// ratio of the IR's busiest pipe (one factor for the whole kernel).
     pub fn loop_factor(&self) -> f64 {
-        let s = self.static_once.bound(&self.model);
-        if s > 0.0 {
-            self.dynamic.bound(&self.model) / s
-        } else {
-            1.0
-        }
+        LoopFactors::of(&self.static_once, &self.dynamic, &self.model).bound
+    }
+
+    /// The same per IR pipe ([`LoopFactors`]).
+    pub fn loop_factors(&self) -> LoopFactors {
+        LoopFactors::of(&self.static_once, &self.dynamic, &self.model)
     }
 
     /// The numbers stored with a ranked candidate (`ir_…`).
@@ -186,6 +235,43 @@ pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule, model: CostModel) -> IrEs
 /// Per-invocation counts of `module`: loops with constant bounds weighted by their trips and
 /// any other loop by `dynamic_trips`; with `None` every loop body once.
 pub fn count(module: &Module, dynamic_trips: Option<f64>, model: &CostModel) -> OpCounts {
+    count_block(
+        &module.body,
+        &constants(module),
+        Weighting::Trips(dynamic_trips),
+        model,
+    )
+    .0
+}
+
+/// Which loops a driver is taken to unroll, and so to count at their trips in its static
+/// statistics (which count every loop it keeps once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unrolled {
+    /// None: every loop body once (`count(m, None, …)`).
+    Nothing,
+    /// The loops with constant bounds that ask to be unrolled (`Unroll::Hint`, SPIR-V
+    /// `LoopControl::Unroll`).
+    Requested,
+    /// Every loop with constant bounds that does not ask to stay a loop (`Unroll::Never`).
+    Constant,
+}
+
+/// Per-invocation counts as a driver's static statistics see them if it unrolls `unrolled`'s
+/// loops (each at its trips) and keeps the others (each body once), with the number of loops
+/// the compiled code keeps (what Valhall's `Loops` statistic counts; a kept loop inside an
+/// unrolled one is kept once per trip).
+pub fn count_compiled(module: &Module, unrolled: Unrolled, model: &CostModel) -> (OpCounts, f64) {
+    count_block(
+        &module.body,
+        &constants(module),
+        Weighting::Compiled(unrolled),
+        model,
+    )
+}
+
+/// The values of `module`'s constants by id.
+fn constants(module: &Module) -> HashMap<u32, u32> {
     let mut consts: HashMap<u32, u32> = HashMap::new();
     module.walk(&mut |stmt| {
         if let Stmt::Let {
@@ -197,16 +283,27 @@ pub fn count(module: &Module, dynamic_trips: Option<f64>, model: &CostModel) -> 
             consts.insert(result.id(), *bits);
         }
     });
-    count_block(&module.body, &consts, dynamic_trips, model)
+    consts
 }
 
+/// How [`count_block`] weights a loop body.
+#[derive(Clone, Copy)]
+enum Weighting {
+    /// [`count`]'s: constant bounds at their trips and others at the given trips; `None`: once.
+    Trips(Option<f64>),
+    /// [`count_compiled`]'s.
+    Compiled(Unrolled),
+}
+
+/// The counts of `block` and the loops it keeps (see [`count_compiled`]).
 fn count_block(
     block: &Block,
     consts: &HashMap<u32, u32>,
-    dynamic: Option<f64>,
+    weighting: Weighting,
     model: &CostModel,
-) -> OpCounts {
+) -> (OpCounts, f64) {
     let mut c = OpCounts::default();
+    let mut loops = 0.0;
     for stmt in &block.0 {
         match stmt {
             Stmt::Let { result, expr, .. } => c.add(expr_cost(expr, result.ty, model), 1.0),
@@ -224,29 +321,47 @@ fn count_block(
                 else_body,
                 ..
             } => {
-                c.add(count_block(then_body, consts, dynamic, model), 1.0);
-                c.add(count_block(else_body, consts, dynamic, model), 1.0);
+                for body in [then_body, else_body] {
+                    let (inner, inner_loops) = count_block(body, consts, weighting, model);
+                    c.add(inner, 1.0);
+                    loops += inner_loops;
+                }
             }
             Stmt::For {
                 start,
                 end,
                 step,
+                unroll,
                 body,
                 ..
             } => {
-                let trips = match (consts.get(&start.id()), consts.get(&end.id()), dynamic) {
-                    (_, _, None) => 1.0,
-                    (Some(&a), Some(&b), Some(_)) => {
-                        f64::from(b.saturating_sub(a).div_ceil((*step).max(1)))
+                let constant = match (consts.get(&start.id()), consts.get(&end.id())) {
+                    (Some(&a), Some(&b)) => {
+                        Some(f64::from(b.saturating_sub(a).div_ceil((*step).max(1))))
                     }
-                    (_, _, Some(t)) => t,
+                    _ => None,
                 };
-                c.add(count_block(body, consts, dynamic, model), trips);
+                let unrolled = |u: Unrolled| match u {
+                    Unrolled::Nothing => false,
+                    Unrolled::Requested => *unroll == Unroll::Hint,
+                    Unrolled::Constant => *unroll != Unroll::Never,
+                };
+                // (trips the body counts, whether the loop stays a loop)
+                let (trips, kept) = match (weighting, constant) {
+                    (Weighting::Trips(None), _) => (1.0, true),
+                    (Weighting::Trips(Some(_)), Some(n)) => (n, true),
+                    (Weighting::Trips(Some(t)), None) => (t, true),
+                    (Weighting::Compiled(u), Some(n)) if unrolled(u) => (n, false),
+                    (Weighting::Compiled(_), _) => (1.0, true),
+                };
+                let (inner, inner_loops) = count_block(body, consts, weighting, model);
+                c.add(inner, trips);
+                loops += inner_loops * trips + if kept { 1.0 } else { 0.0 };
             }
             Stmt::Barrier | Stmt::DeviceMemoryBarrier | Stmt::PollAtLeast { .. } => c.ls += 1.0,
         }
     }
-    c
+    (c, loops)
 }
 
 fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type, model: &CostModel) -> OpCounts {
@@ -295,6 +410,31 @@ fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type, model: &CostModel) -> Op
         Expr::BitFieldExtract { .. } => arith(lanes),
         Expr::Subgroup { .. } => arith(2.0 * lanes),
     }
+}
+
+/// The static counts a driver's statistics are taken to hold, and which loops that takes as
+/// unrolled: the first of [`Unrolled::Requested`] and [`Unrolled::Constant`] that keeps as many
+/// loops as the driver reports (`driver_loops`, Valhall's `Loops`), else every loop once
+/// ([`Unrolled::Nothing`]: how the driver compiled the loops is not known).
+///
+/// A driver that unrolls a loop counts its body once per trip in its static statistics, so a
+/// loop factor (dynamic over static) whose static count has that loop once counts its trips
+/// twice (docs/measurements/2026-12-06h-mali-predict.md: the Q4_K GEMM's constant loops inside
+/// its K loop, `Loops: 1`).
+pub fn driver_static(
+    module: &Module,
+    model: &CostModel,
+    driver_loops: Option<f64>,
+) -> (OpCounts, Unrolled) {
+    if let Some(n) = driver_loops {
+        for u in [Unrolled::Requested, Unrolled::Constant] {
+            let (c, kept) = count_compiled(module, u, model);
+            if kept == n {
+                return (c, u);
+            }
+        }
+    }
+    (count(module, None, model), Unrolled::Nothing)
 }
 
 /// The driver's statistic named like `name` (case-insensitive, exact or as a prefix of a
@@ -358,6 +498,123 @@ mod tests {
         };
         let dynamic = count(&m, Some(10.0), &cpu);
         assert_eq!(dynamic.bound(&cpu), 80.0 / 8.0 + 160.0);
+    }
+
+    #[test]
+    fn loop_factors_are_taken_per_pipe() {
+        // for j in 0..n (push) { v = x[j]; 4 arithmetic operations on it } then 3 stores after
+        // the loop: every loop once, arithmetic 4 and load/store 1 + 3 = 4; at 10 trips
+        // arithmetic 40 and load/store 10 + 3 = 13. The busier IR pipe is the arithmetic:
+        // its factor 40 / 4 = 10 is the single factor; the load/store's own is 13 / 4 = 3.25.
+        let b = KernelBuilder::new("t", [1, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
+        let n = b.push(b.push_field("n", Type::U32));
+        b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
+            let v = b.load(x, j);
+            let two = b.c_f32(2.0);
+            let _ = b.mul(b.add(b.mul(b.add(v, two), two), two), two);
+        });
+        for i in 0..3 {
+            b.store(y, b.c_u32(i), b.c_f32(0.0));
+        }
+        let m = b.finish();
+        let model = CostModel::GPU;
+        let once = count(&m, None, &model);
+        let dynamic = count(&m, Some(10.0), &model);
+        assert_eq!((once.arith, once.ls), (4.0, 4.0));
+        assert_eq!((dynamic.arith, dynamic.ls), (40.0, 13.0));
+        let f = LoopFactors::of(&once, &dynamic, &model);
+        assert_eq!(
+            f,
+            LoopFactors {
+                arith: 10.0,
+                ls: 3.25,
+                bound: 10.0
+            }
+        );
+        assert_eq!(f.driver_pipes(), [10.0, 10.0, 10.0, 3.25]);
+        // A pipe the IR sees no work of takes the bound's factor; no work at all: 1.
+        let no_ls = OpCounts { ls: 0.0, ..once };
+        assert_eq!(LoopFactors::of(&no_ls, &dynamic, &model).ls, 10.0);
+        let none = OpCounts::default();
+        assert_eq!(LoopFactors::of(&none, &none, &model).bound, 1.0);
+        assert_eq!(
+            LoopFactors::of(&none, &none, &model).at_least(1.0).arith,
+            1.0
+        );
+    }
+
+    #[test]
+    fn static_counts_follow_the_loops_the_driver_kept() {
+        // for j in 0..n (push, a kept loop) { v = x[j]; for i in 0..4 (asks to unroll) {
+        // y[i] = v * 2 } }, then for 0..2 (constant, no hint) { 1 + 1 } and for 0..3 (never
+        // unroll) { x[i] }.
+        let b = KernelBuilder::new("t", [1, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
+        let n = b.push(b.push_field("n", Type::U32));
+        b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
+            let v = b.load(x, j);
+            b.for_range(b.c_u32(0), b.c_u32(4), 1, Unroll::Hint, |i| {
+                b.store(y, i, b.mul(v, b.c_f32(2.0)));
+            });
+        });
+        b.for_range(b.c_u32(0), b.c_u32(2), 1, Unroll::Auto, |_| {
+            let _ = b.add(b.c_f32(1.0), b.c_f32(1.0));
+        });
+        b.for_range(b.c_u32(0), b.c_u32(3), 1, Unroll::Never, |i| {
+            let _ = b.load(x, i);
+        });
+        let m = b.finish();
+        let model = CostModel::GPU;
+        let at = |u| {
+            let (c, loops) = count_compiled(&m, u, &model);
+            (c.arith, c.ls, loops)
+        };
+        // Every loop once: arithmetic 1 + 1, load/store 1 + 1 + 1; 4 loops.
+        assert_eq!(at(Unrolled::Nothing), (2.0, 3.0, 4.0));
+        assert_eq!(
+            (count(&m, None, &model).arith, count(&m, None, &model).ls),
+            (2.0, 3.0)
+        );
+        // The hinted loop unrolled: arithmetic 4 + 1, load/store 1 + 4 + 1; 3 loops kept.
+        assert_eq!(at(Unrolled::Requested), (5.0, 6.0, 3.0));
+        // Every constant loop but the never-unroll one: arithmetic 4 + 2; 2 loops kept.
+        assert_eq!(at(Unrolled::Constant), (6.0, 6.0, 2.0));
+        // The driver's Loops statistic picks the reading that keeps as many loops; none
+        // matches, or no statistic: every loop once.
+        assert_eq!(driver_static(&m, &model, Some(3.0)).1, Unrolled::Requested);
+        assert_eq!(driver_static(&m, &model, Some(2.0)).1, Unrolled::Constant);
+        assert_eq!(driver_static(&m, &model, Some(1.0)).1, Unrolled::Nothing);
+        assert_eq!(driver_static(&m, &model, None).1, Unrolled::Nothing);
+        // At 10 trips of the kept loop: arithmetic 10 x 4 + 2 = 42, load/store 10 x 5 + 3 = 53.
+        // Over the counts with the hinted loop unrolled the factors are 42 / 5 and 53 / 6; over
+        // every loop once they would count the unrolled loop's 4 trips twice (21, 17.7).
+        let dynamic = count(&m, Some(10.0), &model);
+        assert_eq!((dynamic.arith, dynamic.ls), (42.0, 53.0));
+        let (compiled, _) = driver_static(&m, &model, Some(3.0));
+        let f = LoopFactors::of(&compiled, &dynamic, &model);
+        assert!(
+            (f.arith - 8.4).abs() < 1e-12 && (f.ls - 53.0 / 6.0).abs() < 1e-12,
+            "{f:?}"
+        );
+        // A loop kept inside an unrolled one is kept once per trip.
+        let b = KernelBuilder::new("t", [1, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let n = b.push(b.push_field("n", Type::U32));
+        b.for_range(b.c_u32(0), b.c_u32(2), 1, Unroll::Hint, |_| {
+            b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
+                let _ = b.load(x, j);
+            });
+        });
+        let nested = b.finish();
+        assert_eq!(count_compiled(&nested, Unrolled::Requested, &model).1, 2.0);
+        assert_eq!(count_compiled(&nested, Unrolled::Nothing, &model).1, 2.0);
+        assert_eq!(
+            count_compiled(&nested, Unrolled::Requested, &model).0.ls,
+            2.0
+        );
     }
 
     #[test]
