@@ -15,6 +15,11 @@ use std::process::{Command, Output};
 /// does not exist. Without `--cpu`, on the GPU path, named (`--device auto`): where the only
 /// Vulkan device is a CPU implementation (lavapipe in CI) the default is rocky's CPU path.
 fn rocky(args: &[&str]) -> Output {
+    rocky_with_env(args, &[])
+}
+
+/// [`rocky`] with more environment variables set.
+fn rocky_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     let dir = std::env::temp_dir().join(format!(
         "rocky-cli-generate-{}-{:?}",
         std::process::id(),
@@ -31,6 +36,7 @@ fn rocky(args: &[&str]) -> Output {
         })
         .env("XDG_RUNTIME_DIR", &dir)
         .env("ROCKY_DB", dir.join("none.sled"))
+        .envs(vars.iter().copied())
         .output()
         .expect("rocky runs");
     let _ = std::fs::remove_dir_all(&dir);
@@ -86,6 +92,20 @@ fn stdout_is_the_text_of_the_generated_tokens_and_gpu_agrees_with_cpu() {
     );
     assert!(gpu_json["decode_dispatches_per_step"].as_f64().unwrap() >= 1.0);
     assert!(cpu_json["decode_step_ms"].is_null());
+    // Barriers by default on a CPU driver, and said why; nothing on the CPU path.
+    assert_eq!(gpu_json["decode_ordered_by"], "barriers");
+    assert!(gpu_json["decode_barriers_because"].is_string());
+    assert!(cpu_json["decode_ordered_by"].is_null());
+
+    // The replayed steps ordered by counters instead (rocky_compiler::ir::chain): the same
+    // tokens, and still counters at the end (no wait gave up).
+    let chained = json(&rocky_with_env(
+        &[&[m, "--json"][..], &args].concat(),
+        &[("ROCKY_DECODE_CHAIN", "1")],
+    ));
+    assert_eq!(chained["decode_ordered_by"], "counters", "{chained}");
+    assert!(chained["decode_barriers_because"].is_null());
+    assert_eq!(chained["token_ids"], gpu_json["token_ids"]);
 
     // Streamed: exactly the tokens' text, with the timings on stderr only.
     let streamed = rocky(&[&[m][..], &args].concat());

@@ -138,6 +138,9 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(why) = &cpu_instead {
         gpu::note_cpu_path(why);
     }
+    // How the GPU's replayed decode steps were ordered: `None` on the CPU path, else
+    // `Ok(())` for counters, `Err(why)` for barriers.
+    let mut decode_order: Option<Result<(), String>> = None;
     let (generation, backend, ubatch, decode_time, profile) = if args.cpu || cpu_instead.is_some() {
         let mut ev = model.cpu_evaluator_options(n_ctx, args.gpu.reference_options());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
@@ -154,6 +157,7 @@ pub fn run(args: Args) -> CmdResult {
         let ubatch = (session.ubatch(), session.ubatch_origin().as_str());
         let g = generate(&mut session, tokenizer, end, &ids, &options, &mut on_text);
         let profile = args.profile.then(|| session.decode_profile_table());
+        decode_order = Some(session.decode_chain_off().map_or(Ok(()), Err));
         (g, "gpu", Some(ubatch), Some(session.decode_time()), profile)
     };
     let generation = generation.map_err(generate_error)?;
@@ -189,6 +193,12 @@ pub fn run(args: Args) -> CmdResult {
                 .map(|&(name, ms)| (name.to_string(), json!(ms)))
                 .collect::<serde_json::Map<_, _>>()),
             "decode_dispatches_per_step": decode_time.and_then(|t| t.dispatches_per_step()),
+            // Replayed steps ordered by counters on the GPU or by pipeline barriers (and why).
+            "decode_ordered_by": decode_order.as_ref().map(|o| match o {
+                Ok(()) => "counters",
+                Err(_) => "barriers",
+            }),
+            "decode_barriers_because": decode_order.and_then(|o| o.err()),
             "decode_profile_per_step": profile,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
