@@ -214,21 +214,38 @@ impl<'a> Recorder<'a> {
         unsafe {
             let device = &self.parts.cb.shared.device;
             let cb = self.parts.cb.raw;
-            device.cmd_fill_buffer(cb, counters.buffer.raw, counters.offset, counters.size, 0);
-            let barrier = vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
-            device.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER,
+            let barrier = |src_stage, src_access, dst_stage, dst_access| {
+                let b = vk::MemoryBarrier::default()
+                    .src_access_mask(src_access)
+                    .dst_access_mask(dst_access);
+                device.cmd_pipeline_barrier(
+                    cb,
+                    src_stage,
+                    dst_stage,
+                    vk::DependencyFlags::empty(),
+                    &[b],
+                    &[],
+                    &[],
+                );
+            };
+            let shader = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+            // The fill after every earlier shader's use of the counters (an earlier command
+            // buffer of the same replay may still be polling them), the kernels after the fill.
+            barrier(
                 vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::DependencyFlags::empty(),
-                &[barrier],
-                &[],
-                &[],
+                shader,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::TRANSFER_WRITE,
+            );
+            device.cmd_fill_buffer(cb, counters.buffer.raw, counters.offset, counters.size, 0);
+            barrier(
+                vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::TRANSFER_WRITE,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                shader,
             );
         }
-        self.barriers += 1;
+        self.barriers += 2;
         self.levels.clear();
         self.chain = Some(ChainCounters {
             capacity: (counters.size / 4) as u32,
@@ -250,8 +267,7 @@ impl<'a> Recorder<'a> {
         push_constants: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
-        let twin = self.chain.is_some().then_some(twin);
-        self.dispatch_inner(plain, twin, bindings, push_constants, groups, None)
+        self.dispatch_inner(plain, Some(twin), bindings, push_constants, groups, None)
     }
 
     fn dispatch_inner(
@@ -346,8 +362,9 @@ impl<'a> Recorder<'a> {
 
         let level = self.levels.place(&accesses);
 
-        // A twin binds the counters after the kernel's own buffers (its last binding).
-        let chain_range = match (twin, &self.chain) {
+        // A twin (where counters order this recording) binds the counters after the kernel's
+        // own buffers (its last binding).
+        let chain = match (twin, &self.chain) {
             (Some(t), Some(c)) => {
                 let expect = meta.bindings.len() + 1;
                 if t.meta().bindings.len() != expect
@@ -359,16 +376,16 @@ impl<'a> Recorder<'a> {
                         t.meta().name
                     ));
                 }
-                Some(c.counters)
+                Some((t, c.counters))
             }
             _ => None,
         };
-        let bound = match twin.filter(|_| chain_range.is_some()) {
-            Some(t) => t,
-            None => pipeline,
-        };
-        let all_bindings: Vec<BufferRange<'a>> =
-            bindings.iter().copied().chain(chain_range).collect();
+        let bound = chain.map_or(pipeline, |(t, _)| t);
+        let all_bindings: Vec<BufferRange<'a>> = bindings
+            .iter()
+            .copied()
+            .chain(chain.map(|(_, counters)| counters))
+            .collect();
         let set = self
             .parts
             .descriptors
@@ -402,7 +419,7 @@ impl<'a> Recorder<'a> {
                 .device
                 .update_descriptor_sets(&writes, &[])
         };
-        let chained = chain_range.is_some();
+        let chained = chain.is_some();
         let mut push_constants = push_constants.to_vec();
         if chained {
             push_constants.extend([0u8; 12]);
@@ -495,22 +512,32 @@ impl<'a> Recorder<'a> {
         let Some(chain) = &mut self.chain else {
             return waits;
         };
-        // Levels in order: (first index, end index, all chained, workgroups).
-        let mut levels: Vec<(usize, usize, bool, u64)> = Vec::new();
+        /// One level of `pending`: its dispatches `range`, whether all are chained, and the
+        /// workgroups they run.
+        struct Level {
+            range: std::ops::Range<usize>,
+            all_chained: bool,
+            workgroups: u64,
+        }
+        let mut levels: Vec<Level> = Vec::new();
         for (i, p) in pending.iter().enumerate() {
             let groups = p.groups.iter().map(|&g| u64::from(g)).product::<u64>();
             match levels.last_mut() {
-                Some(l) if pending[l.0].level == p.level => {
-                    l.1 = i + 1;
-                    l.2 &= p.chained;
-                    l.3 += groups;
+                Some(l) if pending[l.range.start].level == p.level => {
+                    l.range.end = i + 1;
+                    l.all_chained &= p.chained;
+                    l.workgroups += groups;
                 }
-                _ => levels.push((i, i + 1, p.chained, groups)),
+                _ => levels.push(Level {
+                    range: i..i + 1,
+                    all_chained: p.chained,
+                    workgroups: groups,
+                }),
             }
         }
         let mut before: Option<(u32, u64)> = None;
-        for (start, end, all_chained, workgroups) in levels {
-            let counter = (all_chained && chain.next < chain.capacity).then(|| {
+        for level in levels {
+            let counter = (level.all_chained && chain.next < chain.capacity).then(|| {
                 chain.next += 1;
                 chain.next - 1
             });
@@ -518,7 +545,7 @@ impl<'a> Recorder<'a> {
                 (Some((c, n)), Some(_)) if n <= u64::from(u32::MAX) => Some((c, n as u32)),
                 _ => None,
             };
-            for i in start..end {
+            for i in level.range {
                 waits[i] = wait.is_some();
                 let p = &mut pending[i];
                 if !p.chained {
@@ -532,7 +559,7 @@ impl<'a> Recorder<'a> {
                         .copy_from_slice(&w.to_le_bytes());
                 }
             }
-            before = counter.map(|c| (c, workgroups));
+            before = counter.map(|c| (c, level.workgroups));
         }
         waits
     }

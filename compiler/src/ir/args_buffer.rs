@@ -13,7 +13,7 @@
 //! load of word `i` of the new binding (through a bitcast for f32 fields). Every invocation
 //! reads the same word, so what was uniform stays uniform.
 
-use super::{Access, BufferDecl, Expr, Module, Scalar, Stmt, Type, Value};
+use super::{Access, Expr, Module, Scalar, Stmt, Type, Value};
 
 /// The name of the binding that holds the former push constants.
 pub const ARGS_BINDING_NAME: &str = "args";
@@ -27,20 +27,7 @@ pub fn push_constants_from_buffer(module: &Module) -> Module {
         return module.clone();
     }
     let mut out = module.clone();
-    let binding = module
-        .buffers
-        .iter()
-        .map(|b| b.binding + 1)
-        .max()
-        .unwrap_or(0);
-    let args = out.buffers.len() as u32;
-    out.buffers.push(BufferDecl {
-        binding,
-        name: ARGS_BINDING_NAME.into(),
-        elem: Type::U32,
-        access: Access::ReadOnly,
-        coherent: false,
-    });
+    let args = out.add_u32_buffer_last(ARGS_BINDING_NAME, Access::ReadOnly, false);
     let field_types: Vec<Type> = module.push.iter().map(|p| p.ty).collect();
     out.push.clear();
     out.name = format!("{}.args", module.name);

@@ -29,7 +29,7 @@
 //! A CPU implementation (lavapipe) runs dispatches one after another: every wait is satisfied
 //! at its first read.
 
-use super::{Access, BinaryOp, BufferDecl, Builtin, Expr, Module, PushDecl, Stmt, Type, Value};
+use super::{Access, BinaryOp, Builtin, Expr, Module, PushDecl, Stmt, Type, Value};
 use super::{Block, VarDecl};
 
 /// The name of the counters binding a chained kernel adds.
@@ -54,20 +54,7 @@ pub fn ordered_by_counters(module: &Module) -> Module {
     for b in &mut out.buffers {
         b.coherent = true;
     }
-    let binding = module
-        .buffers
-        .iter()
-        .map(|b| b.binding + 1)
-        .max()
-        .unwrap_or(0);
-    let chain = out.buffers.len() as u32;
-    out.buffers.push(BufferDecl {
-        binding,
-        name: CHAIN_BINDING_NAME.into(),
-        elem: Type::U32,
-        access: Access::ReadWrite,
-        coherent: true,
-    });
+    let chain = out.add_u32_buffer_last(CHAIN_BINDING_NAME, Access::ReadWrite, true);
     let first_push = out.push.len() as u32;
     for name in [
         "chain_wait_counter",

@@ -421,6 +421,31 @@ pub struct Module {
 }
 
 impl Module {
+    /// Declares one more u32 storage buffer, at the binding after the module's last one (what
+    /// rewrites that add a binding use: `args_buffer`, `chain`); returns its index among the
+    /// module's buffers.
+    pub(crate) fn add_u32_buffer_last(
+        &mut self,
+        name: &str,
+        access: Access,
+        coherent: bool,
+    ) -> u32 {
+        let binding = self
+            .buffers
+            .iter()
+            .map(|b| b.binding + 1)
+            .max()
+            .unwrap_or(0);
+        self.buffers.push(BufferDecl {
+            binding,
+            name: name.into(),
+            elem: Type::U32,
+            access,
+            coherent,
+        });
+        self.buffers.len() as u32 - 1
+    }
+
     /// Bytes of workgroup memory the module declares.
     pub fn shared_bytes(&self) -> u32 {
         self.shared
