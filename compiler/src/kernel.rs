@@ -89,17 +89,23 @@ impl CompiledKernel {
     /// The same kernel ordered by counters instead of pipeline barriers
     /// (`ir::chain::ordered_by_counters`): one more binding (`chain`, last) and three more
     /// push-constant words. `None` where the kernel keeps no source.
-    pub fn chained(&self) -> Option<Result<CompiledKernel, crate::Refusal>> {
-        self.source.as_deref().map(KernelSource::chained)
+    pub fn chained(
+        &self,
+        model_data: crate::ir::chain::ModelData,
+    ) -> Option<Result<CompiledKernel, crate::Refusal>> {
+        self.source.as_deref().map(|s| s.chained(model_data))
     }
 }
 
 impl KernelSource {
     /// The kernel compiled from this source ordered by counters (see
     /// [`CompiledKernel::chained`]).
-    pub fn chained(&self) -> Result<CompiledKernel, crate::Refusal> {
+    pub fn chained(
+        &self,
+        model_data: crate::ir::chain::ModelData,
+    ) -> Result<CompiledKernel, crate::Refusal> {
         crate::templates::compile(
-            &crate::ir::chain::ordered_by_counters(&self.module),
+            &crate::ir::chain::ordered_by_counters(&self.module, model_data),
             &self.caps,
         )
     }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{desktop_vk12, mali_vk12, require_spirv_val, spirv_dis, spirv_val};
-use rocky_compiler::ir::chain::{CHAIN_BINDING_NAME, CHAIN_PUSH_WORDS};
+use rocky_compiler::ir::chain::{ModelData, CHAIN_BINDING_NAME, CHAIN_PUSH_WORDS};
 use rocky_compiler::templates::attention::{self, combine::instantiate_combine};
 use rocky_compiler::templates::gemm::{ActType, Epilogue, GemmWorkload};
 use rocky_compiler::templates::{instantiate_with_args, reads_position};
@@ -61,7 +61,7 @@ fn workloads() -> Vec<Workload> {
 
 fn check(label: &str, plain: &CompiledKernel) -> Result<(), String> {
     let chained = plain
-        .chained()
+        .chained(ModelData::Cached)
         .ok_or_else(|| format!("{label}: no source to chain"))?
         .map_err(|r| format!("{label}: refused: {r}"))?;
     let (p, c) = (&plain.meta, &chained.meta);

@@ -58,12 +58,13 @@ impl ComputePipeline {
         let Some(source) = &self.source else {
             return Ok(None);
         };
-        let kernel = source
-            .chained()
-            .map_err(|r| RuntimeError::InvalidDispatch {
-                kernel: self.meta.name.clone(),
-                reason: format!("its counter-ordered form was refused: {r}"),
-            })?;
+        let kernel =
+            source
+                .chained(chain_model_data())
+                .map_err(|r| RuntimeError::InvalidDispatch {
+                    kernel: self.meta.name.clone(),
+                    reason: format!("its counter-ordered form was refused: {r}"),
+                })?;
         let twin = ComputePipeline::from_kernel(ctx, cache, &kernel)?;
         // Two threads building at once: the loser's twin is dropped, the winner's kept.
         let _ = self.chained.set(Box::new(twin));
@@ -307,4 +308,16 @@ fn check_fits(ctx: &Context, spirv: &[u32], meta: &KernelMeta) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// DIAGNOSTIC ONLY: `ROCKY_DIAG_CHAIN_COHERENT_MODEL=1` makes the counter-ordered kernels
+/// read the model's weights through coherent loads too (the first form of the chain), for an
+/// A/B measurement of what coherence costs the weight stream. Unset: the weights keep the
+/// cached path, which is correct because no dispatch writes them.
+fn chain_model_data() -> rocky_compiler::ir::chain::ModelData {
+    use rocky_compiler::ir::chain::ModelData;
+    match std::env::var("ROCKY_DIAG_CHAIN_COHERENT_MODEL").as_deref() {
+        Ok("1") => ModelData::Coherent,
+        _ => ModelData::Cached,
+    }
 }

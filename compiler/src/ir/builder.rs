@@ -58,6 +58,15 @@ impl KernelBuilder {
         self.declare_buffer(binding, name, elem, access, false)
     }
 
+    /// Declares a read-only storage buffer of the model's own data (weights, biases, norm
+    /// weights, RoPE frequencies, embedding tables), which no kernel writes (see
+    /// `BufferDecl::model_constant`).
+    pub fn model_buffer(&self, binding: u32, name: &str, elem: Type) -> Buffer {
+        let buffer = self.declare_buffer(binding, name, elem, Access::ReadOnly, false);
+        self.state.borrow_mut().module.buffers[buffer.id as usize].model_constant = true;
+        buffer
+    }
+
     /// Declares a read-write storage buffer that workgroups of one dispatch hand data
     /// through (see `BufferDecl::coherent`).
     pub fn coherent_buffer(&self, binding: u32, name: &str, elem: Type) -> Buffer {
@@ -92,6 +101,7 @@ impl KernelBuilder {
             elem,
             access,
             coherent,
+            model_constant: false,
         });
         Buffer { id, elem }
     }

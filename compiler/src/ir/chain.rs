@@ -15,9 +15,11 @@
 //! 1. invocation 0 polls the wait counter until it reaches the value (every workgroup of the
 //!    level before has finished), at most [`MAX_POLLS`] times; a wait that gives up adds 1 to
 //!    word 0, which the host checks after the run (and then runs the step with barriers);
-//! 2. a workgroup barrier, then the original body; every buffer is `Coherent`, so a read
-//!    sees what another dispatch wrote (no stale L1 line) and a write reaches the device's
-//!    coherence point before the signal;
+//! 2. a workgroup barrier, then the original body; every buffer another dispatch may write
+//!    is `Coherent`, so a read sees what another dispatch wrote (no stale L1 line) and a
+//!    write reaches the device's coherence point before the signal. The model's own data
+//!    (`BufferDecl::model_constant`: weights, norm weights, ...) is written by no dispatch
+//!    and keeps the cached path ([`ModelData::Cached`]), unless asked otherwise;
 //! 3. each invocation orders its writes (device-scope memory barrier), a workgroup barrier,
 //!    and invocation 0 adds 1 to the signal counter.
 //!
@@ -46,13 +48,24 @@ pub const GAVE_UP_WORD: u32 = 0;
 /// GPU, about a second, far longer than any dispatch of a decode step.
 pub const MAX_POLLS: u32 = 1 << 20;
 
+/// How a chained kernel reads the model's own data (`BufferDecl::model_constant`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelData {
+    /// Through the device's ordinary cached loads: no dispatch writes it, so no line of it
+    /// can be stale (the default).
+    Cached,
+    /// `Coherent` like every other buffer (for A/B measurements of what coherence costs
+    /// the weight stream).
+    Coherent,
+}
+
 /// `module` rewritten to wait for its wait counter and signal its signal counter (see the
 /// module documentation). The kernel's name gains `.chain`.
-pub fn ordered_by_counters(module: &Module) -> Module {
+pub fn ordered_by_counters(module: &Module, model_data: ModelData) -> Module {
     let mut out = module.clone();
     out.name = format!("{}.chain", module.name);
     for b in &mut out.buffers {
-        b.coherent = true;
+        b.coherent |= !b.model_constant || model_data == ModelData::Coherent;
     }
     let chain = out.add_u32_buffer_last(CHAIN_BINDING_NAME, Access::ReadWrite, true);
     let first_push = out.push.len() as u32;
@@ -239,7 +252,7 @@ mod tests {
         // Counter 1 already at 5 (the level before had five workgroups); signal counter 2.
         let mut counters = vec![0, 5, 0];
         let got = run_doubling(
-            &ordered_by_counters(&plain),
+            &ordered_by_counters(&plain, ModelData::Cached),
             Some((&mut counters, [1, 5, 2])),
         );
         assert_eq!(got, expected);
@@ -251,7 +264,7 @@ mod tests {
         // No wait at all (value 0): the same.
         let mut counters = vec![0, 0, 0];
         let got = run_doubling(
-            &ordered_by_counters(&plain),
+            &ordered_by_counters(&plain, ModelData::Cached),
             Some((&mut counters, [1, 0, 2])),
         );
         assert_eq!(got, expected);
@@ -263,7 +276,7 @@ mod tests {
         // Counter 1 stays at 4 of the 5 the wait needs: each of the 8 workgroups gives up.
         let mut counters = vec![0, 4, 0];
         run_doubling(
-            &ordered_by_counters(&doubling()),
+            &ordered_by_counters(&doubling(), ModelData::Cached),
             Some((&mut counters, [1, 5, 2])),
         );
         assert_eq!(counters, vec![8, 4, 8]);
@@ -282,7 +295,7 @@ mod tests {
 
     #[test]
     fn the_chained_module_verifies_with_its_binding_and_push_words_last() {
-        let m = ordered_by_counters(&doubling());
+        let m = ordered_by_counters(&doubling(), ModelData::Cached);
         verify(&m).expect("chained module verifies");
         assert_eq!(m.name, "double.chain");
         let chain = m.buffers.last().unwrap();
@@ -293,5 +306,36 @@ mod tests {
         assert!(m.buffers.iter().all(|b| b.coherent));
         assert_eq!(m.push.len(), 1 + CHAIN_PUSH_WORDS as usize);
         assert_eq!(m.push_constant_bytes(), 4 * (1 + CHAIN_PUSH_WORDS));
+    }
+
+    #[test]
+    fn the_models_own_data_stays_cached_unless_asked_coherent() {
+        let b = KernelBuilder::new("scale_by_weight", [4, 1, 1]);
+        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
+        let w = b.model_buffer(1, "weight", Type::F32);
+        let y = b.buffer(2, "y", Type::F32, Access::WriteOnly);
+        let i = b.builtin(Builtin::GlobalInvocationId(0));
+        b.store(y, i, b.mul(b.load(x, i), b.load(w, i)));
+        let plain = b.finish();
+        let coherent = |m: &Module| -> Vec<(String, bool)> {
+            m.buffers
+                .iter()
+                .map(|b| (b.name.clone(), b.coherent))
+                .collect()
+        };
+        let cached = ordered_by_counters(&plain, ModelData::Cached);
+        verify(&cached).expect("chained module verifies");
+        assert_eq!(
+            coherent(&cached),
+            [
+                ("x", true),
+                ("weight", false),
+                ("y", true),
+                (CHAIN_BINDING_NAME, true)
+            ]
+            .map(|(n, c)| (n.to_string(), c))
+        );
+        let all = ordered_by_counters(&plain, ModelData::Coherent);
+        assert!(all.buffers.iter().all(|b| b.coherent));
     }
 }

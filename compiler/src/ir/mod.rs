@@ -80,6 +80,11 @@ pub struct BufferDecl {
     /// reads see theirs (SPIR-V `Coherent`): for buffers that workgroups of one dispatch hand
     /// data through.
     pub coherent: bool,
+    /// Holds the model's own data (weights, biases, norm weights, RoPE frequencies, the
+    /// embedding table), which no dispatch writes while kernels run: a kernel chained to the
+    /// dispatches before it (`ir::chain`) need not make it `Coherent`, so its loads keep the
+    /// device's ordinary cached path.
+    pub model_constant: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -442,6 +447,7 @@ impl Module {
             elem: Type::U32,
             access,
             coherent,
+            model_constant: false,
         });
         self.buffers.len() as u32 - 1
     }

@@ -179,7 +179,7 @@ pub fn instantiate(
 pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
     let b = KernelBuilder::new(s.name(w), [s.threads, 1, 1]);
     let ids = b.buffer(BINDING_IDS, "ids", Type::U32, Access::ReadOnly);
-    let table = b.buffer(BINDING_TABLE, "table", Type::U32, Access::ReadOnly);
+    let table = b.model_buffer(BINDING_TABLE, "table", Type::U32);
     let v4 = Type::vec(Scalar::F32, 4);
     let y = b.buffer(BINDING_Y, "y", v4, Access::WriteOnly);
     let p_m = b.push_field("m", Type::U32);

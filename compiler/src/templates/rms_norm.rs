@@ -281,7 +281,7 @@ pub fn kernel_ir(w: &RmsNormWorkload, s: &RmsNormSchedule) -> Module {
     let vw = s.vector_width;
     let vty = Type::vec(Scalar::F32, vw);
     let x = b.buffer(BINDING_X, "x", vty, Access::ReadOnly);
-    let weight = b.buffer(BINDING_WEIGHT, "weight", vty, Access::ReadOnly);
+    let weight = b.model_buffer(BINDING_WEIGHT, "weight", vty);
     let y = b.buffer(BINDING_Y, "y", vty, Access::WriteOnly);
     let p_m = b.push_field("m", Type::U32);
     let partials = (s.reduce != RowReduce::OneSubgroup)

@@ -373,7 +373,7 @@ pub fn kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
     let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
     let freqs = w
         .freq_factors
-        .then(|| b.buffer(BINDING_FREQS, "freqs", Type::F32, Access::ReadOnly));
+        .then(|| b.model_buffer(BINDING_FREQS, "freqs", Type::F32));
     let p_m = b.push_field("m", Type::U32);
     let p_pos0 = b.push_field("pos0", Type::U32);
     let half = w.head_dim / 2;
@@ -438,7 +438,7 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
     let x = b.buffer(BINDING_X, "x", Type::F32, Access::ReadWrite);
     let freqs = w
         .freq_factors
-        .then(|| b.buffer(BINDING_FREQS, "freqs", Type::F32, Access::ReadOnly));
+        .then(|| b.model_buffer(BINDING_FREQS, "freqs", Type::F32));
     let k_src = b.buffer(BINDING_K, "k", Type::F32, Access::ReadOnly);
     let v_src = b.buffer(BINDING_V, "v", Type::F32, Access::ReadOnly);
     let k_cache = b.buffer(BINDING_K_CACHE, "k_cache", Type::U32, Access::WriteOnly);

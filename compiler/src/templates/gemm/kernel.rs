@@ -133,7 +133,7 @@ impl<'a> Gemm<'a> {
             WeightLayout::Aligned => crate::dequant::words::quad_type(),
             WeightLayout::Gguf => Type::U32,
         };
-        let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
+        let weight = b.model_buffer(BINDING_WEIGHT, "weight", weight_elem);
         // Split-K across the grid writes f32 partial sums into y; the reduce kernel adds the
         // bias. With `last_group_reduces` the kernel does all of it and y is Y.
         let split = s.k_groups > 1 && !s.last_group_reduces;
@@ -145,8 +145,7 @@ impl<'a> Gemm<'a> {
         });
         let y_ty = if split { Type::F32 } else { Type::scalar(act) };
         let y = b.buffer(BINDING_Y, "y", y_ty, Access::WriteOnly);
-        let bias =
-            (w.bias && !split).then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+        let bias = (w.bias && !split).then(|| b.model_buffer(BINDING_BIAS, "bias", Type::F32));
         let residual = (w.epilogue == Epilogue::Residual && !split).then(|| {
             b.buffer(
                 BINDING_RESIDUAL,

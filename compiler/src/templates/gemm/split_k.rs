@@ -112,9 +112,7 @@ pub fn reduce_ir(w: &GemmWorkload, s: &GemmSchedule) -> Module {
     let (f32v, actv) = (Type::vec(Scalar::F32, vw), Type::vec(act, vw));
     let partials = b.buffer(BINDING_PARTIALS, "partials", f32v, Access::ReadOnly);
     let y = b.buffer(BINDING_Y, "y", actv, Access::WriteOnly);
-    let bias = w
-        .bias
-        .then(|| b.buffer(BINDING_BIAS, "bias", f32v, Access::ReadOnly));
+    let bias = w.bias.then(|| b.model_buffer(BINDING_BIAS, "bias", f32v));
     let residual = (w.epilogue == Epilogue::Residual)
         .then(|| b.buffer(BINDING_RESIDUAL, "residual", actv, Access::ReadOnly));
     let swiglu = w.epilogue == Epilogue::SwiGlu;

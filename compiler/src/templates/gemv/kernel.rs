@@ -60,11 +60,11 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
         } else {
             Type::U32
         };
-        let weight = b.buffer(BINDING_WEIGHT, "weight", weight_elem, Access::ReadOnly);
+        let weight = b.model_buffer(BINDING_WEIGHT, "weight", weight_elem);
         let y = b.buffer(BINDING_Y, "y", Type::scalar(act), Access::WriteOnly);
         let bias = w
             .bias
-            .then(|| b.buffer(BINDING_BIAS, "bias", Type::F32, Access::ReadOnly));
+            .then(|| b.model_buffer(BINDING_BIAS, "bias", Type::F32));
         let residual = (w.epilogue == Epilogue::Residual).then(|| {
             b.buffer(
                 BINDING_RESIDUAL,
@@ -80,11 +80,10 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
         let p_noff = b.push_field("n_offset", Type::U32);
         let p_ldy = b.push_field("ldy", Type::U32);
         let norm = w.rms_norm_eps().map(|eps| Norm {
-            weight: b.buffer(
+            weight: b.model_buffer(
                 BINDING_NORM_WEIGHT,
                 "norm_weight",
                 Type::vec(Scalar::F32, 4),
-                Access::ReadOnly,
             ),
             eps,
         });
