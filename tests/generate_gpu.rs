@@ -240,20 +240,28 @@ fn synth_qwen2_tiny_q8_0_decode_matches_cpu() {
 
 /// The replayed step ordered by counters instead of barriers (a CPU driver runs dispatches
 /// one after another, so every wait is met at its first read): the same tokens and logits,
-/// and no wait gave up. Qwen3 adds per-head norms to the chain of kernels.
+/// and no wait gave up. Qwen3 adds per-head norms to the chain of kernels, Llama 3 the
+/// normal-pairing RoPE with frequency factors, Gemma 3 its sliding window past 32 keys (and
+/// the embedding scale and post-norms), each step compared with the CPU reference.
 #[test]
 fn decode_ordered_by_counters_matches_cpu() {
     let path = common::synth(Shape::Tiny, Quant::Q8_0);
     let (tokens, _, _) = gpu_decode_ordered_matches_cpu(&path, 20, 16, 8, Some(true));
     let (barriers, _, _) = gpu_decode_ordered_matches_cpu(&path, 20, 16, 8, Some(false));
     assert_eq!(tokens, barriers);
-    gpu_decode_ordered_matches_cpu(
-        &common::synth(Shape::Qwen3Tiny, Quant::Q4KM),
-        20,
-        16,
-        8,
-        Some(true),
-    );
+    for (shape, n_prompt, n_new, ubatch) in [
+        (Shape::Qwen3Tiny, 20, 16, 8),
+        (Shape::LlamaTiny, 20, 16, 8),
+        (Shape::Gemma3Tiny, 24, 20, 16),
+    ] {
+        gpu_decode_ordered_matches_cpu(
+            &common::synth(shape, Quant::Q4KM),
+            n_prompt,
+            n_new,
+            ubatch,
+            Some(true),
+        );
+    }
 }
 
 #[test]

@@ -40,5 +40,17 @@ round 3
 t "depth 2048"
 lb -m q3.gguf -p 0 -n 128 -d 2048 -r 2; lb -m q05.gguf -p 0 -n 128 -d 2048 -r 2
 for m in q3 q05; do for c in 0 1; do ROCKY_DECODE_CHAIN=$c gen "$m d2048 chain=$c" $m 2048; done; done
+t "issue 34: json_schema vs unconstrained decode (serve-agents --speed 10, 0.5B, barriers then counters)"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $D/whl/*.whl && export PYTHONPATH=/tmp/site
+xz -dc $D/vocab-tools.gguf.xz > /tmp/vocab-tools.gguf
+$R synth --shape qwen2.5-0.5b --quant q4_k_m --vocab /tmp/vocab-tools.gguf --seed 1 -o /tmp/q05t.gguf --force > /dev/null
+for c in 0 1; do
+  ROCKY_DECODE_CHAIN=$c ROCKY_DB=/tmp/none.sled $R serve /tmp/q05t.gguf --ctx 2048 --port 8391 > $OUT/serve$c.log 2>&1 &
+  SP=$!
+  for i in $(seq 60); do curl -sf http://127.0.0.1:8391/health >/dev/null && break; sleep 1; done
+  cd $ROOT; echo "chain=$c"
+  timeout 60 python3 tools/serve-agents.py http://127.0.0.1:8391 --speed 10 > $OUT/speed$c.txt 2>&1; cut -c1-230 $OUT/speed$c.txt | tail -14
+  kill $SP; wait $SP 2>/dev/null; cd /tmp
+done
 t done
 } 2>&1 | tee $OUT/log.txt

@@ -104,6 +104,10 @@ impl Executor<'_> {
         if let Some(why) = &self.chain_off {
             return Some(why.clone());
         }
+        // Only a replayed step is ever ordered by counters.
+        if let Some(why) = self.decode_replay_off() {
+            return Some(format!("decode steps are recorded every token ({why})"));
+        }
         match self.chain_asked.or(chain_env()) {
             Some(true) => None,
             Some(false) => Some(format!("barriers asked for ({DECODE_CHAIN_ENV}=0)")),
