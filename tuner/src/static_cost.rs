@@ -699,11 +699,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn static_counts_follow_the_loops_the_driver_kept() {
-        // for j in 0..n (push, a kept loop) { v = x[j]; for i in 0..4 (asks to unroll) {
-        // y[i] = v * 2 } }, then for 0..2 (constant, no hint) { 1 + 1 } and for 0..3 (never
-        // unroll) { x[i] }.
+    /// for j in 0..n (push, a kept loop) { v = x[j]; for i in 0..4 (asks to unroll) {
+    /// y[i] = v * 2 } }, then for 0..2 (constant, no hint) { 1 + 1 } and for 0..3 (never
+    /// unroll) { x[i] }.
+    fn kernel_with_a_hinted_loop_in_a_kept_one() -> Module {
         let b = KernelBuilder::new("t", [1, 1, 1]);
         let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
         let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
@@ -720,7 +719,12 @@ mod tests {
         b.for_range(b.c_u32(0), b.c_u32(3), 1, Unroll::Never, |i| {
             let _ = b.load(x, i);
         });
-        let m = b.finish();
+        b.finish()
+    }
+
+    #[test]
+    fn static_counts_follow_the_loops_the_driver_kept() {
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
         let model = CostModel::GPU;
         let at = |u| {
             let (c, loops) = count_compiled(&m, u, &model);
@@ -815,26 +819,10 @@ mod tests {
 
     #[test]
     fn the_ranking_predicts_a_dispatch_as_rocky_predict_does_in_closed_form() {
-        // The kernel of `static_counts_follow_the_loops_the_driver_kept`: counted there (by
-        // hand) as arithmetic 42 / load-store 53 at 10 trips of its kept loop; 5 / 6 with its
-        // hinted loop unrolled (3 loops kept); 2 / 3 with every loop once.
-        let b = KernelBuilder::new("t", [1, 1, 1]);
-        let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
-        let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
-        let n = b.push(b.push_field("n", Type::U32));
-        b.for_range(b.c_u32(0), n, 1, Unroll::Auto, |j| {
-            let v = b.load(x, j);
-            b.for_range(b.c_u32(0), b.c_u32(4), 1, Unroll::Hint, |i| {
-                b.store(y, i, b.mul(v, b.c_f32(2.0)));
-            });
-        });
-        b.for_range(b.c_u32(0), b.c_u32(2), 1, Unroll::Auto, |_| {
-            let _ = b.add(b.c_f32(1.0), b.c_f32(1.0));
-        });
-        b.for_range(b.c_u32(0), b.c_u32(3), 1, Unroll::Never, |i| {
-            let _ = b.load(x, i);
-        });
-        let m = b.finish();
+        // Counted in `static_counts_follow_the_loops_the_driver_kept` (by hand) as arithmetic
+        // 42 / load-store 53 at 10 trips of its kept loop; 5 / 6 with its hinted loop unrolled
+        // (3 loops kept); 2 / 3 with every loop once.
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
         let model = CostModel::GPU;
         let e = IrEstimate {
             dynamic: count(&m, Some(10.0), &model),
