@@ -367,7 +367,8 @@ impl GpuWeights {
 /// step's largest GEMV reads its Q6_K or Q8_0 rows with 16-byte loads (on Mesa 26.1.6 the
 /// 3B's 151936 × 2048 Q6_K output GEMV's load/store cycles fall 78 -> 36 and SFU 35.4 -> 23.7,
 /// a compiler estimate: docs/measurements/2026-12-06i-mali-predict.md). Desktops keep GGUF, as
-/// measured. A tensor whose format or row length has no other layout stays GGUF.
+/// measured, unless a layout is forced (`--weight-layout`), which then holds for the gathered
+/// table too. A tensor whose format or row length has no other layout stays GGUF.
 fn weight_layouts(
     file: &GgufFile,
     graph: &Graph,
@@ -436,7 +437,8 @@ fn weight_layouts(
         let fits = fits
             && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
         let gathered = parts.iter().any(|p| tables.contains(p));
-        if !layout.is_gguf() && fits && (!gathered || caps.shared_memory_is_slow) {
+        let forced = matches!(choice, LayoutChoice::Force(_));
+        if !layout.is_gguf() && fits && (!gathered || forced || caps.shared_memory_is_slow) {
             out.insert(name, layout);
         }
     }
