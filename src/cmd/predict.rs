@@ -481,22 +481,9 @@ fn find_calibration(
     Ok(found.map(|c| (c, path.to_path_buf())))
 }
 
-/// The model's constants of a stored calibration.
+/// The model's constants of a stored calibration (as `rocky tune --static` takes them).
 fn constants_of(c: &Calibration) -> Constants {
-    Constants {
-        efficiency: c.constants.efficiency,
-        dispatch_s: c.constants.dispatch_s,
-        submit_s: c.constants.submit_s,
-        half_occupancy_efficiency: c.constants.half_occupancy_efficiency,
-        ls_rate: c.constants.ls_rate,
-        fitted: format!(
-            "{} fitted to {:.2} tok/s measured on {} ({}), tuning database",
-            c.fitted,
-            c.measured_tok_s,
-            c.device.describe(),
-            c.measured_by
-        ),
-    }
+    static_cost::calibration_constants(c)
 }
 
 /// The constants in one line.

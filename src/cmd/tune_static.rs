@@ -68,8 +68,8 @@ pub fn run(
             // The score is `rocky predict`'s time of the dispatch on a G610 MC4.
             if let (ScoreSource::DriverCycles, Some(c)) = (o.source, top) {
                 say(format!(
-                    "    predicted on a G610 MC4 (the `rocky predict` model, built-in calibration, \
-                     not a measurement): {:.3} ms",
+                    "    predicted on a G610 MC4 (the `rocky predict` model, constants as \
+                     in `scores:` below; not a measurement): {:.3} ms",
                     c.score * 1e3
                 ));
             }

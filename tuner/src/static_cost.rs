@@ -33,6 +33,7 @@ use rocky_compiler::templates::gemm::interface::dispatch_grid;
 use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
 use rocky_compiler::{DeviceCaps, Workload};
 use rocky_predict::{dispatch_cost, Constants, Cost, Dispatch, Pipes, Target, ValhallStats};
+use rocky_tuning_db::Calibration;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where a score came from.
@@ -53,9 +54,9 @@ impl ScoreSource {
                  PREDICTION): the compiler's per-pipe cycles per invocation \
                  (VK_KHR_pipeline_executable_properties), each pipe x its IR loop factor over \
                  the loops as the driver compiled them, busiest pipe (load/store at the \
-                 calibrated rate) x invocations on a G610 MC4 at the built-in calibration, \
-                 floored by the bytes at the bandwidth; spills disqualify, compute time then \
-                 registers break ties"
+                 calibrated rate) x invocations on a G610 MC4 (the constants are named \
+                 with the ranking), floored by the bytes at the bandwidth; spills \
+                 disqualify, compute time then registers break ties"
             }
             ScoreSource::Analytic => {
                 "analytic: IR operation counts per invocation weighted by loop trips, combined \
@@ -358,6 +359,46 @@ impl PredictModel {
             target,
             constants: Constants::seed_calibrated(),
         }
+    }
+
+    /// The model of a calibration stored in the tuning database (a figure measured on the
+    /// device, `rocky predict --fit-pp … --save-calibration`), as `rocky predict` takes it: its
+    /// constants, and the clock and bandwidth they were fitted at; cores where the driver says.
+    pub fn from_calibration(c: &Calibration, cores: Option<(u32, String)>) -> PredictModel {
+        let mut pm = PredictModel::g610_builtin(cores);
+        pm.target.clock_hz = c.target.clock_hz;
+        pm.target.clock_from = "the calibration's (its constants were fitted at it)".into();
+        pm.target.bandwidth = c.target.bandwidth;
+        pm.target.bandwidth_from = "the calibration's (its constants were fitted at it)".into();
+        pm.constants = calibration_constants(c);
+        pm
+    }
+
+    /// Which constants, in words (stored with a ranking).
+    pub fn describe(&self) -> String {
+        if self.constants.fitted.is_empty() {
+            "the priors".into()
+        } else {
+            self.constants.fitted.clone()
+        }
+    }
+}
+
+/// The model's constants of a stored calibration.
+pub fn calibration_constants(c: &Calibration) -> Constants {
+    Constants {
+        efficiency: c.constants.efficiency,
+        dispatch_s: c.constants.dispatch_s,
+        submit_s: c.constants.submit_s,
+        half_occupancy_efficiency: c.constants.half_occupancy_efficiency,
+        ls_rate: c.constants.ls_rate,
+        fitted: format!(
+            "{} fitted to {:.2} tok/s measured on {} ({}), tuning database",
+            c.fitted,
+            c.measured_tok_s,
+            c.device.describe(),
+            c.measured_by
+        ),
     }
 }
 
@@ -815,6 +856,77 @@ mod tests {
             "{seconds} {expected}"
         );
         assert_eq!(stat(&valhall, "registers"), Some(59.0));
+    }
+
+    /// A calibration measured on a board replaces the built-in constants, clock and
+    /// bandwidth in the ranking's model, as in `rocky predict`: the same record at half the
+    /// efficiency and half the clock costs four times the compute time.
+    #[test]
+    fn a_stored_calibration_replaces_the_built_in_constants() {
+        use rocky_tuning_db::{CalibrationConstants, CalibrationTarget, DeviceFingerprint};
+        let c = Calibration {
+            device: DeviceFingerprint {
+                vendor_id: 0x13b5,
+                device_id: 0xa8670000,
+                driver_id: "MESA_PANVK".into(),
+                driver_name: "panvk".into(),
+                driver_version: "26.1.3".into(),
+                device_name: "Mali-G610 MC4".into(),
+            },
+            compiler_version: "test".into(),
+            model: "qwen2.5-3b-q4_k_m.gguf".into(),
+            n_prompt: 512,
+            ubatch: 64,
+            measured_tok_s: 31.0,
+            measured_by: "rocky bench -p 512 -ub 64".into(),
+            predicted_tok_s: 53.4,
+            base: "built-in".into(),
+            fitted: "efficiency".into(),
+            constants: CalibrationConstants {
+                efficiency: 470.0 / 1024.0,
+                ls_rate: rocky_predict::SEED_LS_RATE,
+                dispatch_s: 0.0,
+                submit_s: 0.0,
+                half_occupancy_efficiency: 1.0,
+            },
+            target: CalibrationTarget {
+                cores: 4,
+                clock_hz: 0.5e9,
+                bandwidth: 20.0e9,
+            },
+            statistics: "driver statistics".into(),
+            host: "board".into(),
+            date: 0,
+        };
+        let pm = PredictModel::from_calibration(&c, Some((4, "the driver".into())));
+        assert_eq!(pm.target.clock_hz, 0.5e9);
+        assert_eq!(pm.target.bandwidth, 20.0e9);
+        assert_eq!(pm.constants.efficiency, 470.0 / 1024.0);
+        assert!(pm.describe().contains("31.00 tok/s"), "{}", pm.describe());
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
+        let model = CostModel::GPU;
+        let e = IrEstimate {
+            dynamic: count(&m, Some(10.0), &model),
+            static_once: count(&m, None, &model),
+            compiled: [
+                count_compiled(&m, Unrolled::Requested, &model),
+                count_compiled(&m, Unrolled::Constant, &model),
+            ],
+            invocations: 1.0e6,
+            bytes: 0.0,
+            model,
+        };
+        let stats = BTreeMap::from([
+            ("FMA".to_string(), 2.0),
+            ("Load/store".to_string(), 12.0),
+            ("Loops".to_string(), 3.0),
+        ]);
+        let built_in = score(&e, Some(&stats), &PredictModel::g610_builtin(None)).0;
+        let calibrated = score(&e, Some(&stats), &pm).0;
+        assert!(
+            (calibrated / built_in - 4.0).abs() < 1e-12,
+            "{calibrated} {built_in}"
+        );
     }
 
     #[test]

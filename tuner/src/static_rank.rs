@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use rocky_compiler::templates::gemm::GemmWorkload;
 use rocky_compiler::{instantiate, DeviceCaps, Schedule, Workload};
 use rocky_runtime::{spilling, ComputePipeline, Context};
-use rocky_tuning_db::{RankedSchedule, SeedRanking, Trial};
+use rocky_tuning_db::{Calibration, RankedSchedule, SeedRanking, Trial};
 use std::collections::BTreeMap;
 
 /// Seed-ranked candidates a live search tries first: at most half its budget, at most 8.
@@ -58,7 +58,23 @@ pub fn sample(space: &[Schedule], first: &Schedule, count: usize, seed: u64) -> 
     out
 }
 
-/// Ranks `candidates` of `w` on `ctx` (see the module comment).
+/// The model a driver-compiled ranking is costed on: `calibration` (the tuning database's for
+/// this device, where it holds one) or the built-in one, with the driver's core count.
+pub fn predict_model(ctx: &Context, calibration: Option<&Calibration>) -> PredictModel {
+    let cores = ctx.info().limits.shader_cores.map(|c| {
+        (
+            c,
+            "reported by the driver (VK_ARM_shader_core_properties)".to_string(),
+        )
+    });
+    match calibration {
+        Some(c) => PredictModel::from_calibration(c, cores),
+        None => PredictModel::g610_builtin(cores),
+    }
+}
+
+/// Ranks `candidates` of `w` on `ctx` (see the module comment); driver-compiled candidates
+/// are costed on `pm` ([`predict_model`]).
 pub fn rank_gemm(
     ctx: &Context,
     caps: &DeviceCaps,
@@ -66,15 +82,10 @@ pub fn rank_gemm(
     candidates: &[Schedule],
     default: &Schedule,
     host: &str,
+    pm: &PredictModel,
 ) -> Option<StaticOutcome> {
     let workload = Workload::Gemm(*w);
     let model = CostModel::for_device(caps);
-    let pm = PredictModel::g610_builtin(ctx.info().limits.shader_cores.map(|c| {
-        (
-            c,
-            "reported by the driver (VK_ARM_shader_core_properties)".to_string(),
-        )
-    }));
     // Generating the kernels and their IR estimates is pure: all at once.
     let generated: Vec<_> = candidates
         .par_iter()
@@ -144,7 +155,7 @@ pub fn rank_gemm(
                 ScoreSource::DriverCycles => c.stats.as_ref(),
                 ScoreSource::Analytic => None,
             };
-            let (value, _) = score(&c.estimate, stats_for_score, &pm);
+            let (value, _) = score(&c.estimate, stats_for_score, pm);
             let registers = c
                 .stats
                 .as_ref()
@@ -156,7 +167,7 @@ pub fn rank_gemm(
             // headroom first.
             let mut compute = 0.0;
             if let Some((cost, unrolled)) =
-                stats_for_score.and_then(|s| driver_cost(&c.estimate, s, &pm))
+                stats_for_score.and_then(|s| driver_cost(&c.estimate, s, pm))
             {
                 compute = cost.compute_s;
                 let f = c.estimate.factors_as_compiled(unrolled);
@@ -199,6 +210,9 @@ pub fn rank_gemm(
     let candidates: Vec<RankedSchedule> = ranked.into_iter().map(|(r, _, _)| r).collect();
     let default_rank = candidates.iter().position(|c| c.schedule == *default);
     let mut words = source.describe().to_string();
+    if source == ScoreSource::DriverCycles {
+        words += &format!("; constants: {}", pm.describe());
+    }
     if !with_stats {
         words += "; kernels generated, not compiled by the driver (it reports no statistics)";
     }
