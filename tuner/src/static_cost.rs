@@ -763,6 +763,24 @@ mod tests {
         b.finish()
     }
 
+    /// The IR estimate of [`kernel_with_a_hinted_loop_in_a_kept_one`] at 10 trips of its kept
+    /// loop, 1e6 invocations moving `bytes`.
+    fn estimate_of_the_hinted_kernel(bytes: f64) -> IrEstimate {
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
+        let model = CostModel::GPU;
+        IrEstimate {
+            dynamic: count(&m, Some(10.0), &model),
+            static_once: count(&m, None, &model),
+            compiled: [
+                count_compiled(&m, Unrolled::Requested, &model),
+                count_compiled(&m, Unrolled::Constant, &model),
+            ],
+            invocations: 1.0e6,
+            bytes,
+            model,
+        }
+    }
+
     #[test]
     fn static_counts_follow_the_loops_the_driver_kept() {
         let m = kernel_with_a_hinted_loop_in_a_kept_one();
@@ -903,19 +921,7 @@ mod tests {
         assert_eq!(pm.target.bandwidth, 20.0e9);
         assert_eq!(pm.constants.efficiency, 470.0 / 1024.0);
         assert!(pm.describe().contains("31.00 tok/s"), "{}", pm.describe());
-        let m = kernel_with_a_hinted_loop_in_a_kept_one();
-        let model = CostModel::GPU;
-        let e = IrEstimate {
-            dynamic: count(&m, Some(10.0), &model),
-            static_once: count(&m, None, &model),
-            compiled: [
-                count_compiled(&m, Unrolled::Requested, &model),
-                count_compiled(&m, Unrolled::Constant, &model),
-            ],
-            invocations: 1.0e6,
-            bytes: 0.0,
-            model,
-        };
+        let e = estimate_of_the_hinted_kernel(0.0);
         let stats = BTreeMap::from([
             ("FMA".to_string(), 2.0),
             ("Load/store".to_string(), 12.0),
@@ -934,19 +940,7 @@ mod tests {
         // Counted in `static_counts_follow_the_loops_the_driver_kept` (by hand) as arithmetic
         // 42 / load-store 53 at 10 trips of its kept loop; 5 / 6 with its hinted loop unrolled
         // (3 loops kept); 2 / 3 with every loop once.
-        let m = kernel_with_a_hinted_loop_in_a_kept_one();
-        let model = CostModel::GPU;
-        let e = IrEstimate {
-            dynamic: count(&m, Some(10.0), &model),
-            static_once: count(&m, None, &model),
-            compiled: [
-                count_compiled(&m, Unrolled::Requested, &model),
-                count_compiled(&m, Unrolled::Constant, &model),
-            ],
-            invocations: 1.0e6,
-            bytes: 1.0e3,
-            model,
-        };
+        let e = estimate_of_the_hinted_kernel(1.0e3);
         let pm = PredictModel::g610_builtin(None);
         let ls_rate = rocky_predict::SEED_LS_RATE;
         let eff = 470.0 / 512.0;
