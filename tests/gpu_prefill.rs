@@ -433,7 +433,8 @@ fn split_k_prefill_gives_the_default_logits(in_place: bool) {
 }
 
 /// Logits of a prefill over `ids` with the fusions `fuse` and the weights uploaded in the
-/// layouts `layouts`, and the executor's GEMM workloads (with the layouts they read).
+/// layouts `layouts`, the executor's GEMM workloads (with the layouts they read) and the
+/// layouts its embedding gathers read.
 fn gpu_logits_uploaded(
     file: &GgufFile,
     model: &Model,
@@ -442,7 +443,11 @@ fn gpu_logits_uploaded(
     fuse: FuseOptions,
     layouts: LayoutChoice,
     schedules: &dyn ScheduleSource,
-) -> (Vec<f32>, Vec<rocky_compiler::GemmWorkload>) {
+) -> (
+    Vec<f32>,
+    Vec<rocky_compiler::GemmWorkload>,
+    Vec<rocky_compiler::WeightLayout>,
+) {
     let ctx = ctx();
     let weights =
         GpuWeights::upload_with_layouts(ctx, file, model, layouts, &mut |_, _| {}).unwrap();
@@ -466,7 +471,15 @@ fn gpu_logits_uploaded(
             _ => None,
         })
         .collect();
-    (logits, gemms)
+    let gathers = ex
+        .used()
+        .iter()
+        .filter_map(|(_, w, _, _)| match w {
+            Workload::Embedding(e) => Some(e.layout),
+            _ => None,
+        })
+        .collect();
+    (logits, gemms, gathers)
 }
 
 /// The aligned weight layout, forced on every GEMM tensor whose format has it (Q8_0; Q6_K in
@@ -495,8 +508,8 @@ fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
             for source in [&DefaultSchedules as &dyn ScheduleSource, &SplitKGemms(true)] {
                 let run =
                     |layouts| gpu_logits_uploaded(&file, &model, &ids, 64, fuse, layouts, source);
-                let (base, _) = run(gguf);
-                let (got, gemms) = run(aligned);
+                let (base, _, _) = run(gguf);
+                let (got, gemms, gathers) = run(aligned);
                 let what = format!("{folder} {fuse:?}");
                 let repacked: Vec<_> = gemms
                     .iter()
@@ -505,6 +518,12 @@ fn aligned_layout_with_fused_gemms_gives_the_gguf_layout_logits() {
                 assert!(
                     !repacked.is_empty(),
                     "{what}: no GEMM reads the aligned layout"
+                );
+                // The tied output projection is repacked too: the embedding gathers from the
+                // aligned table.
+                assert!(
+                    !gathers.is_empty() && gathers.iter().all(|l| *l == WeightLayout::Aligned),
+                    "{what}: the embedding gathers from {gathers:?}"
                 );
                 if fuse.swiglu && folder.ends_with("q8_0") {
                     assert!(

@@ -50,11 +50,7 @@ fn workloads() -> Vec<Workload> {
         Workload::RmsNorm(RmsNormWorkload::new(1, 2048, 1e-6)),
         Workload::RopeNeox(RopeWorkload::new(1, 16, 128, 1e6).with_kv_write(2, KvTypes::F16)),
         Workload::Add(EltwiseWorkload { m: 1, width: 2048 }),
-        Workload::Embedding(EmbeddingWorkload {
-            m: 1,
-            width: 2048,
-            table: WeightFormat::Q4K,
-        }),
+        Workload::Embedding(EmbeddingWorkload::gguf(1, 2048, WeightFormat::Q4K)),
         Workload::Attention(attn),
     ]
 }

@@ -411,7 +411,7 @@ fn embedding_gathers_bit_exact_rows_for_every_format() {
     let mut checked = 0;
     for table in WeightFormat::ALL {
         let width = 512u32;
-        let w = EmbeddingWorkload { m: 6, width, table };
+        let w = EmbeddingWorkload::gguf(6, width, table);
         let rows = 9usize;
         let raw = random_weights(table, rows, width as usize, 21);
         let rb = w.row_bytes() as usize;
@@ -428,28 +428,7 @@ fn embedding_gathers_bit_exact_rows_for_every_format() {
         };
         for (caps, sg) in profiles().into_iter().take(1) {
             for s in embedding::search_space(&w, &caps) {
-                embedding::instantiate(&w, &s, &caps).unwrap();
-                let module = embedding::kernel_ir(&w, &s);
-                let grid = embedding::dispatch_grid(&w, &s);
-                let mut idb = bytes_u32(&ids);
-                let mut y = bytes_f32(&vec![SENTINEL; 6 * width as usize]);
-                for (from, to) in [(0usize, 5usize), (5, rows)] {
-                    let mut tb = piece(from, to);
-                    let push = EmbeddingPush {
-                        m: m_run as u32,
-                        row_base: from as u32,
-                    }
-                    .to_bytes();
-                    run(&module, &mut [&mut idb, &mut tb, &mut y], &push, grid, sg);
-                }
-                let y = f32s(&y);
-                check(
-                    &expected,
-                    &y[..m_run * width as usize],
-                    width as usize,
-                    &module.name,
-                );
-                untouched(&y, m_run, width as usize, &module.name);
+                gather_in_two_pieces(&w, &s, &caps, sg, &ids, m_run, rows, &piece, &expected);
                 checked += 1;
             }
         }
@@ -458,14 +437,100 @@ fn embedding_gathers_bit_exact_rows_for_every_format() {
     assert!(checked > 10);
 }
 
+/// Runs schedule `s` of `w` over a table bound in two pieces (rows 0..5 and 5..`rows`, each
+/// dispatch writing only its own ids' rows; `piece(from, to)` gives a piece's bytes as the
+/// device holds them) and checks the first `m_run` rows against `expected`.
+#[allow(clippy::too_many_arguments)]
+fn gather_in_two_pieces(
+    w: &EmbeddingWorkload,
+    s: &embedding::EmbeddingSchedule,
+    caps: &DeviceCaps,
+    sg: u32,
+    ids: &[u32],
+    m_run: usize,
+    rows: usize,
+    piece: &dyn Fn(usize, usize) -> Vec<u8>,
+    expected: &Expected,
+) {
+    embedding::instantiate(w, s, caps).unwrap();
+    let module = embedding::kernel_ir(w, s);
+    let grid = embedding::dispatch_grid(w, s);
+    let width = w.width as usize;
+    let mut idb = bytes_u32(ids);
+    let mut y = bytes_f32(&vec![SENTINEL; w.m as usize * width]);
+    for (from, to) in [(0usize, 5usize), (5, rows)] {
+        let mut tb = piece(from, to);
+        let push = EmbeddingPush {
+            m: m_run as u32,
+            row_base: from as u32,
+        }
+        .to_bytes();
+        run(&module, &mut [&mut idb, &mut tb, &mut y], &push, grid, sg);
+    }
+    let y = f32s(&y);
+    check(expected, &y[..m_run * width], width, &module.name);
+    untouched(&y, m_run, width, &module.name);
+}
+
+/// A table held in the aligned layout (a tied output projection's, on panvk) gathers the same
+/// rows as the CPU dequantizer reads from the GGUF bytes, bit for bit, also from the second of
+/// two bound pieces and with a partial last group (width 512: Q6_K has 2 of a group's 8
+/// blocks per row, so its aligned rows are longer than its GGUF rows).
+#[test]
+fn embedding_gathers_bit_exact_rows_from_an_aligned_table() {
+    use rocky_compiler::dequant::layout::repack;
+    use rocky_compiler::WeightLayout;
+    let mut checked = 0;
+    for table in WeightFormat::ALL {
+        if !WeightLayout::Aligned.supports(table) {
+            continue;
+        }
+        let width = 512u32;
+        let w = EmbeddingWorkload {
+            layout: WeightLayout::Aligned,
+            ..EmbeddingWorkload::gguf(6, width, table)
+        };
+        let rows = 9usize;
+        let raw = random_weights(table, rows, width as usize, 23);
+        let aligned = repack(table, u64::from(width), rows as u64, &raw).unwrap();
+        let rb = w.row_bytes() as usize;
+        assert_eq!(
+            rb,
+            WeightLayout::Aligned.row_bytes(table, u64::from(width)) as usize
+        );
+        assert_eq!(aligned.len(), rows * rb);
+        let ids = [4u32, 0, 8, 4, 6, 3];
+        let m_run = 5;
+        // The reference dequantizes the GGUF bytes.
+        let expected = embedding::reference(&w, m_run, &ids, &raw, rows);
+        let piece = |from: usize, to: usize| {
+            let mut bytes = aligned[from * rb..to * rb].to_vec();
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+            bytes
+        };
+        for (caps, sg) in profiles() {
+            let s = embedding::default_schedule(&w, &caps);
+            let name = embedding::kernel_ir(&w, &s).name;
+            assert!(name.contains("_aligned"), "{name}");
+            gather_in_two_pieces(&w, &s, &caps, sg, &ids, m_run, rows, &piece, &expected);
+            checked += 1;
+        }
+    }
+    eprintln!("checked {checked} aligned embedding kernels");
+    // Q8_0, Q5_0 and Q6_K on each profile.
+    assert!(checked >= 3 * profiles().len(), "{checked}");
+    // A format the layout does not hold is refused.
+    let q4k = EmbeddingWorkload {
+        layout: WeightLayout::Aligned,
+        ..EmbeddingWorkload::gguf(1, 512, WeightFormat::Q4K)
+    };
+    assert!(embedding::validate_workload(&q4k).is_err());
+}
+
 #[test]
 fn embedding_leaves_rows_of_ids_outside_the_bound_piece_unwritten() {
     let (width, rows) = (64u32, 4usize);
-    let w = EmbeddingWorkload {
-        m: 3,
-        width,
-        table: WeightFormat::Q8_0,
-    };
+    let w = EmbeddingWorkload::gguf(3, width, WeightFormat::Q8_0);
     let raw = random_weights(w.table, rows, width as usize, 5);
     let (caps, sg) = profiles().into_iter().next().unwrap();
     let s = embedding::default_schedule(&w, &caps);

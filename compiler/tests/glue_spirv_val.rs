@@ -99,11 +99,17 @@ fn workloads() -> Vec<Workload> {
                 .filter(|&(j, f)| embedding_shape(j, *f) == Some(i))
                 .map(|(_, f)| f)
             {
-                out.push(Workload::Embedding(EmbeddingWorkload {
-                    m,
-                    width: hidden,
-                    table,
-                }));
+                out.push(Workload::Embedding(EmbeddingWorkload::gguf(
+                    m, hidden, table,
+                )));
+                // The same table held in the aligned layout (a tied output projection's on
+                // panvk), where the layout holds the format.
+                if rocky_compiler::WeightLayout::Aligned.supports(table) {
+                    out.push(Workload::Embedding(EmbeddingWorkload {
+                        layout: rocky_compiler::WeightLayout::Aligned,
+                        ..EmbeddingWorkload::gguf(m, hidden, table)
+                    }));
+                }
             }
         }
     }
@@ -340,11 +346,7 @@ fn glue_templates_refuse_bad_pairs_with_reasons() {
     });
     let e = instantiate(&kv, &default_schedule(&kv, &caps), &caps).unwrap_err();
     assert!(e.to_string().contains("odd"), "{e}");
-    let emb = Workload::Embedding(EmbeddingWorkload {
-        m: 7,
-        width: 896,
-        table: WeightFormat::Q4K,
-    });
+    let emb = Workload::Embedding(EmbeddingWorkload::gguf(7, 896, WeightFormat::Q4K));
     let e = instantiate(&emb, &default_schedule(&emb, &caps), &caps).unwrap_err();
     assert!(e.to_string().contains("multiple of 256"), "{e}");
     // Too many threads for the device.

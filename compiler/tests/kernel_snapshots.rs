@@ -93,11 +93,7 @@ fn workloads() -> Vec<Workload> {
         Workload::GeGlu(EltwiseWorkload { m: 64, width: 4864 }),
         Workload::Add(EltwiseWorkload { m: 64, width: 896 }),
         Workload::Scale(EltwiseWorkload { m: 64, width: 896 }),
-        Workload::Embedding(EmbeddingWorkload {
-            m: 64,
-            width: 896,
-            table: Q8_0,
-        }),
+        Workload::Embedding(EmbeddingWorkload::gguf(64, 896, Q8_0)),
         Workload::KvWrite(KvWriteWorkload {
             m: 64,
             kv_width: 128,

@@ -40,11 +40,9 @@ fn workloads() -> Vec<Workload> {
                 rms_norm_eps_bits: None,
             }));
         }
-        out.push(Workload::Embedding(EmbeddingWorkload {
-            m: 7,
-            width: 1024,
-            table: weight,
-        }));
+        out.push(Workload::Embedding(EmbeddingWorkload::gguf(
+            7, 1024, weight,
+        )));
     }
     for m in [1, 72] {
         out.push(Workload::RmsNorm(RmsNormWorkload::new(m, 896, 1e-6)));

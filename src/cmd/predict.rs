@@ -17,8 +17,8 @@ use rocky_compiler::templates::{self, attention, eltwise, embedding, kv_cache, r
 use rocky_compiler::{DeviceCaps, Schedule, Workload};
 use rocky_engine::Model;
 use rocky_predict::{
-    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Pipes, Prediction, Target,
-    ValhallStats, FIT_ORDER,
+    fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
+    FIT_ORDER,
 };
 use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
 use rocky_tuner::static_cost::{self, CostModel, LoopFactors, Unrolled};
@@ -481,22 +481,9 @@ fn find_calibration(
     Ok(found.map(|c| (c, path.to_path_buf())))
 }
 
-/// The model's constants of a stored calibration.
+/// The model's constants of a stored calibration (as `rocky tune --static` takes them).
 fn constants_of(c: &Calibration) -> Constants {
-    Constants {
-        efficiency: c.constants.efficiency,
-        dispatch_s: c.constants.dispatch_s,
-        submit_s: c.constants.submit_s,
-        half_occupancy_efficiency: c.constants.half_occupancy_efficiency,
-        ls_rate: c.constants.ls_rate,
-        fitted: format!(
-            "{} fitted to {:.2} tok/s measured on {} ({}), tuning database",
-            c.fitted,
-            c.measured_tok_s,
-            c.device.describe(),
-            c.measured_by
-        ),
-    }
+    static_cost::calibration_constants(c)
 }
 
 /// The constants in one line.
@@ -597,9 +584,8 @@ fn print_table(p: &Prediction) {
 #[derive(Clone, Copy)]
 struct KernelCost {
     cycles: f64,
-    pipes: Option<[f64; 4]>,
-    occupancy: Option<f64>,
-    spills: f64,
+    /// The driver's statistics, where it reports cycles.
+    driver: Option<ValhallStats>,
     from_driver: bool,
     /// Which loops the driver's static counts are taken to have unrolled
     /// (`static_cost::driver_static`, checked against the driver's `Loops`).
@@ -770,9 +756,7 @@ fn kernel_cost(
         });
         return Ok(KernelCost {
             cycles: v.cycles,
-            pipes: Some([v.fma, v.cvt, v.sfu, v.load_store]),
-            occupancy: v.occupancy(),
-            spills: v.spills,
+            driver: Some(v),
             from_driver: true,
             unrolled,
         });
@@ -784,9 +768,7 @@ fn kernel_cost(
         .unwrap_or(1.0);
     Ok(KernelCost {
         cycles,
-        pipes: None,
-        occupancy: None,
-        spills: 0.0,
+        driver: None,
         from_driver: false,
         unrolled: Unrolled::Nothing,
     })
@@ -886,22 +868,32 @@ fn ubatch_dispatches(
         } else {
             1.0
         };
+        let invocations = groups * f64::from(threads);
+        let bytes = bytes_of(&actual, pos0 + rows);
+        // Each driver pipe scaled by the loop factor of the IR pipe doing its work: the
+        // dispatch `rocky tune --static` ranks by, built by the same function.
+        let base = match &k.driver {
+            Some(v) => static_cost::driver_dispatch(v, &factors, invocations, bytes),
+            None => Dispatch {
+                op: String::new(),
+                kernel: String::new(),
+                count: 1.0,
+                invocations,
+                cycles: k.cycles,
+                loop_factor: factors.bound,
+                bytes,
+                occupancy: None,
+                spills: 0.0,
+                flops: 0.0,
+                pipes: None,
+            },
+        };
         out.push(Dispatch {
             op: op.clone(),
             kernel: kernel_name(w, s, caps),
             count,
-            invocations: groups * f64::from(threads),
-            cycles: k.cycles,
-            loop_factor: factors.bound,
-            bytes: bytes_of(&actual, pos0 + rows),
-            occupancy: k.occupancy,
-            spills: k.spills,
             flops: actual.flops() as f64,
-            // Each driver pipe scaled by the loop factor of the IR pipe doing its work.
-            pipes: k.pipes.map(|cycles| Pipes {
-                cycles,
-                loop_factors: Some(factors.driver_pipes()),
-            }),
+            ..base
         });
         // A GEMM split across the grid without the last group reducing: its reduce pass
         // reads the partial sums once and writes the output (memory and a dispatch).
@@ -980,11 +972,11 @@ fn loop_factors(
             bound: 1.0,
         };
     };
-    let once = static_cost::count_compiled(&module, unrolled, model).0;
     if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {
-        let dynamic = static_cost::ir_estimate(gw, gs, *model).dynamic;
-        return LoopFactors::of(&once, &dynamic, model);
+        // As `rocky tune --static` takes them.
+        return static_cost::ir_estimate(gw, gs, *model).factors_as_compiled(unrolled);
     }
+    let once = static_cost::count_compiled(&module, unrolled, model).0;
     // The only loops with bounds read at run time are attention's key blocks: a workgroup of
     // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
     let dynamic = match (w, s) {
@@ -1000,30 +992,7 @@ fn loop_factors(
     LoopFactors::of(&once, &all, model).at_least(1.0)
 }
 
-/// Bytes a dispatch must move at least: its weights, inputs and outputs once.
-pub fn bytes_of(w: &Workload, kv: usize) -> f64 {
-    let f = |x: u32| f64::from(x);
-    match w {
-        Workload::Gemm(g) | Workload::Gemv(g) => {
-            let act = f(g.act_bytes());
-            g.weight_bytes() as f64
-                + f(g.m) * f(g.k) * act
-                + f(g.m) * f(g.n) * act
-                + if g.bias { 4.0 * f(g.n) } else { 0.0 }
-        }
-        Workload::RmsNorm(x) => 8.0 * f(x.m) * f(x.width) + 4.0 * f(x.width),
-        Workload::RopeNeox(x) => 8.0 * f(x.m) * f(x.n_heads) * f(x.head_dim),
-        Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) => 12.0 * f(x.m) * f(x.width),
-        Workload::Scale(x) => 8.0 * f(x.m) * f(x.width),
-        Workload::Embedding(x) => f(x.m) * (x.row_bytes() as f64 + 4.0 * f(x.width)),
-        Workload::KvWrite(x) => 6.0 * f(x.m) * f(x.kv_width),
-        // In place: each value read and written once.
-        Workload::Hadamard(x) => 8.0 * f(x.m) * f(x.width),
-        Workload::Attention(a) => {
-            8.0 * f(a.m) * f(a.q_width()) + 2.0 * 2.0 * kv as f64 * f(a.kv_width())
-        }
-    }
-}
+pub use rocky_tuner::static_cost::bytes_of;
 
 /// "blk.12.attn_q" → "attn_q".
 fn op_name(label: &str) -> String {
@@ -1063,6 +1032,94 @@ mod tests {
         assert_eq!(cores_from_name("Mali-G610 MC4 (panvk)"), Some(4));
         assert_eq!(cores_from_name("Mali-G610"), None);
         assert_eq!(cores_from_name("llvmpipe (LLVM 15.0.6, 256 bits)"), None);
+    }
+
+    /// `rocky tune --static` ranks a GEMM candidate by the time `rocky predict` gives its
+    /// dispatch: the same statistics record costs the same through both paths, and that time
+    /// is the closed form of the per-pipe model at the factors the IR counts.
+    #[test]
+    fn the_static_ranking_scores_a_gemm_as_predict_costs_its_dispatch() {
+        use rocky_compiler::templates::gemm::GemmWorkload;
+        use rocky_compiler::{ActType, WeightFormat, WeightLayout};
+        use rocky_runtime::executor::ScheduleOrigin;
+        use std::collections::BTreeMap;
+        let caps = DeviceCaps::mali_g610();
+        // The 3B's attn_q at a 64-row ubatch, with panvk's default schedule.
+        let gw = GemmWorkload {
+            m: 64,
+            n: 2048,
+            k: 2048,
+            act: ActType::F32,
+            weight: WeightFormat::Q4K,
+            layout: WeightLayout::Gguf,
+            bias: true,
+            epilogue: Default::default(),
+            rms_norm_eps_bits: None,
+        };
+        let w = Workload::Gemm(gw);
+        let s = templates::default_schedule(&w, &caps);
+        let Schedule::Gemm(gs) = s else {
+            panic!("a GEMM schedule")
+        };
+        let model = CostModel::for_device(&caps);
+        let estimate = static_cost::ir_estimate(&gw, &gs, model);
+        // Which reading of the loops a driver that kept 1 loop (the K loop) compiled.
+        let unrolled = estimate.reading(Some(1.0));
+        let stats = BTreeMap::from([
+            ("Cycles".to_string(), 87.0),
+            ("FMA".to_string(), 40.0),
+            ("CVT".to_string(), 6.0),
+            ("SFU".to_string(), 30.0),
+            ("Load/store".to_string(), 87.0),
+            ("Loops".to_string(), 1.0),
+            ("Threads".to_string(), 1.0),
+            ("Registers used".to_string(), 60.0),
+        ]);
+        let v = ValhallStats::from_flat(&stats).unwrap();
+        let pm = static_cost::PredictModel::g610_builtin(None);
+        // The ranking's score.
+        let (ranked_s, source) = static_cost::score(&estimate, Some(&stats), &pm);
+        assert_eq!(source, static_cost::ScoreSource::DriverCycles);
+        // `rocky predict`'s dispatch of the same kernel in a 64-row ubatch at position 0.
+        let used = vec![("blk.0.attn_q".to_string(), w, s, ScheduleOrigin::Default)];
+        let kc = KernelCost {
+            cycles: v.cycles,
+            driver: Some(v),
+            from_driver: true,
+            unrolled,
+        };
+        let costs = HashMap::from([((w, s), kc)]);
+        let ds = ubatch_dispatches(&used, &costs, &caps, 64, 0, 64, false);
+        assert_eq!(ds.len(), 1);
+        let p = rocky_predict::predict(&pm.target, &pm.constants, &ds, 0.0, 64.0);
+        assert!(
+            (p.total_s / ranked_s - 1.0).abs() < 1e-12,
+            "predict {} s, ranking {ranked_s} s",
+            p.total_s
+        );
+        // The closed form over the IR's own counts: invocations x max(FMA, CVT, SFU x arith
+        // factor, load/store x its factor / ls_rate) / 4 cores / 1 GHz / efficiency, or the
+        // bytes at 27 GB/s.
+        let once = match unrolled {
+            Unrolled::Requested => estimate.compiled[0].0,
+            Unrolled::Constant => estimate.compiled[1].0,
+            Unrolled::Nothing => estimate.static_once,
+        };
+        let fa = estimate.dynamic.arith / once.arith;
+        let fl = estimate.dynamic.ls / once.ls;
+        let busiest = (40.0 * fa)
+            .max(30.0 * fa)
+            .max(87.0 * fl / rocky_predict::SEED_LS_RATE);
+        let compute = estimate.invocations * busiest / 4.0 / 1e9 / (470.0 / 512.0);
+        let memory = (2048.0 * 2048.0 / 256.0 * 144.0   // Q4_K: 144 bytes per 256 weights
+            + 64.0 * 2048.0 * 4.0 * 2.0                 // X in, Y out, f32
+            + 4.0 * 2048.0)                             // bias
+            / 27.0e9;
+        let expected = compute.max(memory);
+        assert!(
+            (ranked_s / expected - 1.0).abs() < 1e-12,
+            "ranking {ranked_s} s, closed form {expected} s (compute {compute}, memory {memory})"
+        );
     }
 
     #[test]

@@ -45,27 +45,32 @@ pub fn run(
                 .count();
             say(format!(
                 "[{}/{count}] {} ({}): {} candidates ranked ({space} in the space) by {}, {} driver-compiled, \
-                 {disqualified} disqualified, {} refused; top {} (score {:.4e}); default ranks {}",
+                 {disqualified} disqualified, {} refused; top {} (score {:.4e}{}); default ranks {}",
                 index + 1,
                 describe_workload(&mw.workload),
                 tensor_kinds(&mw.labels),
                 o.ranking.candidates.len(),
                 match o.source {
-                    ScoreSource::DriverCycles => "the driver's Cycles statistic",
+                    ScoreSource::DriverCycles => "the `rocky predict` model of the driver's statistics",
                     ScoreSource::Analytic => "the analytic IR model",
                 },
                 o.driver_compiled,
                 o.refused,
                 top.map_or("none".into(), |c| describe_schedule(&c.schedule)),
                 top.map_or(f64::NAN, |c| c.score),
+                match o.source {
+                    ScoreSource::DriverCycles => " s, predicted",
+                    ScoreSource::Analytic => "",
+                },
                 o.default_rank
                     .map_or("(not ranked)".into(), |r| format!("#{}", r + 1)),
             ));
-            // The same cost model as `rocky predict`: the top candidate's time on a G610 MC4.
+            // The score is `rocky predict`'s time of the dispatch on a G610 MC4.
             if let (ScoreSource::DriverCycles, Some(c)) = (o.source, top) {
-                let ms = g610_ms(c.score, &mw.workload);
                 say(format!(
-                    "    predicted on a G610 MC4 (the `rocky predict` model, not a measurement): {ms:.3} ms"
+                    "    predicted on a G610 MC4 (the `rocky predict` model, constants as \
+                     in `scores:` below; not a measurement): {:.3} ms",
+                    c.score * 1e3
                 ));
             }
         })
@@ -107,28 +112,6 @@ pub fn run(
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     }
     Ok(())
-}
-
-/// A driver-cycles score (cycles x loop repeats x invocations) as milliseconds on the
-/// `rocky predict` model of a G610 MC4 (its cores, clock, bandwidth and calibrated efficiency),
-/// bounded below by the workload's bytes at the bandwidth.
-fn g610_ms(score: f64, workload: &rocky_compiler::Workload) -> f64 {
-    let t = rocky_predict::Target::g610_mc4();
-    let c = rocky_predict::Constants::seed_calibrated();
-    let d = rocky_predict::Dispatch {
-        op: String::new(),
-        kernel: String::new(),
-        count: 1.0,
-        invocations: score,
-        cycles: 1.0,
-        loop_factor: 1.0,
-        bytes: super::predict::bytes_of(workload, 0),
-        occupancy: None,
-        spills: 0.0,
-        flops: 0.0,
-        pipes: None,
-    };
-    rocky_predict::dispatch_cost(&t, &c, &d).total_s * 1e3
 }
 
 /// The distinct tensor kinds of a workload's labels (`blk.3.attn_q` → `attn_q`), for a short

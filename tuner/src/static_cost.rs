@@ -2,11 +2,17 @@
 //! device that can compile but not time (the Mali through Mesa's drm-shim) can still make.
 //!
 //! Two sources, and every score says which it came from ([`ScoreSource`]):
-//! - **driver**: the driver's compiler estimate of cycles per invocation (panvk 26.x reports
-//!   `Cycles` through `VK_KHR_pipeline_executable_properties`: the Valhall compiler's
-//!   max of its FMA/CVT/SFU/load-store cycle counts). That count is static (every loop body
-//!   once), so it is scaled by how much the K loop repeats, taken from the IR model below
-//!   (dynamic / static operation counts), and by the invocations of the dispatch.
+//! - **driver**: the time `rocky predict` predicts for the candidate's dispatch
+//!   ([`driver_cost`]), from the driver's compiler statistics (panvk 26.x reports them through
+//!   `VK_KHR_pipeline_executable_properties`: the Valhall compiler's FMA, CVT, SFU and
+//!   load/store cycles per invocation, its `Loops`, registers and spills). Those counts are
+//!   static (every loop body the compiler kept once), so each pipe is scaled by the loop factor
+//!   of the IR pipe doing its work over the loops as the driver compiled them
+//!   ([`IrEstimate::driver_factors`]), the busiest pipe taken after the scaling (load/store at
+//!   the calibrated rate), times the invocations, on the G610 model with the built-in
+//!   calibration, floored by the workload's bytes at the bandwidth
+//!   ([`rocky_predict::dispatch_cost`]). One function builds that dispatch for both
+//!   ([`driver_dispatch`]), so the ranking and the prediction cannot drift apart.
 //! - **analytic** (where the driver reports no cycles: lavapipe, panvk 25.0.7, NVIDIA): the
 //!   kernel's IR walked with each loop weighted by its trip count — arithmetic per lane
 //!   (16-bit floats at half cost, packed dot products as one), load/store issues of at most
@@ -25,7 +31,9 @@
 use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt, Unroll};
 use rocky_compiler::templates::gemm::interface::dispatch_grid;
 use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
-use rocky_compiler::DeviceCaps;
+use rocky_compiler::{DeviceCaps, Workload};
+use rocky_predict::{dispatch_cost, Constants, Cost, Dispatch, Pipes, Target, ValhallStats};
+use rocky_tuning_db::Calibration;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where a score came from.
@@ -42,9 +50,13 @@ impl ScoreSource {
     pub fn describe(self) -> &'static str {
         match self {
             ScoreSource::DriverCycles => {
-                "driver statistics: the compiler's Cycles per invocation \
-                 (VK_KHR_pipeline_executable_properties) x K-loop repeats from the IR x \
-                 invocations; spills disqualify, registers break ties"
+                "driver statistics: the `rocky predict` model's seconds for the dispatch (a \
+                 PREDICTION): the compiler's per-pipe cycles per invocation \
+                 (VK_KHR_pipeline_executable_properties), each pipe x its IR loop factor over \
+                 the loops as the driver compiled them, busiest pipe (load/store at the \
+                 calibrated rate) x invocations on a G610 MC4 (the constants are named \
+                 with the ranking), floored by the bytes at the bandwidth; spills \
+                 disqualify, compute time then registers break ties"
             }
             ScoreSource::Analytic => {
                 "analytic: IR operation counts per invocation weighted by loop trips, combined \
@@ -178,7 +190,14 @@ pub struct IrEstimate {
     pub dynamic: OpCounts,
     /// Per invocation, every loop body counted once (what a driver's static estimate sees).
     pub static_once: OpCounts,
+    /// Per invocation as a driver that unrolls [`Unrolled::Requested`]'s, then
+    /// [`Unrolled::Constant`]'s loops counts them, each with the loops it keeps
+    /// ([`count_compiled`]): which of them the driver's statistics hold is known only once it
+    /// compiled the kernel ([`IrEstimate::driver_factors`]).
+    pub compiled: [(OpCounts, f64); 2],
     pub invocations: f64,
+    /// Bytes the dispatch moves at least ([`bytes_of`]): the memory floor of its time.
+    pub bytes: f64,
     pub model: CostModel,
 }
 
@@ -197,6 +216,33 @@ impl IrEstimate {
     /// The same per IR pipe ([`LoopFactors`]).
     pub fn loop_factors(&self) -> LoopFactors {
         LoopFactors::of(&self.static_once, &self.dynamic, &self.model)
+    }
+
+    /// The reading of the loops a driver that reports `driver_loops` kept ([`driver_static`]).
+    pub fn reading(&self, driver_loops: Option<f64>) -> Unrolled {
+        pick_reading(driver_loops, |u| match u {
+            Unrolled::Requested => self.compiled[0].1,
+            Unrolled::Constant => self.compiled[1].1,
+            Unrolled::Nothing => f64::NAN,
+        })
+    }
+
+    /// The loop factors per IR pipe over the static counts of the loops as `unrolled` reads
+    /// them: what scales a driver's statistics ([`driver_dispatch`]). `rocky predict` and
+    /// `rocky tune --static` both take a GEMM's factors from here.
+    pub fn factors_as_compiled(&self, unrolled: Unrolled) -> LoopFactors {
+        let once = match unrolled {
+            Unrolled::Nothing => &self.static_once,
+            Unrolled::Requested => &self.compiled[0].0,
+            Unrolled::Constant => &self.compiled[1].0,
+        };
+        LoopFactors::of(once, &self.dynamic, &self.model)
+    }
+
+    /// [`IrEstimate::factors_as_compiled`] of the reading the driver's `Loops` picks, with it.
+    pub fn driver_factors(&self, driver_loops: Option<f64>) -> (LoopFactors, Unrolled) {
+        let u = self.reading(driver_loops);
+        (self.factors_as_compiled(u), u)
     }
 
     /// The numbers stored with a ranked candidate (`ir_…`).
@@ -227,9 +273,147 @@ pub fn ir_estimate(w: &GemmWorkload, s: &GemmSchedule, model: CostModel) -> IrEs
     IrEstimate {
         dynamic: count(&module, Some(k_trips), &model),
         static_once: count(&module, None, &model),
+        compiled: [
+            count_compiled(&module, Unrolled::Requested, &model),
+            count_compiled(&module, Unrolled::Constant, &model),
+        ],
         invocations,
+        bytes: bytes_of(&Workload::Gemm(*w), 0),
         model,
     }
+}
+
+/// Bytes a dispatch of `w` must move at least (`kv` keys for attention): its weights, inputs
+/// and outputs once. The memory floor of `rocky predict`'s time, and of the static ranking's.
+pub fn bytes_of(w: &Workload, kv: usize) -> f64 {
+    let f = |x: u32| f64::from(x);
+    match w {
+        Workload::Gemm(g) | Workload::Gemv(g) => {
+            let act = f(g.act_bytes());
+            g.weight_bytes() as f64
+                + f(g.m) * f(g.k) * act
+                + f(g.m) * f(g.n) * act
+                + if g.bias { 4.0 * f(g.n) } else { 0.0 }
+        }
+        Workload::RmsNorm(x) => 8.0 * f(x.m) * f(x.width) + 4.0 * f(x.width),
+        Workload::RopeNeox(x) => 8.0 * f(x.m) * f(x.n_heads) * f(x.head_dim),
+        Workload::SwiGlu(x) | Workload::GeGlu(x) | Workload::Add(x) => 12.0 * f(x.m) * f(x.width),
+        Workload::Scale(x) => 8.0 * f(x.m) * f(x.width),
+        Workload::Embedding(x) => f(x.m) * (x.row_bytes() as f64 + 4.0 * f(x.width)),
+        Workload::KvWrite(x) => 6.0 * f(x.m) * f(x.kv_width),
+        // In place: each value read and written once.
+        Workload::Hadamard(x) => 8.0 * f(x.m) * f(x.width),
+        Workload::Attention(a) => {
+            8.0 * f(a.m) * f(a.q_width()) + 2.0 * 2.0 * kv as f64 * f(a.kv_width())
+        }
+    }
+}
+
+/// The dispatch `rocky predict` costs for a kernel the driver compiled: its statistics `v`
+/// (per-pipe cycles per invocation, every kept loop body once), each pipe scaled by `factors`
+/// ([`LoopFactors::driver_pipes`]), `invocations` threads, `bytes` at least. The op, kernel
+/// name, count and flops are the caller's to fill in. A driver that reports only `Cycles`
+/// (no per-pipe counts) gets the single factor of the IR's busiest pipe.
+pub fn driver_dispatch(
+    v: &ValhallStats,
+    factors: &LoopFactors,
+    invocations: f64,
+    bytes: f64,
+) -> Dispatch {
+    let cycles = [v.fma, v.cvt, v.sfu, v.load_store];
+    Dispatch {
+        op: String::new(),
+        kernel: String::new(),
+        count: 1.0,
+        invocations,
+        cycles: v.cycles,
+        loop_factor: factors.bound,
+        bytes,
+        occupancy: v.occupancy(),
+        spills: v.spills,
+        flops: 0.0,
+        pipes: cycles.iter().any(|&c| c > 0.0).then(|| Pipes {
+            cycles,
+            loop_factors: Some(factors.driver_pipes()),
+        }),
+    }
+}
+
+/// What the static ranking costs a driver-compiled candidate on: `rocky predict`'s target and
+/// constants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PredictModel {
+    pub target: Target,
+    pub constants: Constants,
+}
+
+impl PredictModel {
+    /// The G610 MC4 (with `cores` where the driver says) at the built-in calibration, as
+    /// `rocky predict --calibration builtin`.
+    pub fn g610_builtin(cores: Option<(u32, String)>) -> PredictModel {
+        let target = match cores {
+            Some((n, from)) => Target::g610_mc4().with_cores(n, from),
+            None => Target::g610_mc4(),
+        };
+        PredictModel {
+            target,
+            constants: Constants::seed_calibrated(),
+        }
+    }
+
+    /// The model of a calibration stored in the tuning database (a figure measured on the
+    /// device, `rocky predict --fit-pp … --save-calibration`), as `rocky predict` takes it: its
+    /// constants, and the clock and bandwidth they were fitted at; cores where the driver says.
+    pub fn from_calibration(c: &Calibration, cores: Option<(u32, String)>) -> PredictModel {
+        let mut pm = PredictModel::g610_builtin(cores);
+        pm.target.clock_hz = c.target.clock_hz;
+        pm.target.clock_from = "the calibration's (its constants were fitted at it)".into();
+        pm.target.bandwidth = c.target.bandwidth;
+        pm.target.bandwidth_from = "the calibration's (its constants were fitted at it)".into();
+        pm.constants = calibration_constants(c);
+        pm
+    }
+
+    /// Which constants, in words (stored with a ranking).
+    pub fn describe(&self) -> String {
+        if self.constants.fitted.is_empty() {
+            "the priors".into()
+        } else {
+            self.constants.fitted.clone()
+        }
+    }
+}
+
+/// The model's constants of a stored calibration.
+pub fn calibration_constants(c: &Calibration) -> Constants {
+    Constants {
+        efficiency: c.constants.efficiency,
+        dispatch_s: c.constants.dispatch_s,
+        submit_s: c.constants.submit_s,
+        half_occupancy_efficiency: c.constants.half_occupancy_efficiency,
+        ls_rate: c.constants.ls_rate,
+        fitted: format!(
+            "{} fitted to {:.2} tok/s measured on {} ({}), tuning database",
+            c.fitted,
+            c.measured_tok_s,
+            c.device.describe(),
+            c.measured_by
+        ),
+    }
+}
+
+/// The predicted time of a candidate's dispatch from the driver's statistics (`stats`, flat),
+/// as `rocky predict` costs it, with the loops' reading its `Loops` picked; `None` where the
+/// statistics hold no cycles.
+pub fn driver_cost(
+    estimate: &IrEstimate,
+    stats: &BTreeMap<String, f64>,
+    pm: &PredictModel,
+) -> Option<(Cost, Unrolled)> {
+    let v = ValhallStats::from_flat(stats)?;
+    let (factors, unrolled) = estimate.driver_factors(stat(stats, "loops"));
+    let d = driver_dispatch(&v, &factors, estimate.invocations, estimate.bytes);
+    Some((dispatch_cost(&pm.target, &pm.constants, &d), unrolled))
 }
 
 /// Per-invocation counts of `module`: loops with constant bounds weighted by their trips and
@@ -426,15 +610,22 @@ pub fn driver_static(
     model: &CostModel,
     driver_loops: Option<f64>,
 ) -> (OpCounts, Unrolled) {
-    if let Some(n) = driver_loops {
-        for u in [Unrolled::Requested, Unrolled::Constant] {
-            let (c, kept) = count_compiled(module, u, model);
-            if kept == n {
-                return (c, u);
-            }
-        }
+    match pick_reading(driver_loops, |u| count_compiled(module, u, model).1) {
+        Unrolled::Nothing => (count(module, None, model), Unrolled::Nothing),
+        u => (count_compiled(module, u, model).0, u),
     }
-    (count(module, None, model), Unrolled::Nothing)
+}
+
+/// The first of [`Unrolled::Requested`] and [`Unrolled::Constant`] whose kept loops (`kept`)
+/// equal the driver's `Loops`, else [`Unrolled::Nothing`].
+fn pick_reading(driver_loops: Option<f64>, kept: impl Fn(Unrolled) -> f64) -> Unrolled {
+    driver_loops
+        .and_then(|n| {
+            [Unrolled::Requested, Unrolled::Constant]
+                .into_iter()
+                .find(|&u| kept(u) == n)
+        })
+        .unwrap_or(Unrolled::Nothing)
 }
 
 /// The driver's statistic named like `name` (case-insensitive, exact or as a prefix of a
@@ -452,13 +643,17 @@ pub fn stat(stats: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
         .map(|(_, v)| *v)
 }
 
-/// A candidate's score: the driver's cycles where it reports them, else the IR model.
-pub fn score(estimate: &IrEstimate, stats: Option<&BTreeMap<String, f64>>) -> (f64, ScoreSource) {
-    match stats.and_then(|s| stat(s, "cycles")) {
-        Some(cycles) if cycles.is_finite() && cycles > 0.0 => (
-            cycles * estimate.loop_factor() * estimate.invocations,
-            ScoreSource::DriverCycles,
-        ),
+/// A candidate's score: where the driver reports cycles, the seconds `rocky predict` predicts
+/// for its dispatch ([`driver_cost`]); else the IR model's analytic score (its own units).
+pub fn score(
+    estimate: &IrEstimate,
+    stats: Option<&BTreeMap<String, f64>>,
+    pm: &PredictModel,
+) -> (f64, ScoreSource) {
+    match stats.and_then(|s| driver_cost(estimate, s, pm)) {
+        Some((cost, _)) if cost.total_s.is_finite() && cost.total_s > 0.0 => {
+            (cost.total_s, ScoreSource::DriverCycles)
+        }
         _ => (estimate.analytic_score(), ScoreSource::Analytic),
     }
 }
@@ -545,11 +740,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn static_counts_follow_the_loops_the_driver_kept() {
-        // for j in 0..n (push, a kept loop) { v = x[j]; for i in 0..4 (asks to unroll) {
-        // y[i] = v * 2 } }, then for 0..2 (constant, no hint) { 1 + 1 } and for 0..3 (never
-        // unroll) { x[i] }.
+    /// for j in 0..n (push, a kept loop) { v = x[j]; for i in 0..4 (asks to unroll) {
+    /// y[i] = v * 2 } }, then for 0..2 (constant, no hint) { 1 + 1 } and for 0..3 (never
+    /// unroll) { x[i] }.
+    fn kernel_with_a_hinted_loop_in_a_kept_one() -> Module {
         let b = KernelBuilder::new("t", [1, 1, 1]);
         let x = b.buffer(0, "x", Type::F32, Access::ReadOnly);
         let y = b.buffer(1, "y", Type::F32, Access::WriteOnly);
@@ -566,7 +760,30 @@ mod tests {
         b.for_range(b.c_u32(0), b.c_u32(3), 1, Unroll::Never, |i| {
             let _ = b.load(x, i);
         });
-        let m = b.finish();
+        b.finish()
+    }
+
+    /// The IR estimate of [`kernel_with_a_hinted_loop_in_a_kept_one`] at 10 trips of its kept
+    /// loop, 1e6 invocations moving `bytes`.
+    fn estimate_of_the_hinted_kernel(bytes: f64) -> IrEstimate {
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
+        let model = CostModel::GPU;
+        IrEstimate {
+            dynamic: count(&m, Some(10.0), &model),
+            static_once: count(&m, None, &model),
+            compiled: [
+                count_compiled(&m, Unrolled::Requested, &model),
+                count_compiled(&m, Unrolled::Constant, &model),
+            ],
+            invocations: 1.0e6,
+            bytes,
+            model,
+        }
+    }
+
+    #[test]
+    fn static_counts_follow_the_loops_the_driver_kept() {
+        let m = kernel_with_a_hinted_loop_in_a_kept_one();
         let model = CostModel::GPU;
         let at = |u| {
             let (c, loops) = count_compiled(&m, u, &model);
@@ -619,32 +836,167 @@ mod tests {
 
     #[test]
     fn driver_cycles_are_used_where_reported_and_the_ir_model_elsewhere() {
+        let once = OpCounts {
+            arith: 4.0,
+            ls: 10.0,
+            global_bytes: 0.0,
+        };
         let e = IrEstimate {
             dynamic: OpCounts {
                 arith: 40.0,
                 ls: 100.0,
                 global_bytes: 0.0,
             },
-            static_once: OpCounts {
-                arith: 4.0,
-                ls: 10.0,
-                global_bytes: 0.0,
-            },
+            static_once: once,
+            compiled: [(once, 1.0), (once, 1.0)],
             invocations: 64.0,
+            bytes: 0.0,
             model: CostModel::GPU,
         };
-        assert_eq!(score(&e, None), (6400.0, ScoreSource::Analytic));
+        let pm = PredictModel::g610_builtin(None);
+        assert_eq!(score(&e, None, &pm), (6400.0, ScoreSource::Analytic));
         let code_size_only = BTreeMap::from([("Code Size".to_string(), 14208.0)]);
-        assert_eq!(score(&e, Some(&code_size_only)).1, ScoreSource::Analytic);
+        assert_eq!(
+            score(&e, Some(&code_size_only), &pm).1,
+            ScoreSource::Analytic
+        );
         let valhall = BTreeMap::from([
             ("Cycles".to_string(), 26.0),
             ("Registers used".to_string(), 59.0),
         ]);
-        // 26 cycles x (100 / 10) loop repeats x 64 invocations.
-        assert_eq!(
-            score(&e, Some(&valhall)),
-            (16640.0, ScoreSource::DriverCycles)
+        // Cycles alone (no per-pipe counts): 26 cycles x (100 / 10) loop repeats x 64
+        // invocations, over 4 cores at 1 GHz and the prior efficiency 470 / 512.
+        let (seconds, source) = score(&e, Some(&valhall), &pm);
+        assert_eq!(source, ScoreSource::DriverCycles);
+        let expected = 26.0 * 10.0 * 64.0 / 4.0 / 1e9 / (470.0 / 512.0);
+        assert!(
+            (seconds / expected - 1.0).abs() < 1e-12,
+            "{seconds} {expected}"
         );
         assert_eq!(stat(&valhall, "registers"), Some(59.0));
+    }
+
+    /// A calibration measured on a board replaces the built-in constants, clock and
+    /// bandwidth in the ranking's model, as in `rocky predict`: the same record at half the
+    /// efficiency and half the clock costs four times the compute time.
+    #[test]
+    fn a_stored_calibration_replaces_the_built_in_constants() {
+        use rocky_tuning_db::{CalibrationConstants, CalibrationTarget, DeviceFingerprint};
+        let c = Calibration {
+            device: DeviceFingerprint {
+                vendor_id: 0x13b5,
+                device_id: 0xa8670000,
+                driver_id: "MESA_PANVK".into(),
+                driver_name: "panvk".into(),
+                driver_version: "26.1.3".into(),
+                device_name: "Mali-G610 MC4".into(),
+            },
+            compiler_version: "test".into(),
+            model: "qwen2.5-3b-q4_k_m.gguf".into(),
+            n_prompt: 512,
+            ubatch: 64,
+            measured_tok_s: 31.0,
+            measured_by: "rocky bench -p 512 -ub 64".into(),
+            predicted_tok_s: 53.4,
+            base: "built-in".into(),
+            fitted: "efficiency".into(),
+            constants: CalibrationConstants {
+                efficiency: 470.0 / 1024.0,
+                ls_rate: rocky_predict::SEED_LS_RATE,
+                dispatch_s: 0.0,
+                submit_s: 0.0,
+                half_occupancy_efficiency: 1.0,
+            },
+            target: CalibrationTarget {
+                cores: 4,
+                clock_hz: 0.5e9,
+                bandwidth: 20.0e9,
+            },
+            statistics: "driver statistics".into(),
+            host: "board".into(),
+            date: 0,
+        };
+        let pm = PredictModel::from_calibration(&c, Some((4, "the driver".into())));
+        assert_eq!(pm.target.clock_hz, 0.5e9);
+        assert_eq!(pm.target.bandwidth, 20.0e9);
+        assert_eq!(pm.constants.efficiency, 470.0 / 1024.0);
+        assert!(pm.describe().contains("31.00 tok/s"), "{}", pm.describe());
+        let e = estimate_of_the_hinted_kernel(0.0);
+        let stats = BTreeMap::from([
+            ("FMA".to_string(), 2.0),
+            ("Load/store".to_string(), 12.0),
+            ("Loops".to_string(), 3.0),
+        ]);
+        let built_in = score(&e, Some(&stats), &PredictModel::g610_builtin(None)).0;
+        let calibrated = score(&e, Some(&stats), &pm).0;
+        assert!(
+            (calibrated / built_in - 4.0).abs() < 1e-12,
+            "{calibrated} {built_in}"
+        );
+    }
+
+    #[test]
+    fn the_ranking_predicts_a_dispatch_as_rocky_predict_does_in_closed_form() {
+        // Counted in `static_counts_follow_the_loops_the_driver_kept` (by hand) as arithmetic
+        // 42 / load-store 53 at 10 trips of its kept loop; 5 / 6 with its hinted loop unrolled
+        // (3 loops kept); 2 / 3 with every loop once.
+        let e = estimate_of_the_hinted_kernel(1.0e3);
+        let pm = PredictModel::g610_builtin(None);
+        let ls_rate = rocky_predict::SEED_LS_RATE;
+        let eff = 470.0 / 512.0;
+        // A hand-made statistics record: FMA 2, CVT 0.5, SFU 3, load/store 12 cycles, the
+        // driver kept 3 loops (the hinted one unrolled), full occupancy.
+        let mut stats = BTreeMap::from([
+            ("Cycles".to_string(), 12.0),
+            ("FMA".to_string(), 2.0),
+            ("CVT".to_string(), 0.5),
+            ("SFU".to_string(), 3.0),
+            ("Load/store".to_string(), 12.0),
+            ("Loops".to_string(), 3.0),
+            ("Threads".to_string(), 2.0),
+        ]);
+        // Factors 42 / 5 (arithmetic) and 53 / 6 (load/store): FMA 16.8, SFU 25.2, load/store
+        // 12 x 53 / 6 / 3.4946 = 30.33 cycles, the busiest; x 1e6 over 4 cores at 1 GHz.
+        let expected = 1.0e6 * (12.0 * 53.0 / 6.0 / ls_rate) / 4.0 / 1e9 / eff;
+        let (seconds, source) = score(&e, Some(&stats), &pm);
+        assert_eq!(source, ScoreSource::DriverCycles);
+        assert!(
+            (seconds / expected - 1.0).abs() < 1e-12,
+            "{seconds} {expected}"
+        );
+        let (cost, unrolled) = driver_cost(&e, &stats, &pm).unwrap();
+        assert_eq!(unrolled, Unrolled::Requested);
+        assert_eq!(cost.bound, rocky_predict::Bound::Compute);
+        // The same dispatch through rocky_predict's own entry (what `rocky predict` sums).
+        let d = driver_dispatch(
+            &ValhallStats::from_flat(&stats).unwrap(),
+            &e.factors_as_compiled(Unrolled::Requested),
+            e.invocations,
+            e.bytes,
+        );
+        let p = rocky_predict::predict(&pm.target, &pm.constants, &[d], 0.0, 1.0);
+        assert!((p.total_s / expected - 1.0).abs() < 1e-12, "{p:?}");
+        // An SFU-heavy record: SFU 30 x 8.4 = 252 cycles beats load/store's 30.33.
+        stats.insert("SFU".to_string(), 30.0);
+        let expected_sfu = 1.0e6 * (30.0 * 42.0 / 5.0) / 4.0 / 1e9 / eff;
+        let (seconds, _) = score(&e, Some(&stats), &pm);
+        assert!(
+            (seconds / expected_sfu - 1.0).abs() < 1e-12,
+            "{seconds} {expected_sfu}"
+        );
+        // A Loops count no reading keeps: every loop once (factors 21 and 53 / 3): SFU 1 x 21,
+        // FMA 2 x 21 = 42, load/store 12 x 53 / 3 / 3.4946 = 60.66, the busiest.
+        stats.insert("SFU".to_string(), 1.0);
+        stats.insert("Loops".to_string(), 7.0);
+        let expected_once = 1.0e6 * (12.0 * 53.0 / 3.0 / ls_rate) / 4.0 / 1e9 / eff;
+        let (seconds, _) = score(&e, Some(&stats), &pm);
+        assert!(
+            (seconds / expected_once - 1.0).abs() < 1e-12,
+            "{seconds} {expected_once}"
+        );
+        // The memory floor: 1 GB at 27 GB/s outlasts the compute.
+        let big = IrEstimate { bytes: 1.0e9, ..e };
+        let (seconds, _) = score(&big, Some(&stats), &pm);
+        assert!((seconds - 1.0e9 / 27.0e9).abs() < 1e-12, "{seconds}");
     }
 }

@@ -5,16 +5,20 @@
 //! checked).
 //!
 //! Where the driver reports its compiler's statistics, every candidate's pipeline is created
-//! with them captured and scored from them ([`static_cost`](crate::static_cost)); elsewhere
+//! with them captured and scored from them by `rocky predict`'s cost model: the predicted
+//! seconds of its dispatch on a G610 at the built-in calibration
+//! ([`static_cost::driver_cost`](crate::static_cost::driver_cost)); elsewhere
 //! the candidates are only generated (SPIR-V, no driver compile: the driver would tell nothing
 //! more than pass or fail, which the live search finds out anyway) and scored by the IR model.
 
-use crate::static_cost::{ir_estimate, score, stat, CostModel, ScoreSource};
+use crate::static_cost::{
+    driver_cost, ir_estimate, score, stat, CostModel, PredictModel, ScoreSource,
+};
 use rayon::prelude::*;
 use rocky_compiler::templates::gemm::GemmWorkload;
 use rocky_compiler::{instantiate, DeviceCaps, Schedule, Workload};
 use rocky_runtime::{spilling, ComputePipeline, Context};
-use rocky_tuning_db::{RankedSchedule, SeedRanking, Trial};
+use rocky_tuning_db::{Calibration, RankedSchedule, SeedRanking, Trial};
 use std::collections::BTreeMap;
 
 /// Seed-ranked candidates a live search tries first: at most half its budget, at most 8.
@@ -54,7 +58,23 @@ pub fn sample(space: &[Schedule], first: &Schedule, count: usize, seed: u64) -> 
     out
 }
 
-/// Ranks `candidates` of `w` on `ctx` (see the module comment).
+/// The model a driver-compiled ranking is costed on: `calibration` (the tuning database's for
+/// this device, where it holds one) or the built-in one, with the driver's core count.
+pub fn predict_model(ctx: &Context, calibration: Option<&Calibration>) -> PredictModel {
+    let cores = ctx.info().limits.shader_cores.map(|c| {
+        (
+            c,
+            "reported by the driver (VK_ARM_shader_core_properties)".to_string(),
+        )
+    });
+    match calibration {
+        Some(c) => PredictModel::from_calibration(c, cores),
+        None => PredictModel::g610_builtin(cores),
+    }
+}
+
+/// Ranks `candidates` of `w` on `ctx` (see the module comment); driver-compiled candidates
+/// are costed on `pm` ([`predict_model`]).
 pub fn rank_gemm(
     ctx: &Context,
     caps: &DeviceCaps,
@@ -62,6 +82,7 @@ pub fn rank_gemm(
     candidates: &[Schedule],
     default: &Schedule,
     host: &str,
+    pm: &PredictModel,
 ) -> Option<StaticOutcome> {
     let workload = Workload::Gemm(*w);
     let model = CostModel::for_device(caps);
@@ -126,21 +147,46 @@ pub fn rank_gemm(
     } else {
         ScoreSource::Analytic
     };
-    let mut ranked: Vec<(RankedSchedule, f64)> = scored
+    // (ranked, compute seconds where predicted, registers)
+    let mut ranked: Vec<(RankedSchedule, f64, f64)> = scored
         .into_iter()
         .map(|c| {
             let stats_for_score = match source {
                 ScoreSource::DriverCycles => c.stats.as_ref(),
                 ScoreSource::Analytic => None,
             };
-            let (value, _) = score(&c.estimate, stats_for_score);
+            let (value, _) = score(&c.estimate, stats_for_score, pm);
             let registers = c
                 .stats
                 .as_ref()
                 .and_then(|s| stat(s, "register"))
                 .unwrap_or(0.0);
-            let mut numbers = c.stats.unwrap_or_default();
+            let mut numbers = c.stats.clone().unwrap_or_default();
             numbers.extend(c.estimate.as_map());
+            // Candidates whose time is the memory floor tie: the one with more compute
+            // headroom first.
+            let mut compute = 0.0;
+            if let Some((cost, unrolled)) =
+                stats_for_score.and_then(|s| driver_cost(&c.estimate, s, pm))
+            {
+                compute = cost.compute_s;
+                let f = c.estimate.factors_as_compiled(unrolled);
+                numbers.extend([
+                    ("predicted_s".to_string(), cost.total_s),
+                    ("predicted_compute_s".to_string(), cost.compute_s),
+                    ("predicted_memory_s".to_string(), cost.memory_s),
+                    ("loop_factor_arith".to_string(), f.arith),
+                    ("loop_factor_ls".to_string(), f.ls),
+                    (
+                        "loops_unrolled_reading".to_string(),
+                        match unrolled {
+                            crate::static_cost::Unrolled::Nothing => 0.0,
+                            crate::static_cost::Unrolled::Requested => 1.0,
+                            crate::static_cost::Unrolled::Constant => 2.0,
+                        },
+                    ),
+                ]);
+            }
             (
                 RankedSchedule {
                     schedule: c.schedule,
@@ -148,20 +194,25 @@ pub fn rank_gemm(
                     disqualified: c.disqualified,
                     driver_stats: Some(numbers),
                 },
+                compute,
                 registers,
             )
         })
         .collect();
-    ranked.sort_by(|(a, ra), (b, rb)| {
+    ranked.sort_by(|(a, ca, ra), (b, cb, rb)| {
         a.disqualified
             .is_some()
             .cmp(&b.disqualified.is_some())
             .then(a.score.total_cmp(&b.score))
+            .then(ca.total_cmp(cb))
             .then(ra.total_cmp(rb))
     });
-    let candidates: Vec<RankedSchedule> = ranked.into_iter().map(|(r, _)| r).collect();
+    let candidates: Vec<RankedSchedule> = ranked.into_iter().map(|(r, _, _)| r).collect();
     let default_rank = candidates.iter().position(|c| c.schedule == *default);
     let mut words = source.describe().to_string();
+    if source == ScoreSource::DriverCycles {
+        words += &format!("; constants: {}", pm.describe());
+    }
     if !with_stats {
         words += "; kernels generated, not compiled by the driver (it reports no statistics)";
     }

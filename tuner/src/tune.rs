@@ -416,6 +416,10 @@ impl<'db> Tuner<'db> {
             .filter(|mw| matches!(mw.workload, Workload::Gemm(_)))
             .collect();
         let mut out = Vec::new();
+        // Driver-compiled candidates are costed as `rocky predict` costs them, with the
+        // database's calibration of this device where it holds one.
+        let calibration = self.db.calibration_for_device(&self.device)?;
+        let pm = static_rank::predict_model(&self.ctx, calibration.as_ref());
         for (index, mw) in gemms.iter().enumerate() {
             let Workload::Gemm(w) = mw.workload else {
                 continue;
@@ -430,6 +434,7 @@ impl<'db> Tuner<'db> {
                 &candidates,
                 &default,
                 &self.host,
+                &pm,
             ) else {
                 continue;
             };

@@ -2,9 +2,11 @@
 //! into row r of `y`.
 //!
 //! Contract with the runtime:
-//! - bindings: 0 `ids` u32 [m] (read), 1 `table` raw GGUF blocks as u32 words (read; the
-//!   same convention as GEMM's weight binding: the bound range is a multiple of 4 bytes,
-//!   rows back to back from its start), 2 `y` f32 [m × width] (written);
+//! - bindings: 0 `ids` u32 [m] (read), 1 `table` the rows in the workload's layout as u32
+//!   words (read; GGUF blocks, or the aligned layout of `dequant::layout` where the table is
+//!   also a GEMV's weight held that way; the same convention as GEMM's weight binding: the
+//!   bound range is a multiple of 4 bytes, rows back to back from its start), 2 `y` f32
+//!   [m × width] (written);
 //! - push constants ([`EmbeddingPush`], 8 bytes): `m`, `row_base`;
 //! - grid `[ceil(width/(4·chunks_per_thread) / threads), m, 1]`.
 //!
@@ -22,7 +24,7 @@ use super::{check_threads, compile, push_bytes, MAX_GRID_DIM};
 use crate::caps::DeviceCaps;
 use crate::dequant::cpu::dequantize;
 use crate::dequant::ir::{open_unit, WeightRows};
-use crate::dequant::{WeightFormat, UNIT};
+use crate::dequant::{WeightFormat, WeightLayout, UNIT};
 use crate::ir::{Access, Builtin, KernelBuilder, Module, Scalar, Type};
 use crate::kernel::CompiledKernel;
 use crate::refusal::Refusal;
@@ -41,12 +43,27 @@ pub struct EmbeddingWorkload {
     pub m: u32,
     pub width: u32,
     pub table: WeightFormat,
+    /// How the table sits in device memory: GGUF, or aligned where a tied output projection
+    /// reads the same tensor as a GEMV weight in that layout (panvk: 16-byte loads of Q6_K).
+    /// Omitted from the serialization when GGUF, so stored keys stay valid.
+    #[serde(default, skip_serializing_if = "WeightLayout::is_gguf")]
+    pub layout: WeightLayout,
 }
 
 impl EmbeddingWorkload {
-    /// Bytes of one table row.
+    /// A lookup in a GGUF table.
+    pub fn gguf(m: u32, width: u32, table: WeightFormat) -> EmbeddingWorkload {
+        EmbeddingWorkload {
+            m,
+            width,
+            table,
+            layout: WeightLayout::Gguf,
+        }
+    }
+
+    /// Bytes of one table row in the workload's layout.
     pub fn row_bytes(&self) -> u64 {
-        self.table.row_bytes(u64::from(self.width))
+        self.layout.row_bytes(self.table, u64::from(self.width))
     }
 }
 
@@ -78,8 +95,9 @@ pub struct EmbeddingSchedule {
 impl EmbeddingSchedule {
     pub fn name(&self, w: &EmbeddingWorkload) -> String {
         format!(
-            "embedding_{}_w{}_t{}_c{}",
+            "embedding_{}{}_w{}_t{}_c{}",
             w.table.ggml_name().to_lowercase(),
+            if w.layout.is_gguf() { "" } else { "_aligned" },
             w.width,
             self.threads,
             self.chunks_per_thread
@@ -109,6 +127,13 @@ pub fn validate_workload(w: &EmbeddingWorkload) -> Result<(), Refusal> {
     let bad = |s: String| Err(Refusal::Workload(s));
     if w.m == 0 || w.width == 0 {
         return bad("m and width must be at least 1".into());
+    }
+    if !w.layout.supports(w.table) {
+        return bad(format!(
+            "the {} layout does not hold {}",
+            w.layout.name(),
+            w.table
+        ));
     }
     let block = w.table.block_elems().max(UNIT);
     if w.width % block != 0 {
@@ -205,9 +230,16 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
             let rows = WeightRows {
                 buffer: table,
                 format: w.table,
-                layout: crate::dequant::WeightLayout::Gguf,
+                layout: w.layout,
             };
-            let u = open_unit(&b, rows, b.muli(id, row_bytes), unit, false);
+            // The aligned layout addresses rows in 16-byte units (`WeightRows`); its rows are
+            // whole 16-byte groups.
+            let row_off = if w.layout.is_gguf() {
+                b.muli(id, row_bytes)
+            } else {
+                b.muli(id, row_bytes / 16)
+            };
+            let u = open_unit(&b, rows, row_off, unit, false);
             let out0 = b.add(b.muli(row, w.width / 4), b.add(b.muli(unit, CHUNKS), c0));
             for c in 0..cpt {
                 let chunk = u.chunk_f32(&b, b.addi(c0, c));
@@ -220,10 +252,11 @@ pub fn kernel_ir(w: &EmbeddingWorkload, s: &EmbeddingSchedule) -> Module {
 
 // ---- CPU reference ------------------------------------------------------------------------
 
-/// The first `m` rows of the lookup, with the CPU dequantizer: `table` holds the raw bytes of
-/// `table_rows` rows and every id must be one of them (the executor validates ids; the kernel
-/// leaves rows of other ids unwritten). The kernel's dequantization is bit-exact, so nothing
-/// may differ (allowed error 0).
+/// The first `m` rows of the lookup, with the CPU dequantizer: `table` holds the GGUF bytes of
+/// `table_rows` rows (whatever the workload's layout: the kernel reads them repacked) and
+/// every id must be one of them (the executor validates ids; the kernel leaves rows of other
+/// ids unwritten). The kernel's dequantization is bit-exact, so nothing may differ (allowed
+/// error 0).
 pub fn reference(
     w: &EmbeddingWorkload,
     m: usize,
@@ -231,7 +264,10 @@ pub fn reference(
     table: &[u8],
     table_rows: usize,
 ) -> Expected {
-    let (width, rb) = (w.width as usize, w.row_bytes() as usize);
+    let (width, rb) = (
+        w.width as usize,
+        w.table.row_bytes(u64::from(w.width)) as usize,
+    );
     assert!(ids.len() >= m && table.len() >= table_rows * rb);
     let mut values = Vec::with_capacity(m * width);
     for &id in &ids[..m] {

@@ -623,6 +623,8 @@ impl<'m> Executor<'m> {
                         m: rows,
                         width: *width as u32,
                         table: weight_format(*ty, table)?,
+                        // Where the tied output projection holds it repacked (panvk).
+                        layout: self.weights.layout(table),
                     }))
                 }
                 Op::LastRow { .. } => rows = 1,

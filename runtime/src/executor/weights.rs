@@ -361,8 +361,14 @@ impl GpuWeights {
 
 /// The device layout of every GEMM weight buffer of `graph` (the fused graph) that is not
 /// GGUF: a `Linear`'s tensor, a `LinearSwiGlu`'s combined gate/up tensor (named
-/// [`gate_up_name`]) or a `LinearStack`'s combined weights ([`combined_name`]). A tensor the embedding gather also reads (tied output projections)
-/// stays GGUF, as does one whose format or row length has no other layout.
+/// [`gate_up_name`]) or a `LinearStack`'s combined weights ([`combined_name`]). A tensor the
+/// embedding gather also reads (tied output projections) stays GGUF except where workgroup
+/// memory is slow (panvk): there the embedding gathers from the repacked table, so the decode
+/// step's largest GEMV reads its Q6_K or Q8_0 rows with 16-byte loads (on Mesa 26.1.6 the
+/// 3B's 151936 × 2048 Q6_K output GEMV's load/store cycles fall 78 -> 36 and SFU 35.4 -> 23.7,
+/// a compiler estimate: docs/measurements/2026-12-06i-mali-predict.md). Desktops keep GGUF, as
+/// measured, unless a layout is forced (`--weight-layout`), which then holds for the gathered
+/// table too. A tensor whose format or row length has no other layout stays GGUF.
 fn weight_layouts(
     file: &GgufFile,
     graph: &Graph,
@@ -430,7 +436,9 @@ fn weight_layouts(
         let bound = rows.saturating_mul(layout.row_bytes(format, in_features as u64));
         let fits = fits
             && (parts.len() == 1 || bound.next_multiple_of(4) <= caps.max_storage_buffer_range);
-        if !layout.is_gguf() && fits && !parts.iter().any(|p| tables.contains(p)) {
+        let gathered = parts.iter().any(|p| tables.contains(p));
+        let forced = matches!(choice, LayoutChoice::Force(_));
+        if !layout.is_gguf() && fits && (!gathered || forced || caps.shared_memory_is_slow) {
             out.insert(name, layout);
         }
     }

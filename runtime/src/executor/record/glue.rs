@@ -19,7 +19,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         let mut named: Vec<(&str, BufferRange)> = Vec::new();
         let push: Vec<u8> = match (&self.node.op, &kernel.actual) {
             (Op::Embedding { table, .. }, Workload::Embedding(e)) => {
-                return self.embedding(kernel, table, e.table, e.width)
+                return self.embedding(kernel, table, e.table, e.layout, e.width)
             }
             (Op::RmsNorm { weight, .. }, _) => {
                 named.push(("x", self.input(0)?));
@@ -85,6 +85,7 @@ impl<'s> NodeRecorder<'s, '_, '_> {
         kernel: &Kernel<'s>,
         table: &str,
         format: rocky_compiler::WeightFormat,
+        layout: rocky_compiler::WeightLayout,
         width: u32,
     ) -> Result<(), ExecError> {
         let exec = self.exec;
@@ -97,7 +98,9 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             k: width,
             act: ActType::F32,
             weight: format,
-            layout: rocky_compiler::WeightLayout::Gguf,
+            // The table's rows as the device holds them (aligned where a tied output
+            // projection repacked them).
+            layout,
             bias: false,
             epilogue: Default::default(),
             rms_norm_eps_bits: None,
