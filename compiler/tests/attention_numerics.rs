@@ -931,3 +931,80 @@ fn decode_attention_reading_its_position_from_a_buffer_matches_the_push_form() {
     }
     assert_eq!(checked, 36);
 }
+
+#[test]
+fn split_pieces_run_only_the_key_blocks_they_own() {
+    // `rocky predict` charges a split decode step ceil(n / kv_block) key-block trips in all,
+    // shared among the pieces the runtime dispatches, not a whole block per piece: a piece
+    // covers whole blocks (`split_kv::key_range`), only the last non-empty piece has a partial
+    // block, and pieces past the keys run none. Checked here on the kernel itself (the IR
+    // interpreter): with K = 0 every visible key scores 0 and weighs exp(0 - 0) = 1, so a
+    // piece's stored sum is the number of keys its block loop went over.
+    let w = AttentionWorkload {
+        m: 1,
+        n_heads: 16,
+        n_kv_heads: 2,
+        head_dim: 128,
+        max_kv: 256,
+        window: 0,
+        kv: KvTypes::F16,
+    };
+    let caps = mali_vk12();
+    let s = attention::default_schedule(&w, &caps);
+    // The Qwen2.5-3B decode attention's Mali default (`rocky predict`'s 3B decode table).
+    assert_eq!(
+        s.name(&w),
+        "attention_h16_2_d128_r1_kv64_l16_gqa_smem_ks1_split32"
+    );
+    let block = s.kv_block;
+    let ml = 4 * attention::split_kv::ml_offset_vec4(&w, &s) as usize;
+    let mut checked = 0;
+    for n in [17u32, 150, 200] {
+        let mut c = case(w, 1, n - 1, 11);
+        c.k_cache.iter_mut().for_each(|x| *x = 0);
+        for pieces in [3, s.kv_splits] {
+            let module = attention::kernel_ir(&w, &s);
+            let mut q = bytes_f32(&c.q);
+            let mut kc = bytes_u32(&c.k_cache);
+            let mut vc = bytes_u32(&c.v_cache);
+            let values = attention::split_kv::scratch_values(&w, &s) as usize;
+            let mut partials = bytes_f32(&vec![f32::NAN; values]);
+            let push = AttentionPush { m: 1, pos0: n - 1 }.to_bytes();
+            let mut grid = attention::dispatch_grid(&w, &s);
+            grid[2] = pieces;
+            run_ir(
+                &module,
+                [&mut q, &mut kc, &mut vc, &mut partials],
+                None,
+                &push,
+                grid,
+                16,
+            );
+            let partials = f32s(&partials);
+            for head in 0..w.n_heads as usize {
+                // (max, sum) of piece z, row 0: vec4 ml + z·m·n_heads + head.
+                let keys: Vec<u32> = (0..pieces as usize)
+                    .map(|z| {
+                        let sum = partials[ml + 4 * (z * w.n_heads as usize + head) + 1];
+                        assert_eq!(sum.fract(), 0.0, "piece {z}: sum {sum}");
+                        sum as u32
+                    })
+                    .collect();
+                assert_eq!(
+                    keys.iter().sum::<u32>(),
+                    n,
+                    "n {n} pieces {pieces}: {keys:?}"
+                );
+                let last = keys.iter().rposition(|&k| k > 0).unwrap();
+                assert!(
+                    keys[..last].iter().all(|&k| k > 0 && k % block == 0),
+                    "n {n} pieces {pieces}: {keys:?}"
+                );
+                let trips: u32 = keys.iter().map(|&k| k.div_ceil(block)).sum();
+                assert_eq!(trips, n.div_ceil(block), "n {n} pieces {pieces}: {keys:?}");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6);
+}

@@ -20,7 +20,8 @@ use rocky_predict::{
     fit, fit_first, Constants, Dispatch, DispatchList, FitParam, Prediction, Target, ValhallStats,
     FIT_ORDER,
 };
-use rocky_runtime::{device_caps, ComputePipeline, Context, RuntimeError};
+use rocky_runtime::executor::step_splits;
+use rocky_runtime::{compute_units, device_caps, ComputePipeline, Context, RuntimeError};
 use rocky_tuner::static_cost::{self, CostModel, LoopFactors, Unrolled};
 use rocky_tuning_db::{
     Calibration, CalibrationConstants, CalibrationTarget, DeviceFingerprint, TuningDb,
@@ -618,6 +619,8 @@ fn rocky_lists(
     let selector = args.gpu.options(false)?.device;
     let ctx = Context::new(&selector).map_err(device_error)?;
     let caps = device_caps(ctx.info(), ctx.caps());
+    // The compute units the runtime's split-KV rule sees on this device (`Executor`'s).
+    let units = compute_units(ctx.info());
     let cores = ctx
         .info()
         .limits
@@ -689,7 +692,7 @@ fn rocky_lists(
         statistics: source.clone(),
         tokens: args.n_prompt as f64,
         submits: args.n_prompt.div_ceil(ubatch) as f64,
-        dispatches: prefill_dispatches(&prefill_used, &stats, &caps, args.n_prompt, ubatch),
+        dispatches: prefill_dispatches(&prefill_used, &stats, &caps, units, args.n_prompt, ubatch),
     };
     let decode = (args.decode > 0).then(|| {
         let mut dispatches = Vec::new();
@@ -699,6 +702,7 @@ fn rocky_lists(
                 &decode_used,
                 &stats,
                 &caps,
+                units,
                 1,
                 pos,
                 1,
@@ -805,6 +809,7 @@ fn prefill_dispatches(
     used: &[rocky_runtime::executor::UsedKernel],
     stats: &HashMap<(Workload, Schedule), KernelCost>,
     caps: &DeviceCaps,
+    units: Option<u32>,
     n_prompt: usize,
     ubatch: usize,
 ) -> Vec<Dispatch> {
@@ -817,6 +822,7 @@ fn prefill_dispatches(
             used,
             stats,
             caps,
+            units,
             ubatch as u32,
             pos0,
             rows,
@@ -832,11 +838,14 @@ fn after_last_row(label: &str, w: &Workload) -> bool {
     !label.starts_with("blk.") && !matches!(w, Workload::Embedding(_))
 }
 
-/// One ubatch of `rows` rows at position `pos0`.
+/// One ubatch of `rows` rows at position `pos0`, on a device whose driver reports `units`
+/// compute units (where it does: the runtime's split-KV rule reads them).
+#[allow(clippy::too_many_arguments)]
 fn ubatch_dispatches(
     used: &[rocky_runtime::executor::UsedKernel],
     stats: &HashMap<(Workload, Schedule), KernelCost>,
     caps: &DeviceCaps,
+    units: Option<u32>,
     ubatch: u32,
     pos0: usize,
     rows: usize,
@@ -857,11 +866,19 @@ fn ubatch_dispatches(
         let threads = templates::instantiate(w, s, caps)
             .map(|kernel| kernel.meta.workgroup_size.iter().product::<u32>())
             .unwrap_or(1);
+        // A split-KV attention runs the pieces the runtime picks for this step, not the
+        // schedule's cap (the grid's z).
+        let pieces = attention_pieces(w, s, r, pos0, units);
         let groups = templates::dispatch_grid(&actual, s)
-            .map(|g| g.iter().map(|&x| f64::from(x)).product::<f64>())
+            .map(|mut g| {
+                if matches!(s, Schedule::Attention(a) if attention::split_kv::is_split(a)) {
+                    g[2] = pieces;
+                }
+                g.iter().map(|&x| f64::from(x)).product::<f64>()
+            })
             .unwrap_or(1.0);
         let model = CostModel::for_device(caps);
-        let factors = loop_factors(&actual, s, &model, pos0, rows, k.unrolled);
+        let factors = loop_factors(&actual, s, &model, pos0, rows, pieces, k.unrolled);
         // The executor writes K, then V, with one KV-write kernel: two dispatches.
         let count = if matches!(w, Workload::KvWrite(_)) {
             2.0
@@ -869,7 +886,15 @@ fn ubatch_dispatches(
             1.0
         };
         let invocations = groups * f64::from(threads);
-        let bytes = bytes_of(&actual, pos0 + rows);
+        let (bytes, combine) = match split_attention(&actual, s, pieces) {
+            // The pieces write their partials instead of the output; the combine reads them
+            // and writes the output.
+            Some((partials, out)) => (
+                bytes_of(&actual, pos0 + rows) - out + partials,
+                Some(combine_dispatch(&op, &actual, partials, out)),
+            ),
+            None => (bytes_of(&actual, pos0 + rows), None),
+        };
         // Each driver pipe scaled by the loop factor of the IR pipe doing its work: the
         // dispatch `rocky tune --static` ranks by, built by the same function.
         let base = match &k.driver {
@@ -895,6 +920,7 @@ fn ubatch_dispatches(
             flops: actual.flops() as f64,
             ..base
         });
+        out.extend(combine);
         // A GEMM split across the grid without the last group reducing: its reduce pass
         // reads the partial sums once and writes the output (memory and a dispatch).
         if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (&actual, s) {
@@ -963,6 +989,7 @@ fn loop_factors(
     model: &CostModel,
     pos0: usize,
     rows: usize,
+    pieces: u32,
     unrolled: Unrolled,
 ) -> LoopFactors {
     let Some(module) = kernel_ir(w, s) else {
@@ -981,10 +1008,8 @@ fn loop_factors(
     // `rows` query rows at the ubatch's middle sees about pos0 + rows / 2 keys.
     let dynamic = match (w, s) {
         (Workload::Attention(_), Schedule::Attention(a)) => {
-            // Split-KV schedules share the keys among their splits.
-            let keys = (pos0 as f64 + (rows as f64 + f64::from(a.rows)) / 2.0)
-                / f64::from(a.kv_splits.max(1));
-            (keys / f64::from(a.kv_block.max(1))).ceil().max(1.0)
+            let keys = pos0 as f64 + (rows as f64 + f64::from(a.rows)) / 2.0;
+            attention_block_trips(keys, a.kv_block, pieces)
         }
         _ => 1.0,
     };
@@ -993,6 +1018,72 @@ fn loop_factors(
 }
 
 pub use rocky_tuner::static_cost::bytes_of;
+
+/// Pieces the runtime dispatches for the prepared workload `w` with `s` at `rows` rows after
+/// `pos0` cached keys (`step_splits`, the executor's own rule): 1 where `s` does not split.
+fn attention_pieces(w: &Workload, s: &Schedule, rows: u32, pos0: usize, units: Option<u32>) -> u32 {
+    match (w, s) {
+        (Workload::Attention(aw), Schedule::Attention(a)) => {
+            step_splits(aw, a, rows, pos0 as u32, units).max(1)
+        }
+        _ => 1,
+    }
+}
+
+/// Key-block trips per workgroup of an attention dispatch whose workgroups see `keys` keys,
+/// shared among `pieces` (1: no split). A split kernel's piece covers whole blocks
+/// (`split_kv::key_range`: c = ceil(ceil(n / pieces) / kv_block) · kv_block keys, only the
+/// last non-empty piece with a partial block, pieces past n empty), so the pieces together run
+/// ceil(keys / kv_block) trips, whatever their count: the mean per piece is that over the
+/// pieces (a piece does not pay a whole block for its share).
+fn attention_block_trips(keys: f64, kv_block: u32, pieces: u32) -> f64 {
+    let blocks = (keys / f64::from(kv_block.max(1))).ceil().max(1.0);
+    blocks / f64::from(pieces.max(1))
+}
+
+/// For a split-KV attention at `pieces` pieces merged by the combine kernel: the bytes of the
+/// partials the pieces write (and the combine reads), and of the output (f32 m × q_width).
+fn split_attention(w: &Workload, s: &Schedule, pieces: u32) -> Option<(f64, f64)> {
+    let (Workload::Attention(aw), Schedule::Attention(a)) = (w, s) else {
+        return None;
+    };
+    if pieces < 2 || a.fused_combine {
+        return None;
+    }
+    let per_piece = f64::from(aw.m) * (f64::from(aw.q_width()) + 4.0 * f64::from(aw.n_heads));
+    Some((
+        4.0 * f64::from(pieces) * per_piece,
+        4.0 * f64::from(aw.m) * f64::from(aw.q_width()),
+    ))
+}
+
+/// The combine dispatch after a split attention: its memory (the partials read, the output
+/// written) only, as the split-K reduce pass (no statistics are taken for it).
+fn combine_dispatch(op: &str, w: &Workload, partials: f64, out: f64) -> Dispatch {
+    let threads = match w {
+        Workload::Attention(aw) => {
+            attention::combine::combine_grid(aw, aw.m)
+                .iter()
+                .map(|&x| f64::from(x))
+                .product::<f64>()
+                * f64::from(attention::combine::COMBINE_THREADS)
+        }
+        _ => 0.0,
+    };
+    Dispatch {
+        op: op.to_string(),
+        kernel: "attention_combine".into(),
+        count: 1.0,
+        invocations: threads,
+        cycles: 0.0,
+        loop_factor: 1.0,
+        bytes: partials + out,
+        occupancy: None,
+        spills: 0.0,
+        flops: 0.0,
+        pipes: None,
+    }
+}
 
 /// "blk.12.attn_q" → "attn_q".
 fn op_name(label: &str) -> String {
@@ -1089,7 +1180,7 @@ mod tests {
             unrolled,
         };
         let costs = HashMap::from([((w, s), kc)]);
-        let ds = ubatch_dispatches(&used, &costs, &caps, 64, 0, 64, false);
+        let ds = ubatch_dispatches(&used, &costs, &caps, Some(4), 64, 0, 64, false);
         assert_eq!(ds.len(), 1);
         let p = rocky_predict::predict(&pm.target, &pm.constants, &ds, 0.0, 64.0);
         assert!(
@@ -1120,6 +1211,86 @@ mod tests {
             (ranked_s / expected - 1.0).abs() < 1e-12,
             "ranking {ranked_s} s, closed form {expected} s (compute {compute}, memory {memory})"
         );
+    }
+
+    #[test]
+    fn a_split_decode_attention_costs_the_pieces_the_runtime_dispatches() {
+        use rocky_compiler::templates::attention::AttentionWorkload;
+        use rocky_runtime::executor::ScheduleOrigin;
+        use std::collections::BTreeMap;
+        let caps = DeviceCaps::mali_g610();
+        // The 3B's decode attention with panvk's default (split) schedule, one step after 516
+        // cached keys: 517 keys.
+        let aw = AttentionWorkload {
+            m: 1,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: 128,
+            max_kv: 1024,
+            window: 0,
+            kv: Default::default(),
+        };
+        let w = Workload::Attention(aw);
+        let s = templates::default_schedule(&w, &caps);
+        let Schedule::Attention(a) = s else {
+            panic!("an attention schedule")
+        };
+        assert_eq!(a.kv_splits, 32);
+        assert_eq!(a.kv_block, 64);
+        // The runtime's rule on 4 cores: min(ceil(517 / (4 blocks x 64)), ceil(4 x 2 / 2
+        // workgroups)) = min(3, 4) pieces; they run ceil(517 / 64) = 9 key blocks in all (the
+        // kernel's own trips: compiler/tests/attention_numerics.rs
+        // `split_pieces_run_only_the_key_blocks_they_own`), 3 a piece. The old charge was one
+        // block on each of the cap's 32 pieces.
+        assert_eq!(attention_pieces(&w, &s, 1, 516, Some(4)), 3);
+        assert_eq!(attention_block_trips(517.0, 64, 3), 3.0);
+        assert_eq!(attention_block_trips(517.0, 64, 32), 9.0 / 32.0);
+        let stats = BTreeMap::from([
+            ("Cycles".to_string(), 50.0),
+            ("FMA".to_string(), 20.0),
+            ("CVT".to_string(), 2.0),
+            ("SFU".to_string(), 6.0),
+            ("Load/store".to_string(), 50.0),
+            ("Loops".to_string(), 0.0),
+            ("Threads".to_string(), 1.0),
+            ("Registers used".to_string(), 40.0),
+        ]);
+        let v = ValhallStats::from_flat(&stats).unwrap();
+        let kc = KernelCost {
+            cycles: v.cycles,
+            driver: Some(v),
+            from_driver: true,
+            unrolled: Unrolled::Nothing,
+        };
+        let used = vec![("blk.0.attn".to_string(), w, s, ScheduleOrigin::Default)];
+        let costs = HashMap::from([((w, s), kc)]);
+        let ds = ubatch_dispatches(&used, &costs, &caps, Some(4), 1, 516, 1, true);
+        assert_eq!(ds.len(), 2, "{ds:?}");
+        // Grid [1 row block, 2 kv heads, 3 pieces] of the kernel's workgroup.
+        let threads = templates::instantiate(&w, &s, &caps)
+            .unwrap()
+            .meta
+            .workgroup_size
+            .iter()
+            .product::<u32>();
+        let invocations = 6.0 * f64::from(threads);
+        // Q read (f32), the partials written (3 pieces x (2048 values + 16 heads' (max, sum,
+        // 0, 0)), f32), K and V of 517 keys (f16, 2 kv heads x 128).
+        let bytes = 4.0 * 2048.0 + 4.0 * 3.0 * (2048.0 + 64.0) + 2.0 * 2.0 * 517.0 * 256.0;
+        let module = kernel_ir(&w, &s).unwrap();
+        let model = CostModel::for_device(&caps);
+        let once = static_cost::count_compiled(&module, Unrolled::Nothing, &model).0;
+        let all = static_cost::count(&module, Some(3.0), &model);
+        let factors = LoopFactors::of(&once, &all, &model).at_least(1.0);
+        let expected = static_cost::driver_dispatch(&v, &factors, invocations, bytes);
+        assert_eq!(ds[0].invocations, invocations);
+        assert_eq!(ds[0].bytes, bytes);
+        assert_eq!(ds[0].pipes, expected.pipes);
+        assert_eq!(ds[0].loop_factor, expected.loop_factor);
+        // The combine: reads the partials, writes the f32 output; memory only.
+        assert_eq!(ds[1].kernel, "attention_combine");
+        assert_eq!(ds[1].bytes, 4.0 * 3.0 * 2112.0 + 4.0 * 2048.0);
+        assert_eq!(ds[1].cycles, 0.0);
     }
 
     #[test]

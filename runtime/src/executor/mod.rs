@@ -23,6 +23,7 @@ pub use kv_snapshot::KvSnapshot;
 pub use math::{ForcedMath, MathFamily};
 use program::Program;
 pub use program::{decode_fusions, UsedKernel};
+pub use split_kv::step_splits;
 pub use split_kv::{kv_splits_override, KV_SPLITS_ENV};
 use weights::weight_format;
 pub use weights::{combined_name, gate_up_name, GpuWeights, LayoutChoice, WeightRef};

@@ -91,8 +91,9 @@ pub(crate) fn apply_override(
 }
 
 /// Pieces of one step of `w` run with `s` at `rows` rows after `pos0` cached positions: the
-/// override's count where set, else the rule of `splits_for` on this device.
-pub(crate) fn step_splits(
+/// override's count where set, else the rule of `splits_for` on this device (`rocky predict`
+/// costs the pieces the runtime dispatches with it).
+pub fn step_splits(
     w: &AttentionWorkload,
     s: &AttentionSchedule,
     rows: u32,
