@@ -98,7 +98,7 @@ fn predicted_cycles_are_the_drivers_own() {
         for row in p[part]["result"]["rows"].as_array().unwrap() {
             let c = row["cycles"].as_f64().unwrap();
             if c == 0.0 {
-                continue; // a split-K reduce, costed by its bytes only
+                continue; // a split-K reduce or an attention combine, costed by its bytes only
             }
             assert!(
                 printed.iter().any(|&x| (x - c).abs() <= 1e-3 * c.max(1.0)),
