@@ -98,17 +98,22 @@ fn diag_unordered() -> bool {
     *ON.get_or_init(|| std::env::var("ROCKY_DIAG_UNORDERED").is_ok_and(|v| v == "1"))
 }
 
-/// Orders the compute shaders' earlier writes before later reads and writes.
-fn compute_barrier(device: &ash::Device, cb: vk::CommandBuffer) {
+/// One global memory barrier: `src` (stages, accesses) before `dst`.
+fn memory_barrier(
+    device: &ash::Device,
+    cb: vk::CommandBuffer,
+    src: (vk::PipelineStageFlags, vk::AccessFlags),
+    dst: (vk::PipelineStageFlags, vk::AccessFlags),
+) {
     let barrier = vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        .src_access_mask(src.1)
+        .dst_access_mask(dst.1);
     // SAFETY: `cb` is recording (callers check).
     unsafe {
         device.cmd_pipeline_barrier(
             cb,
-            vk::PipelineStageFlags::COMPUTE_SHADER,
-            vk::PipelineStageFlags::COMPUTE_SHADER,
+            src.0,
+            dst.0,
             vk::DependencyFlags::empty(),
             &[barrier],
             &[],
@@ -116,6 +121,26 @@ fn compute_barrier(device: &ash::Device, cb: vk::CommandBuffer) {
         )
     };
 }
+
+/// Orders the compute shaders' earlier writes before later reads and writes.
+fn compute_barrier(device: &ash::Device, cb: vk::CommandBuffer) {
+    memory_barrier(
+        device,
+        cb,
+        (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_WRITE,
+        ),
+        (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+        ),
+    );
+}
+
+/// Bytes a counter-ordered twin appends to its kernel's push constants (wait counter, wait
+/// value, signal counter).
+const CHAIN_PUSH_BYTES: usize = 4 * rocky_compiler::ir::chain::CHAIN_PUSH_WORDS as usize;
 
 /// Counter-ordered recording ([`Recorder::order_by_counters`]): the counters' buffer and the
 /// next free counter.
@@ -210,41 +235,24 @@ impl<'a> Recorder<'a> {
     pub fn order_by_counters(&mut self, counters: BufferRange<'a>) -> Result<()> {
         self.require_recording("order by counters")?;
         self.record_pending();
+        let device = &self.parts.cb.shared.device;
+        let cb = self.parts.cb.raw;
+        let shaders = (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+        );
+        let fill = (
+            vk::PipelineStageFlags::TRANSFER,
+            vk::AccessFlags::TRANSFER_WRITE,
+        );
+        // The fill after every earlier shader's use of the counters (an earlier command
+        // buffer of the same replay may still be polling them), the kernels after the fill.
+        memory_barrier(device, cb, shaders, fill);
         // SAFETY: recording; the buffer outlives the recorder ('a).
         unsafe {
-            let device = &self.parts.cb.shared.device;
-            let cb = self.parts.cb.raw;
-            let barrier = |src_stage, src_access, dst_stage, dst_access| {
-                let b = vk::MemoryBarrier::default()
-                    .src_access_mask(src_access)
-                    .dst_access_mask(dst_access);
-                device.cmd_pipeline_barrier(
-                    cb,
-                    src_stage,
-                    dst_stage,
-                    vk::DependencyFlags::empty(),
-                    &[b],
-                    &[],
-                    &[],
-                );
-            };
-            let shader = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
-            // The fill after every earlier shader's use of the counters (an earlier command
-            // buffer of the same replay may still be polling them), the kernels after the fill.
-            barrier(
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                shader,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::AccessFlags::TRANSFER_WRITE,
-            );
-            device.cmd_fill_buffer(cb, counters.buffer.raw, counters.offset, counters.size, 0);
-            barrier(
-                vk::PipelineStageFlags::TRANSFER,
-                vk::AccessFlags::TRANSFER_WRITE,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                shader,
-            );
-        }
+            device.cmd_fill_buffer(cb, counters.buffer.raw, counters.offset, counters.size, 0)
+        };
+        memory_barrier(device, cb, fill, shaders);
         self.barriers += 2;
         self.levels.clear();
         self.chain = Some(ChainCounters {
@@ -368,7 +376,8 @@ impl<'a> Recorder<'a> {
             (Some(t), Some(c)) => {
                 let expect = meta.bindings.len() + 1;
                 if t.meta().bindings.len() != expect
-                    || t.meta().push_constant_bytes != meta.push_constant_bytes + 12
+                    || t.meta().push_constant_bytes as usize
+                        != meta.push_constant_bytes as usize + CHAIN_PUSH_BYTES
                 {
                     return refuse(format!(
                         "its counter-ordered twin `{}` does not add one binding and three push \
@@ -422,7 +431,7 @@ impl<'a> Recorder<'a> {
         let chained = chain.is_some();
         let mut push_constants = push_constants.to_vec();
         if chained {
-            push_constants.extend([0u8; 12]);
+            push_constants.resize(push_constants.len() + CHAIN_PUSH_BYTES, 0);
         }
         self.pending.push(Pending {
             level,
@@ -553,11 +562,9 @@ impl<'a> Recorder<'a> {
                 }
                 let (wait_counter, wait_value) = wait.unwrap_or((0, 0));
                 let signal = counter.unwrap_or(UNWATCHED_COUNTER);
-                let n = p.push_constants.len();
-                for (k, w) in [wait_counter, wait_value, signal].into_iter().enumerate() {
-                    p.push_constants[n - 12 + 4 * k..n - 8 + 4 * k]
-                        .copy_from_slice(&w.to_le_bytes());
-                }
+                let words = p.push_constants.len() - CHAIN_PUSH_BYTES;
+                let chain_words = [wait_counter, wait_value, signal].map(u32::to_le_bytes);
+                p.push_constants[words..].copy_from_slice(&chain_words.concat());
             }
             before = counter.map(|c| (c, level.workgroups));
         }
@@ -718,21 +725,15 @@ impl<'a> Recorder<'a> {
     /// Makes the shaders' writes visible to host reads of mapped memory after the fence wait
     /// (UMA downloads read in place).
     fn record_host_visibility(&mut self) {
-        let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ);
-        // SAFETY: recording.
-        unsafe {
-            self.parts.cb.shared.device.cmd_pipeline_barrier(
-                self.parts.cb.raw,
+        memory_barrier(
+            &self.parts.cb.shared.device,
+            self.parts.cb.raw,
+            (
                 vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &[barrier],
-                &[],
-                &[],
-            )
-        };
+                vk::AccessFlags::SHADER_WRITE,
+            ),
+            (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
+        );
     }
 
     fn submission_error(&self, stage: SubmitStage, r: vk::Result) -> RuntimeError {

@@ -65,13 +65,7 @@ struct Chain<'a> {
 impl<'a> ReplayRecorder<'a> {
     /// A recorder whose command buffers hold at most what `budget` allows each.
     pub fn new(ctx: &Context, budget: CommandBudget) -> Result<ReplayRecorder<'a>> {
-        Ok(ReplayRecorder {
-            ctx: ctx.clone(),
-            closed: Vec::new(),
-            current: Self::open(ctx, None)?,
-            tracker: BudgetTracker::new(budget),
-            chain: None,
-        })
+        Self::with_chain(ctx, budget, None)
     }
 
     /// A recorder whose dispatches wait for each other on the GPU through `counters` instead
@@ -85,13 +79,20 @@ impl<'a> ReplayRecorder<'a> {
         counters: BufferRange<'a>,
         cache: Option<&'a PipelineCache>,
     ) -> Result<ReplayRecorder<'a>> {
-        let chain = Chain { counters, cache };
+        Self::with_chain(ctx, budget, Some(Chain { counters, cache }))
+    }
+
+    fn with_chain(
+        ctx: &Context,
+        budget: CommandBudget,
+        chain: Option<Chain<'a>>,
+    ) -> Result<ReplayRecorder<'a>> {
         Ok(ReplayRecorder {
             ctx: ctx.clone(),
             closed: Vec::new(),
-            current: Self::open(ctx, Some(&chain))?,
+            current: Self::open(ctx, chain.as_ref())?,
             tracker: BudgetTracker::new(budget),
-            chain: Some(chain),
+            chain,
         })
     }
 
