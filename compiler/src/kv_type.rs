@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// One element type of the KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
 pub enum KvType {
     #[serde(rename = "f32")]
     F32,
@@ -190,7 +192,9 @@ pub fn quantize_block_q8_0(x: &[f32]) -> (u16, [i8; Q8_0_BLOCK]) {
 
 /// The cache types of K and V. Serialized only where not both f16 (`is_default`), so tuning
 /// records written before cache types existed keep their keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
 #[serde(deny_unknown_fields)]
 pub struct KvTypes {
     #[serde(default)]

@@ -281,6 +281,7 @@ fn tuned_variant(w: &GemmWorkload) -> &'static str {
         Epilogue::None => "tuned",
         Epilogue::Residual => "tuned +res",
         Epilogue::SwiGlu => "tuned gate+up+swiglu",
+        Epilogue::RopeKv(_) => "tuned +rope+kv write",
     }
 }
 

@@ -546,6 +546,7 @@ pub fn describe_workload(w: &Workload) -> String {
                 Epilogue::None => "",
                 Epilogue::SwiGlu => " +swiglu",
                 Epilogue::Residual => " +res",
+                Epilogue::RopeKv(_) => " +rope+kv",
             }
         ),
         Workload::Attention(a) => format!(

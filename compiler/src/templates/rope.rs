@@ -48,7 +48,9 @@ pub const BINDING_K_CACHE: u32 = 4;
 pub const BINDING_V_CACHE: u32 = 5;
 
 /// Which elements of a head rotate together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RopePairing {
     /// `i` with `i + head_dim/2` (GPT-NeoX; Qwen2, Qwen3, Gemma 3).
@@ -545,7 +547,7 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
 
 /// ggml's angle of pair `i` at `pos`: θ = pos, then `i` times θ *= theta_scale (f32, correctly
 /// rounded), as [`ggml_angle`] computes it on the CPU.
-fn ggml_theta(b: &KernelBuilder, pos: Value, i: Value, theta_scale: f32) -> Value {
+pub(crate) fn ggml_theta(b: &KernelBuilder, pos: Value, i: Value, theta_scale: f32) -> Value {
     let theta = b.var_init("theta", b.convert(pos, Type::F32));
     let scale = b.c_f32(theta_scale);
     b.for_range(b.c_u32(0), i, 1, Unroll::Never, |_| {
@@ -556,7 +558,12 @@ fn ggml_theta(b: &KernelBuilder, pos: Value, i: Value, theta_scale: f32) -> Valu
 
 /// The pair (x0, x1) turned by the angle of `(sin, cos)`: both kernels' one rotation, its first
 /// element ([`rotated_lo`]) and its second ([`rotated_hi`]).
-fn rotate(b: &KernelBuilder, x0: Value, x1: Value, sc: (Value, Value)) -> (Value, Value) {
+pub(crate) fn rotate(
+    b: &KernelBuilder,
+    x0: Value,
+    x1: Value,
+    sc: (Value, Value),
+) -> (Value, Value) {
     (rotated_lo(b, x0, x1, sc), rotated_hi(b, x0, x1, sc))
 }
 
@@ -571,7 +578,7 @@ fn rotated_hi(b: &KernelBuilder, x0: Value, x1: Value, (sin, cos): (Value, Value
 /// Stores two pairs of neighbouring values `((e, a), (e + 1, b))` of position `pos` into a
 /// cache of `ty` (f32: a word each; f16: one packed word, the even element low), unless the
 /// position lies past the bound cache.
-fn store_kv(
+pub(crate) fn store_kv(
     b: &KernelBuilder,
     ty: KvType,
     cache: Buffer,

@@ -10,7 +10,13 @@
 //! - 2 `y`: Y, row stride `ldy` elements, same type as X (written only in range);
 //! - 3 `bias` (when the workload has one): all n f32 values (not sliced);
 //! - 4 `residual` (`Epilogue::Residual`): R, m × n with row stride `ldy`, same type as Y;
-//! - 7 `norm_weight` (the GEMV with a folded RMSNorm only): the norm's k f32 weights.
+//! - 7 `norm_weight` (the GEMV with a folded RMSNorm only): the norm's k f32 weights;
+//! - with `Epilogue::RopeKv` (the GEMV only): 8 `k_cache` and 9 `v_cache`, the layer's caches
+//!   (u32 words, the KV write's layout, written at the step's positions), 10 `freqs` (with
+//!   frequency factors: head_dim/2 f32), 11 `position` (u32 words; word [`POSITION_WORD`] is
+//!   the position of X's row 0: the step-args buffer of the replayed decode step, whose words
+//!   are the position readers' push block `m, pos0`). Y then holds only the query part
+//!   (row stride `ldy`, columns 0 .. q_heads·head_dim); the K and V parts go to the caches.
 //!
 //! With `Epilogue::SwiGlu` the weight binding holds the 2n rows of the combined gate/up
 //! tensor (gate rows, then up rows; never N-sliced) and the grid has `2n / bn` columns of
@@ -52,6 +58,15 @@ pub const BINDING_TILE_COUNTERS: u32 = 6;
 /// The GEMV's folded RMSNorm (`GemmWorkload::rms_norm_eps_bits`): the norm's f32 weight, k
 /// values (read as 4-element vectors).
 pub const BINDING_NORM_WEIGHT: u32 = 7;
+
+/// `Epilogue::RopeKv`: the layer's K cache, V cache, the RoPE's frequency factors and the
+/// step's position (see the module documentation).
+pub const BINDING_K_CACHE: u32 = 8;
+pub const BINDING_V_CACHE: u32 = 9;
+pub const BINDING_FREQS: u32 = 10;
+pub const BINDING_POSITION: u32 = 11;
+/// The word of the `position` binding that holds the position of X's row 0.
+pub const POSITION_WORD: u32 = 1;
 
 /// Arrival counters a `last_group_reduces` dispatch over `grid` needs: one per (x, y) tile.
 pub fn counters_of(grid: [u32; 3]) -> u64 {
@@ -155,10 +170,18 @@ pub fn n_slices(
     }
     let round4 = |b: u64| b.div_ceil(4) * 4;
     let total = row * u64::from(w.weight_rows());
-    if w.epilogue == super::workload::Epilogue::SwiGlu && round4(total) > max_range {
-        // The up rows sit n rows after their gate rows: the tensor is bound whole.
+    let paired = w.epilogue.rows_per_column() > 1;
+    if paired && round4(total) > max_range {
+        // The up rows sit n rows after their gate rows (a RoPE quad's rows half a head
+        // apart): the tensor is bound whole.
         return Err(Refusal::DeviceLimit(format!(
-            "the combined gate/up tensor of {total} bytes exceeds maxStorageBufferRange {max_range}"
+            "the {total}-byte weight tensor of a {} epilogue (bound whole) exceeds \
+             maxStorageBufferRange {max_range}",
+            if w.epilogue == super::workload::Epilogue::SwiGlu {
+                "SwiGLU"
+            } else {
+                "RoPE-and-KV-write"
+            }
         )));
     }
     if round4(total) <= max_range {

@@ -22,7 +22,7 @@ pub use family::{family_schedule, Arithmetic};
 pub use interface::{dispatch_grid, dispatch_grid_for, n_slices, GemmPush, NSlice};
 pub use schedule::{GemmSchedule, Math, Precision, GEMM_SCHEDULE_VERSION};
 pub use space::search_space;
-pub use workload::{combine_gate_up, ActType, Epilogue, GemmWorkload};
+pub use workload::{combine_gate_up, ActType, Epilogue, GemmWorkload, RopeKv};
 
 use crate::caps::DeviceCaps;
 use crate::dequant::UNIT;
@@ -35,6 +35,13 @@ pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
     if w.rms_norm_eps_bits.is_some() {
         return Err(Refusal::Workload(
             "the GEMM template folds no RMSNorm (the GEMV template does, at most 8 rows)".into(),
+        ));
+    }
+    if let Epilogue::RopeKv(_) = w.epilogue {
+        return Err(Refusal::Workload(
+            "the GEMM template has no RoPE-and-KV-write epilogue (the GEMV template does, for \
+             a decode step)"
+                .into(),
         ));
     }
     Ok(())

@@ -27,6 +27,11 @@ pub enum ReferenceError {
     NormWeightPresence,
     #[error("the norm weight has {got} values, the workload needs k = {want}")]
     NormWeightLength { got: usize, want: usize },
+    #[error(
+        "the RoPE-and-KV-write epilogue's outputs are a query and two cache rows: use \
+         gemv::reference::rope_kv"
+    )]
+    RopeKvOutputs,
     #[error("weights: {0}")]
     Weights(#[from] DequantError),
 }
@@ -125,6 +130,9 @@ pub fn reference_with_epilogue(
     if w.epilogue.is_none() {
         return plain(w, math, x, weight, bias);
     }
+    if let Epilogue::RopeKv(_) = w.epilogue {
+        return Err(ReferenceError::RopeKvOutputs);
+    }
     if let Some(r) = residual {
         if r.len() != m * n {
             return Err(ReferenceError::ResidualLength {
@@ -176,7 +184,7 @@ pub fn reference_with_epilogue(
                     let mag = f64::from(sums.magnitude[i]) + rv.abs();
                     (y, mag, f64::from(sums.rounding_flip[i]))
                 }
-                Epilogue::None => unreachable!("handled above"),
+                Epilogue::None | Epilogue::RopeKv(_) => unreachable!("handled above"),
             };
             out.y.push(match w.act {
                 ActType::F32 => y as f32,

@@ -569,11 +569,19 @@ impl GemmSchedule {
 }
 
 /// The epilogue's part of a kernel name ("" without one).
-pub(crate) fn epilogue_suffix(e: Epilogue) -> &'static str {
+pub(crate) fn epilogue_suffix(e: Epilogue) -> String {
     match e {
-        Epilogue::None => "",
-        Epilogue::SwiGlu => "_swiglu",
-        Epilogue::Residual => "_res",
+        Epilogue::None => String::new(),
+        Epilogue::SwiGlu => "_swiglu".into(),
+        Epilogue::Residual => "_res".into(),
+        Epilogue::RopeKv(r) => format!(
+            "_ropekv_{}_q{}k{}v{}{}",
+            r.pairing.name(),
+            r.q_heads,
+            r.k_heads,
+            r.v_heads,
+            if r.freq_factors { "_ff" } else { "" }
+        ),
     }
 }
 

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dequant::{WeightFormat, WeightLayout};
+use crate::kv_type::KvTypes;
+use crate::templates::rope::RopePairing;
 
 /// Element type of the activations X and the output Y.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -32,6 +34,87 @@ pub enum Epilogue {
     /// connection of the attention-output and FFN-down projections.
     #[serde(rename = "residual")]
     Residual,
+    /// A decode step's Q/K/V projection with the query's and key's RoPE and the KV write in
+    /// its epilogue (the GEMV template only): the weight rows are heads of `head_dim`, the
+    /// query's, then the key's, then the value's ([`RopeKv`] says how many of each; a part
+    /// may be absent), and each output column is a *quad* of four rows that make two rotated
+    /// pairs ([`RopeKv::quad_rows`]). The query part is rotated and stored in Y; the key part
+    /// rotated and stored into the K cache, the value part stored into the V cache, at the
+    /// step's position. One dispatch instead of the projection and a RoPE-and-KV-write kernel,
+    /// and one dependency level fewer per layer.
+    #[serde(rename = "rope_kv")]
+    RopeKv(RopeKv),
+}
+
+/// The parameters of [`Epilogue::RopeKv`]: the RoPE's (as [`crate::templates::rope::RopeWorkload`]
+/// has them) and the stacked parts' head counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct RopeKv {
+    pub head_dim: u32,
+    /// Query heads among the rows (0: the projection has no query part).
+    pub q_heads: u32,
+    /// Key heads among the rows: 0 or `kv_heads`.
+    pub k_heads: u32,
+    /// Value heads among the rows: 0 or `kv_heads`.
+    pub v_heads: u32,
+    /// Heads of one cache row (its width is `kv_heads · head_dim`).
+    pub kv_heads: u32,
+    pub theta_bits: u32,
+    pub pairing: RopePairing,
+    /// Pair i's angle is divided by `freqs[i]` (binding `freqs`).
+    pub freq_factors: bool,
+    /// The caches' element types (f32 or f16: a quad is two whole f16 words).
+    pub kv: KvTypes,
+}
+
+impl RopeKv {
+    /// Weight rows (= projected values of one X row): every part's heads.
+    pub fn rows(&self) -> u32 {
+        (self.q_heads + self.k_heads + self.v_heads) * self.head_dim
+    }
+
+    /// The first row of the key part, and of the value part.
+    pub fn k_row0(&self) -> u32 {
+        self.q_heads * self.head_dim
+    }
+
+    pub fn v_row0(&self) -> u32 {
+        (self.q_heads + self.k_heads) * self.head_dim
+    }
+
+    /// Values of one cache row.
+    pub fn kv_width(&self) -> u32 {
+        self.kv_heads * self.head_dim
+    }
+
+    /// ggml's `theta_scale = powf(base, -2/head_dim)`.
+    pub fn theta_scale(&self) -> f32 {
+        f32::from_bits(self.theta_bits).powf(-2.0 / self.head_dim as f32)
+    }
+
+    /// The four weight rows of output column (quad) `c`, as the rotated pairs' (lo, hi)
+    /// elements of pair 2u then pair 2u+1 of head `c / (head_dim/4)` (u = `c % (head_dim/4)`):
+    /// NeoX rows 2u, 2u+h, 2u+1, 2u+1+h (h = head_dim/2), normal rows 4u .. 4u+3. Two
+    /// neighbouring pairs make whole f16 words in either pairing, so no two columns write one
+    /// cache word (the fused RoPE-and-KV-write kernel's layout, `rope::kv_kernel_ir`).
+    pub fn quad_rows(&self, c: u32) -> [u32; 4] {
+        let quads = self.head_dim / 4;
+        let (head, u) = (c / quads, c % quads);
+        let base = head * self.head_dim;
+        match self.pairing {
+            RopePairing::Neox => {
+                let (p0, h) = (2 * u, self.head_dim / 2);
+                [base + p0, base + p0 + h, base + p0 + 1, base + p0 + 1 + h]
+            }
+            RopePairing::Normal => [
+                base + 4 * u,
+                base + 4 * u + 1,
+                base + 4 * u + 2,
+                base + 4 * u + 3,
+            ],
+        }
+    }
 }
 
 impl Epilogue {
@@ -39,10 +122,12 @@ impl Epilogue {
         *self == Epilogue::None
     }
 
-    /// Weight rows per output column (2 for SwiGLU: a gate row and an up row).
+    /// Weight rows per output column (2 for SwiGLU: a gate row and an up row; 4 for RoPE-KV:
+    /// a quad).
     pub fn rows_per_column(&self) -> u32 {
         match self {
             Epilogue::SwiGlu => 2,
+            Epilogue::RopeKv(_) => 4,
             Epilogue::None | Epilogue::Residual => 1,
         }
     }

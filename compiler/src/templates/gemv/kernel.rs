@@ -28,10 +28,13 @@ use crate::dequant::UNIT;
 use crate::ir::{
     Access, Buffer, Builtin, KernelBuilder, Module, Scalar, SharedArray, Type, Unroll, Value, Var,
 };
+use crate::kv_type::KvType;
 use crate::templates::gemm::interface::{
-    BINDING_BIAS, BINDING_NORM_WEIGHT, BINDING_RESIDUAL, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    BINDING_BIAS, BINDING_FREQS, BINDING_K_CACHE, BINDING_NORM_WEIGHT, BINDING_POSITION,
+    BINDING_RESIDUAL, BINDING_V_CACHE, BINDING_WEIGHT, BINDING_X, BINDING_Y, POSITION_WORD,
 };
-use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math};
+use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math, RopeKv};
+use crate::templates::rope::{ggml_theta, rotate, sin_cos, store_kv, RopePairing};
 
 use super::schedule::{GemvSchedule, Reduce};
 
@@ -87,6 +90,18 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
             ),
             eps,
         });
+        let rope = match w.epilogue {
+            Epilogue::RopeKv(r) => Some(RopeIo {
+                r,
+                k_cache: b.buffer(BINDING_K_CACHE, "k_cache", Type::U32, Access::WriteOnly),
+                v_cache: b.buffer(BINDING_V_CACHE, "v_cache", Type::U32, Access::WriteOnly),
+                freqs: r
+                    .freq_factors
+                    .then(|| b.model_buffer(BINDING_FREQS, "freqs", Type::F32)),
+                position: b.buffer(BINDING_POSITION, "position", Type::U32, Access::ReadOnly),
+            }),
+            _ => None,
+        };
         let io = Io {
             m: b.push(p_m),
             n: b.push(p_n),
@@ -96,6 +111,7 @@ pub(crate) fn build(w: &GemmWorkload, s: &GemvSchedule) -> Module {
             bias,
             residual,
             norm,
+            rope,
         };
         let rows = WeightRows {
             buffer: weight,
@@ -117,6 +133,17 @@ struct Io {
     bias: Option<Buffer>,
     residual: Option<Buffer>,
     norm: Option<Norm>,
+    rope: Option<RopeIo>,
+}
+
+/// `Epilogue::RopeKv`'s parameters and bindings.
+#[derive(Clone, Copy)]
+struct RopeIo {
+    r: RopeKv,
+    k_cache: Buffer,
+    v_cache: Buffer,
+    freqs: Option<Buffer>,
+    position: Buffer,
 }
 
 /// The folded RMSNorm: its weight and eps.
@@ -609,12 +636,38 @@ fn weight_row_offsets(
     let col0 = first_column(b, s);
     (0..wrows)
         .map(|r| {
-            let (j, up) = (r % s.cols, r >= s.cols);
+            let (j, which) = (r % s.cols, r / s.cols);
             let col = b.min(b.addi(col0, j), n_last);
-            let row = if up { b.add(col, io.n) } else { col };
+            let row = match w.epilogue {
+                Epilogue::RopeKv(rk) => {
+                    let (head, offsets) = quad_offsets(b, &rk, col);
+                    b.add(b.muli(head, rk.head_dim), offsets[which as usize])
+                }
+                _ if which > 0 => b.add(col, io.n),
+                _ => col,
+            };
             b.muli(row, row_off_step)
         })
         .collect()
+}
+
+/// The head of quad column `col` and its four rows' offsets within the head, in
+/// [`RopeKv::quad_rows`]'s order (pair 2u's lo and hi, then pair 2u+1's).
+fn quad_offsets(b: &KernelBuilder, r: &RopeKv, col: Value) -> (Value, [Value; 4]) {
+    let quads = b.c_u32(r.head_dim / 4);
+    let (head, u) = (b.div(col, quads), b.rem(col, quads));
+    let offsets = match r.pairing {
+        RopePairing::Neox => {
+            let p0 = b.shli(u, 1);
+            let h = r.head_dim / 2;
+            [p0, b.addi(p0, h), b.addi(p0, 1), b.addi(p0, 1 + h)]
+        }
+        RopePairing::Normal => {
+            let e = b.shli(u, 2);
+            [e, b.addi(e, 1), b.addi(e, 2), b.addi(e, 3)]
+        }
+    };
+    (head, offsets)
 }
 
 /// The int8 main loop (`validate` made it a thread per unit, scalar sums): per group of
@@ -727,15 +780,16 @@ fn reduce_and_store(b: &KernelBuilder, w: &GemmWorkload, s: &GemvSchedule, sums:
                     .map(|n| norm_scale(b, w, n, reduced[(squares_at + i) as usize]));
                 for j in 0..s.cols {
                     let o = (i * wrows_of(w, s) + j) as usize;
-                    let up = (w.epilogue == Epilogue::SwiGlu).then(|| reduced[o + s.cols as usize]);
+                    let column: Vec<Value> = (0..w.epilogue.rows_per_column())
+                        .map(|r| reduced[o + (r * s.cols) as usize])
+                        .collect();
                     store(
                         b,
                         w,
                         io,
                         b.c_u32(i),
                         b.add(first_column(b, s), b.c_u32(j)),
-                        reduced[o],
-                        up,
+                        &column,
                         scale,
                     );
                 }
@@ -847,32 +901,37 @@ fn store_all(
         // The up sum is read only where the output is stored (inside `store`'s guard).
         let inside = b.logical_and(b.lt(i, io.m), b.lt(b.add(col0, j), io.n));
         b.if_(inside, || {
-            let v = total(o);
-            let up = (w.epilogue == Epilogue::SwiGlu).then(|| total(b.addi(o, s.cols)));
+            // The other rows' sums (SwiGLU's up, a quad's three) are read only here, inside
+            // the guard.
+            let column: Vec<Value> = (0..w.epilogue.rows_per_column())
+                .map(|r| total(if r == 0 { o } else { b.addi(o, r * s.cols) }))
+                .collect();
             let scale = io
                 .norm
                 .map(|n| norm_scale(b, w, n, total(b.addi(i, squares_at))));
-            store(b, w, io, i, b.add(col0, j), v, up, scale);
+            store(b, w, io, i, b.add(col0, j), &column, scale);
         });
     });
 }
 
-/// Stores output (row, col) from its sum `v` (and up sum): the folded RMSNorm's `scale`, bias,
-/// epilogue, conversion, guarded by m and n.
-#[allow(clippy::too_many_arguments)]
+/// Stores output (row, col) from its column's sums (`column[0]`, and SwiGLU's up sum or a
+/// quad's other three): the folded RMSNorm's `scale`, bias, epilogue, conversion, guarded by
+/// m and n.
 fn store(
     b: &KernelBuilder,
     w: &GemmWorkload,
     io: &Io,
     row: Value,
     col: Value,
-    v: Value,
-    up: Option<Value>,
+    column: &[Value],
     scale: Option<Value>,
 ) {
     let inside = b.logical_and(b.lt(row, io.m), b.lt(col, io.n));
     b.if_(inside, || {
-        let (mut v, mut up) = (v, up);
+        if let Some(rope) = io.rope {
+            return store_rope_kv(b, io, &rope, row, col, column, scale);
+        }
+        let (mut v, mut up) = (column[0], column.get(1).copied());
         if let Some(scale) = scale {
             v = b.mul(v, scale);
             up = up.map(|u| b.mul(u, scale));
@@ -890,6 +949,100 @@ fn store(
         }
         b.store(io.y, at, b.convert(v, Type::scalar(act_scalar(w.act))));
     });
+}
+
+/// Stores quad column `col` of X row `row` (`Epilogue::RopeKv`): the four sums scaled by the
+/// folded norm, each row's bias added, then by the part its head is in: the query's two
+/// pairs rotated into Y, the key's rotated into the K cache, the value's copied into the V
+/// cache, both caches at row `pos0 + row`. The angles, rotation and cache stores are the
+/// RoPE-and-KV-write kernel's own fragments (`rope::kv_kernel_ir`), so the results are that
+/// kernel's bit for bit given the same sums.
+fn store_rope_kv(
+    b: &KernelBuilder,
+    io: &Io,
+    rope: &RopeIo,
+    row: Value,
+    col: Value,
+    column: &[Value],
+    scale: Option<Value>,
+) {
+    let r = &rope.r;
+    let (head, offsets) = quad_offsets(b, r, col);
+    let head_row = b.muli(head, r.head_dim);
+    let values: Vec<Value> = column
+        .iter()
+        .zip(offsets)
+        .map(|(&sum, offset)| {
+            let v = match scale {
+                Some(s) => b.mul(sum, s),
+                None => sum,
+            };
+            match io.bias {
+                Some(bias) => b.add(v, b.load(bias, b.add(head_row, offset))),
+                None => v,
+            }
+        })
+        .collect();
+    let pos = b.add(b.load(rope.position, b.c_u32(POSITION_WORD)), row);
+    let u = b.rem(col, b.c_u32(r.head_dim / 4));
+    // (sin, cos) of pairs 2u and 2u+1: ggml's angles, as the fused kernel builds them.
+    let angles = || -> [(Value, Value); 2] {
+        let p0 = b.shli(u, 1);
+        let t0 = ggml_theta(b, pos, p0, r.theta_scale());
+        let t1 = b.mul(t0, b.c_f32(r.theta_scale()));
+        let with_factor = |t: Value, pair: Value| match rope.freqs {
+            Some(f) => b.div(t, b.load(f, pair)),
+            None => t,
+        };
+        [
+            sin_cos(b, with_factor(t0, p0)),
+            sin_cos(b, with_factor(t1, b.addi(p0, 1))),
+        ]
+    };
+    let rotated = || -> [Value; 4] {
+        let sc = angles();
+        let (a0, a1) = rotate(b, values[0], values[1], sc[0]);
+        let (c0, c1) = rotate(b, values[2], values[3], sc[1]);
+        [a0, a1, c0, c1]
+    };
+    // Two whole words of a cache row from the quad's values at their offsets in the row:
+    // NeoX (2u, 2u+1) and (2u+h, 2u+1+h), normal (4u, 4u+1) and (4u+2, 4u+3).
+    let to_cache = |cache: Buffer, ty: KvType, head_at: Value, v: [Value; 4]| {
+        let e: Vec<Value> = offsets.iter().map(|&o| b.add(head_at, o)).collect();
+        let out: Vec<(Value, Value)> = e.into_iter().zip(v).collect();
+        let words = match r.pairing {
+            RopePairing::Neox => [(out[0], out[2]), (out[1], out[3])],
+            RopePairing::Normal => [(out[0], out[1]), (out[2], out[3])],
+        };
+        store_kv(b, ty, cache, r.kv_width(), pos, words);
+    };
+    let is_q = b.lt(head, b.c_u32(r.q_heads));
+    b.if_else(
+        is_q,
+        || {
+            let v = rotated();
+            let at = b.add(b.add(b.mul(row, io.ldy), io.n_offset), head_row);
+            for (t, &offset) in offsets.iter().enumerate() {
+                b.store(io.y, b.add(at, offset), v[t]);
+            }
+        },
+        || {
+            let is_k = b.lt(head, b.c_u32(r.q_heads + r.k_heads));
+            b.if_else(
+                is_k,
+                || {
+                    let head_at = b.muli(b.sub(head, b.c_u32(r.q_heads)), r.head_dim);
+                    to_cache(rope.k_cache, r.kv.k, head_at, rotated());
+                },
+                || {
+                    let first_v = r.q_heads + r.k_heads;
+                    let head_at = b.muli(b.sub(head, b.c_u32(first_v)), r.head_dim);
+                    let v = [values[0], values[1], values[2], values[3]];
+                    to_cache(rope.v_cache, r.kv.v, head_at, v);
+                },
+            );
+        },
+    );
 }
 
 /// `body(idx)` for idx in tid, tid + threads, ... below `total`.

@@ -35,8 +35,9 @@ pub use space::{default_schedule, search_space};
 
 use crate::caps::DeviceCaps;
 use crate::kernel::CompiledKernel;
+use crate::kv_type::KvType;
 use crate::refusal::Refusal;
-use crate::templates::gemm::{GemmPush, GemmWorkload};
+use crate::templates::gemm::{ActType, Epilogue, GemmPush, GemmWorkload, RopeKv};
 
 /// Checks that the template can compute `w` at all: what the GEMM accepts, with m ≤ 8.
 pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
@@ -46,6 +47,9 @@ pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
             "the GEMV template computes at most {MAX_M} rows, not {} (use the GEMM)",
             w.m
         )));
+    }
+    if let Epilogue::RopeKv(r) = w.epilogue {
+        validate_rope_kv(w, &r)?;
     }
     if let Some(eps) = w.rms_norm_eps() {
         if w.act != crate::templates::gemm::ActType::F32 {
@@ -57,6 +61,46 @@ pub fn validate_workload(w: &GemmWorkload) -> Result<(), Refusal> {
             return Err(Refusal::Workload(format!(
                 "the folded RMSNorm's eps {eps} must be finite and non-negative"
             )));
+        }
+    }
+    Ok(())
+}
+
+/// What the RoPE-and-KV-write epilogue needs: f32 activations, heads of a multiple of 4
+/// values, the output columns the rows' quads, whole key and value parts, caches it can write
+/// a quad into (f32 or f16) and no N-slicing (the runtime never slices so few rows).
+fn validate_rope_kv(w: &GemmWorkload, r: &RopeKv) -> Result<(), Refusal> {
+    let bad = |s: String| Err(Refusal::Workload(s));
+    if w.act != ActType::F32 {
+        return bad("the RoPE-and-KV-write epilogue stores f32 queries (a decode step's)".into());
+    }
+    if r.head_dim == 0 || r.head_dim % 4 != 0 {
+        return bad(format!(
+            "the RoPE-and-KV-write epilogue needs heads of a multiple of 4 values, not {}",
+            r.head_dim
+        ));
+    }
+    if r.rows() != 4 * w.n {
+        return bad(format!(
+            "{} rows of heads are not the {} quads (output columns) of the workload",
+            r.rows(),
+            w.n
+        ));
+    }
+    for (part, heads) in [("key", r.k_heads), ("value", r.v_heads)] {
+        if heads != 0 && heads != r.kv_heads {
+            return bad(format!(
+                "the {part} part has {heads} heads, not the cache's {}",
+                r.kv_heads
+            ));
+        }
+    }
+    for ty in [r.kv.k, r.kv.v] {
+        if !matches!(ty, KvType::F16 | KvType::F32) {
+            return bad(format!(
+                "the RoPE-and-KV-write epilogue writes f32 and f16 caches, not {}",
+                ty.name()
+            ));
         }
     }
     Ok(())

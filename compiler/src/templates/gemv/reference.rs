@@ -5,8 +5,10 @@
 //! activations quantized as the kernel quantizes them, then f32's bound plus rounding flips).
 
 use super::schedule::GemvSchedule;
+use crate::templates::expected::Expected;
 use crate::templates::gemm::reference::{Mismatch, Reference, ReferenceError};
-use crate::templates::gemm::{GemmSchedule, GemmWorkload, Math};
+use crate::templates::gemm::{Epilogue, GemmSchedule, GemmWorkload, Math};
+use crate::templates::rope::{self, RopeWorkload};
 
 /// Computes the workload on the CPU for `s`'s arithmetic (see
 /// `gemm::reference::reference_with_epilogue`): the activations as they are, or with int8
@@ -89,4 +91,104 @@ pub fn compare(
     r: &Reference,
 ) -> Result<(), Mismatch> {
     crate::templates::gemm::reference::compare(w, &arithmetic_twin(s), got, r)
+}
+
+/// What a GEMV with the RoPE-and-KV-write epilogue (`Epilogue::RopeKv`) must write for X's
+/// first `m` rows at positions `pos0 ..`: the rotated query (m × q_heads·head_dim, in Y), and
+/// the rotated key and the value rows (m × kv_heads·head_dim each, before the caches' own
+/// rounding; empty where the projection has no such part).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeKvReference {
+    pub q: Expected,
+    pub k: Expected,
+    pub v: Expected,
+}
+
+/// [`RopeKvReference`] composed from the unfused parts, the way the decode step ran before the
+/// fusion: the plain projection of every row ([`reference_normed`] with no epilogue), then
+/// the RoPE's CPU reference ([`rope::reference_with`]) on the query and key parts. A rotated
+/// output mixes two projected values, so it may carry both of their errors (the projection's
+/// tolerance of each, as `compare` allows it) on top of the RoPE's own.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv(
+    w: &GemmWorkload,
+    s: &GemvSchedule,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    norm_weight: Option<&[f32]>,
+    freqs: Option<&[f32]>,
+    pos0: u32,
+) -> Result<RopeKvReference, ReferenceError> {
+    let Epilogue::RopeKv(r) = w.epilogue else {
+        panic!("rope_kv reference: the workload has no RoPE-and-KV-write epilogue");
+    };
+    let m = w.m as usize;
+    let plain = GemmWorkload {
+        n: r.rows(),
+        epilogue: Epilogue::None,
+        ..*w
+    };
+    let sums = reference_normed(&plain, s, x, weight, bias, None, norm_weight)?;
+    let rel = relative_tolerance(s);
+    let err: Vec<f32> = sums
+        .magnitude
+        .iter()
+        .zip(&sums.rounding_flip)
+        .map(|(&mag, &flip)| rel * mag + 2.0 * flip)
+        .collect();
+    let rows = r.rows() as usize;
+    let hd = r.head_dim as usize;
+    // Columns `first .. first + heads·head_dim` of every X row.
+    let part = |v: &[f32], first: u32, heads: u32| -> Vec<f32> {
+        let (first, width) = (first as usize, heads as usize * hd);
+        (0..m)
+            .flat_map(|i| v[i * rows + first..i * rows + first + width].to_vec())
+            .collect()
+    };
+    let rotated = |first: u32, heads: u32| -> Expected {
+        if heads == 0 {
+            return Expected {
+                values: Vec::new(),
+                allowed: Vec::new(),
+            };
+        }
+        let rw = RopeWorkload::new(w.m, heads, r.head_dim, f32::from_bits(r.theta_bits))
+            .with_pairing(r.pairing)
+            .with_freq_factors(r.freq_factors);
+        let mut e = rope::reference_with(&rw, m, pos0, &part(&sums.y, first, heads), freqs);
+        let errs = part(&err, first, heads);
+        // Both elements of a pair take both of their projections' errors.
+        for i in 0..m {
+            for h in 0..heads as usize {
+                for p in 0..hd / 2 {
+                    let (a, b) = r.pairing.offsets(p, hd);
+                    let base = i * heads as usize * hd + h * hd;
+                    let both = errs[base + a] + errs[base + b];
+                    e.allowed[base + a] += both;
+                    e.allowed[base + b] += both;
+                }
+            }
+        }
+        e
+    };
+    let v = if r.v_heads == 0 {
+        Expected {
+            values: Vec::new(),
+            allowed: Vec::new(),
+        }
+    } else {
+        Expected {
+            values: part(&sums.y, r.v_row0(), r.v_heads),
+            allowed: part(&err, r.v_row0(), r.v_heads)
+                .into_iter()
+                .map(|e| e + 1e-30)
+                .collect(),
+        }
+    };
+    Ok(RopeKvReference {
+        q: rotated(0, r.q_heads),
+        k: rotated(r.k_row0(), r.k_heads),
+        v,
+    })
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::caps::DeviceCaps;
 use crate::dequant::{WeightFormat, WeightLayout};
 use crate::refusal::Refusal;
-use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math, Precision};
+use crate::templates::gemm::{ActType, GemmWorkload, Math, Precision};
 
 /// Version of the GEMV schedule/kernel semantics (see `GEMM_SCHEDULE_VERSION`).
 pub const GEMV_SCHEDULE_VERSION: u32 = 1;
@@ -225,11 +225,7 @@ impl GemvSchedule {
                 ""
             },
             if w.bias { "_bias" } else { "" },
-            match w.epilogue {
-                Epilogue::None => "",
-                Epilogue::SwiGlu => "_swiglu",
-                Epilogue::Residual => "_res",
-            },
+            crate::templates::gemm::schedule::epilogue_suffix(w.epilogue),
             w.m,
             self.threads,
             self.cols,

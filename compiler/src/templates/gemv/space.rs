@@ -232,9 +232,13 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
     // than in int8 (0.210 against 0.235 ms, call AG).
     let vocabulary = w.n >= VOCABULARY_COLUMNS;
     let (threads, chunks_per_thread) = desktop_threads(units);
+    // A RoPE quad is four weight rows: one column per workgroup reads as many rows as the
+    // narrow GEMVs' two columns of two (unmeasured on its own; it replaces the Q/K/V GEMV's
+    // two single-row columns).
+    let quads = matches!(w.epilogue, Epilogue::RopeKv(_));
     let s = GemvSchedule {
         threads,
-        cols: if w.m > 4 {
+        cols: if w.m > 4 || quads {
             1
         } else if (wide_swiglu || vocabulary) && w.m == 1 {
             4
