@@ -222,6 +222,9 @@ impl Executor<'_> {
     ) -> Result<Vec<f32>, ExecError> {
         self.check_tokens(&[token])?;
         self.prepare_decode(schedules)?;
+        // Projections that write the KV cache (`rope_kv`) read the position from the step's
+        // args whether or not the step is replayed.
+        self.step_args.upload_u32(0, &[1, self.n_past as u32])?;
         self.run_recording(ProgramKind::Step, &[token], 1)
     }
 

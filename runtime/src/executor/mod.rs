@@ -14,6 +14,7 @@ mod kv_snapshot;
 mod math;
 mod program;
 mod record;
+mod rope_kv;
 mod slots;
 mod split_kv;
 mod weights;
@@ -608,15 +609,28 @@ impl<'m> Executor<'m> {
     }
 
     /// Workloads of the graph at ubatch size `m` (the last-position ops at m = 1).
+    /// `rope_kv`: the projections that take their attention's RoPE and KV write (the decode
+    /// step's, [`rope_kv::plan`]) and those attentions.
     fn node_workloads(
         &self,
         graph: &Graph,
         m: u32,
+        rope_kv: &rope_kv::Plan,
     ) -> Result<Vec<Vec<(String, Workload)>>, ExecError> {
         let mut out = Vec::new();
         let mut rows = m;
-        for node in &graph.nodes {
+        for (node_index, node) in graph.nodes.iter().enumerate() {
             let mut w = Vec::new();
+            // A projection that rotates and writes the cache: its rows are the quads of the
+            // epilogue (`Epilogue::RopeKv`), n = rows / 4.
+            let with_rope_kv = |g: GemmWorkload| match rope_kv.projections.get(&node_index) {
+                Some(site) => GemmWorkload {
+                    n: site.epilogue.rows() / 4,
+                    epilogue: Epilogue::RopeKv(site.epilogue),
+                    ..g
+                },
+                None => g,
+            };
             match &node.op {
                 Op::Embedding { table, width } => {
                     let ty = &self.weights.get(table).ty;
@@ -644,7 +658,7 @@ impl<'m> Executor<'m> {
                 } => {
                     let ty = &self.weights.get(weight).ty;
                     w.push(linear_workload(
-                        GemmWorkload {
+                        with_rope_kv(GemmWorkload {
                             m: rows,
                             n: *out_features as u32,
                             k: *in_features as u32,
@@ -658,7 +672,7 @@ impl<'m> Executor<'m> {
                                 Epilogue::None
                             },
                             rms_norm_eps_bits: norm.as_ref().map(|n| n.eps.to_bits()),
-                        },
+                        }),
                         &self.caps,
                     ))
                 }
@@ -694,7 +708,7 @@ impl<'m> Executor<'m> {
                     let (name, bias, _) = linear_operands(&node.op);
                     let ty = &self.weights.get(&name).ty;
                     w.push(linear_workload(
-                        GemmWorkload {
+                        with_rope_kv(GemmWorkload {
                             m: rows,
                             n: parts.iter().map(|p| p.out_features as u32).sum(),
                             k: *in_features as u32,
@@ -704,7 +718,7 @@ impl<'m> Executor<'m> {
                             bias: bias.is_some(),
                             epilogue: Epilogue::None,
                             rms_norm_eps_bits: norm.as_ref().map(|n| n.eps.to_bits()),
-                        },
+                        }),
                         &self.caps,
                     ))
                 }
@@ -739,7 +753,9 @@ impl<'m> Executor<'m> {
                             "the fused RoPE and KV write cannot rotate a q8_0 cache".into(),
                         ));
                     }
-                    if let Some(r) = rope {
+                    if rope_kv.attentions.contains(&node_index) {
+                        // Its projections rotate q and k and write the caches.
+                    } else if let Some(r) = rope {
                         // The folded RoPEs and the KV writes: one kernel (`record/attention.rs`).
                         w.push(Workload::RopeNeox(
                             RopeWorkload::new(rows, *n_heads as u32, *head_dim as u32, r.theta)
@@ -870,7 +886,18 @@ impl<'m> Executor<'m> {
         // this one changes, it is recorded again at the next decode.
         self.replay = None;
         let prog = self.program(kind);
-        let workloads = self.node_workloads(&prog.graph, m)?;
+        // One row of the decode step, its projections GEMVs, no cache rotation: the Q/K/V
+        // projections may take the RoPE and the KV write (`rope_kv`).
+        let rope_kv = if kind == ProgramKind::Step
+            && m == 1
+            && gemv_enabled(&self.caps)
+            && rope_kv::enabled_by_env()
+        {
+            rope_kv::plan(&prog.graph, self.options.kv)
+        } else {
+            rope_kv::Plan::default()
+        };
+        let workloads = self.node_workloads(&prog.graph, m, &rope_kv)?;
         let first_inputs: Vec<Option<usize>> = prog
             .graph
             .nodes
@@ -922,6 +949,7 @@ impl<'m> Executor<'m> {
         prog.used = used;
         prog.kernels_of = kernels_of;
         prog.scratch_region_of = scratch_region_of;
+        prog.rope_kv = rope_kv;
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 //!   every dispatch saved is a launch and a barrier saved, and the gate/up GEMV with the SwiGLU
 //!   epilogue reads the input once.
 
+use super::rope_kv;
 use super::slots::{self, SlotPlan};
 use super::ScheduleOrigin;
 use crate::{Buffer, BufferRange, Context, RuntimeError};
@@ -35,6 +36,9 @@ pub(crate) struct Program {
     pub kernels_of: Vec<Range<usize>>,
     /// `scratch_region_of[node]`: the split-K scratch region of a split GEMM node.
     pub scratch_region_of: Vec<Option<usize>>,
+    /// The decode step's projections that rotate and write the KV cache themselves
+    /// ([`super::rope_kv`]; empty for the prefill), after `Executor::prepare_program`.
+    pub rope_kv: rope_kv::Plan,
 }
 
 impl Program {
@@ -67,6 +71,7 @@ impl Program {
             used: Vec::new(),
             kernels_of: Vec::new(),
             scratch_region_of: Vec::new(),
+            rope_kv: rope_kv::Plan::default(),
         })
     }
 

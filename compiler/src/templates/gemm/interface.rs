@@ -115,7 +115,7 @@ impl GemmPush {
             n: slice.n,
             k: w.k,
             n_offset: slice.n_offset,
-            ldy: w.n,
+            ldy: w.y_row_width(),
         }
     }
 

@@ -179,6 +179,15 @@ impl GemmWorkload {
         self.n * self.epilogue.rows_per_column()
     }
 
+    /// Values of a row of Y: n, or with `Epilogue::RopeKv` every row's (the query part is
+    /// stored at its rows' own columns of the projection's output).
+    pub fn y_row_width(&self) -> u32 {
+        match self.epilogue {
+            Epilogue::RopeKv(r) => r.rows(),
+            _ => self.n,
+        }
+    }
+
     /// Bytes of the weight tensor (in its layout).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_row_bytes() * u64::from(self.weight_rows())

@@ -5,7 +5,7 @@ use super::{refused, Kernel, NodeRecorder};
 use crate::executor::{folded_norm_weight, linear_operands, ExecError};
 use crate::BufferRange;
 use rocky_compiler::templates::eltwise::EltwiseWorkload;
-use rocky_compiler::templates::gemm::{n_slices, GemmPush};
+use rocky_compiler::templates::gemm::{n_slices, Epilogue, GemmPush};
 use rocky_compiler::templates::gemv;
 use rocky_compiler::{GemmWorkload, Schedule, Workload};
 
@@ -39,6 +39,9 @@ impl<'s> NodeRecorder<'s, '_, '_> {
             if let Some(norm) = folded_norm_weight(&self.node.op) {
                 named.push(("norm_weight", self.exec.weights.get(norm).whole()?));
             }
+            if let Epilogue::RopeKv(_) = gw.epilogue {
+                self.rope_kv_bindings(kernel.label, &mut named)?;
+            }
             self.emit(
                 kernel.label,
                 Workload::Gemv(GemmWorkload { n: slice.n, ..*gw }),
@@ -49,6 +52,29 @@ impl<'s> NodeRecorder<'s, '_, '_> {
                 gemv::dispatch_grid_for(slice.n, gs),
             )?;
         }
+        Ok(())
+    }
+
+    /// A projection with the RoPE-and-KV-write epilogue (`executor::rope_kv`): its layer's
+    /// caches, the RoPE's frequency factors and the step's position (the step-args buffer,
+    /// which the host writes before every decode step, replayed or recorded anew).
+    fn rope_kv_bindings(
+        &self,
+        label: &str,
+        named: &mut Vec<(&'static str, BufferRange<'s>)>,
+    ) -> Result<(), ExecError> {
+        let exec = self.exec;
+        let Some(site) = self.prog.rope_kv.projections.get(&self.node_index) else {
+            return Err(ExecError::Unsupported(format!(
+                "{label}: a RoPE-and-KV-write projection the step's plan does not name"
+            )));
+        };
+        named.push(("k_cache", exec.kv[site.layer].0.whole()));
+        named.push(("v_cache", exec.kv[site.layer].1.whole()));
+        if let Some(f) = &site.freqs {
+            named.push(("freqs", exec.weights.get(f).whole()?));
+        }
+        named.push(("position", exec.step_args.whole()));
         Ok(())
     }
 
