@@ -1016,33 +1016,52 @@ fn store_rope_kv(
         };
         store_kv(b, ty, cache, r.kv_width(), pos, words);
     };
-    let is_q = b.lt(head, b.c_u32(r.q_heads));
-    b.if_else(
-        is_q,
-        || {
-            let v = rotated();
-            let at = b.add(b.add(b.mul(row, io.ldy), io.n_offset), head_row);
-            for (t, &offset) in offsets.iter().enumerate() {
-                b.store(io.y, b.add(at, offset), v[t]);
-            }
-        },
-        || {
-            let is_k = b.lt(head, b.c_u32(r.q_heads + r.k_heads));
-            b.if_else(
-                is_k,
-                || {
-                    let head_at = b.muli(b.sub(head, b.c_u32(r.q_heads)), r.head_dim);
-                    to_cache(rope.k_cache, r.kv.k, head_at, rotated());
-                },
-                || {
-                    let first_v = r.q_heads + r.k_heads;
-                    let head_at = b.muli(b.sub(head, b.c_u32(first_v)), r.head_dim);
-                    let v = [values[0], values[1], values[2], values[3]];
-                    to_cache(rope.v_cache, r.kv.v, head_at, v);
-                },
-            );
-        },
-    );
+    let query = || {
+        let v = rotated();
+        let at = b.add(b.add(b.mul(row, io.ldy), io.n_offset), head_row);
+        for (t, &offset) in offsets.iter().enumerate() {
+            b.store(io.y, b.add(at, offset), v[t]);
+        }
+    };
+    let key = || {
+        let head_at = b.muli(b.sub(head, b.c_u32(r.q_heads)), r.head_dim);
+        to_cache(rope.k_cache, r.kv.k, head_at, rotated());
+    };
+    let value = || {
+        let first_v = r.q_heads + r.k_heads;
+        let head_at = b.muli(b.sub(head, b.c_u32(first_v)), r.head_dim);
+        let v = [values[0], values[1], values[2], values[3]];
+        to_cache(rope.v_cache, r.kv.v, head_at, v);
+    };
+    // Only the parts the projection has, each up to its last head: a value projection of its
+    // own compiles no rotation at all (on Mali's Valhall compiler the unused branches cost
+    // registers: the 3B's Q6_K value GEMV spilled with them).
+    let mut parts: Vec<(u32, &dyn Fn())> = Vec::new();
+    let mut end = 0;
+    for (heads, part) in [
+        (r.q_heads, &query as &dyn Fn()),
+        (r.k_heads, &key),
+        (r.v_heads, &value),
+    ] {
+        end += heads;
+        if heads > 0 {
+            parts.push((end, part));
+        }
+    }
+    by_head(b, head, &parts);
+}
+
+/// Runs the first of `parts` whose end head lies above `head` (the last one unconditionally).
+fn by_head(b: &KernelBuilder, head: Value, parts: &[(u32, &dyn Fn())]) {
+    match parts {
+        [] => {}
+        [(_, only)] => only(),
+        [(end, first), rest @ ..] => b.if_else(
+            b.lt(head, b.c_u32(*end)),
+            || first(),
+            || by_head(b, head, rest),
+        ),
+    }
 }
 
 /// `body(idx)` for idx in tid, tid + threads, ... below `total`.

@@ -196,11 +196,17 @@ pub fn default_schedule(w: &GemmWorkload, caps: &DeviceCaps) -> GemvSchedule {
         // is done once. Compiler estimates (Mesa 25.0.7 and 26.1.6, no board measurement):
         // docs/measurements/2026-12-06b-mali-decode-gemv.md.
         let units_per_thread = if w.m == 1 && units % 2 == 0 { 2 } else { 1 };
+        // A RoPE quad's four rows at one row of X: one unit per thread and two threads per
+        // unit. Mesa 25.0.7's compiler (shim, K = 2048, 16 threads, one column) spills them
+        // with two units per thread (Q4_K 17:230 spills:fills, Q6_K 43:660) and Q6_K still
+        // with one unit and eight chunks (13:187); one unit of four chunks spills none of
+        // Q4_K, Q8_0 and Q6_K (docs/measurements/2026-12-07b-rope-in-projection.md).
+        let quads = matches!(w.epilogue, Epilogue::RopeKv(_));
         let s = GemvSchedule {
             threads: caps.subgroup_size,
             cols: if single_rows { 2 } else { 1 },
-            chunks_per_thread: 8,
-            units_per_thread,
+            chunks_per_thread: if quads { 4 } else { 8 },
+            units_per_thread: if quads { 1 } else { units_per_thread },
             vector_width: if w.m <= 2 { 4 } else { 1 },
             reduce,
             accumulate: Precision::F32,
