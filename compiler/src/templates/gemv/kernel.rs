@@ -1058,7 +1058,7 @@ fn by_head(b: &KernelBuilder, head: Value, parts: &[(u32, &dyn Fn())]) {
         [(_, only)] => only(),
         [(end, first), rest @ ..] => b.if_else(
             b.lt(head, b.c_u32(*end)),
-            || first(),
+            first,
             || by_head(b, head, rest),
         ),
     }
