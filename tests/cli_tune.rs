@@ -63,9 +63,10 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
     out
 }
 
-/// The decode step's GEMVs with the RMSNorm folded in that `rocky tune` tunes (ROCKY_GEMV=1
-/// here, so the step's linears are GEMVs): gate/up (fused where gate and up match) and the
-/// output head, each fed by a norm (Q, K and V carry the RoPE and KV write, untuned). Their
+/// The decode step's GEMVs with the RMSNorm folded in (ROCKY_GEMV=1 here, so the step's
+/// linears are GEMVs): Q, K and V (stacked: the longest run from Q on that shares a type is one
+/// GEMV over their rows, then the same for the rest; each with the RoPE and the KV write),
+/// gate/up (fused where gate and up match) and the output head, each fed by a norm. Their
 /// epilogue reads "<epilogue>+norm".
 fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
     let file = GgufFile::open(path).unwrap();
@@ -82,10 +83,33 @@ fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, Stri
         let weight = format!("gemv {}", t.ggml_type.to_string().to_lowercase());
         let bias = file.tensor(&format!("{base}.bias")).is_some();
         let epilogue = match base.split('.').collect::<Vec<_>>()[..] {
-            // Q, K and V (stacked where they share a type) rotate q and k and write the KV
-            // cache in their epilogue (`Epilogue::RopeKv`), which the tuner leaves out (its
-            // harness binds no caches): no decode GEMV of theirs is tuned.
-            ["blk", _, "attn_q"] => continue,
+            ["blk", layer, "attn_q"] => {
+                // Stacked where they share a type, each run rotating and writing the cache
+                // (`Epilogue::RopeKv`): its columns are quads of four rows.
+                let parts: Vec<_> = ["attn_q", "attn_k", "attn_v"]
+                    .iter()
+                    .map(|p| file.tensor(&format!("blk.{layer}.{p}.weight")).unwrap())
+                    .collect();
+                let mut rest = &parts[..];
+                while let Some(first) = rest.first() {
+                    let len = rest
+                        .iter()
+                        .take_while(|t| t.ggml_type == first.ggml_type)
+                        .count();
+                    let rows: u64 = rest[..len].iter().map(|t| t.dims[1]).sum();
+                    let weight = format!("gemv {}", first.ggml_type.to_string().to_lowercase());
+                    out.insert((
+                        1,
+                        rows / 4,
+                        first.dims[0],
+                        weight,
+                        bias,
+                        "rope_kv+norm".into(),
+                    ));
+                    rest = &rest[len..];
+                }
+                continue;
+            }
             ["blk", _, "attn_k" | "attn_v"] => continue,
             ["blk", layer, "ffn_gate" | "ffn_up"] => {
                 let gate = file
@@ -171,7 +195,11 @@ fn gemm_of(workload: &Value) -> (u64, u64, u64, String, bool, String) {
         g["bias"].as_bool().unwrap(),
         format!(
             "{}{}",
-            g["epilogue"].as_str().unwrap_or("none"),
+            match &g["epilogue"] {
+                Value::String(e) => e.as_str(),
+                Value::Object(e) if e.contains_key("rope_kv") => "rope_kv",
+                _ => "none",
+            },
             if g["rms_norm_eps_bits"].is_null() {
                 ""
             } else {

@@ -7,9 +7,11 @@
 use crate::fault::{self, Fault};
 use half::f16;
 use rayon::prelude::*;
+use rocky_compiler::kv_type::KvType;
 use rocky_compiler::templates::gemm::interface::{
-    counter_layout, BINDING_BIAS, BINDING_IN_PLACE_PARTIALS, BINDING_NORM_WEIGHT, BINDING_RESIDUAL,
-    BINDING_TILE_COUNTERS, BINDING_WEIGHT, BINDING_X, BINDING_Y,
+    counter_layout, BINDING_BIAS, BINDING_FREQS, BINDING_IN_PLACE_PARTIALS, BINDING_K_CACHE,
+    BINDING_NORM_WEIGHT, BINDING_POSITION, BINDING_RESIDUAL, BINDING_TILE_COUNTERS,
+    BINDING_V_CACHE, BINDING_WEIGHT, BINDING_X, BINDING_Y,
 };
 use rocky_compiler::templates::gemm::reference::{
     compare, reference_full, relative_tolerance, Mismatch, Reference,
@@ -96,6 +98,8 @@ pub struct GemmInputs {
     pub residual: Option<Vec<f32>>,
     /// The folded RMSNorm's weight (k values), for workloads with `rms_norm_eps_bits`.
     pub norm_weight: Option<Vec<f32>>,
+    /// `Epilogue::RopeKv` with frequency factors: head_dim/2 angle divisors in [1, 4).
+    pub freqs: Option<Vec<f32>>,
 }
 
 impl GemmInputs {
@@ -106,12 +110,21 @@ impl GemmInputs {
             weight: random_weights(w.weight, rows, w.k as usize, seed ^ 0x5745),
             bias: w
                 .bias
-                .then(|| random_activations(w.n as usize, seed ^ 0xB1A5)),
+                .then(|| random_activations(w.y_row_width() as usize, seed ^ 0xB1A5)),
             residual: (w.epilogue == Epilogue::Residual)
                 .then(|| random_activations(w.m as usize * w.n as usize, seed ^ 0x2E51)),
             norm_weight: w
                 .rms_norm_eps_bits
                 .map(|_| random_activations(w.k as usize, seed ^ 0x7093)),
+            freqs: match w.epilogue {
+                Epilogue::RopeKv(r) if r.freq_factors => Some(
+                    random_activations(r.head_dim as usize / 2, seed ^ 0xF4E9)
+                        .into_iter()
+                        .map(|v| 2.5 + 1.5 * v)
+                        .collect(),
+                ),
+                _ => None,
+            },
         }
     }
 }
@@ -140,6 +153,19 @@ struct InPlaceSplit {
     counters: Buffer,
     /// Each N-slice's (offset, size) in `counters`.
     regions: Vec<(u64, u64)>,
+}
+
+/// Where a RoPE-and-KV-write GEMV (`Epilogue::RopeKv`) writes its key and value rows: cache
+/// rows `ROPE_KV_POS0 ..` (not 0, so a kernel that ignores the position fails the check).
+pub const ROPE_KV_POS0: u32 = 5;
+
+/// A RoPE-and-KV-write GEMV's other buffers: the caches (a marker in every word), the
+/// position (the step-args layout: `m, pos0`) and the frequency factors.
+struct RopeKvBuffers {
+    k_cache: Buffer,
+    v_cache: Buffer,
+    position: Buffer,
+    freqs: Option<Buffer>,
 }
 
 /// The GEMM's pipeline and buffers on a device, ready to dispatch.
@@ -174,6 +200,7 @@ pub struct GemmOnGpu {
     /// The kernel is the GEMV template's ([`GemmOnGpu::for_gemv`]): its grid, and `s` is the
     /// GEMM schedule of the same arithmetic (no split-K), for the check's tolerance.
     gemv: Option<GemvSchedule>,
+    rope_kv: Option<RopeKvBuffers>,
 }
 
 impl GemmOnGpu {
@@ -240,9 +267,29 @@ impl GemmOnGpu {
         let y = act_buffer(
             ctx,
             w.act,
-            &vec![f32::NAN; w.m as usize * w.n as usize],
+            &vec![f32::NAN; w.m as usize * w.y_row_width() as usize],
             "y",
         )?;
+        let rope_kv = match w.epilogue {
+            Epilogue::RopeKv(r) => {
+                let rows = ROPE_KV_POS0 + w.m;
+                let cache = |ty: KvType, label| {
+                    let words = vec![CACHE_MARKER; (ty.row_words(r.kv_width()) * rows) as usize];
+                    Buffer::from_slice(ctx, &words, label).map_err(device_error)
+                };
+                Some(RopeKvBuffers {
+                    k_cache: cache(r.kv.k, "k cache")?,
+                    v_cache: cache(r.kv.v, "v cache")?,
+                    position: Buffer::from_slice(ctx, &[w.m, ROPE_KV_POS0], "position")
+                        .map_err(device_error)?,
+                    freqs: match &inputs.freqs {
+                        Some(f) => Some(Buffer::from_slice(ctx, f, "freqs").map_err(device_error)?),
+                        None => None,
+                    },
+                })
+            }
+            _ => None,
+        };
         let bias = match &inputs.bias {
             Some(b) => Some(Buffer::from_slice(ctx, b, "bias").map_err(device_error)?),
             None => None,
@@ -301,6 +348,7 @@ impl GemmOnGpu {
             timing: TimingMethod::Gpu,
             fault,
             gemv: None,
+            rope_kv,
         })
     }
 
@@ -381,6 +429,24 @@ impl GemmOnGpu {
                             .map_err(device_error)?,
                         None => return Err(in_place("tile counters")),
                     },
+                    BINDING_K_CACHE | BINDING_V_CACHE | BINDING_POSITION | BINDING_FREQS => {
+                        let r = self.rope_kv.as_ref().ok_or_else(|| {
+                            GpuError::Internal(format!(
+                                "the kernel binds {}, which only a RoPE-KV GEMV has",
+                                b.name
+                            ))
+                        })?;
+                        match b.binding {
+                            BINDING_K_CACHE => r.k_cache.whole(),
+                            BINDING_V_CACHE => r.v_cache.whole(),
+                            BINDING_POSITION => r.position.whole(),
+                            _ => r.freqs.as_ref().map(Buffer::whole).ok_or_else(|| {
+                                GpuError::Internal(
+                                    "the kernel binds frequency factors the workload lacks".into(),
+                                )
+                            })?,
+                        }
+                    }
                     other => {
                         return Err(GpuError::Internal(format!(
                             "the GEMM kernel has an unknown binding {other} ({})",
@@ -425,6 +491,9 @@ impl GemmOnGpu {
         self.record(&mut rec)?;
         self.submit_and_wait(&mut rec).map_err(device_error)?;
         drop(rec);
+        if let (Epilogue::RopeKv(r), Some(buffers)) = (self.w.epilogue, &self.rope_kv) {
+            return rope_kv_outputs(&self.w, &r, &self.y, buffers).map_err(device_error);
+        }
         let count = self.w.m as usize * self.w.n as usize;
         match self.w.act {
             ActType::F32 => self.y.download_f32(0, count),
@@ -733,6 +802,9 @@ pub fn check(
     got: &[f32],
     cols: &[u32],
 ) -> Result<Check, String> {
+    if let Epilogue::RopeKv(_) = w.epilogue {
+        return check_rope_kv(w, s, inputs, got);
+    }
     let n = w.n as usize;
     if cols.len() < n {
         if let Some(i) = got.iter().position(|v| !v.is_finite()) {
@@ -775,6 +847,104 @@ pub fn check(
         max_error_ratio: ratios.into_iter().fold(0.0, f64::max),
         // Through its shortest decimal form, so JSON shows 0.002 and not 0.0020000000949.
         relative_tolerance: relative_tolerance(s)
+            .to_string()
+            .parse()
+            .unwrap_or(f64::NAN),
+    })
+}
+
+/// What no RoPE-KV store writes: the caches start with it in every word.
+const CACHE_MARKER: u32 = 0x7fc0_2468;
+
+/// A RoPE-and-KV-write GEMV's outputs as one vector: the rotated query (Y's first
+/// q_heads·head_dim columns of each row), then the key rows and the value rows read back from
+/// the caches at `ROPE_KV_POS0 ..` (as f32: an f16 cache's words unpacked, a marker as NaN).
+fn rope_kv_outputs(
+    w: &GemmWorkload,
+    r: &rocky_compiler::templates::gemm::RopeKv,
+    y: &Buffer,
+    buffers: &RopeKvBuffers,
+) -> Result<Vec<f32>, RuntimeError> {
+    let (m, width) = (w.m as usize, w.y_row_width() as usize);
+    let q_width = (r.q_heads * r.head_dim) as usize;
+    let y = y.download_f32(0, m * width)?;
+    let mut out: Vec<f32> = (0..m)
+        .flat_map(|i| y[i * width..i * width + q_width].to_vec())
+        .collect();
+    for (heads, cache, ty) in [
+        (r.k_heads, &buffers.k_cache, r.kv.k),
+        (r.v_heads, &buffers.v_cache, r.kv.v),
+    ] {
+        if heads == 0 {
+            continue;
+        }
+        let row_words = ty.row_words(r.kv_width()) as usize;
+        let words = cache.download::<u32>(0, (ROPE_KV_POS0 as usize + m) * row_words)?;
+        let as_f32 = |bits: u32| {
+            if bits == CACHE_MARKER {
+                f32::NAN
+            } else {
+                f32::from_bits(bits)
+            }
+        };
+        for word in &words[ROPE_KV_POS0 as usize * row_words..] {
+            match ty {
+                KvType::F16 => out.extend([
+                    f16::from_bits(*word as u16).to_f32(),
+                    f16::from_bits((*word >> 16) as u16).to_f32(),
+                ]),
+                _ => out.push(as_f32(*word)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks a RoPE-and-KV-write GEMV's outputs ([`rope_kv_outputs`]) against the unfused
+/// composition (`gemv::reference::rope_kv_for`: the projection's reference, then the RoPE's),
+/// an f16 cache's rounding allowed.
+fn check_rope_kv(
+    w: &GemmWorkload,
+    twin: &GemmSchedule,
+    inputs: &GemmInputs,
+    got: &[f32],
+) -> Result<Check, String> {
+    let Epilogue::RopeKv(r) = w.epilogue else {
+        unreachable!("a RoPE-KV workload")
+    };
+    let want = rocky_compiler::templates::gemv::reference::rope_kv_for(
+        w,
+        twin,
+        &inputs.x,
+        &inputs.weight,
+        inputs.bias.as_deref(),
+        inputs.norm_weight.as_deref(),
+        inputs.freqs.as_deref(),
+        ROPE_KV_POS0,
+    )
+    .map_err(|e| format!("reference: {e}"))?;
+    let mut expected = want.q.clone();
+    for (part, ty) in [(&want.k, r.kv.k), (&want.v, r.kv.v)] {
+        expected.values.extend(&part.values);
+        expected
+            .allowed
+            .extend(part.values.iter().zip(&part.allowed).map(|(v, a)| {
+                if ty == KvType::F16 {
+                    a + v.abs() * 2f32.powi(-11) + 6e-8
+                } else {
+                    *a
+                }
+            }));
+    }
+    expected
+        .check(got, (r.q_heads * r.head_dim).max(1) as usize)
+        .map_err(|e| format!("RoPE-KV outputs (query, then key and value rows): {e}"))?;
+    Ok(Check {
+        columns: w.n,
+        columns_checked: w.n as usize,
+        outputs_checked: expected.values.len(),
+        max_error_ratio: f64::from(expected.worst_ratio(got)),
+        relative_tolerance: relative_tolerance(twin)
             .to_string()
             .parse()
             .unwrap_or(f64::NAN),

@@ -2,7 +2,6 @@
 //! of its decode step: what `rocky tune` searches, each once however many layers share it; and its attention workloads at a few
 //! KV lengths and of its decode step ([`attention_workloads`]).
 
-use rocky_compiler::templates::gemm::Epilogue;
 use rocky_compiler::{AttentionWorkload, KvTypes, Workload};
 use rocky_models::arch::Model;
 use rocky_models::fuse::FuseOptions;
@@ -153,17 +152,10 @@ pub fn attention_workloads(
     out
 }
 
-/// Groups GEMM workloads by value, keeping the order of first appearance. The decode step's
-/// Q/K/V GEMVs that rotate and write the KV cache (`Epilogue::RopeKv`) are left out: the GEMV
-/// harness binds no caches and checks no rotation yet, so they run their default schedule.
+/// Groups GEMM workloads by value, keeping the order of first appearance.
 fn distinct_gemms<'a>(nodes: impl Iterator<Item = (&'a str, Workload)>) -> Vec<ModelWorkload> {
     let mut out: Vec<ModelWorkload> = Vec::new();
-    let tunable = |w: &Workload| match w {
-        Workload::Gemm(_) => true,
-        Workload::Gemv(g) => !matches!(g.epilogue, Epilogue::RopeKv(_)),
-        _ => false,
-    };
-    for (label, w) in nodes.filter(|(_, w)| tunable(w)) {
+    for (label, w) in nodes.filter(|(_, w)| matches!(w, Workload::Gemm(_) | Workload::Gemv(_))) {
         match out.iter_mut().find(|m| m.workload == w) {
             Some(m) => m.labels.push(label.to_string()),
             None => out.push(ModelWorkload {

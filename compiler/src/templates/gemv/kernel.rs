@@ -1056,11 +1056,9 @@ fn by_head(b: &KernelBuilder, head: Value, parts: &[(u32, &dyn Fn())]) {
     match parts {
         [] => {}
         [(_, only)] => only(),
-        [(end, first), rest @ ..] => b.if_else(
-            b.lt(head, b.c_u32(*end)),
-            first,
-            || by_head(b, head, rest),
-        ),
+        [(end, first), rest @ ..] => {
+            b.if_else(b.lt(head, b.c_u32(*end)), first, || by_head(b, head, rest))
+        }
     }
 }
 

@@ -120,6 +120,31 @@ pub fn rope_kv(
     freqs: Option<&[f32]>,
     pos0: u32,
 ) -> Result<RopeKvReference, ReferenceError> {
+    rope_kv_for(
+        w,
+        &arithmetic_twin(s),
+        x,
+        weight,
+        bias,
+        norm_weight,
+        freqs,
+        pos0,
+    )
+}
+
+/// [`rope_kv`] at the tolerance of GEMM schedule `twin`'s arithmetic (a GEMV's
+/// [`arithmetic_twin`]: what the GEMM harness checks GEMV kernels with).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_for(
+    w: &GemmWorkload,
+    twin: &GemmSchedule,
+    x: &[f32],
+    weight: &[u8],
+    bias: Option<&[f32]>,
+    norm_weight: Option<&[f32]>,
+    freqs: Option<&[f32]>,
+    pos0: u32,
+) -> Result<RopeKvReference, ReferenceError> {
     let Epilogue::RopeKv(r) = w.epilogue else {
         panic!("rope_kv reference: the workload has no RoPE-and-KV-write epilogue");
     };
@@ -129,8 +154,21 @@ pub fn rope_kv(
         epilogue: Epilogue::None,
         ..*w
     };
-    let sums = reference_normed(&plain, s, x, weight, bias, None, norm_weight)?;
-    let rel = relative_tolerance(s);
+    let math = match twin.math {
+        Math::Int8Dot => Math::Int8Dot,
+        // Float math is checked against the exact sums at its own tolerance.
+        Math::FmaF32 | Math::FmaF16Packed => Math::FmaF32,
+    };
+    let sums = crate::templates::gemm::reference::reference_full(
+        &plain,
+        math,
+        x,
+        weight,
+        bias,
+        None,
+        norm_weight,
+    )?;
+    let rel = crate::templates::gemm::reference::relative_tolerance(twin);
     let err: Vec<f32> = sums
         .magnitude
         .iter()
