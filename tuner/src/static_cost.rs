@@ -1140,6 +1140,152 @@ mod tests {
         );
     }
 
+    /// Load/store-unit instructions in the final Valhall code of the Mali default kernels
+    /// (Mesa 26.1.6 under the drm-shim, `BIFROST_MESA_DEBUG=shaders`; counted by
+    /// docs/measurements/2026-12-07b-mali-predict-data/scripts/lscount.sh), without `BARRIER`,
+    /// which the driver's load/store statistic leaves out: the driver's compiled code is the
+    /// reference here, not this model.
+    struct Listing {
+        /// Per trip of the kernel's one kept loop (the K loop; attention's key blocks).
+        body: f64,
+        /// Outside it, once per invocation.
+        outside: f64,
+        /// The driver's `Load/store` statistic (cycles per invocation, every loop once).
+        statistic: f64,
+        /// The loop's trips in the dispatch checked.
+        trips: f64,
+    }
+
+    impl Listing {
+        /// What the listing executes per invocation.
+        fn executed(&self) -> f64 {
+            self.outside + self.body * self.trips
+        }
+    }
+
+    /// The IR's per-trip load/store issues of `m`'s loops with run-time bounds (merged,
+    /// barriers out), and the model's load/store per invocation: the statistic scaled by
+    /// [`LoopFactors::driver_ls`] over the reading the driver's `Loops` picks.
+    fn ir_body_and_model(m: &Module, l: &Listing, driver_loops: f64) -> (f64, f64) {
+        let model = CostModel::for_device(&rocky_compiler::DeviceCaps::mali_g610());
+        let at = |t: f64| count(m, Some(t), &model).ls_without_barriers();
+        let (once, _) = driver_static(m, &model, Some(driver_loops));
+        let f = LoopFactors::of(&once, &count(m, Some(l.trips), &model), &model);
+        (at(2.0) - at(1.0), l.statistic * f.driver_ls(l.statistic))
+    }
+
+    #[test]
+    fn merged_load_store_counts_match_the_driver_listings_of_the_default_gemms() {
+        use rocky_compiler::dequant::WeightFormat;
+        use rocky_compiler::templates::gemm::ActType;
+        use rocky_compiler::templates::gemm::{default_layout, default_schedule};
+        let caps = rocky_compiler::DeviceCaps::mali_g610();
+        let gemm = |m, n, k, weight, bias| {
+            let mut w = GemmWorkload {
+                m,
+                n,
+                k,
+                act: ActType::F32,
+                weight,
+                layout: Default::default(),
+                bias,
+                epilogue: Default::default(),
+                rms_norm_eps_bits: None,
+            };
+            w.layout = default_layout(weight, &caps);
+            (w, default_schedule(&w, &caps))
+        };
+        // (workload, its listing). Q4_K: `gemm_q4_k_f32_b64x64x64_t4x4_k1_v4_s11_hu_acc32_dot8`,
+        // the K loop 7 LD_PKA.i128 + 40 LOAD.i128 + 1 LOAD.i32 + 3 STORE.i128 + 4 STORE.i32,
+        // outside 16 LEA_PKA + 16 STORE.i32 (the 3B's ffn_gate/up). Q6_K (aligned layout):
+        // `gemm_q6_k_f32_b64x64x64_t4x4_…`, 10 + 38 + 1 + 3 + 4 in the loop, the same 32
+        // outside (the 3B's ffn_down without its residual). Q8_0 (aligned):
+        // `gemm_q8_0_f32_bias_b20x16x64_t5x1_…_fma32`, 19 LD_PKA.i128 in the loop, outside
+        // 5 LD_PKA.i32 (the bias) + 5 LEA_PKA + 5 STORE.i32 (the 0.5B's attn_v).
+        let cases = [
+            (
+                gemm(512, 11008, 2048, WeightFormat::Q4K, false),
+                Listing {
+                    body: 55.0,
+                    outside: 32.0,
+                    statistic: 87.0,
+                    trips: 32.0,
+                },
+            ),
+            (
+                gemm(512, 2048, 11008, WeightFormat::Q6K, false),
+                Listing {
+                    body: 56.0,
+                    outside: 32.0,
+                    statistic: 88.0,
+                    trips: 172.0,
+                },
+            ),
+            (
+                gemm(512, 128, 896, WeightFormat::Q8_0, true),
+                Listing {
+                    body: 19.0,
+                    outside: 15.0,
+                    statistic: 34.0,
+                    trips: 7.0,
+                },
+            ),
+        ];
+        for ((w, s), l) in cases {
+            let m = kernel_ir(&w, &s);
+            let name = s.name(&w);
+            // The driver reported `Loops: 1` for each.
+            let (body, model_ls) = ir_body_and_model(&m, &l, 1.0);
+            assert_eq!(body, l.body, "{name}: the K loop's merged load/store");
+            assert!(
+                (model_ls - l.executed()).abs() < 1e-9,
+                "{name}: model {model_ls} listing {}",
+                l.executed()
+            );
+            // ir_estimate's trips are the listing's, and rank by the same factor.
+            let e = ir_estimate(&w, &s, CostModel::for_device(&caps));
+            let (f, _) = e.driver_factors(Some(1.0));
+            assert!((l.statistic * f.driver_ls(l.statistic) - l.executed()).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn the_split_attention_matches_its_driver_listing() {
+        use rocky_compiler::templates::attention::{self, AttentionWorkload};
+        use rocky_compiler::{Schedule, Workload};
+        // The 3B's decode attention with panvk's default (split32), listing of
+        // docs/measurements/2026-12-06j-mali-predict-data/out/attn-listing-ls.txt: per key
+        // block 177 (score loop 16 x 6, P.V loop 16 x 5, 1 store between, the barrier left
+        // out); once 8 (2 LD_PKA.i32 before the loop, 3 LEA_PKA + 3 STORE of the partials);
+        // statistic 20. At 3 blocks: 539.
+        let caps = rocky_compiler::DeviceCaps::mali_g610();
+        let aw = AttentionWorkload {
+            m: 1,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: 128,
+            max_kv: 1024,
+            window: 0,
+            kv: Default::default(),
+        };
+        let Schedule::Attention(a) =
+            rocky_compiler::templates::default_schedule(&Workload::Attention(aw), &caps)
+        else {
+            panic!("attention schedule");
+        };
+        let m = attention::kernel_ir(&aw, &a);
+        let l = Listing {
+            body: 177.0,
+            outside: 8.0,
+            statistic: 20.0,
+            trips: 3.0,
+        };
+        // The driver kept the block loop and both inner loops: `Loops: 3`.
+        let (body, model_ls) = ir_body_and_model(&m, &l, 3.0);
+        assert_eq!(body, l.body);
+        assert!((model_ls - l.executed()).abs() < 1e-9, "{model_ls}");
+    }
+
     #[test]
     fn driver_cycles_are_used_where_reported_and_the_ir_model_elsewhere() {
         let once = OpCounts {
