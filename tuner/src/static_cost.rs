@@ -663,8 +663,12 @@ enum Space {
 /// pending accesses are counted there.
 #[derive(Default)]
 struct Merged {
-    pending: HashMap<(Space, bool, Option<Base>), Vec<(i64, i64)>>,
+    /// Byte ranges `[start, end)` by (space, store, base).
+    pending: HashMap<AccessKey, Vec<(i64, i64)>>,
 }
+
+/// What merges: one space, loads or stores, one base.
+type AccessKey = (Space, bool, Option<Base>);
 
 impl Merged {
     /// One access of `bytes` bytes at element `index` of elements of `bytes` bytes.
@@ -1165,10 +1169,10 @@ mod tests {
     #[test]
     fn merged_load_store_counts_match_the_driver_listings_of_the_default_gemms() {
         use rocky_compiler::dequant::WeightFormat;
-        use rocky_compiler::templates::gemm::ActType;
         use rocky_compiler::templates::gemm::{default_layout, default_schedule};
+        use rocky_compiler::templates::gemm::{ActType, Epilogue};
         let caps = rocky_compiler::DeviceCaps::mali_g610();
-        let gemm = |m, n, k, weight, bias| {
+        let gemm_with = |m, n, k, weight, bias, epilogue| {
             let mut w = GemmWorkload {
                 m,
                 n,
@@ -1177,12 +1181,13 @@ mod tests {
                 weight,
                 layout: Default::default(),
                 bias,
-                epilogue: Default::default(),
+                epilogue,
                 rms_norm_eps_bits: None,
             };
             w.layout = default_layout(weight, &caps);
             (w, default_schedule(&w, &caps))
         };
+        let gemm = |m, n, k, weight, bias| gemm_with(m, n, k, weight, bias, Epilogue::None);
         // (workload, its listing). Q4_K: `gemm_q4_k_f32_b64x64x64_t4x4_k1_v4_s11_hu_acc32_dot8`,
         // the K loop 7 LD_PKA.i128 + 40 LOAD.i128 + 1 LOAD.i32 + 3 STORE.i128 + 4 STORE.i32,
         // outside 16 LEA_PKA + 16 STORE.i32 (the 3B's ffn_gate/up). Q6_K (aligned layout):
@@ -1191,7 +1196,9 @@ mod tests {
         // `gemm_q8_0_f32_bias_b20x16x64_t5x1_…_fma32`, 19 LD_PKA.i128 in the loop, outside
         // 5 LD_PKA.i32 (the bias) + 5 LEA_PKA + 5 STORE.i32 (the 0.5B's attn_v). Q5_0
         // (aligned): `gemm_q5_0_f32_b64x64x64_t4x4_…`, 7 + 36 + 1 + 3 + 3 in the loop, 32
-        // outside (the 0.5B's ffn_gate/up).
+        // outside (the 0.5B's ffn_gate/up). The 3B's ffn_down itself, Q6_K with the residual
+        // epilogue: the same loop, outside 16 LD_PKA.i32 (the residual) + 16 LEA_PKA + 16
+        // STORE.i32, statistic 104.
         let cases = [
             (
                 gemm(512, 11008, 2048, WeightFormat::Q4K, false),
@@ -1208,6 +1215,22 @@ mod tests {
                     body: 56.0,
                     outside: 32.0,
                     statistic: 88.0,
+                    trips: 172.0,
+                },
+            ),
+            (
+                gemm_with(
+                    512,
+                    2048,
+                    11008,
+                    WeightFormat::Q6K,
+                    false,
+                    Epilogue::Residual,
+                ),
+                Listing {
+                    body: 56.0,
+                    outside: 48.0,
+                    statistic: 104.0,
                     trips: 172.0,
                 },
             ),
