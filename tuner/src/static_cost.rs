@@ -556,26 +556,36 @@ impl<'a> Defs<'a> {
         };
         let ((ba, ca), (bb, cb)) = (self.affine(a, depth + 1), self.affine(b, depth + 1));
         let shift = (0..32).contains(&cb);
-        match (op, ba, bb) {
+        // Offsets are small in practice; one that would overflow makes the value its own base.
+        let read = match (op, ba, bb) {
             // Constants fold (the Q5_0 GEMM's `(j & 3) << 2`).
-            (_, None, None) => fold(op, ca, cb).map_or(own, |c| (None, c)),
-            (BinaryOp::Add, x, None) | (BinaryOp::Add, None, x) => (x, ca + cb),
-            (BinaryOp::Add, Some(x), Some(y)) => {
-                (Some(Base::Add(Box::new(x), Box::new(y))), ca + cb)
+            (_, None, None) => fold(op, ca, cb).map(|c| (None, c)),
+            (BinaryOp::Add, x, None) | (BinaryOp::Add, None, x) => {
+                ca.checked_add(cb).map(|c| (x, c))
             }
-            (BinaryOp::Sub, x, None) => (x, ca - cb),
-            (BinaryOp::Mul, Some(x), None) => (Some(Base::Mul(Box::new(x), cb)), ca * cb),
-            (BinaryOp::Mul, None, Some(y)) => (Some(Base::Mul(Box::new(y), ca)), ca * cb),
-            (BinaryOp::Shl, Some(x), None) if shift => (Some(Base::Shl(Box::new(x), cb)), ca << cb),
+            (BinaryOp::Add, Some(x), Some(y)) => ca
+                .checked_add(cb)
+                .map(|c| (Some(Base::Add(Box::new(x), Box::new(y))), c)),
+            (BinaryOp::Sub, x, None) => ca.checked_sub(cb).map(|c| (x, c)),
+            (BinaryOp::Mul, Some(x), None) => ca
+                .checked_mul(cb)
+                .map(|c| (Some(Base::Mul(Box::new(x), cb)), c)),
+            (BinaryOp::Mul, None, Some(y)) => ca
+                .checked_mul(cb)
+                .map(|c| (Some(Base::Mul(Box::new(y), ca)), c)),
+            (BinaryOp::Shl, Some(x), None) if shift && ca.unsigned_abs() < 1 << 31 => {
+                Some((Some(Base::Shl(Box::new(x), cb)), ca << cb))
+            }
             // floor((b + c) / 2^k) = b / 2^k + floor(c / 2^k) where 2^k divides b (c >= 0):
             // either the offset keeps its low bits clear or the base is known to.
             (BinaryOp::Shr, Some(x), None)
                 if shift && ca >= 0 && (ca % (1 << cb) == 0 || self.base_zeros(&x) >= cb) =>
             {
-                (Some(Base::Shr(Box::new(x), cb)), ca >> cb)
+                Some((Some(Base::Shr(Box::new(x), cb)), ca >> cb))
             }
-            _ => own,
-        }
+            _ => None,
+        };
+        read.unwrap_or(own)
     }
 }
 
