@@ -997,6 +997,7 @@ fn loop_factors(
             arith: 1.0,
             ls: 1.0,
             bound: 1.0,
+            ls_added: None,
         };
     };
     if let (Workload::Gemm(gw), Schedule::Gemm(gs)) = (w, s) {

@@ -16,7 +16,8 @@
 //! - **analytic** (where the driver reports no cycles: lavapipe, panvk 25.0.7, NVIDIA): the
 //!   kernel's IR walked with each loop weighted by its trip count — arithmetic per lane
 //!   (16-bit floats at half cost, packed dot products as one), load/store issues of at most
-//!   16 bytes each (global and shared), barriers — per invocation, bounded by the larger of
+//!   16 bytes each (global and shared; contiguous scalar accesses merged as the driver
+//!   merges them), barriers — per invocation, bounded by the larger of
 //!   arithmetic and load/store (the way Mali's estimate is), times the invocations. The
 //!   device's traits ([`CostModel::for_device`]) adjust it: where f16 math is emulated a
 //!   16-bit lane costs twice an f32 one; where memory accesses run lane by lane (llvmpipe)
@@ -28,7 +29,7 @@
 //! ranking only. How well they predict measured times is measured in
 //! docs/measurements/2026-12-04-static-ranking.md.
 
-use rocky_compiler::ir::{Block, Expr, Module, Scalar, Stmt, Unroll};
+use rocky_compiler::ir::{BinaryOp, Block, Expr, Module, Scalar, Stmt, Type, Unroll, Value};
 use rocky_compiler::templates::gemm::interface::dispatch_grid;
 use rocky_compiler::templates::gemm::{kernel_ir, GemmSchedule, GemmWorkload};
 use rocky_compiler::{DeviceCaps, Workload};
@@ -112,9 +113,13 @@ pub struct OpCounts {
     /// Arithmetic lane-operations (16-bit float lanes at half, a packed 4x8 dot as one).
     pub arith: f64,
     /// Load/store issues (each moves at most 16 bytes), global and shared, and barriers.
+    /// On a GPU, scalar accesses the driver merges are counted merged ([`count`]).
     pub ls: f64,
     /// Bytes read or written in storage buffers.
     pub global_bytes: f64,
+    /// Of `ls`, the workgroup barriers: Valhall's load/store statistic leaves its `BARRIER`
+    /// instructions out (see [`LoopFactors::driver_ls`]).
+    pub barriers: f64,
 }
 
 impl OpCounts {
@@ -122,6 +127,12 @@ impl OpCounts {
         self.arith += other.arith * times;
         self.ls += other.ls * times;
         self.global_bytes += other.global_bytes * times;
+        self.barriers += other.barriers * times;
+    }
+
+    /// Load/store issues without the barriers: in the units of Valhall's load/store statistic.
+    fn ls_without_barriers(&self) -> f64 {
+        self.ls - self.barriers
     }
 
     /// The bound per invocation: the busier of the arithmetic and load/store pipes (a GPU),
@@ -151,6 +162,10 @@ pub struct LoopFactors {
     pub ls: f64,
     /// Of [`OpCounts::bound`] (the busier IR pipe): [`IrEstimate::loop_factor`].
     pub bound: f64,
+    /// Load/store issues the loops add per invocation to the static count (dynamic minus
+    /// static, barriers left out), where the IR sees load/store work: what
+    /// [`LoopFactors::driver_ls`] adds to a driver's load/store statistic.
+    pub ls_added: Option<f64>,
 }
 
 impl LoopFactors {
@@ -164,6 +179,28 @@ impl LoopFactors {
             arith: ratio(dynamic.arith, static_once.arith).unwrap_or(bound),
             ls: ratio(dynamic.ls, static_once.ls).unwrap_or(bound),
             bound,
+            ls_added: (static_once.ls_without_barriers() > 0.0)
+                .then(|| dynamic.ls_without_barriers() - static_once.ls_without_barriers()),
+        }
+    }
+
+    /// The factor that scales a driver's load/store statistic of `driver_ls` cycles per
+    /// invocation: `(driver_ls + ls_added) / driver_ls`, the **additive** form; the
+    /// multiplicative `ls` where the IR sees no load/store work or the driver reports none.
+    ///
+    /// Why additive (docs/measurements/2026-12-07b-mali-predict.md): the driver's static count
+    /// holds load/store-unit instructions the IR does not see (address computations
+    /// `LEA_PKA` for the output stores, `LD_PKA.i32` of buffer lengths before the loop: 16 of
+    /// the Q4_K GEMM's 87, 5 of the split attention's 20). Those run once, not once per trip,
+    /// so `driver × IR dynamic / IR static` multiplies them by the loop factor. Adding only
+    /// what the loops repeat keeps them once. Barriers are left out of what is added because
+    /// Valhall's load/store statistic does not count its `BARRIER` instructions (Q4_K GEMM:
+    /// 89 load/store-unit instructions, 2 of them barriers, statistic 87; attention: 21, 1,
+    /// 20).
+    pub fn driver_ls(&self, driver_ls: f64) -> f64 {
+        match self.ls_added {
+            Some(added) if driver_ls > 0.0 => (driver_ls + added) / driver_ls,
+            _ => self.ls,
         }
     }
 
@@ -179,6 +216,8 @@ impl LoopFactors {
             arith: self.arith.max(floor),
             ls: self.ls.max(floor),
             bound: self.bound.max(floor),
+            // No fewer load/store issues than the static count: nothing taken away.
+            ls_added: self.ls_added.map(|a| a.max(0.0)),
         }
     }
 }
@@ -311,8 +350,9 @@ pub fn bytes_of(w: &Workload, kv: usize) -> f64 {
 
 /// The dispatch `rocky predict` costs for a kernel the driver compiled: its statistics `v`
 /// (per-pipe cycles per invocation, every kept loop body once), each pipe scaled by `factors`
-/// ([`LoopFactors::driver_pipes`]), `invocations` threads, `bytes` at least. The op, kernel
-/// name, count and flops are the caller's to fill in. A driver that reports only `Cycles`
+/// (the arithmetic pipes by [`LoopFactors::arith`], load/store by [`LoopFactors::driver_ls`],
+/// the additive form), `invocations` threads, `bytes` at least. The op, kernel name, count
+/// and flops are the caller's to fill in. A driver that reports only `Cycles`
 /// (no per-pipe counts) gets the single factor of the IR's busiest pipe.
 pub fn driver_dispatch(
     v: &ValhallStats,
@@ -334,7 +374,10 @@ pub fn driver_dispatch(
         flops: 0.0,
         pipes: cycles.iter().any(|&c| c > 0.0).then(|| Pipes {
             cycles,
-            loop_factors: Some(factors.driver_pipes()),
+            loop_factors: Some({
+                let [fma, cvt, sfu, _] = factors.driver_pipes();
+                [fma, cvt, sfu, factors.driver_ls(v.load_store)]
+            }),
         }),
     }
 }
@@ -418,10 +461,14 @@ pub fn driver_cost(
 
 /// Per-invocation counts of `module`: loops with constant bounds weighted by their trips and
 /// any other loop by `dynamic_trips`; with `None` every loop body once.
+///
+/// On a GPU (not lane-serial), scalar and short-vector accesses of one buffer or workgroup
+/// array at contiguous indices from one base, in one straight-line block, count as the
+/// 16-byte accesses the driver merges them into ([`Merged`]).
 pub fn count(module: &Module, dynamic_trips: Option<f64>, model: &CostModel) -> OpCounts {
     count_block(
         &module.body,
-        &constants(module),
+        &Defs::of(module),
         Weighting::Trips(dynamic_trips),
         model,
     )
@@ -448,26 +495,224 @@ pub enum Unrolled {
 pub fn count_compiled(module: &Module, unrolled: Unrolled, model: &CostModel) -> (OpCounts, f64) {
     count_block(
         &module.body,
-        &constants(module),
+        &Defs::of(module),
         Weighting::Compiled(unrolled),
         model,
     )
 }
 
-/// The values of `module`'s constants by id.
-fn constants(module: &Module) -> HashMap<u32, u32> {
-    let mut consts: HashMap<u32, u32> = HashMap::new();
-    module.walk(&mut |stmt| {
-        if let Stmt::Let {
-            result,
-            expr: Expr::Const { bits },
-            ..
-        } = stmt
-        {
-            consts.insert(result.id(), *bits);
+/// The definitions of `module`'s values by id (its constants' bits apart), to read a load's
+/// or store's index as a base plus a constant ([`Defs::affine`]).
+struct Defs<'a> {
+    consts: HashMap<u32, u32>,
+    exprs: HashMap<u32, &'a Expr>,
+}
+
+impl<'a> Defs<'a> {
+    fn of(module: &'a Module) -> Defs<'a> {
+        let mut consts: HashMap<u32, u32> = HashMap::new();
+        let mut exprs: HashMap<u32, &'a Expr> = HashMap::new();
+        fn walk<'a>(block: &'a Block, c: &mut HashMap<u32, u32>, e: &mut HashMap<u32, &'a Expr>) {
+            for stmt in &block.0 {
+                match stmt {
+                    Stmt::Let { result, expr, .. } => {
+                        if let Expr::Const { bits } = expr {
+                            c.insert(result.id(), *bits);
+                        }
+                        e.insert(result.id(), expr);
+                    }
+                    Stmt::If {
+                        then_body,
+                        else_body,
+                        ..
+                    } => {
+                        walk(then_body, c, e);
+                        walk(else_body, c, e);
+                    }
+                    Stmt::For { body, .. } => walk(body, c, e),
+                    _ => {}
+                }
+            }
         }
-    });
-    consts
+        walk(&module.body, &mut consts, &mut exprs);
+        Defs { consts, exprs }
+    }
+
+    /// `v` as a base and a constant offset: `(None, c)` for a constant. Sums, differences,
+    /// products and shifts by constants are read through, to a depth of 8; anything else is
+    /// a base of its own. A right shift by k is read through where 2^k divides the offset
+    /// (`(b + 4c) >> 2 = (b >> 2) + c`) or the base ([`Defs::zeros`]: then
+    /// `(b + c) >> k = (b >> k) + (c >> k)`, and the Q6_K GEMM's four word loads `(b + 4j)
+    /// >> 4`, j < 4, of one 16-byte element are one load, as in its listing).
+    fn affine(&self, v: Value, depth: u32) -> (Option<Base>, i64) {
+        let own = (Some(Base::Value(v.id())), 0);
+        let Some(expr) = self.exprs.get(&v.id()).filter(|_| depth <= 8) else {
+            return own;
+        };
+        let (op, a, b) = match expr {
+            Expr::Const { bits } => return (None, i64::from(*bits)),
+            Expr::Binary(op, a, b) => (*op, *a, *b),
+            _ => return own,
+        };
+        let ((ba, ca), (bb, cb)) = (self.affine(a, depth + 1), self.affine(b, depth + 1));
+        let shift = (0..32).contains(&cb);
+        // Offsets are small in practice; one that would overflow makes the value its own base.
+        let read = match (op, ba, bb) {
+            // Constants fold (the Q5_0 GEMM's `(j & 3) << 2`).
+            (_, None, None) => fold(op, ca, cb).map(|c| (None, c)),
+            (BinaryOp::Add, x, None) | (BinaryOp::Add, None, x) => {
+                ca.checked_add(cb).map(|c| (x, c))
+            }
+            (BinaryOp::Add, Some(x), Some(y)) => ca
+                .checked_add(cb)
+                .map(|c| (Some(Base::Add(Box::new(x), Box::new(y))), c)),
+            (BinaryOp::Sub, x, None) => ca.checked_sub(cb).map(|c| (x, c)),
+            (BinaryOp::Mul, Some(x), None) => ca
+                .checked_mul(cb)
+                .map(|c| (Some(Base::Mul(Box::new(x), cb)), c)),
+            (BinaryOp::Mul, None, Some(y)) => ca
+                .checked_mul(cb)
+                .map(|c| (Some(Base::Mul(Box::new(y), ca)), c)),
+            (BinaryOp::Shl, Some(x), None) if shift && ca.unsigned_abs() < 1 << 31 => {
+                Some((Some(Base::Shl(Box::new(x), cb)), ca << cb))
+            }
+            // floor((b + c) / 2^k) = b / 2^k + floor(c / 2^k) where 2^k divides b (c >= 0):
+            // either the offset keeps its low bits clear or the base is known to.
+            (BinaryOp::Shr, Some(x), None)
+                if shift && ca >= 0 && (ca % (1 << cb) == 0 || self.base_zeros(&x) >= cb) =>
+            {
+                Some((Some(Base::Shr(Box::new(x), cb)), ca >> cb))
+            }
+            _ => None,
+        };
+        read.unwrap_or(own)
+    }
+}
+
+/// `a op b` of two constant indices (u32 arithmetic), where it is defined.
+fn fold(op: BinaryOp, a: i64, b: i64) -> Option<i64> {
+    let (x, y) = (a as u32, b as u32);
+    let v = match op {
+        BinaryOp::Add => x.wrapping_add(y),
+        BinaryOp::Sub => x.wrapping_sub(y),
+        BinaryOp::Mul => x.wrapping_mul(y),
+        BinaryOp::Div => x.checked_div(y)?,
+        BinaryOp::Rem => x.checked_rem(y)?,
+        BinaryOp::BitAnd => x & y,
+        BinaryOp::BitOr => x | y,
+        BinaryOp::BitXor => x ^ y,
+        BinaryOp::Shl => x.checked_shl(y)?,
+        BinaryOp::Shr => x.checked_shr(y)?,
+        _ => return None,
+    };
+    Some(i64::from(v))
+}
+
+impl Defs<'_> {
+    /// How many low bits of `v` are known to be zero (at most 32), from constants and the
+    /// products, shifts, sums and masks over them: the alignment the driver can prove.
+    fn zeros(&self, id: u32, depth: u32) -> i64 {
+        let Some(expr) = self.exprs.get(&id).filter(|_| depth <= 8) else {
+            return 0;
+        };
+        let z = |x: &Value| self.zeros(x.id(), depth + 1);
+        let constant = |x: &Value| self.consts.get(&x.id()).map(|&c| i64::from(c));
+        match expr {
+            Expr::Const { bits } => i64::from(bits.trailing_zeros()),
+            Expr::Binary(BinaryOp::Mul, a, b) => (z(a) + z(b)).min(32),
+            Expr::Binary(BinaryOp::Add | BinaryOp::Sub, a, b) => z(a).min(z(b)),
+            Expr::Binary(BinaryOp::BitAnd, a, b) => z(a).max(z(b)),
+            Expr::Binary(BinaryOp::Shl, a, b) => constant(b).map_or(0, |k| (z(a) + k).min(32)),
+            Expr::Binary(BinaryOp::Shr, a, b) => constant(b).map_or(0, |k| (z(a) - k).max(0)),
+            _ => 0,
+        }
+    }
+
+    /// [`Defs::zeros`] of a base.
+    fn base_zeros(&self, b: &Base) -> i64 {
+        match b {
+            Base::Value(id) => self.zeros(*id, 0),
+            Base::Add(a, b) => self.base_zeros(a).min(self.base_zeros(b)),
+            Base::Mul(a, k) => (self.base_zeros(a) + k.trailing_zeros() as i64).min(32),
+            Base::Shl(a, k) => (self.base_zeros(a) + k).min(32),
+            Base::Shr(a, k) => (self.base_zeros(a) - k).max(0),
+        }
+    }
+}
+
+/// The base of an index read as base plus constant ([`Defs::affine`]): equal bases are equal
+/// values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Base {
+    Value(u32),
+    Add(Box<Base>, Box<Base>),
+    Mul(Box<Base>, i64),
+    Shl(Box<Base>, i64),
+    Shr(Box<Base>, i64),
+}
+
+/// Where an access goes: storage buffer or workgroup array, and whether it stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Space {
+    Buffer(u32),
+    Shared(u32),
+}
+
+/// The accesses of one straight-line block, counted as the driver merges them.
+///
+/// Valhall merges scalar loads and stores of one buffer or workgroup array at contiguous
+/// addresses from one base into 16-byte ones (Mesa's load/store vectorizer). Checked against
+/// the driver's final code of the Mali default GEMMs (docs/measurements/2026-12-07b-mali-predict.md):
+/// the Q4_K 4x4 GEMM's K loop loads its scales and quants as runs of 4 and 8 `u32`, and its
+/// products read the workgroup arrays as runs of 4 `u32` or `f32`; its listing holds
+/// `LOAD.i128` and `LD_PKA.i128` for them (40 and 7 per trip), and `STORE.i128` for the
+/// staged runs (3), where the IR had counted each element. So: the accesses of one key (space,
+/// load or store, base) are read as byte ranges, overlapping or touching ranges join into runs,
+/// and each run costs one issue per 16 bytes. Only within one block: an `if`, a loop or a
+/// barrier ends the straight-line code the driver merges in (its basic blocks), so the
+/// pending accesses are counted there.
+#[derive(Default)]
+struct Merged {
+    /// Byte ranges `[start, end)` by (space, store, base).
+    pending: HashMap<AccessKey, Vec<(i64, i64)>>,
+}
+
+/// What merges: one space, loads or stores, one base.
+type AccessKey = (Space, bool, Option<Base>);
+
+impl Merged {
+    /// One access of `bytes` bytes at element `index` of elements of `bytes` bytes.
+    fn add(&mut self, defs: &Defs, space: Space, store: bool, index: Value, bytes: u32) {
+        let (base, offset) = defs.affine(index, 0);
+        let at = offset * i64::from(bytes);
+        self.pending
+            .entry((space, store, base))
+            .or_default()
+            .push((at, at + i64::from(bytes)));
+    }
+
+    /// The issues of the pending accesses; none pending afterwards.
+    fn flush(&mut self) -> f64 {
+        let mut issues = 0.0;
+        for (_, mut ranges) in self.pending.drain() {
+            ranges.sort_unstable();
+            let mut run: Option<(i64, i64)> = None;
+            for (a, b) in ranges {
+                run = match run {
+                    Some((s, e)) if a <= e => Some((s, e.max(b))),
+                    Some((s, e)) => {
+                        issues += ((e - s) as f64 / 16.0).ceil();
+                        Some((a, b))
+                    }
+                    None => Some((a, b)),
+                };
+            }
+            if let Some((s, e)) = run {
+                issues += ((e - s) as f64 / 16.0).ceil();
+            }
+        }
+        issues
+    }
 }
 
 /// How [`count_block`] weights a loop body.
@@ -482,31 +727,93 @@ enum Weighting {
 /// The counts of `block` and the loops it keeps (see [`count_compiled`]).
 fn count_block(
     block: &Block,
-    consts: &HashMap<u32, u32>,
+    defs: &Defs,
     weighting: Weighting,
     model: &CostModel,
 ) -> (OpCounts, f64) {
     let mut c = OpCounts::default();
     let mut loops = 0.0;
+    // A GPU's accesses wait here until the straight-line code ends, then count merged.
+    let mut merged = Merged::default();
+    let access = |c: &mut OpCounts,
+                  merged: &mut Merged,
+                  space: Space,
+                  store: bool,
+                  index: Value,
+                  ty: Type| {
+        if model.lane_serial {
+            c.ls += model.access(ty.size_bytes(), ty.lanes());
+        } else {
+            merged.add(defs, space, store, index, ty.size_bytes());
+        }
+    };
     for stmt in &block.0 {
         match stmt {
+            Stmt::Let {
+                result,
+                expr: Expr::LoadBuffer { buffer, index },
+                ..
+            } => {
+                access(
+                    &mut c,
+                    &mut merged,
+                    Space::Buffer(*buffer),
+                    false,
+                    *index,
+                    result.ty,
+                );
+                c.global_bytes += f64::from(result.ty.size_bytes());
+            }
+            Stmt::Let {
+                result,
+                expr: Expr::LoadShared { array, index },
+                ..
+            } => access(
+                &mut c,
+                &mut merged,
+                Space::Shared(*array),
+                false,
+                *index,
+                result.ty,
+            ),
             Stmt::Let { result, expr, .. } => c.add(expr_cost(expr, result.ty, model), 1.0),
             Stmt::StoreVar { .. } => {}
-            Stmt::StoreBuffer { value, .. } => {
-                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes());
+            Stmt::StoreBuffer {
+                buffer,
+                index,
+                value,
+            } => {
+                access(
+                    &mut c,
+                    &mut merged,
+                    Space::Buffer(*buffer),
+                    true,
+                    *index,
+                    value.ty,
+                );
                 c.global_bytes += f64::from(value.ty.size_bytes());
             }
-            Stmt::StoreShared { value, .. } => {
-                c.ls += model.access(value.ty.size_bytes(), value.ty.lanes())
-            }
+            Stmt::StoreShared {
+                array,
+                index,
+                value,
+            } => access(
+                &mut c,
+                &mut merged,
+                Space::Shared(*array),
+                true,
+                *index,
+                value.ty,
+            ),
             // Bounds checks are mostly taken: both branches count.
             Stmt::If {
                 then_body,
                 else_body,
                 ..
             } => {
+                c.ls += merged.flush();
                 for body in [then_body, else_body] {
-                    let (inner, inner_loops) = count_block(body, consts, weighting, model);
+                    let (inner, inner_loops) = count_block(body, defs, weighting, model);
                     c.add(inner, 1.0);
                     loops += inner_loops;
                 }
@@ -519,7 +826,8 @@ fn count_block(
                 body,
                 ..
             } => {
-                let constant = match (consts.get(&start.id()), consts.get(&end.id())) {
+                c.ls += merged.flush();
+                let constant = match (defs.consts.get(&start.id()), defs.consts.get(&end.id())) {
                     (Some(&a), Some(&b)) => {
                         Some(f64::from(b.saturating_sub(a).div_ceil((*step).max(1))))
                     }
@@ -538,13 +846,18 @@ fn count_block(
                     (Weighting::Compiled(u), Some(n)) if unrolled(u) => (n, false),
                     (Weighting::Compiled(_), _) => (1.0, true),
                 };
-                let (inner, inner_loops) = count_block(body, consts, weighting, model);
+                let (inner, inner_loops) = count_block(body, defs, weighting, model);
                 c.add(inner, trips);
                 loops += inner_loops * trips + if kept { 1.0 } else { 0.0 };
             }
-            Stmt::Barrier | Stmt::DeviceMemoryBarrier | Stmt::PollAtLeast { .. } => c.ls += 1.0,
+            Stmt::Barrier => {
+                c.ls += merged.flush() + 1.0;
+                c.barriers += 1.0;
+            }
+            Stmt::DeviceMemoryBarrier | Stmt::PollAtLeast { .. } => c.ls += merged.flush() + 1.0,
         }
     }
+    c.ls += merged.flush();
     (c, loops)
 }
 
@@ -573,15 +886,8 @@ fn expr_cost(expr: &Expr, ty: rocky_compiler::ir::Type, model: &CostModel) -> Op
         | Expr::Extract { .. }
         | Expr::Construct(_)
         | Expr::Bitcast(_) => OpCounts::default(),
-        Expr::LoadBuffer { .. } => OpCounts {
-            ls: model.access(ty.size_bytes(), ty.lanes()),
-            global_bytes: f64::from(ty.size_bytes()),
-            ..Default::default()
-        },
-        Expr::LoadShared { .. } => OpCounts {
-            ls: model.access(ty.size_bytes(), ty.lanes()),
-            ..Default::default()
-        },
+        // Counted by `count_block`, merged where the driver merges them.
+        Expr::LoadBuffer { .. } | Expr::LoadShared { .. } => OpCounts::default(),
         Expr::AtomicAdd { .. } => OpCounts {
             ls: 4.0,
             global_bytes: 4.0,
@@ -710,8 +1016,9 @@ mod tests {
             let two = b.c_f32(2.0);
             let _ = b.mul(b.add(b.mul(b.add(v, two), two), two), two);
         });
+        // Apart (elements 0, 8 and 16), so the three stores do not merge into one.
         for i in 0..3 {
-            b.store(y, b.c_u32(i), b.c_f32(0.0));
+            b.store(y, b.c_u32(8 * i), b.c_f32(0.0));
         }
         let m = b.finish();
         let model = CostModel::GPU;
@@ -725,7 +1032,8 @@ mod tests {
             LoopFactors {
                 arith: 10.0,
                 ls: 3.25,
-                bound: 10.0
+                bound: 10.0,
+                ls_added: Some(9.0),
             }
         );
         assert_eq!(f.driver_pipes(), [10.0, 10.0, 10.0, 3.25]);
@@ -834,18 +1142,194 @@ mod tests {
         );
     }
 
+    /// Load/store-unit instructions in the final Valhall code of the Mali default kernels
+    /// (Mesa 26.1.6 under the drm-shim, `BIFROST_MESA_DEBUG=shaders`; counted by
+    /// docs/measurements/2026-12-07b-mali-predict-data/scripts/lscount.sh), without `BARRIER`,
+    /// which the driver's load/store statistic leaves out: the driver's compiled code is the
+    /// reference here, not this model.
+    struct Listing {
+        /// Per trip of the kernel's one kept loop (the K loop; attention's key blocks).
+        body: f64,
+        /// Outside it, once per invocation.
+        outside: f64,
+        /// The driver's `Load/store` statistic (cycles per invocation, every loop once).
+        statistic: f64,
+        /// The loop's trips in the dispatch checked.
+        trips: f64,
+    }
+
+    impl Listing {
+        /// What the listing executes per invocation.
+        fn executed(&self) -> f64 {
+            self.outside + self.body * self.trips
+        }
+    }
+
+    /// The IR's per-trip load/store issues of `m`'s loops with run-time bounds (merged,
+    /// barriers out), and the model's load/store per invocation: the statistic scaled by
+    /// [`LoopFactors::driver_ls`] over the reading the driver's `Loops` picks.
+    fn ir_body_and_model(m: &Module, l: &Listing, driver_loops: f64) -> (f64, f64) {
+        let model = CostModel::for_device(&rocky_compiler::DeviceCaps::mali_g610());
+        let at = |t: f64| count(m, Some(t), &model).ls_without_barriers();
+        let (once, _) = driver_static(m, &model, Some(driver_loops));
+        let f = LoopFactors::of(&once, &count(m, Some(l.trips), &model), &model);
+        (at(2.0) - at(1.0), l.statistic * f.driver_ls(l.statistic))
+    }
+
+    #[test]
+    fn merged_load_store_counts_match_the_driver_listings_of_the_default_gemms() {
+        use rocky_compiler::dequant::WeightFormat;
+        use rocky_compiler::templates::gemm::{default_layout, default_schedule};
+        use rocky_compiler::templates::gemm::{ActType, Epilogue};
+        let caps = rocky_compiler::DeviceCaps::mali_g610();
+        let gemm_with = |m, n, k, weight, bias, epilogue| {
+            let mut w = GemmWorkload {
+                m,
+                n,
+                k,
+                act: ActType::F32,
+                weight,
+                layout: Default::default(),
+                bias,
+                epilogue,
+                rms_norm_eps_bits: None,
+            };
+            w.layout = default_layout(weight, &caps);
+            (w, default_schedule(&w, &caps))
+        };
+        let gemm = |m, n, k, weight, bias| gemm_with(m, n, k, weight, bias, Epilogue::None);
+        // (workload, its listing). Q4_K: `gemm_q4_k_f32_b64x64x64_t4x4_k1_v4_s11_hu_acc32_dot8`,
+        // the K loop 7 LD_PKA.i128 + 40 LOAD.i128 + 1 LOAD.i32 + 3 STORE.i128 + 4 STORE.i32,
+        // outside 16 LEA_PKA + 16 STORE.i32 (the 3B's ffn_gate/up). Q6_K (aligned layout):
+        // `gemm_q6_k_f32_b64x64x64_t4x4_…`, 10 + 38 + 1 + 3 + 4 in the loop, the same 32
+        // outside (the 3B's ffn_down without its residual). Q8_0 (aligned):
+        // `gemm_q8_0_f32_bias_b20x16x64_t5x1_…_fma32`, 19 LD_PKA.i128 in the loop, outside
+        // 5 LD_PKA.i32 (the bias) + 5 LEA_PKA + 5 STORE.i32 (the 0.5B's attn_v). Q5_0
+        // (aligned): `gemm_q5_0_f32_b64x64x64_t4x4_…`, 7 + 36 + 1 + 3 + 3 in the loop, 32
+        // outside (the 0.5B's ffn_gate/up). The 3B's ffn_down itself, Q6_K with the residual
+        // epilogue: the same loop, outside 16 LD_PKA.i32 (the residual) + 16 LEA_PKA + 16
+        // STORE.i32, statistic 104.
+        let cases = [
+            (
+                gemm(512, 11008, 2048, WeightFormat::Q4K, false),
+                Listing {
+                    body: 55.0,
+                    outside: 32.0,
+                    statistic: 87.0,
+                    trips: 32.0,
+                },
+            ),
+            (
+                gemm(512, 2048, 11008, WeightFormat::Q6K, false),
+                Listing {
+                    body: 56.0,
+                    outside: 32.0,
+                    statistic: 88.0,
+                    trips: 172.0,
+                },
+            ),
+            (
+                gemm_with(
+                    512,
+                    2048,
+                    11008,
+                    WeightFormat::Q6K,
+                    false,
+                    Epilogue::Residual,
+                ),
+                Listing {
+                    body: 56.0,
+                    outside: 48.0,
+                    statistic: 104.0,
+                    trips: 172.0,
+                },
+            ),
+            (
+                gemm(512, 4864, 896, WeightFormat::Q5_0, false),
+                Listing {
+                    body: 50.0,
+                    outside: 32.0,
+                    statistic: 82.0,
+                    trips: 14.0,
+                },
+            ),
+            (
+                gemm(512, 128, 896, WeightFormat::Q8_0, true),
+                Listing {
+                    body: 19.0,
+                    outside: 15.0,
+                    statistic: 34.0,
+                    trips: 7.0,
+                },
+            ),
+        ];
+        for ((w, s), l) in cases {
+            let m = kernel_ir(&w, &s);
+            let name = s.name(&w);
+            // The driver reported `Loops: 1` for each.
+            let (body, model_ls) = ir_body_and_model(&m, &l, 1.0);
+            assert_eq!(body, l.body, "{name}: the K loop's merged load/store");
+            assert!(
+                (model_ls - l.executed()).abs() < 1e-9,
+                "{name}: model {model_ls} listing {}",
+                l.executed()
+            );
+            // ir_estimate's trips are the listing's, and rank by the same factor.
+            let e = ir_estimate(&w, &s, CostModel::for_device(&caps));
+            let (f, _) = e.driver_factors(Some(1.0));
+            assert!((l.statistic * f.driver_ls(l.statistic) - l.executed()).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn the_split_attention_matches_its_driver_listing() {
+        use rocky_compiler::templates::attention::{self, AttentionWorkload};
+        use rocky_compiler::{Schedule, Workload};
+        // The 3B's decode attention with panvk's default (split32), listing of
+        // docs/measurements/2026-12-06j-mali-predict-data/out/attn-listing-ls.txt: per key
+        // block 177 (score loop 16 x 6, P.V loop 16 x 5, 1 store between, the barrier left
+        // out); once 8 (2 LD_PKA.i32 before the loop, 3 LEA_PKA + 3 STORE of the partials);
+        // statistic 20. At 3 blocks: 539.
+        let caps = rocky_compiler::DeviceCaps::mali_g610();
+        let aw = AttentionWorkload {
+            m: 1,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: 128,
+            max_kv: 1024,
+            window: 0,
+            kv: Default::default(),
+        };
+        let Schedule::Attention(a) =
+            rocky_compiler::templates::default_schedule(&Workload::Attention(aw), &caps)
+        else {
+            panic!("attention schedule");
+        };
+        let m = attention::kernel_ir(&aw, &a);
+        let l = Listing {
+            body: 177.0,
+            outside: 8.0,
+            statistic: 20.0,
+            trips: 3.0,
+        };
+        // The driver kept the block loop and both inner loops: `Loops: 3`.
+        let (body, model_ls) = ir_body_and_model(&m, &l, 3.0);
+        assert_eq!(body, l.body);
+        assert!((model_ls - l.executed()).abs() < 1e-9, "{model_ls}");
+    }
+
     #[test]
     fn driver_cycles_are_used_where_reported_and_the_ir_model_elsewhere() {
         let once = OpCounts {
             arith: 4.0,
             ls: 10.0,
-            global_bytes: 0.0,
+            ..Default::default()
         };
         let e = IrEstimate {
             dynamic: OpCounts {
                 arith: 40.0,
                 ls: 100.0,
-                global_bytes: 0.0,
+                ..Default::default()
             },
             static_once: once,
             compiled: [(once, 1.0), (once, 1.0)],
@@ -944,20 +1428,21 @@ mod tests {
         let pm = PredictModel::g610_builtin(None);
         let ls_rate = rocky_predict::SEED_LS_RATE;
         let eff = 470.0 / 512.0;
-        // A hand-made statistics record: FMA 2, CVT 0.5, SFU 3, load/store 12 cycles, the
+        // A hand-made statistics record: FMA 2, CVT 0.5, SFU 3, load/store 120 cycles, the
         // driver kept 3 loops (the hinted one unrolled), full occupancy.
         let mut stats = BTreeMap::from([
-            ("Cycles".to_string(), 12.0),
+            ("Cycles".to_string(), 120.0),
             ("FMA".to_string(), 2.0),
             ("CVT".to_string(), 0.5),
             ("SFU".to_string(), 3.0),
-            ("Load/store".to_string(), 12.0),
+            ("Load/store".to_string(), 120.0),
             ("Loops".to_string(), 3.0),
             ("Threads".to_string(), 2.0),
         ]);
-        // Factors 42 / 5 (arithmetic) and 53 / 6 (load/store): FMA 16.8, SFU 25.2, load/store
-        // 12 x 53 / 6 / 3.4946 = 30.33 cycles, the busiest; x 1e6 over 4 cores at 1 GHz.
-        let expected = 1.0e6 * (12.0 * 53.0 / 6.0 / ls_rate) / 4.0 / 1e9 / eff;
+        // Arithmetic factor 42 / 5: FMA 16.8, SFU 25.2. Load/store additive: the driver's 120
+        // plus the 53 - 6 = 47 issues the loops add, (120 + 47) / 3.4946 = 47.79 cycles, the
+        // busiest; x 1e6 over 4 cores at 1 GHz.
+        let expected = 1.0e6 * ((120.0 + 47.0) / ls_rate) / 4.0 / 1e9 / eff;
         let (seconds, source) = score(&e, Some(&stats), &pm);
         assert_eq!(source, ScoreSource::DriverCycles);
         assert!(
@@ -976,7 +1461,7 @@ mod tests {
         );
         let p = rocky_predict::predict(&pm.target, &pm.constants, &[d], 0.0, 1.0);
         assert!((p.total_s / expected - 1.0).abs() < 1e-12, "{p:?}");
-        // An SFU-heavy record: SFU 30 x 8.4 = 252 cycles beats load/store's 30.33.
+        // An SFU-heavy record: SFU 30 x 8.4 = 252 cycles beats load/store's 47.79.
         stats.insert("SFU".to_string(), 30.0);
         let expected_sfu = 1.0e6 * (30.0 * 42.0 / 5.0) / 4.0 / 1e9 / eff;
         let (seconds, _) = score(&e, Some(&stats), &pm);
@@ -984,11 +1469,12 @@ mod tests {
             (seconds / expected_sfu - 1.0).abs() < 1e-12,
             "{seconds} {expected_sfu}"
         );
-        // A Loops count no reading keeps: every loop once (factors 21 and 53 / 3): SFU 1 x 21,
-        // FMA 2 x 21 = 42, load/store 12 x 53 / 3 / 3.4946 = 60.66, the busiest.
+        // A Loops count no reading keeps: every loop once (arithmetic factor 21, load/store
+        // added 53 - 3 = 50): SFU 1 x 21, FMA 2 x 21 = 42, load/store (120 + 50) / 3.4946 =
+        // 48.65, the busiest.
         stats.insert("SFU".to_string(), 1.0);
         stats.insert("Loops".to_string(), 7.0);
-        let expected_once = 1.0e6 * (12.0 * 53.0 / 3.0 / ls_rate) / 4.0 / 1e9 / eff;
+        let expected_once = 1.0e6 * ((120.0 + 50.0) / ls_rate) / 4.0 / 1e9 / eff;
         let (seconds, _) = score(&e, Some(&stats), &pm);
         assert!(
             (seconds / expected_once - 1.0).abs() < 1e-12,
