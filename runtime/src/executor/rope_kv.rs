@@ -20,12 +20,24 @@ use rocky_compiler::kv_type::{KvType, KvTypes};
 use rocky_compiler::templates::gemm::RopeKv;
 use rocky_models::graph::{FoldedRope, Graph, Op, ValueId};
 
-/// `ROCKY_ROPE_IN_PROJECTION=0` keeps the separate RoPE-and-KV-write kernel (A/B runs).
+/// `ROCKY_ROPE_IN_PROJECTION=0` keeps the separate RoPE-and-KV-write kernel, `=1` folds it
+/// even where registers are scarce (A/B runs).
 pub const ENV: &str = "ROCKY_ROPE_IN_PROJECTION";
 
-/// Whether the environment leaves the fusion on (the default).
-pub fn enabled_by_env() -> bool {
-    std::env::var(ENV).map_or(true, |v| v != "0")
+/// Whether the step's projections take the RoPE and the KV write on a device with a register
+/// budget of `register_budget` 32-bit registers per thread: where the environment says so,
+/// else where registers are not scarce. A quad column is four weight rows: where they fit only
+/// with a lighter schedule (panvk, 64 registers: one unit of four chunks a thread instead of
+/// two units of eight, to avoid spills), the Mali cost model PREDICTS the 0.5B's Q/K/V GEMVs
+/// 3.4x slower, far more than the RoPE-and-KV-write kernel it removes (decode 59.3 -> 53.7
+/// tok/s predicted; docs/measurements/2026-12-07b-rope-in-projection.md), so there it stays
+/// off, as the folded RMSNorm does (`step_fusions`).
+pub fn enabled(register_budget: u32) -> bool {
+    match std::env::var(ENV).as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => register_budget > 64,
+    }
 }
 
 /// A projection that writes its attention's rotated query and its K/V cache rows.
