@@ -1113,6 +1113,12 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         (F::Q5K, WeightLayout::Gguf, false, 64, 64, 4, 4),
         (F::Q4K, WeightLayout::Gguf, false, 16, 32, 2, 4),
         (F::Q4K, WeightLayout::Gguf, true, 48, 64, 3, 4),
+        // W staged two threads per unit (`split_w_staging`): Q6_K's hi plane, a nibble
+        // format's shared qs words, a one-row tile's packed scales (the Q4_K and Q5_K
+        // tiles above without wide loads split too).
+        (F::Q6K, WeightLayout::Aligned, false, 64, 64, 4, 4),
+        (F::Q4_0, WeightLayout::Gguf, false, 64, 64, 4, 4),
+        (F::Q6K, WeightLayout::Aligned, false, 16, 64, 1, 4),
     ]
     .into_iter()
     .enumerate()
@@ -1139,12 +1145,17 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         };
         assert!(s.half_units && s.math == Math::Int8Dot, "{s:?}");
         assert_eq!(s.thread_scales(), tm >= 2, "{s:?}");
+        assert_eq!(
+            s.split_w_staging(),
+            !wide_loads && 2 * bn * 2 <= s.threads(),
+            "{s:?}"
+        );
         s.validate(&w, &mali)
             .unwrap_or_else(|e| panic!("{s:?} refused: {e}"));
         check(&w, &s, &mali, &inputs(&w, 800 + i as u64));
         checked += 1;
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 11);
 }
 
 /// The prefill GEMMs of the synthesized Qwen2.5-0.5B and 3B Q4_K_M files (as `rocky synth`

@@ -876,6 +876,27 @@ impl Unit {
     /// Elements 4c..4c+4 (`c`: u32 in 0..8) as 4 packed signed bytes `q` (see [`Int8Scales`]).
     /// Only for quantized formats.
     pub fn word_i8(&self, b: &KernelBuilder, c: Value) -> Value {
+        // Q4_0-style nibble formats: chunk c is nibble (c >> 2) of qs word (c & 3).
+        self.word_i8_in(b, c, || b.andi(c, 3), || b.shli(b.shri(c, 2), 2))
+    }
+
+    /// [`Unit::word_i8`] of chunk `4 · half + c` (`half`: 0 or 1, `c` in 0..4), with the
+    /// indices split so the driver sees a half's 4 qs words at constant offsets of one base
+    /// (one wide load) in the nibble formats, where both halves share the words.
+    pub fn word_i8_half(&self, b: &KernelBuilder, half: Value, c: u32) -> Value {
+        let chunk = b.addi(b.shli(half, 2), c);
+        self.word_i8_in(b, chunk, || b.c_u32(c), || b.shli(half, 2))
+    }
+
+    /// `word_i8` with `qs_word()` and `nib()` giving the nibble formats' qs word index and
+    /// nibble shift.
+    fn word_i8_in(
+        &self,
+        b: &KernelBuilder,
+        c: Value,
+        qs_word: impl Fn() -> Value,
+        nib: impl Fn() -> Value,
+    ) -> Value {
         assert!(
             self.qs_run.is_none(),
             "a unit opened by open_units takes constant chunk indices (word_i8_at)"
@@ -889,10 +910,10 @@ impl Unit {
                 let word = load_u32(
                     b,
                     buf,
-                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    b.add(self.q_off.unwrap(), b.shli(qs_word(), 2)),
                     self.q_align,
                 );
-                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                let nib = b.andi(b.shr(word, nib()), 0x0F0F_0F0F);
                 let hb = b.andi(b.shr(self.qh.unwrap(), c4), 0xF);
                 // Spread the 4 high bits to bit 4 of each byte.
                 let spread = b.or(
@@ -905,10 +926,10 @@ impl Unit {
                 let word = load_u32(
                     b,
                     buf,
-                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    b.add(self.q_off.unwrap(), b.shli(qs_word(), 2)),
                     Align::Four,
                 );
-                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                let nib = b.andi(b.shr(word, nib()), 0x0F0F_0F0F);
                 match self.qh {
                     Some(qh) => b.or(nib, b.shli(spread_high_bits(b, b.shr(qh, c4)), 4)),
                     None => nib,
@@ -919,10 +940,10 @@ impl Unit {
                 let word = load_u32(
                     b,
                     buf,
-                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    b.add(self.q_off.unwrap(), b.shli(qs_word(), 2)),
                     self.q_align,
                 );
-                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                let nib = b.andi(b.shr(word, nib()), 0x0F0F_0F0F);
                 center_bytes(b, nib, 4)
             }
             WeightFormat::IQ4NL | WeightFormat::IQ4XS => {
@@ -930,10 +951,10 @@ impl Unit {
                 let word = load_u32(
                     b,
                     buf,
-                    b.add(self.q_off.unwrap(), b.shli(b.andi(c, 3), 2)),
+                    b.add(self.q_off.unwrap(), b.shli(qs_word(), 2)),
                     self.q_align,
                 );
-                let nib = b.andi(b.shr(word, b.shli(b.shri(c, 2), 2)), 0x0F0F_0F0F);
+                let nib = b.andi(b.shr(word, nib()), 0x0F0F_0F0F);
                 iq4nl_bytes(b, nib)
             }
             WeightFormat::Q4K => {

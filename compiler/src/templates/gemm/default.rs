@@ -656,6 +656,9 @@ mod tests {
                 (16, 32, 2, 4)
             };
             assert_eq!((s.bm, s.bn, s.tm, s.tn), want, "{s:?}");
+            // The 4×4 tile's 128 W units per slab on 256 threads are staged two threads per
+            // unit; the 2×4 tile's 64 on 64 threads one per thread.
+            assert_eq!(s.split_w_staging(), s.tm == 4, "{s:?}");
             // The fused SwiGLU GEMM keeps it (tn is even).
             let fused = GemmWorkload {
                 epilogue: super::super::workload::Epilogue::SwiGlu,

@@ -954,24 +954,68 @@ impl<'a> Gemm<'a> {
                     }
                 });
             } else if let (Some(wq), Some(wsc)) = (wq, wsc) {
-                g.cooperative(s.bn * upb, |idx| {
-                    let r = b.div(idx, b.c_u32(upb));
-                    let ul = b.rem(idx, b.c_u32(upb));
-                    let unit = open_unit(b, g.rows, g.w_row_off(r), b.add(ub, ul), false);
-                    let slot = b.add(b.add(b.muli(r, upb), ul), woff);
-                    for c in 0..CHUNKS {
-                        b.store_shared(
-                            wq,
-                            b.addi(b.muli(slot, CHUNKS), c),
-                            unit.word_i8(b, b.c_u32(c)),
-                        );
-                    }
-                    if thread_scales {
-                        store_w_scales(wsc, r, ul, woff, unit.int8_scales());
-                    } else {
-                        b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
-                    }
-                });
+                if s.split_w_staging() {
+                    // Two threads per unit, one half (4 words) each, as X is staged: a
+                    // unit per thread would leave threads idle, and a half's words are one
+                    // 16-byte load and one 16-byte store instead of two of each.
+                    g.cooperative(s.bn * upb * 2, |item| {
+                        let half = b.andi(item, 1);
+                        let idx = b.shri(item, 1);
+                        let r = b.div(idx, b.c_u32(upb));
+                        let ul = b.rem(idx, b.c_u32(upb));
+                        let unit = open_unit(b, g.rows, g.w_row_off(r), b.add(ub, ul), false);
+                        let slot = b.add(b.add(b.muli(r, upb), ul), woff);
+                        let first = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
+                        for c in 0..4 {
+                            b.store_shared(wq, b.addi(first, c), unit.word_i8_half(b, half, c));
+                        }
+                        let first_half = b.eq(half, b.c_u32(0));
+                        let sc = unit.int8_scales();
+                        let second = if min_planes {
+                            sc.min
+                        } else {
+                            sc.hi.filter(|_| hi_planes)
+                        };
+                        match (thread_scales, second) {
+                            // Planes: the first half's thread stores lo, the second's the
+                            // second lane (min or hi), tn further.
+                            (true, Some(second)) => {
+                                let (thread, i) =
+                                    (b.andi(r, wg_n - 1), b.shri(r, wg_n.trailing_zeros()));
+                                let pair = b.muli(b.add(b.muli(thread, upb), ul), 2 * s.tn);
+                                let lo_at = b.add(b.add(pair, i), b.muli(woff, 2));
+                                let at = b.add(lo_at, b.muli(half, s.tn));
+                                b.store_shared(wsc, at, b.select(first_half, sc.lo, second));
+                            }
+                            _ => b.if_(first_half, || {
+                                if thread_scales {
+                                    store_w_scales(wsc, r, ul, woff, sc);
+                                } else {
+                                    b.store_shared(wsc, slot, pack_scales(sc));
+                                }
+                            }),
+                        }
+                    });
+                } else {
+                    g.cooperative(s.bn * upb, |idx| {
+                        let r = b.div(idx, b.c_u32(upb));
+                        let ul = b.rem(idx, b.c_u32(upb));
+                        let unit = open_unit(b, g.rows, g.w_row_off(r), b.add(ub, ul), false);
+                        let slot = b.add(b.add(b.muli(r, upb), ul), woff);
+                        for c in 0..CHUNKS {
+                            b.store_shared(
+                                wq,
+                                b.addi(b.muli(slot, CHUNKS), c),
+                                unit.word_i8(b, b.c_u32(c)),
+                            );
+                        }
+                        if thread_scales {
+                            store_w_scales(wsc, r, ul, woff, unit.int8_scales());
+                        } else {
+                            b.store_shared(wsc, slot, pack_scales(unit.int8_scales()));
+                        }
+                    });
+                }
             }
         };
 

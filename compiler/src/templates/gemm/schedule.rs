@@ -199,6 +199,19 @@ impl GemmSchedule {
         self.half_units && self.tm >= 2 && wg_n.is_power_of_two() && wg_m.is_power_of_two()
     }
 
+    /// Half units stage W two threads per unit, one half (4 words) each, where a unit per
+    /// thread would leave threads idle (`bn` · units per slab · 2 ≤ threads: the 64×64 4×4
+    /// tile's 128 units on 256 threads). A thread then loads and stores a half's words once
+    /// each (one 16-byte access) instead of a unit's twice, and stores one scale; every
+    /// thread takes one step. Mesa 26.1.6, M = 64, Q4_K (11008 × 2048): load/store per K-loop
+    /// iteration 55 -> 52 (docs/measurements/2026-12-07c-mali-prefill.md).
+    pub fn split_w_staging(&self) -> bool {
+        self.half_units
+            && self.stage_b
+            && !self.wide_loads
+            && 2 * self.bn * self.units_per_slab() <= self.threads()
+    }
+
     /// 32-element units per `bk` slab.
     pub fn units_per_slab(&self) -> u32 {
         self.bk / UNIT
