@@ -471,20 +471,7 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
                 }
             }
         };
-        // (sin, cos) of pairs 2u and 2u+1 at this row's position, as `kernel_ir` builds them.
-        let angles = |u: Value| -> [(Value, Value); 2] {
-            let p0 = b.shli(u, 1);
-            let t0 = ggml_theta(&b, pos, p0, w.theta_scale());
-            let t1 = b.mul(t0, b.c_f32(w.theta_scale()));
-            let with_factor = |t: Value, pair: Value| match freqs {
-                Some(f) => b.div(t, b.load(f, pair)),
-                None => t,
-            };
-            [
-                sin_cos(&b, with_factor(t0, p0)),
-                sin_cos(&b, with_factor(t1, b.addi(p0, 1))),
-            ]
-        };
+        let angles = |u: Value| quad_angles(&b, pos, u, w.theta_scale(), freqs);
         let is_q = b.lt(j, b.c_u32(q_threads));
         b.if_else(
             is_q,
@@ -543,6 +530,30 @@ fn kv_kernel_ir(w: &RopeWorkload, s: &RopeSchedule) -> Module {
         );
     });
     b.finish()
+}
+
+/// (sin, cos) of pairs 2u and 2u+1 at `pos`, as [`kernel_ir`] builds them: θ of pair 2u+1 is θ
+/// of pair 2u times `theta_scale` (the next step of ggml's product), each divided by its
+/// frequency factor where the model has them. The fused RoPE-and-KV-write kernel's and the
+/// GEMV's RoPE-KV epilogue's (a quad of two neighbouring pairs) angles.
+pub(crate) fn quad_angles(
+    b: &KernelBuilder,
+    pos: Value,
+    u: Value,
+    theta_scale: f32,
+    freqs: Option<Buffer>,
+) -> [(Value, Value); 2] {
+    let p0 = b.shli(u, 1);
+    let t0 = ggml_theta(b, pos, p0, theta_scale);
+    let t1 = b.mul(t0, b.c_f32(theta_scale));
+    let with_factor = |t: Value, pair: Value| match freqs {
+        Some(f) => b.div(t, b.load(f, pair)),
+        None => t,
+    };
+    [
+        sin_cos(b, with_factor(t0, p0)),
+        sin_cos(b, with_factor(t1, b.addi(p0, 1))),
+    ]
 }
 
 /// ggml's angle of pair `i` at `pos`: θ = pos, then `i` times θ *= theta_scale (f32, correctly

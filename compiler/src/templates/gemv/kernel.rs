@@ -34,7 +34,7 @@ use crate::templates::gemm::interface::{
     BINDING_RESIDUAL, BINDING_V_CACHE, BINDING_WEIGHT, BINDING_X, BINDING_Y, POSITION_WORD,
 };
 use crate::templates::gemm::{ActType, Epilogue, GemmWorkload, Math, RopeKv};
-use crate::templates::rope::{ggml_theta, rotate, sin_cos, store_kv, RopePairing};
+use crate::templates::rope::{quad_angles, rotate, store_kv, RopePairing};
 
 use super::schedule::{GemvSchedule, Reduce};
 
@@ -985,22 +985,9 @@ fn store_rope_kv(
         .collect();
     let pos = b.add(b.load(rope.position, b.c_u32(POSITION_WORD)), row);
     let u = b.rem(col, b.c_u32(r.head_dim / 4));
-    // (sin, cos) of pairs 2u and 2u+1: ggml's angles, as the fused kernel builds them.
-    let angles = || -> [(Value, Value); 2] {
-        let p0 = b.shli(u, 1);
-        let t0 = ggml_theta(b, pos, p0, r.theta_scale());
-        let t1 = b.mul(t0, b.c_f32(r.theta_scale()));
-        let with_factor = |t: Value, pair: Value| match rope.freqs {
-            Some(f) => b.div(t, b.load(f, pair)),
-            None => t,
-        };
-        [
-            sin_cos(b, with_factor(t0, p0)),
-            sin_cos(b, with_factor(t1, b.addi(p0, 1))),
-        ]
-    };
     let rotated = || -> [Value; 4] {
-        let sc = angles();
+        // (sin, cos) of pairs 2u and 2u+1: ggml's angles, as the fused kernel builds them.
+        let sc = quad_angles(b, pos, u, r.theta_scale(), rope.freqs);
         let (a0, a1) = rotate(b, values[0], values[1], sc[0]);
         let (c0, c1) = rotate(b, values[2], values[3], sc[1]);
         [a0, a1, c0, c1]
