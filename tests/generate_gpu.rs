@@ -335,3 +335,157 @@ fn split_kv_decode_on_and_off_give_the_same_tokens() {
         assert_eq!(fused, off, "{}", path.display());
     }
 }
+
+/// Greedy generation with the picks made on the device (the session's `decode_greedy`: the
+/// step recorded with the greedy pick at its end, the next step queued behind the last, no
+/// logits read back) on `path`, against the CPU reference's greedy tokens. Returns the
+/// session's device picks.
+fn device_greedy_matches_cpu(
+    path: &Path,
+    n_prompt: usize,
+    n_new: usize,
+    ubatch: usize,
+    chain: Option<bool>,
+) -> u64 {
+    let model = Model::open(path).unwrap();
+    let ids = prompt(n_prompt);
+    let n_ctx = n_prompt + n_new;
+    let options = GenerateOptions {
+        max_new_tokens: n_new,
+        sampler: SamplerParams::greedy(),
+        stop_strings: Vec::new(),
+    };
+    let end = EndOfGeneration::default();
+    let want = generate(
+        &mut model.cpu_evaluator(n_ctx),
+        &NoText,
+        &end,
+        &ids,
+        &options,
+        &mut |_| {},
+    )
+    .unwrap();
+
+    environment();
+    let engine_options = EngineOptions {
+        database: Database::None,
+        ubatch: Some(ubatch),
+        ..EngineOptions::default()
+    };
+    let mut session = Session::open(&model, &engine_options, n_ctx).unwrap();
+    session.set_schedule_source(Box::new(F32Math));
+    session.set_decode_chain(chain);
+    assert_eq!(session.device_greedy_off(), None);
+    // The session itself is the evaluator: its `decode_greedy` picks on the device.
+    let got = generate(&mut session, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert_eq!(
+        got.tokens, want.tokens,
+        "{name}: device picks vs CPU reference"
+    );
+    assert_eq!(got.decode_steps, n_new - 1, "{name}");
+    assert_eq!(session.n_past(), n_prompt + n_new - 1, "{name}");
+    assert_eq!(session.decode_time().steps as usize, n_new - 1, "{name}");
+    assert_eq!(
+        session.device_picks() as usize,
+        n_new - 1,
+        "{name}: picks made on the device"
+    );
+    if chain == Some(true) {
+        assert_eq!(
+            session.decode_chain_off(),
+            None,
+            "{name}: still ordered by counters"
+        );
+    }
+    println!(
+        "{name}: {n_new} greedy tokens picked on the device equal the CPU reference's: {:?}",
+        got.tokens
+    );
+    session.device_picks()
+}
+
+/// Device picks with barriers and with counters, across split-KV piece changes (a 90-token
+/// reply: the two recordings are made again mid-generation), and on Qwen3 and Llama 3 files.
+#[test]
+fn greedy_picks_on_the_device_give_the_cpu_reference_tokens() {
+    let tiny = common::synth(Shape::Tiny, Quant::Q8_0);
+    device_greedy_matches_cpu(&tiny, 20, 16, 8, Some(false));
+    device_greedy_matches_cpu(&tiny, 20, 16, 8, Some(true));
+    device_greedy_matches_cpu(&tiny, 6, 90, 8, None);
+    for shape in [Shape::Qwen3Tiny, Shape::LlamaTiny] {
+        device_greedy_matches_cpu(&common::synth(shape, Quant::Q4KM), 20, 16, 8, None);
+    }
+}
+
+/// A generation stopped by its caller after 5 tokens, while the device had the next step
+/// queued (it ran, and its pick is dropped): the cache and the step's position are the
+/// host's again, so a host-driven decode step of the 5th token then gives the CPU
+/// reference's logits for that position, and a reused-prefix generation goes on from there
+/// with the reference's tokens.
+#[test]
+fn a_device_greedy_generation_stopped_early_leaves_the_cache_right() {
+    let path = common::synth(Shape::Tiny, Quant::Q8_0);
+    let model = Model::open(&path).unwrap();
+    let ids = prompt(12);
+    let n_ctx = 40;
+    let options = GenerateOptions {
+        max_new_tokens: 10,
+        sampler: SamplerParams::greedy(),
+        stop_strings: Vec::new(),
+    };
+    let end = EndOfGeneration::default();
+    let mut cpu = Recording::new(model.cpu_evaluator(n_ctx));
+    let want = generate(&mut cpu, &NoText, &end, &ids, &options, &mut |_| {}).unwrap();
+
+    environment();
+    let engine_options = EngineOptions {
+        database: Database::None,
+        ubatch: Some(8),
+        ..EngineOptions::default()
+    };
+    let mut session = Session::open(&model, &engine_options, n_ctx).unwrap();
+    session.set_schedule_source(Box::new(F32Math));
+    let mut steps = 0;
+    let got = rocky_generate::generate_reusing(
+        &mut session,
+        &NoText,
+        &end,
+        &ids,
+        0,
+        &options,
+        &mut |_| {
+            steps += 1;
+            steps < 5
+        },
+    )
+    .unwrap();
+    assert_eq!(got.tokens, want.tokens[..5]);
+    assert!(session.device_picks() >= 4, "the device picked");
+    assert_eq!(session.n_past(), ids.len() + 4);
+    // The 5th token's step, driven by the host: the reference's logits for that position
+    // (CPU logits: [0] the prompt's, [i] the step of token i - 1 ... so token 4's is [5]).
+    let logits = session.decode(want.tokens[4]).unwrap();
+    let cmp = compare_logits(&logits, &cpu.logits[5]);
+    assert!(cmp.max_abs_diff < 2e-3, "max |Δlogit| {}", cmp.max_abs_diff);
+    // And a generation reusing the prompt and the 5 tokens continues as the reference did.
+    let mut longer = ids.clone();
+    longer.extend_from_slice(&want.tokens[..5]);
+    let rest = GenerateOptions {
+        max_new_tokens: 5,
+        ..options
+    };
+    let reused = longer.len() - 1;
+    let more = rocky_generate::generate_reusing(
+        &mut session,
+        &NoText,
+        &end,
+        &longer,
+        reused,
+        &rest,
+        &mut |_| true,
+    )
+    .unwrap();
+    assert_eq!(more.reused_tokens, reused);
+    assert_eq!(more.tokens, want.tokens[5..]);
+}

@@ -11,6 +11,15 @@ impl Evaluator for Session<'_> {
     fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
         Session::decode(self, token).map_err(|e| EvalError(e.to_string()))
     }
+    fn decode_greedy(
+        &mut self,
+        token: u32,
+        max_steps: usize,
+        on_pick: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Option<usize>, EvalError> {
+        Session::decode_greedy(self, token, max_steps, on_pick)
+            .map_err(|e| EvalError(e.to_string()))
+    }
     fn n_past(&self) -> usize {
         Session::n_past(self)
     }

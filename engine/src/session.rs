@@ -230,6 +230,38 @@ impl<'m> Session<'m> {
         Ok(logits)
     }
 
+    /// Greedy decoding with the picks made on the device (`Executor::decode_greedy`): runs
+    /// `token`, then each pick, calling `on_pick` with each until it returns false or
+    /// `max_steps` steps ran; `Ok(None)` where the device cannot pick and nothing ran.
+    pub fn decode_greedy(
+        &mut self,
+        token: u32,
+        max_steps: usize,
+        on_pick: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Option<usize>, SessionError> {
+        let decode_time = &mut self.decode_time;
+        let steps = self.executor.decode_greedy(
+            token,
+            max_steps,
+            &self.schedules,
+            &mut |pick, stats| {
+                decode_time.add(stats);
+                on_pick(pick)
+            },
+        )?;
+        Ok(steps)
+    }
+
+    /// Whether greedy decoding picks its tokens on the device (`None`), or why not.
+    pub fn device_greedy_off(&self) -> Option<String> {
+        self.executor.device_greedy_off()
+    }
+
+    /// Tokens picked on the device so far (greedy decoding).
+    pub fn device_picks(&self) -> u64 {
+        self.executor.device_picks()
+    }
+
     /// Continues `prompt` (from an empty cache) with the model's tokenizer and
     /// end-of-generation tokens; `on_text` gets each piece of text as it is made.
     pub fn generate(

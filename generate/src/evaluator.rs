@@ -24,6 +24,22 @@ pub trait Evaluator {
         self.eval(&[token])
     }
 
+    /// Greedy decoding where the evaluator picks the tokens itself (on the device, without
+    /// reading the logits back): runs `token` at the next position, then each token it picks
+    /// (the first largest logit, as [`crate::sampler::argmax`]), calling `on_pick` with each
+    /// pick until it returns false or `max_steps` steps ran. Returns the steps run (their
+    /// tokens stay in the cache), or `Ok(None)` where the evaluator has no such path and
+    /// nothing ran (the default): the caller then decodes step by step.
+    fn decode_greedy(
+        &mut self,
+        token: u32,
+        max_steps: usize,
+        on_pick: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Option<usize>, EvalError> {
+        let _ = (token, max_steps, on_pick);
+        Ok(None)
+    }
+
     /// Positions in the KV cache.
     fn n_past(&self) -> usize;
 

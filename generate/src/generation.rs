@@ -264,6 +264,45 @@ pub fn generate_steered(
     out.prefill = start.elapsed();
 
     let decode_start = Instant::now();
+    // Outputs a drawn token and says whether generation stops there: `Some(reason)` (the
+    // reason `None` where it just ends: the last token wanted), `None` to go on. `n_past` is
+    // the evaluator's cache length before the token's own step.
+    let mut take = |next: u32,
+                    n_past: usize,
+                    out: &mut Generation,
+                    history: &mut Vec<u32>|
+     -> Option<Option<StopReason>> {
+        if end.contains(next) {
+            return Some(Some(StopReason::EndOfGeneration(next)));
+        }
+        out.tokens.push(next);
+        history.push(next);
+        let bytes = vocabulary.piece_bytes(next);
+        out.bytes.extend_from_slice(&bytes);
+        let check = stops.push(&utf8.push(&bytes));
+        let go_on = emit(&check.emit, Some(next), out);
+        if let Some(s) = check.stopped {
+            return Some(Some(StopReason::StopString(s)));
+        }
+        if !go_on {
+            return Some(Some(StopReason::Cancelled));
+        }
+        // The last token needs no evaluation: nothing samples after it.
+        if out.tokens.len() == options.max_new_tokens {
+            return Some(None);
+        }
+        if n_past >= n_ctx {
+            return Some(Some(StopReason::ContextFull));
+        }
+        None
+    };
+    // Plain greedy decoding (no penalty, constraint or log-probabilities: the draw is the
+    // first largest logit) lets an evaluator that can pick on its device do so, the next
+    // step queued behind the last without the logits coming back.
+    let mut greedy_on_device = options.sampler.temperature <= 0.0
+        && (options.sampler.repeat_penalty == 1.0 || options.sampler.repeat_last_n == 0)
+        && steering.constraint.is_none()
+        && steering.logprobs.is_none();
     // With a constraint, one thread for the whole loop accepts the drawn tokens and prepares
     // the masks while the device computes each step (`decode_preparing`).
     let stopped = std::thread::scope(|scope| -> Result<Option<StopReason>, GenerateError> {
@@ -273,31 +312,34 @@ pub fn generate_steered(
             .then(|| Preparer::start(scope));
         let mut stopped = None;
         while out.tokens.len() < options.max_new_tokens {
-            if end.contains(next) {
-                stopped = Some(StopReason::EndOfGeneration(next));
+            if let Some(reason) = take(next, evaluator.n_past(), &mut out, &mut history) {
+                stopped = reason;
                 break;
             }
-            out.tokens.push(next);
-            history.push(next);
-            let bytes = vocabulary.piece_bytes(next);
-            out.bytes.extend_from_slice(&bytes);
-            let check = stops.push(&utf8.push(&bytes));
-            let go_on = emit(&check.emit, Some(next), &mut out);
-            if let Some(s) = check.stopped {
-                stopped = Some(StopReason::StopString(s));
-                break;
-            }
-            if !go_on {
-                stopped = Some(StopReason::Cancelled);
-                break;
-            }
-            // The last token needs no evaluation: nothing samples after it.
-            if out.tokens.len() == options.max_new_tokens {
-                break;
-            }
-            if evaluator.n_past() >= n_ctx {
-                stopped = Some(StopReason::ContextFull);
-                break;
+            if greedy_on_device {
+                let start = Instant::now();
+                let n_past = evaluator.n_past();
+                let room = (options.max_new_tokens - out.tokens.len()).min(n_ctx - n_past);
+                let (mut steps, mut ended) = (0usize, None);
+                let ran = evaluator.decode_greedy(next, room, &mut |pick| {
+                    steps += 1;
+                    next = pick;
+                    ended = take(pick, n_past + steps, &mut out, &mut history);
+                    ended.is_none()
+                })?;
+                out.decode_eval += start.elapsed();
+                match ran {
+                    Some(n) => {
+                        out.decode_steps += n;
+                        if let Some(reason) = ended {
+                            stopped = reason;
+                            break;
+                        }
+                        // The evaluator stopped picking early: `next` is out; decode it
+                        // step by step below.
+                    }
+                    None => greedy_on_device = false,
+                }
             }
             if let Some(c) = steering.constraint.as_deref_mut() {
                 c.draws_left(draws_left(&out, evaluator.n_past() + 1));
@@ -383,6 +425,11 @@ mod tests {
         past: Vec<u32>,
         evals: usize,
         decodes: usize,
+        /// Some(k): picks greedily itself (`decode_greedy`), at most k picks a call (then it
+        /// stops early and the caller decodes one step itself).
+        picks_per_call: Option<usize>,
+        /// Steps run by `decode_greedy`.
+        picked: usize,
     }
 
     impl Counter {
@@ -393,6 +440,8 @@ mod tests {
                 past: Vec::new(),
                 evals: 0,
                 decodes: 0,
+                picks_per_call: None,
+                picked: 0,
             }
         }
         fn logits(&self) -> Vec<f32> {
@@ -414,6 +463,26 @@ mod tests {
         fn decode(&mut self, token: u32) -> Result<Vec<f32>, EvalError> {
             self.decodes += 1;
             self.eval(&[token])
+        }
+        fn decode_greedy(
+            &mut self,
+            token: u32,
+            max_steps: usize,
+            on_pick: &mut dyn FnMut(u32) -> bool,
+        ) -> Result<Option<usize>, EvalError> {
+            let Some(per_call) = self.picks_per_call else {
+                return Ok(None);
+            };
+            let mut token = token;
+            for step in 0..max_steps.min(per_call) {
+                let pick = crate::sampler::argmax(&self.eval(&[token])?);
+                self.picked += 1;
+                if !on_pick(pick) {
+                    return Ok(Some(step + 1));
+                }
+                token = pick;
+            }
+            Ok(Some(max_steps.min(per_call)))
         }
         fn n_past(&self) -> usize {
             self.past.len()
@@ -504,6 +573,46 @@ mod tests {
         assert_eq!(g.text, "cd");
         assert_eq!(pieces.concat(), "cd");
         assert_eq!(g.stop, StopReason::StopString("ef".into()));
+    }
+
+    #[test]
+    fn greedy_picks_made_by_the_evaluator_give_what_host_picks_give() {
+        let stop = GenerateOptions {
+            stop_strings: vec!["fg".into()],
+            ..greedy(9)
+        };
+        // (vocabulary, context, end ids, prompt, options): max tokens, an end token, a stop
+        // string, a full context.
+        type Case = (usize, usize, Vec<u32>, Vec<u32>, GenerateOptions);
+        let cases: Vec<Case> = vec![
+            (10, 64, vec![], vec![0, 1], greedy(7)),
+            (10, 64, vec![6], vec![1], greedy(8)),
+            (10, 64, vec![], vec![1], stop),
+            (10, 5, vec![], vec![0, 1], greedy(8)),
+            (10, 64, vec![], vec![3], greedy(1)),
+        ];
+        for (i, (n_vocab, n_ctx, end, prompt, opts)) in cases.into_iter().enumerate() {
+            let mut host = Counter::new(n_vocab, n_ctx);
+            let (want, want_pieces) = run(&mut host, &letters(10), &end, &prompt, &opts);
+            assert_eq!(host.picked, 0);
+            // All picks in one call, and at most two a call (the rest decoded by the host).
+            for per_call in [usize::MAX, 2] {
+                let mut dev = Counter::new(n_vocab, n_ctx);
+                dev.picks_per_call = Some(per_call);
+                let (got, pieces) = run(&mut dev, &letters(10), &end, &prompt, &opts);
+                let what = format!("case {i}, {per_call} picks a call");
+                assert_eq!(got.tokens, want.tokens, "{what}");
+                assert_eq!(got.text, want.text, "{what}");
+                assert_eq!(pieces, want_pieces, "{what}");
+                assert_eq!(got.stop, want.stop, "{what}");
+                assert_eq!(got.decode_steps, want.decode_steps, "{what}");
+                assert_eq!(dev.past, host.past, "{what}: the cache");
+                assert_eq!(dev.picked + dev.decodes, host.decodes, "{what}");
+                if want.decode_steps > 0 {
+                    assert!(dev.picked > 0, "{what}: the evaluator picked none");
+                }
+            }
+        }
     }
 
     #[test]

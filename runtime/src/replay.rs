@@ -180,18 +180,29 @@ impl Replay {
     /// to mapped memory before the call are visible to the kernels (queue submission orders
     /// them), and the kernels' writes to the host after it.
     pub fn run(&mut self, timeout: Duration) -> Result<ReplayRun> {
+        let submit = self.submit()?;
+        let wait = self.wait(timeout)?;
+        Ok(ReplayRun { submit, wait })
+    }
+
+    /// Submits every command buffer in order without waiting (the host may submit another
+    /// replay behind it: queue order and each command buffer's opening barrier order them);
+    /// returns the host time it took. [`Replay::wait`] before submitting this one again.
+    pub fn submit(&mut self) -> Result<Duration> {
         let start = Instant::now();
         for r in &mut self.recordings {
             r.submit()?;
         }
-        let submitted = Instant::now();
+        Ok(start.elapsed())
+    }
+
+    /// Waits for the last [`Replay::submit`] to finish; returns the host time it waited.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Duration> {
+        let start = Instant::now();
         for r in &mut self.recordings {
             r.wait(timeout)?;
         }
-        Ok(ReplayRun {
-            submit: submitted - start,
-            wait: submitted.elapsed(),
-        })
+        Ok(start.elapsed())
     }
 
     pub fn dispatches(&self) -> u64 {

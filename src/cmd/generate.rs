@@ -141,6 +141,8 @@ pub fn run(args: Args) -> CmdResult {
     // How the GPU's replayed decode steps were ordered: `None` on the CPU path, else
     // `Ok(())` for counters, `Err(why)` for barriers.
     let mut decode_order: Option<Result<(), String>> = None;
+    // Greedy tokens picked on the device, and why not where the GPU path picked on the host.
+    let mut device_picks: Option<(u64, Option<String>)> = None;
     let (generation, backend, ubatch, decode_time, profile) = if args.cpu || cpu_instead.is_some() {
         let mut ev = model.cpu_evaluator_options(n_ctx, args.gpu.reference_options());
         let g = generate(&mut ev, tokenizer, end, &ids, &options, &mut on_text);
@@ -158,6 +160,7 @@ pub fn run(args: Args) -> CmdResult {
         let g = generate(&mut session, tokenizer, end, &ids, &options, &mut on_text);
         let profile = args.profile.then(|| session.decode_profile_table());
         decode_order = Some(session.decode_chain_off().map_or(Ok(()), Err));
+        device_picks = Some((session.device_picks(), session.device_greedy_off()));
         (g, "gpu", Some(ubatch), Some(session.decode_time()), profile)
     };
     let generation = generation.map_err(generate_error)?;
@@ -199,6 +202,10 @@ pub fn run(args: Args) -> CmdResult {
                 Err(_) => "barriers",
             }),
             "decode_barriers_because": decode_order.and_then(|o| o.err()),
+            // Greedy decoding's tokens picked on the device (the next step queued behind the
+            // last), and why the device cannot pick where it does not.
+            "decode_device_picks": device_picks.as_ref().map(|p| p.0),
+            "decode_device_picks_off_because": device_picks.and_then(|p| p.1),
             "decode_profile_per_step": profile,
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap());

@@ -15,6 +15,7 @@ pub mod embedding;
 pub mod expected;
 pub mod gemm;
 pub mod gemv;
+pub mod greedy;
 pub mod hadamard;
 pub mod kv_cache;
 pub mod peak;

@@ -20,7 +20,7 @@
 
 use super::split_kv::step_splits;
 use super::{ExecError, Executor, PrefillStats, ProgramKind, ScheduleSource, UbatchCursor};
-use crate::replay::{Replay, ReplayRecorder};
+use crate::replay::{DispatchSink, Replay, ReplayRecorder};
 use crate::stream::StreamStats;
 use crate::{BufferRange, ComputePipeline};
 use rocky_compiler::templates::{instantiate_with_args, reads_position};
@@ -50,17 +50,17 @@ fn chain_env() -> Option<bool> {
 
 /// A decode step recorded for replay, with what it was recorded for.
 pub(crate) struct RecordedStep {
-    replay: Replay,
+    pub(super) replay: Replay,
     /// Each distinct attention kernel of the step with the pieces it was recorded with (every
     /// layer shares one or two attention workloads).
     pieces: Vec<(AttentionWorkload, AttentionSchedule, u32)>,
     /// Ordered by counters (`chain_counters` bound) rather than barriers.
-    chained: bool,
+    pub(super) chained: bool,
 }
 
 impl RecordedStep {
     /// Whether the split-KV rule picks the recorded piece counts at `pos0` too.
-    fn serves(&self, pos0: u32, compute_units: Option<u32>) -> bool {
+    pub(super) fn serves(&self, pos0: u32, compute_units: Option<u32>) -> bool {
         self.pieces
             .iter()
             .all(|(w, s, pieces)| step_splits(w, s, 1, pos0, compute_units) == *pieces)
@@ -121,7 +121,7 @@ impl Executor<'_> {
     /// environment and device choose (`None`); the next step is recorded anew.
     pub fn set_decode_chain(&mut self, on: Option<bool>) {
         self.chain_asked = on;
-        self.replay = None;
+        self.drop_recordings();
     }
 
     /// Whether decode steps replay a recording (`None`), or why not.
@@ -158,7 +158,7 @@ impl Executor<'_> {
             if let Err(e) = self.record_step(schedules, pos0) {
                 // A driver that cannot keep this recording (out of memory closing it, say)
                 // still decodes: every step recorded anew, as before replay existed.
-                self.replay = None;
+                self.drop_recordings();
                 self.replay_off = Some(format!("recording the decode step failed: {e}"));
                 return self.decode_recording_each_step(token, schedules);
             }
@@ -181,7 +181,7 @@ impl Executor<'_> {
                     "warning: {}; decode steps use barriers from now on",
                     self.chain_off.as_deref().unwrap_or_default()
                 );
-                self.replay = None;
+                self.drop_recordings();
                 self.record_step(schedules, pos0)?;
                 let step = self.replay.as_mut().expect("recorded above");
                 run = step.replay.run(self.options.timeout)?;
@@ -231,13 +231,29 @@ impl Executor<'_> {
     /// Prepares the one-row pipelines (and their args forms) and records the step at `pos0`.
     fn record_step(&mut self, schedules: &dyn ScheduleSource, pos0: u32) -> Result<(), ExecError> {
         self.prepare_decode(schedules)?;
+        let step = self.record_prepared_step(pos0, None, &self.chain_counters)?;
+        self.replay = Some(step);
+        self.save_pipeline_cache();
+        Ok(())
+    }
+
+    /// Records the prepared one-row step at `pos0`: its dispatches, then, with `pick`, the
+    /// greedy pick (`greedy.rs`) that turns its logits into the next step's token and
+    /// position. A counter-ordered recording waits on `counters` (one buffer per recording
+    /// that may run while another is queued behind it).
+    pub(super) fn record_prepared_step(
+        &self,
+        pos0: u32,
+        pick: Option<(&ComputePipeline, &crate::Buffer)>,
+        counters: &crate::Buffer,
+    ) -> Result<RecordedStep, ExecError> {
         let pieces = self.split_pieces(pos0);
         let chained = self.decode_chain_off().is_none();
         let mut recorder = if chained {
             ReplayRecorder::ordered_by_counters(
                 &self.ctx,
                 self.options.budget,
-                self.chain_counters.whole(),
+                counters.whole(),
                 self.cache.as_ref(),
             )?
         } else {
@@ -261,19 +277,35 @@ impl Executor<'_> {
             }
             self.record_node(prog, &mut recorder, &mut cursor, node_index, &mut log)?;
         }
+        if let Some((pipeline, picks)) = pick {
+            let n_vocab = self.model.config.n_vocab as u32;
+            recorder.dispatch(
+                pipeline,
+                &[
+                    self.logits.whole(),
+                    self.ids.whole(),
+                    self.step_args.whole(),
+                    picks.whole(),
+                ],
+                &rocky_compiler::templates::greedy::push_constants(
+                    n_vocab,
+                    super::greedy::PICK_CAPACITY,
+                ),
+                [1, 1, 1],
+            )?;
+        }
         // SAFETY: the recording binds this executor's pipelines (kept in maps that only
-        // grow), its weights (shared, never replaced), activation slots, KV cache, ids,
-        // logits and step args (allocated once), and split scratch (reallocated only by
-        // `prepare`, which drops the recording first). `self.replay` is dropped before any
-        // of them, and each run waits for its command buffers before returning.
+        // grow; the greedy pick's is kept until the executor drops), its weights (shared,
+        // never replaced), activation slots, KV cache, ids, logits, step args, picks and
+        // counters (allocated once), and split scratch (reallocated only by `prepare`, which
+        // drops every recording first). The recordings are dropped before any of them, and
+        // each run is waited for before the next submit of the same recording.
         let replay = unsafe { recorder.finish() }?;
-        self.replay = Some(RecordedStep {
+        Ok(RecordedStep {
             replay,
             pieces,
             chained,
-        });
-        self.save_pipeline_cache();
-        Ok(())
+        })
     }
 
     /// Builds the args form of every position-reading kernel the prepared step uses.

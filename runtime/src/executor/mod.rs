@@ -10,6 +10,7 @@
 //! the only ones read back.
 
 mod decode;
+mod greedy;
 mod kv_snapshot;
 mod math;
 mod program;
@@ -285,6 +286,8 @@ pub struct Executor<'m> {
     /// Counter ordering asked for by the caller ([`Executor::set_decode_chain`]), over the
     /// environment's and the device's default.
     chain_asked: Option<bool>,
+    /// Greedy decoding with the picks made on the device (`greedy.rs`).
+    greedy: greedy::DeviceGreedy,
 }
 
 impl<'m> Executor<'m> {
@@ -354,6 +357,7 @@ impl<'m> Executor<'m> {
         let step_args = Buffer::host_input(ctx, 16, "decode step args")?;
         let chain_counters =
             Buffer::host_output(ctx, 4 * decode::CHAIN_COUNTERS, "decode chain counters")?;
+        let greedy = greedy::DeviceGreedy::new(ctx)?;
         Ok(Executor {
             ctx: ctx.clone(),
             caps,
@@ -390,6 +394,7 @@ impl<'m> Executor<'m> {
             chain_counters,
             chain_off: None,
             chain_asked: None,
+            greedy,
         })
     }
 
@@ -464,7 +469,7 @@ impl<'m> Executor<'m> {
 
     /// Changes how dispatches are split into command buffers from the next prefill on.
     pub fn set_budget(&mut self, budget: CommandBudget) {
-        self.replay = None;
+        self.drop_recordings();
         self.options.budget = budget;
     }
 
@@ -884,7 +889,7 @@ impl<'m> Executor<'m> {
     ) -> Result<(), ExecError> {
         // The recorded decode step binds this preparation's buffers and schedules: whatever
         // this one changes, it is recorded again at the next decode.
-        self.replay = None;
+        self.drop_recordings();
         let prog = self.program(kind);
         // One row of the decode step, its projections GEMVs, no cache rotation: the Q/K/V
         // projections may take the RoPE and the KV write (`rope_kv`).
