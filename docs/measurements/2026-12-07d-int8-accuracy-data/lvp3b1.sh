@@ -1,0 +1,10 @@
+#!/bin/bash
+while ! grep -q lvp-done /tmp/i8/lvp3b.log; do sleep 5; done
+export XDG_RUNTIME_DIR=$(mktemp -d)
+s=1
+IDS=$(grep -o 'token ids [0-9,]*' /tmp/i8/h3/s$s.log | cut -d' ' -f3)
+for m in int8 f16; do
+  /usr/bin/time -f "seed $s $m %e s" nice /work/target-mali/debug/rocky prefill /tmp/h3.gguf --token-ids $IDS --backend gpu --device 0 --ubatch 12 --math $m --logits-out /tmp/i8/h3/s$s.gpu-$m.f32 > /tmp/i8/h3/s$s.gpu-$m.log 2>&1
+  tail -1 /tmp/i8/h3/s$s.gpu-$m.log
+done
+echo lvp1-done
