@@ -425,7 +425,7 @@ fn a_forced_math_family_shows_the_schedule_built_for_it() {
         assert!(
             f32_weights["notes"]
                 .to_string()
-                .contains("does not run this workload"),
+                .contains("--math int8 does not run this workload"),
             "{f32_weights}"
         );
     }

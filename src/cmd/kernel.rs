@@ -167,8 +167,9 @@ pub fn run(args: Args) -> CmdResult {
     let mut report = Report::new(&workload, &schedule, &target);
     if let (Some(family), Schedule::Gemm(g)) = (args.math.family(), &schedule) {
         if !family.arithmetic().holds(g) {
+            let name = format!("{family:?}").to_lowercase();
             report.notes.push(format!(
-                "--math {family:?} does not run this workload (int8 needs quantized weights): \
+                "--math {name} does not run this workload (int8 needs quantized weights): \
                  the default schedule"
             ));
         }
