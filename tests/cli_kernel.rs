@@ -375,6 +375,62 @@ fn the_listed_space_is_the_compilers() {
     assert!(by_math.contains_key("int8_dot"), "{by_math:?}");
 }
 
+/// `--math F` shows the schedule a forced family takes, as `prefill --math` picks it: the
+/// compiler's `family_schedule` for the preset, of the family, valid there (the register
+/// estimate within the budget); int8 on float weights keeps the default and says so.
+#[test]
+fn a_forced_math_family_shows_the_schedule_built_for_it() {
+    use rocky_compiler::templates::gemm::{default_schedule, family_schedule, Arithmetic};
+    use rocky_compiler::{Math, Precision};
+    let families = [
+        ("f32", Math::FmaF32, 1),
+        ("f16", Math::FmaF16Packed, 2),
+        ("int8", Math::Int8Dot, 4),
+    ];
+    for (preset, caps) in [
+        ("desktop", DeviceCaps::desktop_all_features()),
+        ("mali-g610", DeviceCaps::mali_g610()),
+    ] {
+        for (name, math, vector_width) in families {
+            let v = json(&rocky(&[
+                "kernel", "--caps", preset, "--m", "512", "--n", "11008", "--k", "2048",
+                "--weight", "q4_k", "--math", name, "--json",
+            ]));
+            let w: Workload = serde_json::from_value(v["workload"].clone()).unwrap();
+            let Workload::Gemm(g) = w else {
+                panic!("{w:?}")
+            };
+            let family = Arithmetic {
+                math,
+                accumulate: Precision::F32,
+                vector_width,
+            };
+            let expected = family_schedule(&g, &caps, family).unwrap();
+            let got: Schedule = serde_json::from_value(v["schedule"].clone()).unwrap();
+            assert_eq!(got, Schedule::Gemm(expected), "{preset} {name}");
+            assert!(family.holds(&expected), "{preset} {name}: {expected:?}");
+            assert!(expected.register_estimate() <= caps.register_budget);
+            assert!(expected.validate(&g, &caps).is_ok(), "{preset} {name}");
+        }
+        let f32_weights = json(&rocky(&[
+            "kernel", "--caps", preset, "--m", "512", "--n", "2048", "--k", "2048", "--weight",
+            "f32", "--math", "int8", "--json",
+        ]));
+        let w: Workload = serde_json::from_value(f32_weights["workload"].clone()).unwrap();
+        let Workload::Gemm(g) = w else {
+            panic!("{w:?}")
+        };
+        let got: Schedule = serde_json::from_value(f32_weights["schedule"].clone()).unwrap();
+        assert_eq!(got, Schedule::Gemm(default_schedule(&g, &caps)));
+        assert!(
+            f32_weights["notes"]
+                .to_string()
+                .contains("--math int8 does not run this workload"),
+            "{f32_weights}"
+        );
+    }
+}
+
 #[test]
 fn bench_gemm_quick_prints_the_table() {
     let o = rocky(&["bench-gemm", "--quick", "--m", "4"]);

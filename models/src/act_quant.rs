@@ -34,6 +34,10 @@ pub enum ActivationQuant {
     RockyInt8,
     /// llama.cpp's CPU backend: the weight type's `vec_dot_type`.
     LlamaCpp,
+    /// rocky's rounding (per row, `d = amax/127` in f32, ties to even) in blocks of this many
+    /// values instead of 32: what a finer activation granularity would buy, for measurements
+    /// only (no kernel computes it).
+    RockyInt8Blocks(u32),
 }
 
 impl ActivationQuant {
@@ -41,6 +45,10 @@ impl ActivationQuant {
     pub fn apply(self, weight: GgmlType, x: &[f32], k: usize) -> Cow<'_, [f32]> {
         Cow::Owned(match self {
             ActivationQuant::RockyInt8 if is_block_quantized(weight) => rows(x, k, rocky_q8),
+            ActivationQuant::RockyInt8Blocks(n) if is_block_quantized(weight) => x
+                .chunks(k)
+                .flat_map(|row| q8_blocks(row, n as usize))
+                .collect(),
             ActivationQuant::LlamaCpp => match llama_cpp_vec_dot_type(weight) {
                 GgmlType::Q8K => rows(x, k, ggml_q8_k),
                 GgmlType::Q8_0 | GgmlType::Q8_1 => rows(x, k, ggml_q8_0),
@@ -87,6 +95,19 @@ fn rows(x: &[f32], k: usize, quantize: fn(&[f32]) -> Vec<f32>) -> Vec<f32> {
 /// rocky's int8 kernels (`quantize_unit_q8`): blocks of 32, f32 scale, ties to even.
 pub fn rocky_q8(row: &[f32]) -> Vec<f32> {
     rocky_compiler::templates::gemm::reference::quantize_activations_q8(row)
+}
+
+/// rocky's rounding in blocks of `n` values: `d = amax/127` in f32, `q = roundEven(x · (1/d))`
+/// (n = 32 is [`rocky_q8`]).
+pub fn q8_blocks(row: &[f32], n: usize) -> Vec<f32> {
+    row.chunks(n)
+        .flat_map(|block| {
+            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            block.iter().map(move |&v| (v * id).round_ties_even() * d)
+        })
+        .collect()
 }
 
 /// ggml's Q8_0 (and Q8_1's quants) quantize-dequantized: blocks of 32, `d = amax/127` stored
@@ -175,6 +196,20 @@ mod tests {
             assert!((g[i] - q * dh).abs() <= 1e-6, "{i}");
             assert!((r[i] - q * d).abs() <= 1e-6, "{i}");
         }
+    }
+
+    #[test]
+    fn blocks_of_32_are_rockys_rounding_and_finer_blocks_err_less_on_outliers() {
+        let x = row();
+        assert_eq!(q8_blocks(&x, 32), rocky_q8(&x));
+        let err = |q: &[f32]| -> f32 { x.iter().zip(q).map(|(a, b)| (a - b).powi(2)).sum() };
+        assert!(err(&q8_blocks(&x, 16)) < err(&rocky_q8(&x)));
+        // The outlier (at 300) coarsens only its own block of 16, not 304..320 beside it.
+        let at = |q: &[f32], r: std::ops::Range<usize>| -> f32 {
+            r.map(|i| (x[i] - q[i]).abs()).fold(0.0, f32::max)
+        };
+        let q16 = q8_blocks(&x, 16);
+        assert!(at(&q16, 304..320) * 4.0 < at(&rocky_q8(&x), 304..320));
     }
 
     #[test]

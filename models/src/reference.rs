@@ -45,6 +45,10 @@ pub struct ReferenceOptions {
     /// (`crate::act_quant`): rocky's int8 GEMMs, or llama.cpp's CPU `vec_dot_type`s. Exact
     /// (unrounded) by default.
     pub activations: ActivationQuant,
+    /// Where set, `activations` applies only to the projections whose weight tensor's name
+    /// contains this text (e.g. `ffn_down`), the others staying exact: each projection
+    /// kind's share of the rounding's effect on the logits.
+    pub activations_only: Option<&'static str>,
 }
 
 impl ReferenceOptions {
@@ -397,7 +401,11 @@ impl<'a> CpuSession<'a> {
             .ok_or_else(|| self.invalid(format!("tensor {weight} is missing")))?;
         let row_bytes = t.ggml_type.row_bytes(k as u64).unwrap() as usize;
         let data = self.file.tensor_data(t);
-        let x = &*self.options.activations.apply(t.ggml_type, x, k);
+        let x = match self.options.activations_only {
+            Some(only) if !weight.contains(only) => std::borrow::Cow::Borrowed(x),
+            _ => self.options.activations.apply(t.ggml_type, x, k),
+        };
+        let x = &*x;
         let m = x.len() / k;
         let n_groups = n_out.div_ceil(GROUP);
         // Computed group-major ([group][m][GROUP]) then transposed into [m][n_out].

@@ -177,3 +177,64 @@ fn tiny_f32_goldens_carry_llama_cpps_f16_flash_attention_rounding() {
     }
     assert!(worst(&flash) * 4.0 < worst(&plain));
 }
+
+/// The int8 device check's floor (`rocky_tuner::graph::CpuReference::int8_floor`) is the
+/// distance of llama.cpp's CPU arithmetic from the exact logits, taken from the reference with
+/// llama.cpp's activation rounding emulated (`ActivationQuant::LlamaCpp`: Q8_K blocks of 256
+/// for K-quants, Q8_0 for Q8_0/Q5_0), as the goldens of the quantized tiny files were computed.
+/// - On one-token prompts (no attention arithmetic between positions) the emulation gives
+///   llama.cpp's logits to f32 rounding: it computes llama.cpp's arithmetic.
+/// - On longer prompts the float differences upstream (attention) flip some 8-bit roundings and
+///   the flips grow layer by layer, so the emulation and llama.cpp become two draws of the
+///   same rounding noise; the floor (the emulation's distance from the exact logits) is then
+///   llama.cpp's own distance within a factor of two on every prompt.
+#[test]
+fn llama_cpps_activation_rounding_emulated_meets_its_quantized_goldens() {
+    if common::shared_references("llama.cpp's logits (golden/qwen2-tiny-*)").is_none() {
+        return;
+    }
+    use rocky_models::act_quant::ActivationQuant;
+    let max_abs =
+        |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let mut one_token = 0;
+    for (model, folder) in [
+        ("qwen2-tiny-q8_0.gguf", "qwen2-tiny-q8_0"),
+        ("qwen2-tiny-q4_k_m.gguf", "qwen2-tiny-q4_k_m"),
+    ] {
+        let path = common::shared().join("models").join(model);
+        let file = GgufFile::open(&path).unwrap();
+        let model = arch::load(&file).unwrap();
+        for g in goldens(folder) {
+            let exact =
+                forward(&file, &model, &g.ids, ReferenceOptions::llama_cpp_flash()).unwrap();
+            let options = ReferenceOptions {
+                activations: ActivationQuant::LlamaCpp,
+                ..ReferenceOptions::llama_cpp_flash()
+            };
+            let emulated = forward(&file, &model, &g.ids, options).unwrap();
+            let (real, floor, apart) = (
+                max_abs(&exact, &g.logits),
+                max_abs(&exact, &emulated),
+                max_abs(&emulated, &g.logits),
+            );
+            println!(
+                "{folder} {} ({} tokens): llama.cpp from exact {real:.3e}, the emulation \
+                 from exact (the floor) {floor:.3e}, from llama.cpp {apart:.3e}",
+                g.name,
+                g.ids.len()
+            );
+            if g.ids.len() == 1 {
+                assert!(apart < 1e-5, "{folder} {}: {apart}", g.name);
+                assert!(real > 1e-3, "{folder} {}: {real}", g.name);
+                one_token += 1;
+            }
+            let ratio = floor / real;
+            assert!(
+                (0.5..=2.0).contains(&ratio),
+                "{folder} {}: the floor {floor} is {ratio:.2} x llama.cpp's distance {real}",
+                g.name
+            );
+        }
+    }
+    assert!(one_token >= 2, "{one_token}");
+}

@@ -15,6 +15,7 @@ use rocky_compiler::{
     default_schedule, instantiate, search_space, ActType, CompiledKernel, DeviceCaps, Refusal,
     Schedule, WeightFormat, Workload,
 };
+use rocky_runtime::executor::{DefaultSchedules, ForcedMath, ScheduleSource};
 use rocky_runtime::{device_caps, Context, DeviceSelector, PipelineCache};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -29,7 +30,8 @@ use std::path::PathBuf;
   rocky kernel --workload '{\"gemm\":{\"m\":7,\"n\":896,\"k\":896,\"act\":\"f16\",\"weight\":\"q8_0\",\"bias\":true}}' --json
   rocky kernel --m 64 --n 2048 --k 2048 --list-space --verbose
   rocky kernel --m 512 --n 11008 --k 2048 --weight q4_k --stats
-  rocky kernel --caps mali-g610 --m 512 --n 2048 --k 2048 --dump-spirv gemm.spv")]
+  rocky kernel --caps mali-g610 --m 512 --n 2048 --k 2048 --dump-spirv gemm.spv
+  rocky kernel --m 512 --n 11008 --k 2048 --weight q4_k --math f16 --stats")]
 pub struct Args {
     /// The workload as JSON, e.g. '{"gemm":{"m":512,"n":2048,"k":2048,"act":"f32","weight":"q4_k","bias":false}}'.
     #[arg(long, conflicts_with_all = ["m", "n", "k", "weight", "act", "bias"])]
@@ -60,6 +62,11 @@ pub struct Args {
     /// The schedule as JSON (`{"gemm":{...}}`); default: the device's default schedule.
     #[arg(long)]
     pub schedule: Option<String>,
+    /// The schedule a forced math family takes, as `prefill --math` picks it: f32, f16 or
+    /// int8 (the device's default where it is of the family, else a tile built for the family
+    /// that fits the device); `auto`: the device's default schedule.
+    #[arg(long, value_enum, default_value = "auto", conflicts_with = "schedule")]
+    pub math: super::gpu::MathArg,
     /// Vulkan device: index or part of its name (see `rocky devices`); default: the best GPU.
     #[arg(long, default_value = "auto")]
     pub device: String,
@@ -145,9 +152,28 @@ pub fn run(args: Args) -> CmdResult {
     let workload = parse_workload(&args, caps)?;
     let schedule = match &args.schedule {
         Some(text) => parse_schedule(text)?,
-        None => default_schedule(&workload, caps),
+        None => match args.math.family() {
+            None => default_schedule(&workload, caps),
+            Some(family) => {
+                family.check_device(caps).map_err(CliError::usage)?;
+                let forced = ForcedMath {
+                    inner: &DefaultSchedules,
+                    family: Some(family),
+                };
+                forced.schedule(&workload, caps).0
+            }
+        },
     };
     let mut report = Report::new(&workload, &schedule, &target);
+    if let (Some(family), Schedule::Gemm(g)) = (args.math.family(), &schedule) {
+        if !family.arithmetic().holds(g) {
+            let name = format!("{family:?}").to_lowercase();
+            report.notes.push(format!(
+                "--math {name} does not run this workload (int8 needs quantized weights): \
+                 the default schedule"
+            ));
+        }
+    }
 
     let inspecting = args.dump_spirv.is_some() || args.dump_ir || args.list_space || args.stats;
     if args.list_space {

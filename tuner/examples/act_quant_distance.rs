@@ -17,6 +17,15 @@
 //! `... -- MODEL --kv-sensitivity`: how far the f16 KV cache (instead of f32) moves the
 //! logits under each rounding (see `kv_sensitivity`).
 //!
+//! `... -- MODEL --write DIR [SEED...]`: as the first form, and each seed's logits written to
+//! DIR as `s{SEED}.{exact,rocky,llama}.f32` (little-endian f32), for comparison with logits
+//! from elsewhere (llama.cpp's own, the GPU's).
+//!
+//! `... -- MODEL --shares [SEED]`: each projection kind's share of the int8 rounding's effect
+//! on the logits: rocky's rounding applied to that kind alone (the others exact), then
+//! blocks of 16 and 8 instead of 32 on every projection (what a finer activation granularity
+//! would buy).
+//!
 //! `... -- MODEL --gemms [ROWS]`: per projection kind, on the exact pass's own activations,
 //! the error of each arithmetic against an f64 dot of the exact activations with the
 //! dequantized weights (ROWS output rows sampled per GEMM, default 64), as a fraction of the
@@ -52,10 +61,18 @@ fn main() {
     if args.get(1).map(String::as_str) == Some("--logits") {
         return compare_files(&file, &model, &args[2..]);
     }
-    let mut seeds: Vec<u64> = args[1..]
-        .iter()
-        .map(|s| s.parse().expect("a seed"))
-        .collect();
+    if args.get(1).map(String::as_str) == Some("--shares") {
+        let seed = args.get(2).map_or(1, |s| s.parse().expect("a seed"));
+        return shares(&file, &model, seed);
+    }
+    let (write, rest) = match args.get(1).map(String::as_str) {
+        Some("--write") => (
+            Some(std::path::PathBuf::from(args.get(2).expect("--write DIR"))),
+            &args[3..],
+        ),
+        _ => (None, &args[1..]),
+    };
+    let mut seeds: Vec<u64> = rest.iter().map(|s| s.parse().expect("a seed")).collect();
     if seeds.is_empty() {
         seeds.push(1);
     }
@@ -73,8 +90,24 @@ fn main() {
             logits
         };
         let exact = run(ActivationQuant::Exact);
+        let save = |name: &str, logits: &[f32]| {
+            if let Some(dir) = &write {
+                let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+                std::fs::write(dir.join(format!("s{seed}.{name}.f32")), bytes)
+                    .expect("a writable --write folder");
+            }
+        };
+        save("exact", &exact);
         for activations in [ActivationQuant::RockyInt8, ActivationQuant::LlamaCpp] {
             let got = run(activations);
+            save(
+                if activations == ActivationQuant::RockyInt8 {
+                    "rocky"
+                } else {
+                    "llama"
+                },
+                &got,
+            );
             let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
             let max_abs = exact
                 .iter()
@@ -133,6 +166,52 @@ fn compare_files(file: &GgufFile, model: &rocky_models::arch::Model, paths: &[St
                 CPU_TOLERANCE * scale
             );
         }
+    }
+}
+
+/// Each projection kind's share of the int8 rounding's effect on the seed's check logits, and
+/// what finer activation blocks would give (see the module docs).
+fn shares(file: &GgufFile, model: &rocky_models::arch::Model, seed: u64) {
+    let ids = check_prompt(model, CHECK_TOKENS, seed);
+    let run = |activations, activations_only| {
+        let options = ReferenceOptions {
+            activations,
+            activations_only,
+            ..ReferenceOptions::llama_cpp()
+        };
+        reference::forward(file, model, &ids, options).expect("a forward pass")
+    };
+    let exact = run(ActivationQuant::Exact, None);
+    let bound = CPU_TOLERANCE * exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let report = |what: &str, got: &[f32]| {
+        let d = exact
+            .iter()
+            .zip(got)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        println!(
+            "seed {seed} {what}: |Δ| {d:.4} ({:.3} of the allowed {bound:.4})",
+            d / bound
+        );
+    };
+    for only in [
+        "attn_q.",
+        "attn_k.",
+        "attn_v.",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+        "token_embd",
+    ] {
+        for a in [ActivationQuant::RockyInt8, ActivationQuant::LlamaCpp] {
+            report(&format!("{a:?} on {only} alone"), &run(a, Some(only)));
+        }
+    }
+    for n in [32, 16, 8] {
+        report(
+            &format!("rocky's rounding in blocks of {n}"),
+            &run(ActivationQuant::RockyInt8Blocks(n), None),
+        );
     }
 }
 
