@@ -73,6 +73,12 @@ pub struct Generation {
     /// Of `decode`, the time inside the evaluator's decode steps (the rest: sampling, the
     /// constraint's exposed time, text and callbacks).
     pub decode_eval: Duration,
+    /// Of `decode`, the sampler's draws and the log-probabilities (the first token's, drawn
+    /// in the prefill, excluded).
+    pub decode_draw: Duration,
+    /// Of `decode`, the constraint's exposed time (`constraint_exposed` without the first
+    /// token's, which the prefill holds).
+    pub decode_constraint_exposed: Duration,
 }
 
 /// What [`generate_steered`] adds to each step beside the sampler.
@@ -210,6 +216,8 @@ pub fn generate_steered(
         logprobs: Vec::new(),
         constraint_exposed: Duration::ZERO,
         decode_eval: Duration::ZERO,
+        decode_draw: Duration::ZERO,
+        decode_constraint_exposed: Duration::ZERO,
     };
     // Returns whether the caller wants more.
     let mut emit = |text: &str, token: Option<u32>, out: &mut Generation| -> bool {
@@ -236,11 +244,13 @@ pub fn generate_steered(
                 .map_err(GenerateError::Constraint)?;
             out.constraint_exposed += start.elapsed();
         }
+        let drawn = Instant::now();
         let next = sampler.sample(&logits, history);
         if let Some(top) = steering.logprobs {
             let seen = sampler.penalized(&logits, history);
             out.logprobs.push(log_probs(&seen, next, top));
         }
+        out.decode_draw += drawn.elapsed();
         Ok(next)
     };
     // The drawn token the constraint has yet to accept (never an end token: those end the
@@ -262,6 +272,9 @@ pub fn generate_steered(
     let mut next = choose(&mut steering, logits, &history, &mut out)?;
     let mut pending = unaccepted(next);
     out.prefill = start.elapsed();
+    // The first draw belongs to the prefill.
+    out.decode_draw = Duration::ZERO;
+    let prefill_exposed = out.constraint_exposed;
 
     let decode_start = Instant::now();
     // With a constraint, one thread for the whole loop accepts the drawn tokens and prepares
@@ -318,6 +331,7 @@ pub fn generate_steered(
         Ok(stopped)
     })?;
     out.decode = decode_start.elapsed();
+    out.decode_constraint_exposed = out.constraint_exposed - prefill_exposed;
     // The constraint sees every drawn token, the last one too.
     if let (Some(token), Some(c)) = (pending, steering.constraint.as_deref_mut()) {
         c.accept(token).map_err(GenerateError::Constraint)?;
