@@ -24,6 +24,144 @@ pub trait Constraint: Send {
     /// them; a constraint that can close its output in time (a JSON object's closing
     /// brackets) keeps to tokens that leave room for that. Optional.
     fn draws_left(&mut self, _left: usize) {}
+    /// The tokens that may come next, written into `allowed` (sized to the step's logits; the
+    /// constraint overwrites all of it), with `end` as [`Constraint::mask`] treats it; `true`.
+    /// The draw then reads only the allowed tokens' logits, where [`Constraint::mask`] writes
+    /// −∞ into every other one of a 152k vocabulary's and the draw scans them all. Optional:
+    /// `false` (the default) has the generation loop call [`Constraint::mask`] instead.
+    fn allowed(&mut self, _allowed: &mut TokenSet, _end: &[u32]) -> Result<bool, String> {
+        Ok(false)
+    }
+}
+
+/// A set of token ids, 32 to a word (id `i` is bit `i % 32` of word `i / 32`, as llguidance's
+/// `SimpleVob` holds them): the tokens a constraint allows at a step. Bits past `len` are
+/// always clear.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenSet {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl TokenSet {
+    /// The empty set over ids `0..len`.
+    pub fn new(len: usize) -> TokenSet {
+        TokenSet {
+            words: vec![0; len.div_ceil(32)],
+            len,
+        }
+    }
+
+    /// Ids `0..len`, every one allowed.
+    pub fn full(len: usize) -> TokenSet {
+        let mut s = TokenSet {
+            words: vec![u32::MAX; len.div_ceil(32)],
+            len,
+        };
+        s.clear_past_len();
+        s
+    }
+
+    /// The ids the set is over (`0..len`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no id is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+
+    /// Makes the set one over `0..len` (its contents are then unspecified: overwrite them).
+    pub fn resize(&mut self, len: usize) {
+        if self.len != len {
+            self.words.resize(len.div_ceil(32), 0);
+            self.len = len;
+            self.clear_past_len();
+        }
+    }
+
+    /// The words, 32 ids each (the last one's bits past `len` clear).
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// Word `w`'s bits; 0 past the end.
+    #[inline]
+    pub fn word(&self, w: usize) -> u32 {
+        self.words.get(w).copied().unwrap_or(0)
+    }
+
+    /// Overwrites the set with `words` (32 ids each, as [`TokenSet::words`]): ids past them are
+    /// not allowed, bits past `len` are dropped.
+    pub fn copy_from_words(&mut self, words: &[u32]) {
+        let n = words.len().min(self.words.len());
+        self.words[..n].copy_from_slice(&words[..n]);
+        self.words[n..].fill(0);
+        self.clear_past_len();
+    }
+
+    /// Whether `id` is allowed (false past `len`).
+    #[inline]
+    pub fn contains(&self, id: u32) -> bool {
+        self.word(id as usize / 32) >> (id % 32) & 1 != 0
+    }
+
+    /// Allows or forbids `id`; ids past `len` are ignored.
+    pub fn set(&mut self, id: u32, allowed: bool) {
+        if (id as usize) < self.len {
+            let (w, bit) = (id as usize / 32, 1u32 << (id % 32));
+            if allowed {
+                self.words[w] |= bit;
+            } else {
+                self.words[w] &= !bit;
+            }
+        }
+    }
+
+    /// How many ids are allowed.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The allowed ids, ascending.
+    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = b.trailing_zeros();
+                    b &= b - 1;
+                    w as u32 * 32 + i
+                })
+            })
+        })
+    }
+
+    /// The dense form: −∞ into the logit of every id not allowed (every logit past `len` too).
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            match self.word(w) {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                bits => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if bits >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn clear_past_len(&mut self) {
+        if self.len % 32 != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last &= (1u32 << (self.len % 32)) - 1;
+            }
+        }
+    }
 }
 
 /// A token's log-probability, and the most likely alternatives at its step.
@@ -39,30 +177,77 @@ pub struct TokenLogprob {
 
 /// ln softmax(`logits`)[`token`] and the `top` most likely (id, ln p), from one pass.
 pub fn log_probs(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
-    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    log_probs_in(logits, None, token, top)
+}
+
+/// [`log_probs`] of the logits with every token outside `allowed` at −∞ (where given), read
+/// without writing them: the same sums in the same order (a forbidden token adds exp(−∞) = 0),
+/// so the same figures.
+pub fn log_probs_in(
+    logits: &[f32],
+    allowed: Option<&TokenSet>,
+    token: u32,
+    top: usize,
+) -> TokenLogprob {
+    let mut max = f32::NEG_INFINITY;
+    each_allowed(logits, allowed, |_, l| max = max.max(l));
+    let mut sum = 0f64;
+    each_allowed(logits, allowed, |_, l| sum += ((l - max) as f64).exp());
     let log_z = max as f64 + sum.ln();
-    let lp = |id: u32| (logits[id as usize] as f64 - log_z) as f32;
+    let lp = |id: u32| {
+        let l = match allowed {
+            Some(set) if !set.contains(id) => f32::NEG_INFINITY,
+            _ => logits[id as usize],
+        };
+        (l as f64 - log_z) as f32
+    };
     let mut best: Vec<u32> = Vec::with_capacity(top + 1);
     if top > 0 {
         // A partial selection: the vocabulary is 152k wide, the list a handful.
-        for id in 0..logits.len() as u32 {
-            let l = logits[id as usize];
+        each_allowed(logits, allowed, |id, l| {
             // A token the constraint forbids is no alternative (and −∞ is not JSON).
             if l == f32::NEG_INFINITY
                 || best.len() == top && l <= logits[*best.last().unwrap() as usize]
             {
-                continue;
+                return;
             }
             let at = best.partition_point(|&b| logits[b as usize] >= l);
             best.insert(at, id);
             best.truncate(top);
-        }
+        });
     }
     TokenLogprob {
         token,
         logprob: lp(token),
         top: best.into_iter().map(|id| (id, lp(id))).collect(),
+    }
+}
+
+/// `f(id, logit)` for every id in `allowed` (every id where None), ascending.
+#[inline]
+pub(crate) fn each_allowed(
+    logits: &[f32],
+    allowed: Option<&TokenSet>,
+    mut f: impl FnMut(u32, f32),
+) {
+    match allowed {
+        None => {
+            for (id, &l) in logits.iter().enumerate() {
+                f(id as u32, l);
+            }
+        }
+        Some(set) => {
+            for (w, chunk) in logits.chunks(32).enumerate() {
+                let mut bits = set.word(w);
+                while bits != 0 {
+                    let i = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if let Some(&l) = chunk.get(i) {
+                        f((w * 32 + i) as u32, l);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -87,5 +272,70 @@ mod tests {
         assert_eq!(t.logprob, f32::NEG_INFINITY);
         assert_eq!(t.top, vec![(0, 0.5f32.ln()), (2, 0.5f32.ln())]);
         assert_eq!(log_probs(&[1.0, 2.0], 0, 0).top, vec![]);
+    }
+
+    #[test]
+    fn a_token_set_holds_its_ids_and_nothing_past_its_length() {
+        let mut s = TokenSet::new(70);
+        assert!(s.is_empty());
+        for id in [0, 31, 32, 69, 70, 1000] {
+            s.set(id, true);
+        }
+        assert_eq!(s.ids().collect::<Vec<_>>(), vec![0, 31, 32, 69]);
+        assert_eq!(s.count(), 4);
+        assert!(s.contains(69) && !s.contains(70) && !s.contains(5000));
+        s.set(31, false);
+        assert_eq!(s.words(), &[1, 1, 1 << 5]);
+        // Words copied in: fewer forbid the rest, bits past the length are dropped.
+        s.copy_from_words(&[u32::MAX, 2]);
+        assert_eq!(s.words(), &[u32::MAX, 2, 0]);
+        s.copy_from_words(&[0, 0, u32::MAX, u32::MAX]);
+        assert_eq!(s.ids().collect::<Vec<_>>(), (64..70).collect::<Vec<_>>());
+        assert_eq!(TokenSet::full(70).count(), 70);
+        s.resize(33);
+        assert!(s.words().len() == 2 && s.len() == 33);
+        // The dense form: −∞ outside, every logit past the set's ids too.
+        let mut set = TokenSet::new(40);
+        set.set(1, true);
+        set.set(35, true);
+        let mut logits = vec![1.0f32; 45];
+        set.apply(&mut logits);
+        for (id, l) in logits.iter().enumerate() {
+            assert_eq!(*l == 1.0, id == 1 || id == 35, "{id}");
+        }
+    }
+
+    /// Log-probabilities among a set: bit for bit those of the logits with −∞ written outside
+    /// it, and a direct log-softmax over the allowed ids to 1e-6.
+    #[test]
+    fn log_probs_among_a_set_are_those_of_the_masked_logits() {
+        let n = 1000;
+        let logits: Vec<f32> = (0..n).map(|i| ((i * 7919) % 613) as f32 / 61.0).collect();
+        for every in [1usize, 3, 97, 400] {
+            let mut set = TokenSet::new(n);
+            (0..n).step_by(every).for_each(|i| set.set(i as u32, true));
+            let mut dense = logits.clone();
+            set.apply(&mut dense);
+            let token = set.ids().nth(1).unwrap();
+            let got = log_probs_in(&logits, Some(&set), token, 5);
+            assert_eq!(got, log_probs(&dense, token, 5), "every {every}");
+            let z: f64 = set
+                .ids()
+                .map(|i| (logits[i as usize] as f64).exp())
+                .sum::<f64>()
+                .ln();
+            let direct = logits[token as usize] as f64 - z;
+            assert!((got.logprob as f64 - direct).abs() < 1e-6, "every {every}");
+            for (id, lp) in &got.top {
+                assert!(set.contains(*id));
+                assert!((*lp as f64 - (logits[*id as usize] as f64 - z)).abs() < 1e-6);
+            }
+            // A token outside the set has probability 0.
+            let outside = (0..n as u32).find(|&i| !set.contains(i));
+            if let Some(t) = outside {
+                let lp = log_probs_in(&logits, Some(&set), t, 0).logprob;
+                assert_eq!(lp, f32::NEG_INFINITY);
+            }
+        }
     }
 }
