@@ -19,14 +19,15 @@
 //!    (text, stop strings, the step callback); and the grammar's own time per token, overlapped
 //!    or not. Medians over the pairs.
 //! 2. The same work piece by piece on one thread, on the masks of constrained replies: the
-//!    grammar's mask computed (`prepare`), the mask applied to the logits, the draw on the
-//!    masked logits and on the plain ones, the grammar's `accept`.
+//!    grammar's mask computed (`prepare`), the mask made the draw's (`allowed`: the set of
+//!    tokens), the draw among the allowed tokens and on the plain logits, the grammar's
+//!    `accept`.
 
 use llguidance::api::TopLevelGrammar;
 use rand::{Rng, SeedableRng};
 use rocky_generate::{
     generate_steered, Constraint, EndOfGeneration, EvalError, Evaluator, GenerateOptions, Sampler,
-    SamplerParams, Steering,
+    SamplerParams, Steering, TokenSet,
 };
 use rocky_serve::constrain::Grammars;
 use std::time::{Duration, Instant};
@@ -242,6 +243,7 @@ fn main() {
         f();
         t.elapsed().as_secs_f64() * 1e6
     };
+    let mut allowed = TokenSet::new(n);
     for _ in 0..pairs {
         let mut g = guide();
         let mut masked_sampler = Sampler::new(sampler.clone()).unwrap();
@@ -250,12 +252,13 @@ fn main() {
         for _ in 0..tokens {
             let source = &pool[rng_pick % pool.len()];
             rng_pick += 1;
-            let mut logits = source.clone();
             parts[0].push(time(&mut || g.prepare().unwrap()));
-            parts[1].push(time(&mut || g.mask(&mut logits, &end_ids).unwrap()));
+            parts[1].push(time(&mut || {
+                g.allowed(&mut allowed, &end_ids).unwrap();
+            }));
             let mut next = 0;
             parts[2].push(time(&mut || {
-                next = masked_sampler.sample(&logits, &history)
+                next = masked_sampler.sample_in(source, &history, Some(&allowed))
             }));
             parts[3].push(time(&mut || {
                 plain_sampler.sample(source, &history);
@@ -273,8 +276,9 @@ fn main() {
     // Sorted by `median`: the mask's tail (a string's first bytes walk the whole trie).
     let tail = |v: &[f64], q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
     println!(
-        "pieces, one thread (median µs per token): grammar mask computed {:.1}, applied {:.1}, \
-         draw on masked logits {:.1}, draw on plain logits {:.1}, accept {:.1}",
+        "pieces, one thread (median µs per token): grammar mask computed {:.1}, made the \
+         draw's {:.1}, draw among the allowed tokens {:.1}, draw on plain logits {:.1}, \
+         accept {:.1}",
         p[0], p[1], p[2], p[3], p[4]
     );
     println!(
