@@ -50,4 +50,15 @@ fn main() {
         let per = start.elapsed().as_secs_f64() * 1e3 / draws as f64;
         println!("{name:16} ({allowed} allowed where masked): {per:.4} ms a draw (checksum {sum})");
     }
+    // The log-probabilities a `logprobs` request adds to each step (top 5).
+    for (name, l, set) in cases {
+        let start = Instant::now();
+        let mut sum = 0f64;
+        for i in 0..draws {
+            let t = rocky_generate::log_probs_in(l, set, (i * 7919 % n) as u32, 5);
+            sum += t.top.iter().map(|x| x.1 as f64).sum::<f64>();
+        }
+        let per = start.elapsed().as_secs_f64() * 1e3 / draws as f64;
+        println!("{name:16} log-probabilities, top 5: {per:.4} ms (checksum {sum:.3})");
+    }
 }

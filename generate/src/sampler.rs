@@ -412,7 +412,7 @@ pub fn argmax_in(logits: &[f32], allowed: Option<&TokenSet>) -> u32 {
 }
 
 /// The largest of `logits`, NaN never (−∞ where all are NaN), over 16 lanes.
-fn logits_max(logits: &[f32]) -> f32 {
+pub(crate) fn logits_max(logits: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = logits.chunks_exact(LANES);

@@ -189,11 +189,15 @@ pub fn log_probs_in(
     token: u32,
     top: usize,
 ) -> TokenLogprob {
-    let mut max = f32::NEG_INFINITY;
-    each_allowed(logits, allowed, |_, l| max = max.max(l));
-    let mut sum = 0f64;
-    each_allowed(logits, allowed, |_, l| sum += ((l - max) as f64).exp());
-    let log_z = max as f64 + sum.ln();
+    let max = match allowed {
+        None => crate::sampler::logits_max(logits),
+        Some(_) => {
+            let mut max = f32::NEG_INFINITY;
+            each_allowed(logits, allowed, |_, l| max = if l > max { l } else { max });
+            max
+        }
+    };
+    let log_z = max as f64 + sum_exp(logits, allowed, max).ln();
     let lp = |id: u32| {
         let l = match allowed {
             Some(set) if !set.contains(id) => f32::NEG_INFINITY,
@@ -203,23 +207,136 @@ pub fn log_probs_in(
     };
     let mut best: Vec<u32> = Vec::with_capacity(top + 1);
     if top > 0 {
-        // A partial selection: the vocabulary is 152k wide, the list a handful.
-        each_allowed(logits, allowed, |id, l| {
-            // A token the constraint forbids is no alternative (and −∞ is not JSON).
-            if l == f32::NEG_INFINITY
-                || best.len() == top && l <= logits[*best.last().unwrap() as usize]
-            {
-                return;
+        // A partial selection: the vocabulary is 152k wide, the list a handful; once it is
+        // full, a block of 32 whose every logit is at most its worst is passed over whole.
+        for (w, chunk) in logits.chunks(32).enumerate() {
+            let mut bits = allowed.map_or(u32::MAX, |set| set.word(w));
+            if bits == 0 {
+                continue;
             }
-            let at = best.partition_point(|&b| logits[b as usize] >= l);
-            best.insert(at, id);
-            best.truncate(top);
-        });
+            if best.len() == top {
+                let worst = logits[*best.last().unwrap() as usize];
+                if let Ok(block) = <&[f32; 32]>::try_from(chunk) {
+                    if block_at_most(block, worst) {
+                        continue;
+                    }
+                }
+            }
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(&l) = chunk.get(i) else { break };
+                // A token the constraint forbids is no alternative (and −∞ is not JSON).
+                if l == f32::NEG_INFINITY
+                    || best.len() == top && l <= logits[*best.last().unwrap() as usize]
+                {
+                    continue;
+                }
+                let at = best.partition_point(|&b| logits[b as usize] >= l);
+                best.insert(at, (w * 32 + i) as u32);
+                best.truncate(top);
+            }
+        }
     }
     TokenLogprob {
         token,
         logprob: lp(token),
         top: best.into_iter().map(|id| (id, lp(id))).collect(),
+    }
+}
+
+/// Σ e^(l − max) over the logits of `allowed` (all where None), summed in eight f64 lanes by
+/// position in each block of 32 (so a forbidden token, skipped or at −∞, adds nothing and the
+/// set and its dense form sum alike), each term from [`exp_below_zero`]: libm's `exp`, one
+/// call a token, took ~1 ms a step for 151,936 logits on the development VM
+/// (serve/examples/host_cost --logprobs 5).
+fn sum_exp(logits: &[f32], allowed: Option<&TokenSet>, max: f32) -> f64 {
+    const BIT: [u32; 32] = {
+        let mut b = [0u32; 32];
+        let mut i = 0;
+        while i < 32 {
+            b[i] = 1 << i;
+            i += 1;
+        }
+        b
+    };
+    let mut acc = [0f64; 8];
+    for (w, chunk) in logits.chunks(32).enumerate() {
+        let bits = allowed.map_or(u32::MAX, |set| set.word(w));
+        if bits == 0 {
+            continue;
+        }
+        if let Ok(block) = <&[f32; 32]>::try_from(chunk) {
+            let mut e = [0f32; 32];
+            for i in 0..32 {
+                let v = exp_below_zero(block[i] - max);
+                e[i] = if bits & BIT[i] != 0 { v } else { 0.0 };
+            }
+            for j in 0..8 {
+                acc[j] += ((e[j] + e[j + 8]) + (e[j + 16] + e[j + 24])) as f64;
+            }
+        } else {
+            for (i, &l) in chunk.iter().enumerate() {
+                if bits & BIT[i] != 0 {
+                    acc[i % 8] += exp_below_zero(l - max) as f64;
+                }
+            }
+        }
+    }
+    acc.iter().sum()
+}
+
+/// Whether every logit of `block` is at most `worst` (or −∞), none NaN: eight lanes of maxima
+/// and of sums (a NaN propagates through the sum), compared lane by lane.
+#[inline]
+fn block_at_most(block: &[f32; 32], worst: f32) -> bool {
+    let mut max = [f32::NEG_INFINITY; 8];
+    let mut sum = [0f32; 8];
+    for part in block.chunks_exact(8) {
+        for j in 0..8 {
+            let l = part[j];
+            max[j] = if l > max[j] { l } else { max[j] };
+            sum[j] += l;
+        }
+    }
+    let mut ok = 0u32;
+    for j in 0..8 {
+        ok += ((max[j] <= worst) & !sum[j].is_nan()) as u32;
+    }
+    ok == 8
+}
+
+/// e^x for x ≤ 0, within a few f32 ulps (x = n·ln 2 + r, |r| ≤ ln 2 / 2, a degree-7 Taylor
+/// polynomial in r, 2^n from the exponent bits), in operations the compiler vectorizes; 0 below
+/// f32's normal range (−∞ included), NaN for NaN.
+#[inline(always)]
+fn exp_below_zero(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4; // 355 / 512: n · LN2_HI is exact
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    let under = x < -87.0;
+    let x = if under { -87.0 } else { x };
+    let big = x * std::f32::consts::LOG2_E + ROUND;
+    let n = big - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (1.0 / 2.0
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // `big`'s low mantissa bits hold n (1.5 · 2^23 + n): 2^n's exponent from them, with no
+    // float-to-integer conversion (which kept the loop from vectorizing).
+    let scale = f32::from_bits(
+        big.to_bits()
+            .wrapping_sub(ROUND.to_bits())
+            .wrapping_add(127)
+            << 23,
+    );
+    if under {
+        0.0
+    } else {
+        p * scale
     }
 }
 
@@ -272,6 +389,49 @@ mod tests {
         assert_eq!(t.logprob, f32::NEG_INFINITY);
         assert_eq!(t.top, vec![(0, 0.5f32.ln()), (2, 0.5f32.ln())]);
         assert_eq!(log_probs(&[1.0, 2.0], 0, 0).top, vec![]);
+    }
+
+    /// At a 152k vocabulary, against log-softmax computed directly with libm's f64 exp.
+    #[test]
+    fn log_probs_over_qwens_vocabulary_size_are_the_direct_log_softmax() {
+        let n = 151_936;
+        let logits: Vec<f32> = (0..n)
+            .map(|i| ((i as u64 * 2_654_435_761) % 10_007) as f32 / 700.0 - 7.0)
+            .collect();
+        let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let log_z = max
+            + logits
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        for token in [0u32, 77, 151_935] {
+            let t = log_probs(&logits, token, 3);
+            let direct = logits[token as usize] as f64 - log_z;
+            assert!((t.logprob as f64 - direct).abs() < 1e-6, "{token}");
+            for (id, lp) in t.top {
+                assert!((lp as f64 - (logits[id as usize] as f64 - log_z)).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn exp_below_zero_is_exp_to_a_few_ulps() {
+        let mut x = 0f32;
+        while x > -90.0 {
+            let want = (x as f64).exp();
+            let got = exp_below_zero(x) as f64;
+            if x >= -87.0 {
+                assert!((got - want).abs() <= 4e-7 * want, "{x}: {got} vs {want}");
+            } else {
+                assert_eq!(got, 0.0, "{x}");
+            }
+            x -= 0.001_37;
+        }
+        assert_eq!(exp_below_zero(0.0), 1.0);
+        assert_eq!(exp_below_zero(-0.0), 1.0);
+        assert_eq!(exp_below_zero(f32::NEG_INFINITY), 0.0);
+        assert!(exp_below_zero(f32::NAN).is_nan());
     }
 
     #[test]
