@@ -131,11 +131,16 @@ def speed(client, model, n):
                    "eval_ms_per_step": t.get("predicted_eval_ms") and round(
                        t["predicted_eval_ms"] / steps, 4),
                    "rest_ms_per_step": t.get("predicted_eval_ms") and round(
-                       (t["predicted_ms"] - t["predicted_eval_ms"]) / steps, 4)}
+                       (t["predicted_ms"] - t["predicted_eval_ms"]) / steps, 4),
+                   "draw_ms_per_step": t.get("predicted_draw_ms") and round(
+                       t["predicted_draw_ms"] / steps, 4)}
             if "constraint_ms" in t:
                 row["grammar_ms"] = round(t["constraint_ms"], 2)
                 row["grammar_masks"] = t["constraint_masks"]
                 row["grammar_exposed_ms"] = t.get("constraint_exposed_ms")
+                if "predicted_constraint_exposed_ms" in t:
+                    row["grammar_exposed_ms_per_step"] = round(
+                        t["predicted_constraint_exposed_ms"] / steps, 4)
                 row["grammar_share_of_decode"] = round(t["constraint_ms"] / (
                     t["predicted_ms"] + t["prompt_ms"]), 5)
             print(json.dumps(row), flush=True)

@@ -4,7 +4,7 @@
 use crate::evaluator::{EvalError, Evaluator};
 use crate::preparer::Preparer;
 use crate::sampler::{Sampler, SamplerParams};
-use crate::steer::{log_probs, Constraint, TokenLogprob};
+use crate::steer::{log_probs_in, Constraint, TokenLogprob, TokenSet};
 use crate::stop::{EndOfGeneration, StopStrings};
 use crate::text::{Utf8Stream, Vocabulary};
 use std::time::{Duration, Instant};
@@ -73,6 +73,12 @@ pub struct Generation {
     /// Of `decode`, the time inside the evaluator's decode steps (the rest: sampling, the
     /// constraint's exposed time, text and callbacks).
     pub decode_eval: Duration,
+    /// Of `decode`, the sampler's draws and the log-probabilities (the first token's, drawn
+    /// in the prefill, excluded).
+    pub decode_draw: Duration,
+    /// Of `decode`, the constraint's exposed time (`constraint_exposed` without the first
+    /// token's, which the prefill holds).
+    pub decode_constraint_exposed: Duration,
 }
 
 /// What [`generate_steered`] adds to each step beside the sampler.
@@ -210,6 +216,8 @@ pub fn generate_steered(
         logprobs: Vec::new(),
         constraint_exposed: Duration::ZERO,
         decode_eval: Duration::ZERO,
+        decode_draw: Duration::ZERO,
+        decode_constraint_exposed: Duration::ZERO,
     };
     // Returns whether the caller wants more.
     let mut emit = |text: &str, token: Option<u32>, out: &mut Generation| -> bool {
@@ -222,6 +230,9 @@ pub fn generate_steered(
         })
     };
     let end_ids: Vec<u32> = end.ids().collect();
+    // What the constraint allows at a step, where it gives a set (a grammar's mask): one
+    // buffer for the generation, which the draw reads instead of −∞ written into the logits.
+    let mut allowed = TokenSet::default();
     // The constraint's mask, the draw, and the log-probabilities of what the draw saw. The
     // constraint accepts the drawn token later (`unaccepted`): during the next step, on the
     // thread that prepares the next mask, off the decode's critical path.
@@ -230,17 +241,32 @@ pub fn generate_steered(
                       history: &[u32],
                       out: &mut Generation|
      -> Result<u32, GenerateError> {
+        let mut set = None;
         if let Some(c) = steering.constraint.as_deref_mut() {
             let start = Instant::now();
-            c.mask(&mut logits, &end_ids)
-                .map_err(GenerateError::Constraint)?;
+            allowed.resize(logits.len());
+            if c.allowed(&mut allowed, &end_ids)
+                .map_err(GenerateError::Constraint)?
+            {
+                if allowed.is_empty() {
+                    return Err(GenerateError::Constraint(
+                        "the constraint allows no token".into(),
+                    ));
+                }
+                set = Some(&allowed);
+            } else {
+                c.mask(&mut logits, &end_ids)
+                    .map_err(GenerateError::Constraint)?;
+            }
             out.constraint_exposed += start.elapsed();
         }
-        let next = sampler.sample(&logits, history);
+        let drawn = Instant::now();
+        let next = sampler.sample_in(&logits, history, set);
         if let Some(top) = steering.logprobs {
             let seen = sampler.penalized(&logits, history);
-            out.logprobs.push(log_probs(&seen, next, top));
+            out.logprobs.push(log_probs_in(&seen, set, next, top));
         }
+        out.decode_draw += drawn.elapsed();
         Ok(next)
     };
     // The drawn token the constraint has yet to accept (never an end token: those end the
@@ -255,15 +281,6 @@ pub fn generate_steered(
     };
 
     let start = Instant::now();
-    let logits = evaluator.eval(&prompt[reuse..])?;
-    if let Some(c) = steering.constraint.as_deref_mut() {
-        c.draws_left(draws_left(&out, evaluator.n_past()));
-    }
-    let mut next = choose(&mut steering, logits, &history, &mut out)?;
-    let mut pending = unaccepted(next);
-    out.prefill = start.elapsed();
-
-    let decode_start = Instant::now();
     // Outputs a drawn token and says whether generation stops there: `Some(reason)` (the
     // reason `None` where it just ends: the last token wanted), `None` to go on. `n_past` is
     // the evaluator's cache length before the token's own step.
@@ -303,13 +320,33 @@ pub fn generate_steered(
         && (options.sampler.repeat_penalty == 1.0 || options.sampler.repeat_last_n == 0)
         && steering.constraint.is_none()
         && steering.logprobs.is_none();
-    // With a constraint, one thread for the whole loop accepts the drawn tokens and prepares
-    // the masks while the device computes each step (`decode_preparing`).
-    let stopped = std::thread::scope(|scope| -> Result<Option<StopReason>, GenerateError> {
+    // With a constraint, one thread for the whole generation accepts the drawn tokens and
+    // prepares each mask while the device computes: the first one during the prefill, each
+    // next one during the decode step before it (`preparing`).
+    let scoped = std::thread::scope(|scope| {
         let preparer = steering
             .constraint
             .is_some()
             .then(|| Preparer::start(scope));
+        if let Some(c) = steering.constraint.as_deref_mut() {
+            // After the prefill the cache holds the whole prompt.
+            c.draws_left(draws_left(&out, prompt.len()));
+        }
+        let (logits, _, waited) = preparing(
+            || evaluator.eval(&prompt[reuse..]),
+            &mut steering.constraint,
+            preparer.as_ref(),
+            None,
+        )?;
+        out.constraint_exposed += waited;
+        let mut next = choose(&mut steering, logits, &history, &mut out)?;
+        let mut pending = unaccepted(next);
+        out.prefill = start.elapsed();
+        // The first draw belongs to the prefill.
+        out.decode_draw = Duration::ZERO;
+        let prefill_exposed = out.constraint_exposed;
+
+        let decode_start = Instant::now();
         let mut stopped = None;
         while out.tokens.len() < options.max_new_tokens {
             if let Some(reason) = take(next, evaluator.n_past(), &mut out, &mut history) {
@@ -344,9 +381,8 @@ pub fn generate_steered(
             if let Some(c) = steering.constraint.as_deref_mut() {
                 c.draws_left(draws_left(&out, evaluator.n_past() + 1));
             }
-            let (logits, eval, waited) = decode_preparing(
-                evaluator,
-                next,
+            let (logits, eval, waited) = preparing(
+                || evaluator.decode(next),
                 &mut steering.constraint,
                 preparer.as_ref(),
                 pending.take(),
@@ -357,9 +393,11 @@ pub fn generate_steered(
             next = choose(&mut steering, logits, &history, &mut out)?;
             pending = unaccepted(next);
         }
-        Ok(stopped)
-    })?;
-    out.decode = decode_start.elapsed();
+        out.decode = decode_start.elapsed();
+        out.decode_constraint_exposed = out.constraint_exposed - prefill_exposed;
+        Ok::<_, GenerateError>((stopped, pending))
+    });
+    let (stopped, pending) = scoped?;
     // The constraint sees every drawn token, the last one too.
     if let (Some(token), Some(c)) = (pending, steering.constraint.as_deref_mut()) {
         c.accept(token).map_err(GenerateError::Constraint)?;
@@ -383,27 +421,26 @@ pub fn generate_steered(
     Ok(out)
 }
 
-/// `evaluator.decode(token)`, with the constraint (taken from `slot` and put back) accepting
-/// the drawn token (`accept`) and preparing its next mask on the preparer's thread meanwhile
-/// (the grammar needs the tokens so far, not the logits): on an H100 the 0.5B's step takes
-/// ~1.3 ms and a JSON-schema mask over its 151,936 tokens ~0.3-0.4 ms, which would otherwise
-/// add up (2026-12-06e: constrained decode at 0.69× unconstrained; 0.79× with only the mask
-/// overlapped, 2026-12-06f). Returns the logits, the evaluator's time and how long the step's
-/// end waited for the constraint.
-fn decode_preparing<'a>(
-    evaluator: &mut dyn Evaluator,
-    token: u32,
+/// `run` (the prefill or a decode step), with the constraint (taken from `slot` and put back)
+/// accepting the drawn token (`accept`) and preparing its next mask on the preparer's thread
+/// meanwhile (the grammar needs the tokens so far, not the logits): on an H100 the 0.5B's step
+/// takes ~1.3 ms and a JSON-schema mask over its 151,936 tokens ~0.3-0.4 ms, which would
+/// otherwise add up (2026-12-06e: constrained decode at 0.69× unconstrained; 0.79× with only
+/// the mask overlapped, 2026-12-06f). Returns the logits, the evaluator's time and how long
+/// the step's end waited for the constraint.
+fn preparing<'a>(
+    run: impl FnOnce() -> Result<Vec<f32>, EvalError>,
     slot: &mut Option<&'a mut dyn Constraint>,
     preparer: Option<&Preparer<'a>>,
     accept: Option<u32>,
 ) -> Result<(Vec<f32>, Duration, Duration), GenerateError> {
     let start = Instant::now();
     let (Some(preparer), Some(c)) = (preparer, slot.take()) else {
-        let logits = evaluator.decode(token)?;
+        let logits = run()?;
         return Ok((logits, start.elapsed(), Duration::ZERO));
     };
     preparer.hand_over(c, accept);
-    let logits = evaluator.decode(token);
+    let logits = run();
     let eval = start.elapsed();
     let wait = Instant::now();
     let (c, prepared) = preparer.take_back().map_err(GenerateError::Constraint)?;
@@ -416,6 +453,7 @@ fn decode_preparing<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::steer::TokenSet;
 
     /// A model with a fixed rule: the next token is (last + 1) mod n_vocab, with logit 1 for
     /// it and 0 elsewhere. Counts its calls.
@@ -775,7 +813,7 @@ mod tests {
     }
 
     #[test]
-    fn a_constraint_prepares_each_decode_steps_mask_on_another_thread_during_the_step() {
+    fn a_constraint_prepares_each_mask_on_another_thread_during_the_prefill_or_step() {
         let mut ev = Counter::new(10, 64);
         let mut c = TwoAhead {
             n: 10,
@@ -802,9 +840,10 @@ mod tests {
         // The model wants last + 1; the constraint only allows last + 2, from the tokens it
         // accepted (a stale prepared mask would repeat a token).
         assert_eq!(g.tokens, vec![2, 4, 6, 8, 0]);
-        // The first mask (after the prompt) is computed in place, every decode step's ahead.
-        assert_eq!(c.masks_prepared, vec![false, true, true, true, true]);
-        assert_eq!(c.prepare_threads.len(), 4);
+        // Every mask is prepared ahead of its logits: the first during the prefill, each
+        // next one during its decode step.
+        assert_eq!(c.masks_prepared, vec![true, true, true, true, true]);
+        assert_eq!(c.prepare_threads.len(), 5);
         let here = std::thread::current().id();
         assert!(c.prepare_threads.iter().all(|&t| t != here));
         // One preparing thread for the whole generation, not one per step.
@@ -949,5 +988,67 @@ mod tests {
         let want = 1.0 - (1f32.exp() + 9.0).ln();
         assert!((g.logprobs[0].logprob - want).abs() < 1e-6);
         assert_eq!(g.logprobs[1].top[0].0, 2);
+    }
+
+    /// [`Multiples`] that also gives its tokens as a set: the loop then draws among them
+    /// without writing −∞ into the logits.
+    struct MultiplesSet(Multiples);
+
+    impl Constraint for MultiplesSet {
+        fn mask(&mut self, logits: &mut [f32], end: &[u32]) -> Result<(), String> {
+            self.0.mask(logits, end)
+        }
+        fn accept(&mut self, token: u32) -> Result<(), String> {
+            self.0.accept(token)
+        }
+        fn allowed(&mut self, allowed: &mut TokenSet, end: &[u32]) -> Result<bool, String> {
+            for id in 0..allowed.len() as u32 {
+                allowed.set(id, id % self.0.k == 0 || end.contains(&id));
+            }
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn a_constraint_given_as_a_set_draws_what_its_mask_draws() {
+        for seed in 0..30 {
+            let options = GenerateOptions {
+                max_new_tokens: 12,
+                sampler: SamplerParams {
+                    temperature: 1.0,
+                    seed,
+                    ..SamplerParams::default()
+                },
+                stop_strings: Vec::new(),
+            };
+            let run = |c: &mut dyn Constraint| {
+                let mut ev = Counter::new(100, 64);
+                generate_steered(
+                    &mut ev,
+                    &Bytes((0..100).map(|i| vec![b'a' + (i % 26) as u8]).collect()),
+                    &EndOfGeneration::from_ids([97]),
+                    &[0],
+                    0,
+                    &options,
+                    Steering {
+                        constraint: Some(c),
+                        logprobs: Some(3),
+                    },
+                    &mut |_: &Step| true,
+                )
+                .unwrap()
+            };
+            let masked = run(&mut Multiples {
+                k: 7,
+                accepted: Vec::new(),
+            });
+            let set = run(&mut MultiplesSet(Multiples {
+                k: 7,
+                accepted: Vec::new(),
+            }));
+            assert_eq!(set.tokens, masked.tokens, "seed {seed}");
+            assert_eq!(set.logprobs, masked.logprobs, "seed {seed}");
+            assert!(set.tokens.iter().all(|t| t % 7 == 0));
+        }
     }
 }

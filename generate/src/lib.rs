@@ -17,7 +17,7 @@ pub use generation::{
     generate, generate_reusing, generate_steered, GenerateError, GenerateOptions, Generation,
     Steering, Step, StopReason,
 };
-pub use sampler::{Sampler, SamplerParams};
-pub use steer::{log_probs, Constraint, TokenLogprob};
+pub use sampler::{argmax, argmax_in, Sampler, SamplerParams};
+pub use steer::{log_probs, log_probs_in, Constraint, TokenLogprob, TokenSet};
 pub use stop::{EndOfGeneration, StopStrings};
 pub use text::{Utf8Stream, Vocabulary};

@@ -2,6 +2,7 @@
 //! chain of filters (repetition penalty, top-k, top-p, min-p, temperature), so that the same
 //! flags mean the same thing in both programs.
 
+use crate::steer::TokenSet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::borrow::Cow;
@@ -101,10 +102,25 @@ impl Sampler {
     /// The next token. `history` holds the tokens so far (prompt and generated), for the
     /// repetition penalty.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        self.sample_in(logits, history, None)
+    }
+
+    /// [`Sampler::sample`] among the tokens of `allowed` (every token where None): the draw
+    /// made on the logits with every other token's at −∞, made without writing them (a
+    /// grammar's mask leaves a few tokens of a 152k vocabulary, or most of them, and the draw
+    /// reads only those). The same candidates, probabilities and random numbers, so the same
+    /// tokens, except that a forbidden token is never drawn: −∞ logits had probability 0 but
+    /// could be drawn where every allowed token's sum rounded below the random number.
+    pub fn sample_in(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&TokenSet>,
+    ) -> u32 {
         if self.params.temperature <= 0.0 {
-            return argmax(&self.penalized(logits, history));
+            return argmax_in(&self.penalized(logits, history), allowed);
         }
-        let candidates = self.distribution(logits, history);
+        let candidates = self.distribution_in(logits, history, allowed);
         let u: f32 = self.rng.gen();
         draw(&candidates, u)
     }
@@ -134,6 +150,18 @@ impl Sampler {
     /// top-p and min-p on the softmax of the logits, then the temperature on what is left
     /// (llama.cpp's default order: the filters look at the untempered probabilities).
     pub fn distribution(&self, logits: &[f32], history: &[u32]) -> Vec<Candidate> {
+        self.distribution_in(logits, history, None)
+    }
+
+    /// [`Sampler::distribution`] among the tokens of `allowed` (every token where None): that
+    /// of the logits with every other token's at −∞, without the zero-probability candidates
+    /// those would add where fewer than top-k tokens are allowed. Empty where no token is.
+    pub fn distribution_in(
+        &self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&TokenSet>,
+    ) -> Vec<Candidate> {
         let p = &self.params;
         let logits = self.penalized(logits, history);
         // Most likely first; ties keep the lower id first, so the result does not depend on
@@ -146,10 +174,19 @@ impl Sampler {
         let mut order: Vec<u32> = if p.top_k > 0 && p.top_k < logits.len() {
             // Only the top k are ordered, found in one pass, where sorting a 152k vocabulary
             // took ~6 ms a token on a desktop core (more than an H100's decode step).
-            top_k(&logits, p.top_k)
+            top_k(&logits, p.top_k, allowed)
         } else {
-            (0..logits.len() as u32).collect()
+            match allowed {
+                None => (0..logits.len() as u32).collect(),
+                Some(set) => set
+                    .ids()
+                    .take_while(|&id| (id as usize) < logits.len())
+                    .collect(),
+            }
         };
+        if order.is_empty() {
+            return Vec::new();
+        }
         order.sort_by(by_rank);
         let probs = softmax(
             &order
@@ -171,6 +208,7 @@ impl Sampler {
             order.truncate(keep);
         }
         if p.min_p > 0.0 {
+            // `probs` is not empty: `order` was not.
             let threshold = probs[0] * p.min_p;
             let keep = probs[..order.len()]
                 .iter()
@@ -193,56 +231,129 @@ impl Sampler {
     }
 }
 
-/// The ids of the `k` largest logits (on a tie the lower id ranks higher), in no order: one
-/// pass over the logits with a heap of the k best so far, whose worst most ids fail against.
-fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
-    use std::cmp::Ordering;
-    use std::collections::BinaryHeap;
-    /// An id ordered so that the heap's top is the worst of those it holds.
-    struct Ranked(f32, u32);
-    impl Ord for Ranked {
-        fn cmp(&self, other: &Self) -> Ordering {
-            // Greater = worse: a smaller logit, or the same logit and a higher id.
-            other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+/// The ids of the `k` largest logits among `allowed` (all where None; on a tie the lower id
+/// ranks higher), in no order: one pass over the logits with a heap of the k best so far,
+/// whose worst most ids fail against. Once the heap is full, a block of 32 logits whose
+/// largest is below the heap's worst is passed over whole (its maximum is a few vector
+/// instructions: a 152k vocabulary's pass is then mostly those), and a block no id of which is
+/// allowed is never read.
+fn top_k(logits: &[f32], k: usize, allowed: Option<&TokenSet>) -> Vec<u32> {
+    let mut best = Best::new(k);
+    for (w, chunk) in logits.chunks(32).enumerate() {
+        let bits = allowed.map_or(u32::MAX, |set| set.word(w));
+        if bits == 0 {
+            continue;
+        }
+        if best.full() {
+            if let Ok(block) = <&[f32; 32]>::try_from(chunk) {
+                // Every logit of the block, allowed or not (those not allowed are the model's
+                // own values, not −∞): below the bar, none of the allowed ones can enter.
+                if block_below(block, best.bar) {
+                    continue;
+                }
+            }
+        }
+        let mut b = bits;
+        while b != 0 {
+            let i = b.trailing_zeros() as usize;
+            b &= b - 1;
+            if let Some(&l) = chunk.get(i) {
+                best.offer((w * 32 + i) as u32, l);
+            }
         }
     }
-    impl PartialOrd for Ranked {
-        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-            Some(self.cmp(other))
+    best.heap.into_iter().map(|r| r.1).collect()
+}
+
+/// Whether no logit of `block` can enter a full heap whose worst is `bar`: each is below it,
+/// or −∞ (which never enters a full heap); false where one is NaN (those rank by `total_cmp`,
+/// which the exact comparison applies). Eight lanes of maxima and of sums, compared with the
+/// bar lane by lane: vector instructions without a serial reduction. A NaN propagates through
+/// the sum (as do +∞ and −∞ together, which only sends the block to the exact comparison).
+#[inline]
+fn block_below(block: &[f32; 32], bar: f32) -> bool {
+    let mut max = [f32::NEG_INFINITY; 8];
+    let mut sum = [0f32; 8];
+    for part in block.chunks_exact(8) {
+        for j in 0..8 {
+            let l = part[j];
+            max[j] = if l > max[j] { l } else { max[j] };
+            sum[j] += l;
         }
     }
-    impl PartialEq for Ranked {
-        fn eq(&self, other: &Self) -> bool {
-            self.cmp(other) == Ordering::Equal
+    let mut below = 0u32;
+    for j in 0..8 {
+        let skip = (max[j] < bar) | (max[j] == f32::NEG_INFINITY);
+        below += (skip & !sum[j].is_nan()) as u32;
+    }
+    below == 8
+}
+
+/// An id ordered so that a max-heap's top is the worst of those it holds.
+struct Ranked(f32, u32);
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Greater = worse: a smaller logit, or the same logit and a higher id.
+        other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+    }
+}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Ranked {}
+
+/// The k best ids offered so far.
+struct Best {
+    heap: std::collections::BinaryHeap<Ranked>,
+    k: usize,
+    /// The worst logit kept, once the heap is full: a plain `<` against it rejects most ids at
+    /// once (where `<` and `total_cmp` differ, NaN and ±0, the exact comparison decides).
+    bar: f32,
+}
+
+impl Best {
+    fn new(k: usize) -> Best {
+        Best {
+            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+            k,
+            bar: f32::NEG_INFINITY,
         }
     }
-    impl Eq for Ranked {}
-    let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k + 1);
-    // The worst logit kept, once the heap is full: a plain `<` against it rejects most ids at
-    // once (where `<` and `total_cmp` differ, NaN and ±0, the exact comparison decides).
-    let mut bar = f32::NEG_INFINITY;
-    for (id, &l) in logits.iter().enumerate() {
+
+    fn full(&self) -> bool {
+        self.heap.len() == self.k
+    }
+
+    #[inline]
+    fn offer(&mut self, id: u32, l: f32) {
         // Once the heap is full a −∞ never enters it (it ties the worst at best, with a higher
-        // id): a grammar's mask leaves most logits at −∞, and with fewer than k tokens allowed
-        // the bar stays −∞, so without this each of them took the exact comparison (0.25
-        // against 0.10 ms a draw at 151,936 tokens, `examples/sampler_cost`).
-        if l < bar || (l == f32::NEG_INFINITY && heap.len() == k) {
-            continue;
+        // id): a mask written into the logits leaves most at −∞, and with fewer than k tokens
+        // allowed the bar stays −∞, so without this each of them took the exact comparison
+        // (0.25 against 0.10 ms a draw at 151,936 tokens, `examples/sampler_cost`).
+        if l < self.bar || (l == f32::NEG_INFINITY && self.full()) {
+            return;
         }
-        let candidate = Ranked(l, id as u32);
-        if heap.len() < k {
-            heap.push(candidate);
-        } else if heap.peek().is_some_and(|worst| candidate < *worst) {
-            heap.pop();
-            heap.push(candidate);
+        let candidate = Ranked(l, id);
+        if self.heap.len() < self.k {
+            self.heap.push(candidate);
+        } else if self.heap.peek().is_some_and(|worst| candidate < *worst) {
+            self.heap.pop();
+            self.heap.push(candidate);
         } else {
-            continue;
+            return;
         }
-        if heap.len() == k {
-            bar = heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.0);
+        if self.full() {
+            self.bar = self.heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.0);
         }
     }
-    heap.into_iter().map(|r| r.1).collect()
 }
 
 /// The index of the largest logit, the first one on a tie (as llama.cpp's greedy sampler); a
@@ -250,6 +361,58 @@ fn top_k(logits: &[f32], k: usize) -> Vec<u32> {
 pub fn argmax(logits: &[f32]) -> u32 {
     // The maximum over 16 independent lanes (a loop the compiler turns into vector compares:
     // a greedy decode step scans 152k logits), then the first index holding it.
+    let max = logits_max(logits);
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
+}
+
+/// [`argmax`] among the tokens of `allowed` (all where None): that of the logits with every
+/// other token's at −∞, read without writing them. Where no allowed logit is above −∞ (all
+/// −∞ or NaN), the first allowed id (0 where none is), never a forbidden one.
+pub fn argmax_in(logits: &[f32], allowed: Option<&TokenSet>) -> u32 {
+    let Some(set) = allowed else {
+        return argmax(logits);
+    };
+    let blocks = || {
+        logits
+            .chunks(32)
+            .enumerate()
+            .map(|(w, chunk)| (w, set.word(w), chunk))
+            .filter(|&(_, bits, _)| bits != 0)
+    };
+    let mut max = f32::NEG_INFINITY;
+    for (_, bits, chunk) in blocks() {
+        if bits == u32::MAX && chunk.len() == 32 {
+            let m = logits_max(chunk);
+            max = if m > max { m } else { max };
+        } else {
+            let mut b = bits;
+            while b != 0 {
+                let i = b.trailing_zeros() as usize;
+                b &= b - 1;
+                if let Some(&l) = chunk.get(i) {
+                    max = if l > max { l } else { max };
+                }
+            }
+        }
+    }
+    let mut first = None;
+    for (w, bits, chunk) in blocks() {
+        let mut b = bits;
+        while b != 0 {
+            let i = b.trailing_zeros() as usize;
+            b &= b - 1;
+            let Some(&l) = chunk.get(i) else { break };
+            first.get_or_insert((w * 32 + i) as u32);
+            if l == max && max > f32::NEG_INFINITY {
+                return (w * 32 + i) as u32;
+            }
+        }
+    }
+    first.unwrap_or(0)
+}
+
+/// The largest of `logits`, NaN never (−∞ where all are NaN), over 16 lanes.
+pub(crate) fn logits_max(logits: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = logits.chunks_exact(LANES);
@@ -261,11 +424,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
             }
         }
     }
-    let max = lanes
+    lanes
         .iter()
         .chain(rest)
-        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
-    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
+        .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
 }
 
 /// Probabilities of `logits` (max subtracted first; the sum in f64).
@@ -292,6 +454,7 @@ fn draw(candidates: &[Candidate], u: f32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::steer::TokenSet;
 
     /// Logits whose softmax is exactly 0.1, 0.2, 0.3, 0.4.
     fn four() -> Vec<f32> {
@@ -492,7 +655,7 @@ mod tests {
         let mut full: Vec<u32> = (0..logits.len() as u32).collect();
         full.sort_by(by_rank);
         for &k in ks {
-            let mut got = top_k(logits, k);
+            let mut got = top_k(logits, k, None);
             got.sort_by(by_rank);
             assert_eq!(got, full[..k], "{what}k = {k}");
         }
@@ -575,5 +738,250 @@ mod tests {
         assert_eq!(argmax(&v), 36);
         v[20] = 9.0;
         assert_eq!(argmax(&v), 20);
+    }
+
+    /// Random logits over `n` ids with ties (a few levels) and a set allowing about `density`
+    /// of them (`None`: all), with the logits a mask would leave: −∞ outside the set.
+    fn masked_case(n: usize, density: f64, seed: u64) -> (Vec<f32>, TokenSet, Vec<f32>) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(seed);
+        let logits: Vec<f32> = (0..n)
+            .map(|_| (rng.gen_range(0..200) as f32) / 20.0 - 5.0)
+            .collect();
+        let mut set = TokenSet::new(n);
+        for id in 0..n as u32 {
+            if rng.gen_bool(density) {
+                set.set(id, true);
+            }
+        }
+        let mut dense = logits.clone();
+        set.apply(&mut dense);
+        (logits, set, dense)
+    }
+
+    /// The chains the tests run: llama.cpp's default, each filter alone, none, greedy, and the
+    /// repetition penalty.
+    fn chains() -> Vec<SamplerParams> {
+        let base = SamplerParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        };
+        vec![
+            SamplerParams {
+                temperature: 1.0,
+                ..SamplerParams::default()
+            },
+            SamplerParams::default(),
+            base.clone(),
+            SamplerParams {
+                top_k: 5,
+                ..base.clone()
+            },
+            SamplerParams {
+                top_p: 0.5,
+                ..base.clone()
+            },
+            SamplerParams {
+                min_p: 0.2,
+                temperature: 0.7,
+                ..base.clone()
+            },
+            SamplerParams::greedy(),
+            SamplerParams {
+                repeat_penalty: 1.3,
+                ..SamplerParams::default()
+            },
+        ]
+    }
+
+    /// The draw among a set's tokens against the draw on the logits with −∞ written outside
+    /// it (the algorithm before sets, whose chain the tests above check against full sorts):
+    /// the same tokens seed by seed, the same candidates less those of probability 0, the same
+    /// probabilities bit for bit; for sets from one token to all, sizes not a multiple of 32.
+    #[test]
+    fn a_draw_among_a_set_is_the_draw_on_the_masked_logits() {
+        let history = [3u32, 7, 7, 100, 2];
+        for (case, (n, density)) in [
+            (1000, 0.002),
+            (1000, 0.02),
+            (3001, 0.01),
+            (3001, 0.3),
+            (3001, 0.9),
+            (4096, 1.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (logits, set, dense) = masked_case(n, density, case as u64);
+            if set.is_empty() {
+                continue;
+            }
+            for params in chains() {
+                let what = format!("n {n}, {} allowed, {params:?}", set.count());
+                let s = Sampler::new(params.clone()).unwrap();
+                let by_set = s.distribution_in(&logits, &history, Some(&set));
+                let by_mask: Vec<Candidate> = s
+                    .distribution(&dense, &history)
+                    .into_iter()
+                    .filter(|c| c.p > 0.0)
+                    .collect();
+                if params.temperature > 0.0 {
+                    assert_eq!(by_set, by_mask, "{what}");
+                    assert!(by_set.iter().all(|c| set.contains(c.id)), "{what}");
+                }
+                for seed in 0..20 {
+                    let params = SamplerParams {
+                        seed,
+                        ..params.clone()
+                    };
+                    let mut a = Sampler::new(params.clone()).unwrap();
+                    let mut b = Sampler::new(params).unwrap();
+                    for _ in 0..5 {
+                        let x = a.sample_in(&logits, &history, Some(&set));
+                        let y = b.sample(&dense, &history);
+                        assert!(set.contains(x), "{what}: {x} is forbidden");
+                        // Where rounding left the allowed probabilities' sum under the random
+                        // number, the masked draw fell through to a forbidden token.
+                        if set.contains(y) {
+                            assert_eq!(x, y, "{what}, seed {seed}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The distribution among a set against a direct computation: every allowed id sorted by
+    /// a full sort, softmax in f64, top-p, min-p and the temperature by hand.
+    #[test]
+    fn the_distribution_among_a_set_is_the_direct_computation() {
+        let (logits, set, _) = masked_case(5000, 0.05, 11);
+        for (top_k, top_p, min_p, t) in [
+            (40, 0.95, 0.05, 0.8),
+            (0, 1.0, 0.0, 1.0),
+            (10, 0.7, 0.0, 1.5),
+            (1000, 1.0, 0.1, 0.5),
+        ] {
+            let s = Sampler::new(SamplerParams {
+                temperature: t,
+                top_k,
+                top_p,
+                min_p,
+                ..SamplerParams::default()
+            })
+            .unwrap();
+            let got = s.distribution_in(&logits, &[], Some(&set));
+            let mut ids: Vec<u32> = (0..logits.len() as u32)
+                .filter(|&i| set.contains(i))
+                .collect();
+            ids.sort_by(|&a, &b| {
+                logits[b as usize]
+                    .total_cmp(&logits[a as usize])
+                    .then(a.cmp(&b))
+            });
+            if top_k > 0 {
+                ids.truncate(top_k);
+            }
+            let max = logits[ids[0] as usize] as f64;
+            let e: Vec<f64> = ids
+                .iter()
+                .map(|&i| (logits[i as usize] as f64 - max).exp())
+                .collect();
+            let z: f64 = e.iter().sum();
+            let p: Vec<f64> = e.iter().map(|x| x / z).collect();
+            let mut keep = ids.len();
+            if top_p < 1.0 {
+                let mut cum = 0.0;
+                keep = p
+                    .iter()
+                    .position(|&q| {
+                        cum += q;
+                        cum >= top_p as f64 - 1e-9
+                    })
+                    .map_or(keep, |i| i + 1);
+            }
+            let keep_min = p.iter().take_while(|&&q| q >= p[0] * min_p as f64).count();
+            ids.truncate(keep.min(keep_min).max(1));
+            let w: Vec<f64> = ids
+                .iter()
+                .map(|&i| ((logits[i as usize] as f64 - max) / t as f64).exp())
+                .collect();
+            let wz: f64 = w.iter().sum();
+            let what = format!("top-k {top_k}, top-p {top_p}, min-p {min_p}, T {t}");
+            assert_eq!(got.iter().map(|c| c.id).collect::<Vec<_>>(), ids, "{what}");
+            for (c, w) in got.iter().zip(&w) {
+                assert!((c.p as f64 - w / wz).abs() < 1e-6, "{what}: {c:?}");
+            }
+        }
+    }
+
+    /// `top_k` among a set, and on logits whose blocks of 32 the pass skips or must not skip
+    /// (NaN, ±∞, ties at the heap's worst, −0.0 beside 0.0), against the full order.
+    #[test]
+    fn top_k_among_a_set_and_past_skipped_blocks_is_the_full_orders_prefix() {
+        for (case, density) in [0.001, 0.01, 0.2, 0.97, 1.0].into_iter().enumerate() {
+            let (mut logits, set, _) = masked_case(7000, density, 100 + case as u64);
+            logits[64] = f32::NAN;
+            logits[65] = f32::INFINITY;
+            logits[66] = f32::NEG_INFINITY;
+            logits[3000] = -0.0;
+            logits[3001] = 0.0;
+            logits[6500] = f32::NAN;
+            logits[6501] = f32::NEG_INFINITY;
+            logits[6502] = f32::INFINITY;
+            for w in 150..160 {
+                // Whole blocks of −∞, allowed.
+                logits[w * 32..w * 32 + 32].fill(f32::NEG_INFINITY);
+            }
+            let rank = |a: &u32, b: &u32| {
+                logits[*b as usize]
+                    .total_cmp(&logits[*a as usize])
+                    .then(a.cmp(b))
+            };
+            for allowed in [None, Some(&set)] {
+                let mut full: Vec<u32> = (0..logits.len() as u32)
+                    .filter(|&i| allowed.is_none_or(|s| s.contains(i)))
+                    .collect();
+                full.sort_by(rank);
+                for k in [1, 2, 40, 64, 500] {
+                    let mut got = top_k(&logits, k, allowed);
+                    got.sort_by(rank);
+                    let want = &full[..k.min(full.len())];
+                    assert_eq!(
+                        got,
+                        want,
+                        "density {density}, set {}, k {k}",
+                        allowed.is_some()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn argmax_among_a_set_is_the_argmax_of_the_masked_logits() {
+        for (case, density) in [0.001, 0.05, 0.5, 1.0].into_iter().enumerate() {
+            let (mut logits, set, mut dense) = masked_case(3333, density, 200 + case as u64);
+            assert_eq!(argmax_in(&logits, Some(&set)), argmax(&dense));
+            // A NaN allowed is never the largest; one forbidden is never seen.
+            let first = set.ids().next().unwrap();
+            logits[first as usize] = f32::NAN;
+            dense[first as usize] = f32::NAN;
+            logits[5] = f32::NAN;
+            assert_eq!(argmax_in(&logits, Some(&set)), argmax(&dense));
+        }
+        // Only −∞ (or NaN) allowed: the first allowed id, never a forbidden one.
+        let logits = [1.0, f32::NEG_INFINITY, 2.0, f32::NAN, f32::NEG_INFINITY];
+        let mut set = TokenSet::new(5);
+        set.set(3, true);
+        set.set(4, true);
+        assert_eq!(argmax_in(&logits, Some(&set)), 3);
+        assert_eq!(argmax_in(&logits, Some(&TokenSet::new(5))), 0);
+        assert_eq!(argmax_in(&logits, None), argmax(&logits));
     }
 }

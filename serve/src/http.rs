@@ -361,7 +361,9 @@ fn usage(s: &Summary) -> Value {
 /// Where a grammar constrained the reply, also its share: `constraint_ms` (masks and parser
 /// steps, part of prompt_ms and predicted_ms: the first mask follows the prefill) over
 /// `constraint_masks` masks, and `constraint_exposed_ms` of it on the critical path (the rest
-/// ran while the device computed the step).
+/// ran while the device computed the step). Of `predicted_ms`, besides the model's steps
+/// (`predicted_eval_ms`): the draws (`predicted_draw_ms`) and, with a grammar, its exposed part
+/// in the decode steps (`predicted_constraint_exposed_ms`).
 fn timings(s: &Summary) -> Value {
     let mut t = json!({
         "cache_n": s.cached_tokens,
@@ -370,11 +372,13 @@ fn timings(s: &Summary) -> Value {
         "predicted_n": s.completion_tokens,
         "predicted_ms": s.predicted_ms,
         "predicted_eval_ms": s.predicted_eval_ms,
+        "predicted_draw_ms": s.predicted_draw_ms,
     });
     if let Some((ms, masks)) = s.constraint {
         t["constraint_ms"] = json!(ms);
         t["constraint_masks"] = json!(masks);
         t["constraint_exposed_ms"] = json!(s.constraint_exposed_ms);
+        t["predicted_constraint_exposed_ms"] = json!(s.predicted_constraint_exposed_ms);
     }
     t
 }

@@ -121,6 +121,11 @@ pub struct Summary {
     /// Of `predicted_ms`, the time in the model's decode steps (the rest: sampling, the
     /// grammar's exposed time, detokenizing and streaming).
     pub predicted_eval_ms: f64,
+    /// Of `predicted_ms`, the sampler's draws (and log-probabilities).
+    pub predicted_draw_ms: f64,
+    /// Of `predicted_ms`, the grammar's exposed time (of `constraint_exposed_ms`, what the
+    /// decode steps waited: the first mask, after the prefill, excluded).
+    pub predicted_constraint_exposed_ms: f64,
 }
 
 impl Summary {
@@ -139,6 +144,8 @@ impl Summary {
             constraint: None,
             constraint_exposed_ms: g.constraint_exposed.as_secs_f64() * 1e3,
             predicted_eval_ms: g.decode_eval.as_secs_f64() * 1e3,
+            predicted_draw_ms: g.decode_draw.as_secs_f64() * 1e3,
+            predicted_constraint_exposed_ms: g.decode_constraint_exposed.as_secs_f64() * 1e3,
         }
     }
 }
