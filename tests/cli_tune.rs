@@ -65,10 +65,12 @@ fn expected_gemms(path: &Path, ubatch: u64) -> BTreeSet<(u64, u64, u64, String, 
 
 /// The decode step's GEMVs with the RMSNorm folded in (ROCKY_GEMV=1 here, so the step's
 /// linears are GEMVs): Q, K and V (stacked: the longest run from Q on that shares a type is one
-/// GEMV over their rows, then the same for the rest; each with the RoPE and the KV write),
+/// GEMV over their rows, then the same for the rest; each with the RoPE and the KV write where
+/// ROCKY_ROPE_IN_PROJECTION=1),
 /// gate/up (fused where gate and up match) and the output head, each fed by a norm. Their
 /// epilogue reads "<epilogue>+norm".
 fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, String)> {
+    let rope_in_projection = std::env::var("ROCKY_ROPE_IN_PROJECTION").as_deref() == Ok("1");
     let file = GgufFile::open(path).unwrap();
     let head = if file.tensor("output.weight").is_some() {
         "output"
@@ -84,8 +86,9 @@ fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, Stri
         let bias = file.tensor(&format!("{base}.bias")).is_some();
         let epilogue = match base.split('.').collect::<Vec<_>>()[..] {
             ["blk", layer, "attn_q"] => {
-                // Stacked where they share a type, each run rotating and writing the cache
-                // (`Epilogue::RopeKv`): its columns are quads of four rows.
+                // Stacked where they share a type; with ROCKY_ROPE_IN_PROJECTION=1 each run
+                // rotates and writes the cache (`Epilogue::RopeKv`): its columns are quads of
+                // four rows.
                 let parts: Vec<_> = ["attn_q", "attn_k", "attn_v"]
                     .iter()
                     .map(|p| file.tensor(&format!("blk.{layer}.{p}.weight")).unwrap())
@@ -98,14 +101,12 @@ fn decode_norm_gemvs(path: &Path) -> BTreeSet<(u64, u64, u64, String, bool, Stri
                         .count();
                     let rows: u64 = rest[..len].iter().map(|t| t.dims[1]).sum();
                     let weight = format!("gemv {}", first.ggml_type.to_string().to_lowercase());
-                    out.insert((
-                        1,
-                        rows / 4,
-                        first.dims[0],
-                        weight,
-                        bias,
-                        "rope_kv+norm".into(),
-                    ));
+                    let (n, epilogue) = if rope_in_projection {
+                        (rows / 4, "rope_kv+norm")
+                    } else {
+                        (rows, "none+norm")
+                    };
+                    out.insert((1, n, first.dims[0], weight, bias, epilogue.into()));
                     rest = &rest[len..];
                 }
                 continue;

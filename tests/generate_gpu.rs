@@ -41,12 +41,20 @@ struct F32Math;
 thread_local! {
     /// GEMV workloads (M ≤ 8) this thread's executors asked a schedule for.
     static GEMV_ASKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Of those, the projections that rotate q and k and write the KV cache themselves.
+    static ROPE_KV_ASKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl ScheduleSource for F32Math {
     fn schedule(&self, w: &Workload, caps: &DeviceCaps) -> (Schedule, ScheduleOrigin) {
-        if matches!(w, Workload::Gemv(_)) {
+        if let Workload::Gemv(g) = w {
             GEMV_ASKED.with(|c| c.set(c.get() + 1));
+            if matches!(
+                g.epilogue,
+                rocky_compiler::templates::gemm::Epilogue::RopeKv(_)
+            ) {
+                ROPE_KV_ASKED.with(|c| c.set(c.get() + 1));
+            }
         }
         common::f32_math::F32Math.schedule(w, caps)
     }
@@ -488,4 +496,30 @@ fn a_device_greedy_generation_stopped_early_leaves_the_cache_right() {
     .unwrap();
     assert_eq!(more.reused_tokens, reused);
     assert_eq!(more.tokens, want.tokens[5..]);
+}
+
+/// The RoPE and KV write inside the Q/K/V projections (`ROCKY_ROPE_IN_PROJECTION=1`; off by
+/// default since it decoded 2-3 % slower on an H100): the CPU reference's tokens and logits on
+/// Qwen2 (stacked Q/K/V, Q8_0, and Q4_K_M, whose value layers may project alone) and Llama 3
+/// (the normal pairing with frequency factors), the projections asked for with the epilogue.
+/// Other tests of this binary that run meanwhile may take the epilogue too, which their own
+/// CPU comparison covers.
+#[test]
+fn rope_and_kv_write_in_the_projections_match_cpu() {
+    std::env::set_var("ROCKY_ROPE_IN_PROJECTION", "1");
+    for (shape, quant) in [
+        (Shape::Tiny, Quant::Q8_0),
+        (Shape::Tiny, Quant::Q4KM),
+        (Shape::LlamaTiny, Quant::Q4KM),
+    ] {
+        ROPE_KV_ASKED.with(|c| c.set(0));
+        gpu_decode_matches_cpu(&common::synth(shape, quant), 20, 16, 8);
+        if std::env::var("ROCKY_GEMV").map_or(true, |v| v != "0") {
+            assert!(
+                ROPE_KV_ASKED.with(|c| c.get()) > 0,
+                "{shape:?} {quant:?}: no projection took the RoPE and the KV write"
+            );
+        }
+    }
+    std::env::remove_var("ROCKY_ROPE_IN_PROJECTION");
 }

@@ -93,10 +93,12 @@ impl Executor<'_> {
 
     /// Whether a replayed step's dispatches wait for each other through counters on the GPU
     /// (`None`) instead of behind pipeline barriers, or why not. Off by default on every
-    /// device until it is measured to win on one (docs/measurements/2026-12-06h-decode-chain.md:
-    /// the bound it aims at was measured on an H200, the counter-ordered step itself not yet;
-    /// a CPU driver runs dispatches one after another and gains nothing; whether panvk starts
-    /// a dispatch's workgroups before the next one's is unknown). [`DECODE_CHAIN_ENV`]`=1/0`
+    /// device: on an NVIDIA H100 the counter-ordered step decoded 2-5× slower than the
+    /// barrier-ordered one (0.5B 91-288 against 714-718 tok/s, 3B 64-140 against 321; the
+    /// barrier-free bound, wrong results, 1553 and 578: docs/measurements/
+    /// 2026-12-07d-device-greedy.md), a CPU driver runs dispatches one after another and gains
+    /// nothing, and whether panvk starts a dispatch's workgroups before the next one's is
+    /// unknown. [`DECODE_CHAIN_ENV`]`=1/0`
     /// or [`Executor::set_decode_chain`] force it. Once a wait gives up (a driver that started
     /// a dispatch's workgroups before all of the previous one's), it stays off for this
     /// executor.
@@ -112,7 +114,8 @@ impl Executor<'_> {
             Some(true) => None,
             Some(false) => Some(format!("barriers asked for ({DECODE_CHAIN_ENV}=0)")),
             None => Some(format!(
-                "off by default until measured ({DECODE_CHAIN_ENV}=1 turns it on)"
+                "off by default: slower than barriers where measured ({DECODE_CHAIN_ENV}=1 \
+                 turns it on)"
             )),
         }
     }

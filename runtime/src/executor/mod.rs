@@ -896,7 +896,7 @@ impl<'m> Executor<'m> {
         let rope_kv = if kind == ProgramKind::Step
             && m == 1
             && gemv_enabled(&self.caps)
-            && rope_kv::enabled(self.caps.register_budget)
+            && rope_kv::enabled()
         {
             rope_kv::plan(&prog.graph, self.options.kv)
         } else {

@@ -20,24 +20,20 @@ use rocky_compiler::kv_type::{KvType, KvTypes};
 use rocky_compiler::templates::gemm::RopeKv;
 use rocky_models::graph::{FoldedRope, Graph, Op, ValueId};
 
-/// `ROCKY_ROPE_IN_PROJECTION=0` keeps the separate RoPE-and-KV-write kernel, `=1` folds it
-/// even where registers are scarce (A/B runs).
+/// `ROCKY_ROPE_IN_PROJECTION=1` has the projections take the RoPE and the KV write, `=0`
+/// (the default) keeps the separate RoPE-and-KV-write kernel.
 pub const ENV: &str = "ROCKY_ROPE_IN_PROJECTION";
 
-/// Whether the step's projections take the RoPE and the KV write on a device with a register
-/// budget of `register_budget` 32-bit registers per thread: where the environment says so,
-/// else where registers are not scarce. A quad column is four weight rows: where they fit only
-/// with a lighter schedule (panvk, 64 registers: one unit of four chunks a thread instead of
-/// two units of eight, to avoid spills), the Mali cost model PREDICTS the 0.5B's Q/K/V GEMVs
-/// 3.4x slower, far more than the RoPE-and-KV-write kernel it removes (decode 59.3 -> 53.7
-/// tok/s predicted; docs/measurements/2026-12-07b-rope-in-projection.md), so there it stays
-/// off, as the folded RMSNorm does (`step_fusions`).
-pub fn enabled(register_budget: u32) -> bool {
-    match std::env::var(ENV).as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => register_budget > 64,
-    }
+/// Whether the step's projections take the RoPE and the KV write: only where the environment
+/// asks for it. Measured on an NVIDIA H100 (2026-12-07d-device-greedy.md, two interleaved
+/// rounds, same greedy tokens): the step with one dispatch and level fewer per layer decodes
+/// 2-3 % slower (3B 321 against 330-331 tok/s, 0.5B 709-711 against 728-731): the quad columns'
+/// Q/K/V GEMVs lose more than the kernel they remove. On panvk (64 registers) a quad fits only
+/// with a lighter schedule, and the Mali cost model PREDICTS the 0.5B's decode 59.3 -> 53.7
+/// tok/s with it (2026-12-07b-rope-in-projection.md). So it stays off by default everywhere,
+/// kept for A/B runs and for devices where it may win.
+pub fn enabled() -> bool {
+    std::env::var(ENV).as_deref() == Ok("1")
 }
 
 /// A projection that writes its attention's rotated query and its K/V cache rows.
