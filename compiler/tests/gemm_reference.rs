@@ -48,6 +48,7 @@ fn schedule(math: Math, accumulate: Precision) -> GemmSchedule {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate,
         math,
     }

@@ -43,6 +43,7 @@ fn sched() -> GemmSchedule {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate: Precision::F32,
         math: Math::FmaF32,
     }

@@ -542,6 +542,7 @@ fn packed_broadcasts_compute_the_product_of_x_rounded_to_f16() {
         let plain = GemmSchedule {
             pack_a_f16: false,
             half_units: false,
+            packed_w: 0,
             ..packed
         };
         let mut inp = inputs(w, 300);
@@ -605,6 +606,7 @@ fn every_path_of_the_template_matches_the_reference() {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -722,6 +724,7 @@ fn shared_group_headers_match_the_reference() {
                     fold_per_slab: false,
                     pack_a_f16: false,
                     half_units: false,
+                    packed_w: 0,
                     accumulate,
                     math,
                 };
@@ -761,6 +764,7 @@ fn fused_epilogues_match_the_composed_reference() {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::FmaF32,
     };
@@ -915,6 +919,7 @@ fn n_slices_and_runtime_m_compute_the_same_product() {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate: rocky_compiler::Precision::F32,
         math: Math::Int8Dot,
     };
@@ -1081,6 +1086,12 @@ fn mali_half_unit_int8_defaults_match_the_reference() {
             s.math == Math::Int8Dot && s.half_units,
             "{w:?}: the Mali default is {s:?}"
         );
+        // Q4_K's 4×4 tile stages W as packed nibbles (`packed_w`).
+        assert_eq!(
+            s.packed_w > 0,
+            weight == F::Q4K && s.tm == 4,
+            "{w:?}: the Mali default is {s:?}"
+        );
         tiles.insert((s.bm, s.bn, s.tm, s.tn));
         check(&w, &s, &mali, &inputs(&w, 700 + i as u64));
         checked += 1;
@@ -1096,13 +1107,14 @@ fn mali_half_unit_int8_defaults_match_the_reference() {
 /// interpreter: several rows per thread with the weights staged as word runs (`wide_loads`,
 /// whose staging writes the thread-major scale tiles of `GemmSchedule::thread_scales` too),
 /// and one row per thread (no thread-major scales, the closing barrier kept), with a min
-/// term (Q4_K), a second scale (Q6_K) and one (Q5_0), over several K slabs.
+/// term (Q4_K), a second scale (Q6_K) and one (Q5_0), over several K slabs; and W staged as
+/// packed nibbles (`packed_w`: Q4_K and Q4_1, 4×4 and 2×4 tiles, all or some columns).
 #[test]
 fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
     use WeightFormat as F;
     let mali = mali_vk12();
     let mut checked = 0;
-    for (i, (weight, layout, wide_loads, bm, bn, tm, tn)) in [
+    for (i, ((weight, layout, wide_loads, bm, bn, tm, tn), packed_w)) in [
         (F::Q4K, WeightLayout::Gguf, true, 64, 64, 4, 4),
         (F::Q6K, WeightLayout::Aligned, true, 32, 32, 2, 4),
         (F::Q5_0, WeightLayout::Aligned, false, 16, 64, 4, 2),
@@ -1121,6 +1133,16 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         (F::Q6K, WeightLayout::Aligned, false, 16, 64, 1, 4),
     ]
     .into_iter()
+    .map(|t| (t, 0))
+    .chain([
+        // W staged as packed nibbles, a pair of columns' half unit per 16-byte read, for
+        // all of a thread's columns or the first pair (the rest as bytes): Q4_K (the Mali
+        // default's tile, and 2×4 in 32×64), Q4_1 (a min term of its own format).
+        ((F::Q4K, WeightLayout::Gguf, false, 64, 64, 4, 4), 2),
+        ((F::Q4K, WeightLayout::Gguf, false, 64, 64, 4, 4), 1),
+        ((F::Q4K, WeightLayout::Gguf, false, 32, 64, 2, 4), 2),
+        ((F::Q4_1, WeightLayout::Gguf, false, 64, 64, 4, 4), 1),
+    ])
     .enumerate()
     {
         let w = GemmWorkload {
@@ -1141,8 +1163,10 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
             tm,
             tn,
             wide_loads,
+            packed_w,
             ..gemm::default_schedule(&GemmWorkload { m: 512, ..w }, &mali)
         };
+        assert!(packed_w == 0 || s.packs_w(&w), "{s:?}");
         assert!(s.half_units && s.math == Math::Int8Dot, "{s:?}");
         assert_eq!(s.thread_scales(), tm >= 2, "{s:?}");
         assert_eq!(
@@ -1155,7 +1179,7 @@ fn half_unit_int8_tiles_with_and_without_thread_scales_match_the_reference() {
         check(&w, &s, &mali, &inputs(&w, 800 + i as u64));
         checked += 1;
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 15);
 }
 
 /// The prefill GEMMs of the synthesized Qwen2.5-0.5B and 3B Q4_K_M files (as `rocky synth`

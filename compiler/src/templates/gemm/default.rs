@@ -64,6 +64,11 @@ pub const INT8_TILE_MIN_ROWS: u32 = 16;
 /// most of such a tile's rows clamped copies).
 pub const INT8_WIDE_TILE_MIN_ROWS: u32 = 64;
 
+/// Column pairs per thread whose W the Mali's 4×4 int8 tile of Q4_K stages as packed
+/// nibbles (`GemmSchedule::packed_w`; Q4_1, 55 -> 52 with one pair, is in no model whose
+/// prefill was predicted and keeps bytes, docs/measurements/2026-12-07e-mali-prefill.md).
+pub const MALI_PACKED_W_PAIRS: u32 = 1;
+
 /// Workgroups the 32×32 split aims for.
 pub const F16_SMALL_GRID_TARGET: u32 = 128;
 
@@ -108,6 +113,7 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate,
         math,
     };
@@ -227,8 +233,22 @@ fn candidates(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
             accumulate: Precision::F32,
             ..base
         };
+        // The 4×4 tile of Q4_K stages its first column pair's W as packed
+        // nibbles (`packed_w`): one 16-byte read from workgroup memory gives both columns'
+        // half unit, unpacked with shifts and masks (SFU). Mesa 26.1.6, M = 64, Q4_K
+        // 11008 × 2048: K-loop load/store 52 -> 49 (both pairs: 44), SFU 10.4 -> 14.4 (both:
+        // 17.0), no spills; with both pairs the SFU becomes the busiest pipe and the bias
+        // GEMMs predict slower (docs/measurements/2026-12-07e-mali-prefill.md).
         if int8_rule && w.m >= INT8_WIDE_TILE_MIN_ROWS {
-            c.push(half_unit_int8(64, 64, 4, 4));
+            let s = half_unit_int8(64, 64, 4, 4);
+            c.push(GemmSchedule {
+                packed_w: if s.packs_w(w) && w.weight == WeightFormat::Q4K {
+                    MALI_PACKED_W_PAIRS
+                } else {
+                    0
+                },
+                ..s
+            });
         }
         if int8_rule && w.m >= INT8_TILE_MIN_ROWS {
             c.push(half_unit_int8(16, 32, 2, 4));
@@ -659,6 +679,13 @@ mod tests {
             // The 4×4 tile's 128 W units per slab on 256 threads are staged two threads per
             // unit; the 2×4 tile's 64 on 64 threads one per thread.
             assert_eq!(s.split_w_staging(), s.tm == 4, "{s:?}");
+            // Q4_K's 4×4 tile stages its first column pair as packed nibbles.
+            let packed = if s.tm == 4 && weight == WeightFormat::Q4K {
+                MALI_PACKED_W_PAIRS
+            } else {
+                0
+            };
+            assert_eq!(s.packed_w, packed, "{s:?}");
             // The fused SwiGLU GEMM keeps it (tn is even).
             let fused = GemmWorkload {
                 epilogue: super::super::workload::Epilogue::SwiGlu,

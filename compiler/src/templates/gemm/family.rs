@@ -54,6 +54,11 @@ impl Arithmetic {
             fold_per_slab: s.fold_per_slab && mixed,
             pack_a_f16: s.pack_a_f16 && self.math == Math::FmaF32,
             half_units: s.half_units && self.math == Math::Int8Dot,
+            packed_w: if self.math == Math::Int8Dot {
+                s.packed_w
+            } else {
+                0
+            },
             ..*s
         }
     }

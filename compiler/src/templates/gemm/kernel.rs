@@ -767,9 +767,32 @@ impl<'a> Gemm<'a> {
         // candidates.
         let _xsum =
             thread_scales.then(|| b.shared_array("xsum_tile", Type::F32, bufs * s.bm * upb * 2));
-        let wq = s
-            .stage_b
-            .then(|| b.shared_array("wq_tile", Type::U32, bufs * s.bn * upb * CHUNKS));
+        // packed_w: the first 2·packed_w columns of each thread (tile rows below
+        // `packed_rows`) are staged as packed nibbles in `wp_tile`, 4 words per unit instead
+        // of 8; the other rows as bytes in `wq_tile`, from its row 0.
+        let packed_rows = 2 * s.packed_w * wg_n;
+        let plain_rows = s.bn - packed_rows;
+        let wq = (s.stage_b && plain_rows > 0)
+            .then(|| b.shared_array("wq_tile", Type::U32, bufs * plain_rows * upb * CHUNKS));
+        let wp = (s.stage_b && packed_rows > 0)
+            .then(|| b.shared_array("wp_tile", Type::U32, bufs * packed_rows * upb * 4));
+        // packed_w: the first of the 2 packed words of W row `r`'s unit `ul`, half `half`
+        // (`woff`: the buffer's first unit slot of `wp_tile`). A thread's columns j = 2p,
+        // 2p + 1 of a unit's half sit side by side (4 words: one 16-byte load in the loop),
+        // the pairs and halves of its unit next: word (((thread·upb + ul)·packed_w + p)·2 +
+        // half)·4 + 2·(j & 1).
+        let packed_at = |r: Value, ul: Value, half: Value, woff: Value| -> Value {
+            let (thread, j) = (b.andi(r, wg_n - 1), b.shri(r, wg_n.trailing_zeros()));
+            let pair = b.add(
+                b.muli(b.add(b.muli(thread, upb), ul), s.packed_w),
+                b.shri(j, 1),
+            );
+            let at = b.add(
+                b.muli(b.add(b.muli(pair, 2), half), 4),
+                b.muli(b.andi(j, 1), 2),
+            );
+            b.add(at, b.muli(woff, 4))
+        };
         let wsc = s.stage_b.then(|| {
             // thread_scales with a second scale (Q6_K): lo and hi in planes of tn, so a
             // half reads only its own lane (4 live registers instead of 8); with a min term
@@ -953,7 +976,7 @@ impl<'a> Gemm<'a> {
                         }
                     }
                 });
-            } else if let (Some(wq), Some(wsc)) = (wq, wsc) {
+            } else if let Some(wsc) = wsc {
                 if s.split_w_staging() {
                     // Two threads per unit, one half (4 words) each, as X is staged: a
                     // unit per thread would leave threads idle, and a half's words are one
@@ -965,9 +988,48 @@ impl<'a> Gemm<'a> {
                         let ul = b.rem(idx, b.c_u32(upb));
                         let unit = open_unit(b, g.rows, g.w_row_off(r), b.add(ub, ul), false);
                         let slot = b.add(b.add(b.muli(r, upb), ul), woff);
-                        let first = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
-                        for c in 0..4 {
-                            b.store_shared(wq, b.addi(first, c), unit.word_i8_half(b, half, c));
+                        // Chunks 2q and 2q + 1 of the half (unsigned nibbles) in the low and
+                        // high nibbles of packed word q.
+                        // The half's 4 byte words, read and unpacked once where both
+                        // layouts are stored (one of them by each thread).
+                        let half_words = || -> Vec<Value> {
+                            (0..4).map(|c| unit.word_i8_half(b, half, c)).collect()
+                        };
+                        let store_packed = |wp: SharedArray, words: &[Value]| {
+                            let at = packed_at(r, ul, half, buffer_slot(ub, packed_rows));
+                            for q in 0..2 {
+                                let (lo, hi) = (words[2 * q], words[2 * q + 1]);
+                                b.store_shared(wp, b.addi(at, q as u32), b.or(lo, b.shli(hi, 4)));
+                            }
+                        };
+                        match (wq, wp) {
+                            (Some(wq), None) => {
+                                let first = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
+                                for c in 0..4 {
+                                    let at = b.addi(first, c);
+                                    b.store_shared(wq, at, unit.word_i8_half(b, half, c));
+                                }
+                            }
+                            (None, Some(wp)) => store_packed(wp, &half_words()),
+                            (Some(wq), Some(wp)) => {
+                                let words = half_words();
+                                b.if_else(
+                                    b.lt(r, b.c_u32(packed_rows)),
+                                    || store_packed(wp, &words),
+                                    || {
+                                        let r = b.sub(r, b.c_u32(packed_rows));
+                                        let slot = b.add(
+                                            b.add(b.muli(r, upb), ul),
+                                            buffer_slot(ub, plain_rows),
+                                        );
+                                        let first = b.add(b.muli(slot, CHUNKS), b.muli(half, 4));
+                                        for (c, &word) in words.iter().enumerate() {
+                                            b.store_shared(wq, b.addi(first, c as u32), word);
+                                        }
+                                    },
+                                )
+                            }
+                            (None, None) => unreachable!("stage_b stages W"),
                         }
                         let first_half = b.eq(half, b.c_u32(0));
                         let sc = unit.int8_scales();
@@ -997,6 +1059,7 @@ impl<'a> Gemm<'a> {
                         }
                     });
                 } else {
+                    let wq = wq.expect("packed_w splits the W staging");
                     g.cooperative(s.bn * upb, |idx| {
                         let r = b.div(idx, b.c_u32(upb));
                         let ul = b.rem(idx, b.c_u32(upb));
@@ -1022,9 +1085,8 @@ impl<'a> Gemm<'a> {
         // half_units: both operands staged; each unit in two halves of 16 values, only a
         // half's 4-word fragments live at once (see `GemmSchedule::half_units`).
         let half_body = |u: Value, ul: Value| {
-            let (xq, wq, wsc) = (
+            let (xq, wsc) = (
                 xq.expect("half_units stages X"),
-                wq.expect("half_units stages W"),
                 wsc.expect("half_units stages W"),
             );
             // Every address is one base per operand plus a constant, so the loads take
@@ -1038,11 +1100,12 @@ impl<'a> Gemm<'a> {
             // spills (32-34 spills before the blocks, none after).
             let fence = b.ne(g.m, b.c_u32(0));
             let x_slot0 = b.add(b.add(b.muli(g.ty, upb), ul), buffer_slot(u, s.bm));
-            let w_slot0 = b.add(b.add(b.muli(g.tx, upb), ul), buffer_slot(u, s.bn));
+            let w_slot0 = b.add(b.add(b.muli(g.tx, upb), ul), buffer_slot(u, plain_rows));
             let x_word0 = b.muli(x_slot0, CHUNKS);
             let w_word0 = b.muli(w_slot0, CHUNKS);
             let x_slot = |i: u32| i * wg_m * upb;
-            let w_slot = |j: u32| j * wg_n * upb;
+            // Columns j ≥ 2·packed_w, from `wq_tile`'s row 0.
+            let w_slot = |j: u32| (j - 2 * s.packed_w) * wg_n * upb;
             // Each row's d (and with a min term the two halves' sums of quants), and each
             // column's scales: with `thread_scales` the thread's rows (columns) of the unit
             // are adjacent, so the driver merges their reads into wide loads.
@@ -1142,34 +1205,60 @@ impl<'a> Gemm<'a> {
                         .map(|j| b.load_shared(wsc, w_at(s.tn + j)))
                         .collect()
                 });
-                for j in 0..tn {
-                    b.if_(fence, || {
-                        let wf = frag(wq, w_word0, w_slot(j as u32));
-                        let sc = wscs[j];
-                        let scale = if min_planes {
-                            sc
-                        } else if hi_planes {
-                            his.as_ref().map_or(sc, |his| his[j])
-                        } else if h == 1 && has_hi {
-                            b.extract(sc, 1)
-                        } else if nsc > 1 && !has_min {
-                            b.extract(sc, 0)
-                        } else {
-                            sc
-                        };
-                        for (i, xw) in xf.iter().enumerate() {
-                            let dot = (0..4)
-                                .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
-                                .reduce(|a, d| b.add(a, d))
-                                .expect("four chunks");
-                            let a = b.fma(
-                                b.mul(dxs[i], scale),
-                                b.convert(dot, Type::F32),
-                                b.load_var(acc[i][j]),
-                            );
-                            b.store_var(acc[i][j], a);
-                        }
-                    });
+                // packed_w: a pair of columns' half from one 16-byte load, each column's
+                // 4 words unpacked from 2 (low nibbles, then high nibbles).
+                let column = |j: usize, wf: Vec<Value>| {
+                    let sc = wscs[j];
+                    let scale = if min_planes {
+                        sc
+                    } else if hi_planes {
+                        his.as_ref().map_or(sc, |his| his[j])
+                    } else if h == 1 && has_hi {
+                        b.extract(sc, 1)
+                    } else if nsc > 1 && !has_min {
+                        b.extract(sc, 0)
+                    } else {
+                        sc
+                    };
+                    for (i, xw) in xf.iter().enumerate() {
+                        let dot = (0..4)
+                            .map(|c| b.dot4x8(xw[c], wf[c], DotSign::Signed))
+                            .reduce(|a, d| b.add(a, d))
+                            .expect("four chunks");
+                        let a = b.fma(
+                            b.mul(dxs[i], scale),
+                            b.convert(dot, Type::F32),
+                            b.load_var(acc[i][j]),
+                        );
+                        b.store_var(acc[i][j], a);
+                    }
+                };
+                if let Some(wp) = wp {
+                    let w_pk0 = b.add(
+                        b.muli(b.add(b.muli(g.tx, upb), ul), 8 * s.packed_w),
+                        b.muli(buffer_slot(u, packed_rows), 4),
+                    );
+                    for p in 0..s.packed_w {
+                        b.if_(fence, || {
+                            let pw: Vec<Value> = (0..4)
+                                .map(|q| b.load_shared(wp, b.addi(w_pk0, (2 * p + h) * 4 + q)))
+                                .collect();
+                            for jj in 0..2usize {
+                                let wf = pw[2 * jj..2 * jj + 2]
+                                    .iter()
+                                    .flat_map(|&v| {
+                                        [b.andi(v, 0x0F0F_0F0F), b.andi(b.shri(v, 4), 0x0F0F_0F0F)]
+                                    })
+                                    .collect();
+                                column(2 * p as usize + jj, wf);
+                            }
+                        });
+                    }
+                }
+                if let Some(wq) = wq {
+                    for j in 2 * s.packed_w as usize..tn {
+                        b.if_(fence, || column(j, frag(wq, w_word0, w_slot(j as u32))));
+                    }
                 }
                 if min_planes {
                     // The min term of this half, after its dot products: each row's sum of

@@ -152,6 +152,16 @@ pub struct GemmSchedule {
     /// instead of per lane. Omitted from the serialization when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub half_units: bool,
+    /// Half units (`half_units`, split W staging, thread-major scales, an even `tn`) of
+    /// formats whose int8 quants are unsigned nibbles (Q4_K, Q4_1): the first `2·packed_w`
+    /// of each thread's `tn` columns are staged in workgroup memory as packed 4-bit quants,
+    /// 8 per word, instead of one per byte, a pair of columns side by side, so one 16-byte
+    /// load from workgroup memory gives a half unit of two columns instead of one; the loop
+    /// unpacks each word with a mask and a shift and a mask (on Valhall SFU work, traded for
+    /// load/store). 0 (none) to `tn/2` (all). Same products, same order of additions.
+    /// Omitted from the serialization when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub packed_w: u32,
     pub accumulate: Precision,
     pub math: Math,
 }
@@ -212,6 +222,15 @@ impl GemmSchedule {
             && 2 * self.bn * self.units_per_slab() <= self.threads()
     }
 
+    /// Whether `packed_w` may be set for `w`: half units with split W staging and
+    /// thread-major scales, an even `tn`, and int8 quants that are unsigned nibbles.
+    pub fn packs_w(&self, w: &GemmWorkload) -> bool {
+        self.split_w_staging()
+            && self.thread_scales()
+            && self.tn % 2 == 0
+            && matches!(w.weight, WeightFormat::Q4K | WeightFormat::Q4_1)
+    }
+
     /// 32-element units per `bk` slab.
     pub fn units_per_slab(&self) -> u32 {
         self.bk / UNIT
@@ -231,7 +250,10 @@ impl GemmSchedule {
                     bytes += bufs * self.bm * upb * (8 * 4 + scales);
                 }
                 if self.stage_b {
-                    bytes += bufs * self.bn * upb * (8 * 4 + 4 * int8_scale_lanes(w.weight));
+                    // packed_w: 4 words of nibbles per unit instead of 8 of bytes.
+                    let packed = 2 * self.packed_w * (self.bn / self.tn.max(1));
+                    bytes += bufs * upb * (packed * 16 + (self.bn - packed.min(self.bn)) * 32);
+                    bytes += bufs * self.bn * upb * 4 * int8_scale_lanes(w.weight);
                 }
             }
             Math::FmaF32 | Math::FmaF16Packed => {
@@ -306,7 +328,7 @@ impl GemmSchedule {
             Precision::F16 => "acc16",
         };
         format!(
-            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}{}{}_{}_{}",
+            "gemm_{}_{}{}{}_b{}x{}x{}_t{}x{}_k{}_v{}_s{}{}{}{}{}{}{}{}{}{}{}{}_{}_{}",
             w.weight.ggml_name().to_lowercase(),
             act,
             if w.bias { "_bias" } else { "" },
@@ -335,6 +357,11 @@ impl GemmSchedule {
             if self.fold_per_slab { "_fs" } else { "" },
             if self.pack_a_f16 { "_pk16" } else { "" },
             if self.half_units { "_hu" } else { "" },
+            if self.packed_w > 0 {
+                format!("_p{}", self.packed_w)
+            } else {
+                String::new()
+            },
             if self.share_headers { "_sh" } else { "" },
             if self.last_group_reduces { "_lgr" } else { "" },
             acc,
@@ -497,6 +524,14 @@ impl GemmSchedule {
             return bad("half_units needs int8_dot math with stage_a and stage_b".into());
         }
 
+        if self.packed_w > 0 && !(self.packs_w(w) && self.packed_w <= self.tn / 2) {
+            return bad(
+                "packed_w needs half units with split W staging and thread-major scales, at most \
+                 tn/2 pairs, and a format of unsigned 4-bit quants (Q4_K, Q4_1)"
+                    .into(),
+            );
+        }
+
         if self.wide_loads {
             if !w.weight.is_quantized() {
                 return bad(format!(
@@ -604,6 +639,10 @@ fn is_false(b: &bool) -> bool {
 
 fn one() -> u32 {
     1
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 fn is_one(v: &u32) -> bool {

@@ -102,6 +102,7 @@ pub fn search_space(w: &GemmWorkload, caps: &DeviceCaps) -> Vec<GemmSchedule> {
                                         fold_per_slab: false,
                                         pack_a_f16: false,
                                         half_units: false,
+                                        packed_w: 0,
                                         accumulate,
                                         math,
                                     };

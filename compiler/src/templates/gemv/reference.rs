@@ -73,6 +73,7 @@ pub fn arithmetic_twin(s: &GemvSchedule) -> GemmSchedule {
         fold_per_slab: false,
         pack_a_f16: false,
         half_units: false,
+        packed_w: 0,
         accumulate: s.accumulate,
         math: s.math,
     }
