@@ -120,6 +120,25 @@ impl Executor<'_> {
         }
     }
 
+    /// After a run of a counter-ordered step: whether any of its waits gave up (`gave_up`,
+    /// word 0 of the counters it waited on). Then its results may be wrong, and counters stay
+    /// off for this executor (a driver that started a dispatch's workgroups before all of the
+    /// previous one's).
+    pub(super) fn chain_gave_up(&mut self, gave_up: u32) -> bool {
+        if gave_up == 0 {
+            return false;
+        }
+        self.chain_off = Some(format!(
+            "{gave_up} waits of a counter-ordered step gave up: the device does not start \
+             dispatches in order"
+        ));
+        eprintln!(
+            "warning: {}; decode steps use barriers from now on",
+            self.chain_off.as_deref().unwrap_or_default()
+        );
+        true
+    }
+
     /// Orders replayed steps by counters (`Some(true)`), by barriers (`Some(false)`) or as the
     /// environment and device choose (`None`); the next step is recorded anew.
     pub fn set_decode_chain(&mut self, on: Option<bool>) {
@@ -173,17 +192,9 @@ impl Executor<'_> {
         let mut run = step.replay.run(self.options.timeout)?;
         if step.chained {
             let gave_up = self.chain_counters.download_u32(0, 1)?[0];
-            if gave_up > 0 {
+            if self.chain_gave_up(gave_up) {
                 // The results of this run may be wrong: run the step again behind barriers
-                // (it rewrites the same cache position) and keep barriers from now on.
-                self.chain_off = Some(format!(
-                    "{gave_up} waits of a counter-ordered step gave up: the device does not \
-                     start dispatches in order"
-                ));
-                eprintln!(
-                    "warning: {}; decode steps use barriers from now on",
-                    self.chain_off.as_deref().unwrap_or_default()
-                );
+                // (it rewrites the same cache position); barriers from now on.
                 self.drop_recordings();
                 self.record_step(schedules, pos0)?;
                 let step = self.replay.as_mut().expect("recorded above");

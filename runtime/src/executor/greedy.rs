@@ -47,7 +47,7 @@ pub(crate) struct DeviceGreedy {
     /// are still to be read.
     counters: Buffer,
     /// The two recordings that take turns, while valid.
-    pub(super) steps: [Option<RecordedStep>; IN_FLIGHT],
+    steps: [Option<RecordedStep>; IN_FLIGHT],
     /// Why greedy decoding picks on the host (set once the pick kernel or a recording
     /// failed).
     off: Option<String>,
@@ -185,7 +185,7 @@ impl Executor<'_> {
                 self.ids.upload_u32(0, &[input])?;
                 self.step_args.upload_u32(0, &[1, pos])?;
                 self.greedy.picks.upload_u32(0, &[done as u32])?;
-                self.greedy.steps = [None, None];
+                // Recorded behind barriers now (preparing drops the counter-ordered ones).
                 self.record_greedy_steps(schedules, pos)?;
                 submitted = done;
                 continue;
@@ -247,41 +247,29 @@ impl Executor<'_> {
             self.unsaved_pipelines = true;
         }
         let pipeline = self.greedy.pipeline.as_ref().expect("built above");
-        let first = self.record_prepared_step(
-            pos,
-            Some((pipeline, &self.greedy.picks)),
-            &self.chain_counters,
-        )?;
-        let second = self.record_prepared_step(
-            pos,
-            Some((pipeline, &self.greedy.picks)),
-            &self.greedy.counters,
-        )?;
+        let pick = Some((pipeline, &self.greedy.picks));
+        let first = self.record_prepared_step(pos, pick, self.greedy_counters(0))?;
+        let second = self.record_prepared_step(pos, pick, self.greedy_counters(1))?;
         self.greedy.steps = [Some(first), Some(second)];
         self.save_pipeline_cache();
         Ok(())
     }
 
-    /// Whether a wait of the counter-ordered step in `slot` gave up (then counters stay off
-    /// for this executor, as in `decode`).
-    fn greedy_waits_gave_up(&mut self, slot: usize) -> Result<bool, ExecError> {
-        let counters = if slot == 0 {
+    /// The counters the recording in `slot` waits on when ordered by counters: the
+    /// executor's own for the first, the second's own (a queued step zeroes its counters
+    /// while the previous one's are still to be read).
+    fn greedy_counters(&self, slot: usize) -> &Buffer {
+        if slot == 0 {
             &self.chain_counters
         } else {
             &self.greedy.counters
-        };
-        let gave_up = counters.download_u32(0, 1)?[0];
-        if gave_up == 0 {
-            return Ok(false);
         }
-        self.chain_off = Some(format!(
-            "{gave_up} waits of a counter-ordered step gave up: the device does not start \
-             dispatches in order"
-        ));
-        eprintln!(
-            "warning: {}; decode steps use barriers from now on",
-            self.chain_off.as_deref().unwrap_or_default()
-        );
-        Ok(true)
+    }
+
+    /// Whether a wait of the counter-ordered step in `slot` gave up (then counters stay off
+    /// for this executor, as in `decode`).
+    fn greedy_waits_gave_up(&mut self, slot: usize) -> Result<bool, ExecError> {
+        let gave_up = self.greedy_counters(slot).download_u32(0, 1)?[0];
+        Ok(self.chain_gave_up(gave_up))
     }
 }
